@@ -1,0 +1,55 @@
+"""Backends: the only package that imports cuDF, cuML, CuPy or Dask-CUDA.
+
+``get_backend("cpu" | "gpu")`` returns the backend object; ``resolve_backend("auto")`` picks
+one with the rules in ``detect.choose_device``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from pipeline.backends.base import FILTER_OPS, Backend, apply_filters
+from pipeline.backends.detect import DeviceChoice, choose_device
+from pipeline.errors import BackendUnavailable
+
+__all__ = [
+    "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",
+    "get_backend", "resolve_backend",
+]
+
+
+@cache
+def get_backend(name: str) -> Backend:
+    """The backend for an explicit device name (one instance per process)."""
+    if name == "cpu":
+        from pipeline.backends.cpu import CpuBackend
+
+        return CpuBackend()
+    if name == "gpu":
+        try:
+            from pipeline.backends.gpu import GpuBackend
+        except Exception as exc:  # noqa: BLE001 - RAPIDS import errors come in many types
+            raise BackendUnavailable(f"the GPU backend cannot load: {type(exc).__name__}: {exc}") from exc
+        return GpuBackend()
+    raise BackendUnavailable(f"unknown device '{name}' (expected cpu or gpu)")
+
+
+def resolve_backend(requested: str = "auto") -> tuple[Backend, DeviceChoice]:
+    """Backend for ``auto | cpu | gpu`` plus the reason it was chosen."""
+    choice = choose_device(requested)
+    try:
+        return get_backend(choice.device), choice
+    except BackendUnavailable as exc:
+        if requested != "auto":
+            raise
+        # NVML saw a GPU and RAPIDS is installed but will not import: auto falls back, saying why.
+        return get_backend("cpu"), DeviceChoice("cpu", f"auto chose the CPU: {exc}")
+
+
+def available_devices() -> list[str]:
+    """Devices that can run here: always "cpu", plus "gpu" when a GPU and RAPIDS are present."""
+    try:
+        choice = choose_device("auto")
+    except BackendUnavailable:
+        return ["cpu"]
+    return ["cpu", "gpu"] if choice.device == "gpu" else ["cpu"]

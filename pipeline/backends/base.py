@@ -1,0 +1,210 @@
+"""The backend contract: the one place that knows cuDF from pandas and cuML from scikit-learn.
+
+cuDF mirrors most of the pandas API, so the shared logic lives here once and reads
+``self.frame`` (pandas or cudf) and ``self.array`` (numpy or cupy); the two subclasses override
+only what really differs. Everything outside ``pipeline.backends`` asks a ``Backend`` object
+and never imports a GPU library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import DataError
+
+# Row filters, in the pyarrow form [column, op, value]; see ``apply_filters``.
+Filter = tuple[str, str, Any]
+_FILTER_OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
+
+
+class Backend(ABC):
+    """Data and model operations for one device."""
+
+    name: str
+    frame: ModuleType          # pandas or cudf
+    array: ModuleType          # numpy or cupy
+    dask_backend: str          # value for dask.config "dataframe.backend"
+
+    # ------------------------------------------------------------------ I/O
+    def read(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        columns: Sequence[str] | None = None,
+        dtypes: Mapping[str, str] | None = None,
+        na_values: Sequence[str] | None = None,
+        filters: Sequence[Filter] | None = None,
+    ) -> Any:
+        """Read a CSV or Parquet file into a frame of this backend.
+
+        Filters go to the Parquet reader (row-group pruning) and are applied after the read
+        for CSV, so both formats give the same rows.
+        """
+        path = Path(path)
+        fmt = (format or _infer_format(path)).lower()
+        if not path.exists():
+            raise DataError(f"input file not found: {path}")
+        try:
+            if fmt == "csv":
+                frame = self._read_csv(path, columns=columns, dtypes=dtypes, na_values=na_values)
+            elif fmt == "parquet":
+                frame = self._read_parquet(path, columns=columns, filters=filters)
+                if dtypes:
+                    frame = frame.astype(dict(dtypes))
+            else:
+                raise DataError(f"{path}: unknown format '{fmt}' (expected csv or parquet)")
+        except DataError:
+            raise
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise DataError(f"cannot read {path} as {fmt}: {exc}") from exc
+        missing = [c for c in (columns or []) if c not in frame.columns]
+        if missing:
+            raise DataError(f"{path}: missing columns {missing}")
+        if filters and fmt == "csv":
+            frame = apply_filters(frame, filters, source=str(path))
+        return frame
+
+    @abstractmethod
+    def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> Any: ...
+
+    @abstractmethod
+    def _read_parquet(self, path: Path, *, columns, filters) -> Any: ...
+
+    def write_parquet(self, frame: Any, path: str | os.PathLike[str]) -> None:
+        """Write a frame to Parquet (the caller makes the write atomic)."""
+        frame.to_parquet(path, index=False)
+
+    # ------------------------------------------------------- host <-> device
+    @abstractmethod
+    def from_pandas(self, frame: pd.DataFrame) -> Any:
+        """A pandas frame as a frame of this backend (no copy on CPU)."""
+
+    @abstractmethod
+    def to_host(self, x: Any) -> Any:
+        """Frames to pandas, arrays to NumPy, scalars to Python: for reports and artifacts."""
+
+    @abstractmethod
+    def to_matrix(self, frame: Any, columns: Sequence[str] | None = None, dtype: str = "float32") -> Any:
+        """One dense 2-D array of ``columns``: the single copy the hand-off is allowed."""
+
+    @abstractmethod
+    def to_vector(self, series: Any, dtype: str = "float32") -> Any:
+        """A column as a 1-D array on this device (labels for the models)."""
+
+    def asarray(self, values: Any) -> Any:
+        """A host array (labels, indices) as an array on this device."""
+        return self.array.asarray(values)
+
+    # ------------------------------------------------------------- frames
+    def take(self, frame: Any, positions: np.ndarray) -> Any:
+        """Rows by position, with a fresh 0..n-1 index."""
+        return frame.iloc[self.asarray(positions)].reset_index(drop=True)
+
+    @abstractmethod
+    def category_codes(self, series: Any, categories: Sequence[Any]) -> Any:
+        """int32 codes of ``series`` against ``categories``: 1..n for known values, 0 otherwise.
+
+        Code 0 is the shared bucket for missing, unseen and rare values, so a workflow fitted
+        on one device transforms new data on another without a lookup failure.
+        """
+
+    def is_numeric(self, series: Any) -> bool:
+        return pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+
+    # ------------------------------------------------------------- models
+    @abstractmethod
+    def estimator_class_path(self, spec: Any) -> str:
+        """``module:Class`` of the estimator this backend uses for a model spec."""
+
+    def estimator(self, spec: Any, params: Mapping[str, Any]) -> Any:
+        """Construct the estimator for a registry model with already-translated params."""
+        module_name, _, class_name = self.estimator_class_path(spec).partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        return cls(**dict(params))
+
+    def predict_scores(self, estimator: Any, X: Any) -> np.ndarray:
+        """Positive-class probability as a host float64 vector."""
+        proba = self.to_host(estimator.predict_proba(X))
+        proba = np.asarray(proba, dtype="float64")
+        return proba[:, 1] if proba.ndim == 2 else proba
+
+    # ------------------------------------------------------------- status
+    def device_memory_used(self) -> int | None:
+        """Bytes in use on the device, or None for the CPU backend."""
+        return None
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries this backend runs on, for the run manifest."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        found: dict[str, str] = {}
+        for dist in self._distributions:
+            try:
+                found[dist] = version(dist)
+            except PackageNotFoundError:
+                continue
+        return found
+
+    _distributions: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    def __reduce__(self):
+        # Backends travel to Dask workers by name: modules do not pickle.
+        from pipeline.backends import get_backend
+
+        return (get_backend, (self.name,))
+
+
+def _infer_format(path: Path) -> str:
+    if path.is_dir():
+        return "parquet"
+    suffixes = [s.lower() for s in path.suffixes]
+    if ".parquet" in suffixes or ".pq" in suffixes:
+        return "parquet"
+    if ".csv" in suffixes or ".txt" in suffixes:
+        return "csv"
+    raise DataError(f"{path}: cannot tell the format from the file name; set format: csv or parquet")
+
+
+def apply_filters(frame: Any, filters: Sequence[Filter], *, source: str = "") -> Any:
+    """Keep rows matching every ``[column, op, value]`` filter (pyarrow's conjunctive form)."""
+    mask = None
+    for column, op, value in filters:
+        if column not in frame.columns:
+            raise DataError(f"{source}: filter on unknown column '{column}'")
+        col = frame[column]
+        if op == "==":
+            cond = col == value
+        elif op == "!=":
+            cond = col != value
+        elif op == "<":
+            cond = col < value
+        elif op == "<=":
+            cond = col <= value
+        elif op == ">":
+            cond = col > value
+        elif op == ">=":
+            cond = col >= value
+        elif op == "in":
+            cond = col.isin(list(value))
+        elif op == "not in":
+            cond = ~col.isin(list(value))
+        else:
+            raise DataError(f"{source}: unknown filter operator '{op}' (use one of {', '.join(_FILTER_OPS)})")
+        mask = cond if mask is None else (mask & cond)
+    return frame[mask.fillna(False)].reset_index(drop=True) if mask is not None else frame
+
+
+FILTER_OPS = _FILTER_OPS

@@ -1,0 +1,63 @@
+"""CPU backend: pandas, NumPy, scikit-learn (XGBoost on the CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.backends.base import Backend
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    frame = pd
+    array = np
+    dask_backend = "pandas"
+    _distributions = ("pandas", "numpy", "pyarrow", "scikit-learn", "xgboost")
+
+    def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
+        return pd.read_csv(
+            path,
+            usecols=list(columns) if columns else None,
+            dtype=dict(dtypes) if dtypes else None,
+            na_values=list(na_values) if na_values else None,
+        )
+
+    def _read_parquet(self, path: Path, *, columns, filters) -> pd.DataFrame:
+        return pd.read_parquet(
+            path,
+            columns=list(columns) if columns else None,
+            filters=[tuple(f) for f in filters] if filters else None,
+        )
+
+    def from_pandas(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame
+
+    def to_host(self, x: Any) -> Any:
+        if isinstance(x, (pd.DataFrame, pd.Series, np.ndarray)):
+            return x
+        if isinstance(x, np.generic):
+            return x.item()
+        return x
+
+    def to_matrix(self, frame: pd.DataFrame, columns: Sequence[str] | None = None, dtype: str = "float32") -> np.ndarray:
+        # copy=True: under pandas copy-on-write a view is read-only, and NumPy refuses to export
+        # read-only arrays through DLPack; this copy is the one the hand-off allows.
+        selected = frame[list(columns)] if columns is not None else frame
+        return selected.to_numpy(dtype=dtype, copy=True)
+
+    def to_vector(self, series: pd.Series, dtype: str = "float32") -> np.ndarray:
+        return series.to_numpy(dtype=dtype, copy=True)
+
+    def category_codes(self, series: pd.Series, categories: Sequence[Any]) -> pd.Series:
+        # Index.get_indexer gives -1 for anything not listed (unseen, rare, missing); casting
+        # to a CategoricalDtype would too, but pandas deprecates that for unlisted values.
+        codes = pd.Index(list(categories), dtype=series.dtype if len(categories) else None).get_indexer(series)
+        return pd.Series(codes + 1, index=series.index, dtype="int32")
+
+    def estimator_class_path(self, spec: Any) -> str:
+        return spec.cpu_class

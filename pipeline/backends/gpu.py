@@ -1,0 +1,86 @@
+"""GPU backend: cuDF, CuPy, cuML (XGBoost with device="cuda").
+
+Importing this module imports cuDF, so only ``pipeline.backends.get_backend("gpu")`` does it,
+after detection said a GPU is there. Every cuDF/cuML/CuPy call made here is checked against
+the installed signatures by ``scripts/check_gpu_api.py`` (``make check-gpu``), which runs
+without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import cudf
+import cupy as cp
+import numpy as np
+import pandas as pd
+
+from pipeline.backends.base import Backend
+
+
+class GpuBackend(Backend):
+    name = "gpu"
+    frame = cudf
+    array = cp
+    dask_backend = "cudf"
+    _distributions = (
+        "cudf-cu12", "cuml-cu12", "cupy-cuda12x", "dask-cuda", "pandas", "pyarrow", "xgboost",
+    )
+
+    def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> cudf.DataFrame:
+        return cudf.read_csv(
+            str(path),
+            usecols=list(columns) if columns else None,
+            dtype=dict(dtypes) if dtypes else None,
+            na_values=list(na_values) if na_values else None,
+        )
+
+    def _read_parquet(self, path: Path, *, columns, filters) -> cudf.DataFrame:
+        return cudf.read_parquet(
+            str(path),
+            columns=list(columns) if columns else None,
+            filters=[tuple(f) for f in filters] if filters else None,
+        )
+
+    def from_pandas(self, frame: pd.DataFrame) -> cudf.DataFrame:
+        if isinstance(frame, cudf.DataFrame):
+            return frame
+        # cudf.DataFrame.from_pandas was deprecated in 25.12 and is gone in 26.10 (cudf#19996,
+        # cudf#20925); the module-level cudf.from_pandas is the supported conversion.
+        return cudf.from_pandas(frame)
+
+    def to_host(self, x: Any) -> Any:
+        if isinstance(x, (cudf.DataFrame, cudf.Series)):
+            return x.to_pandas()
+        if isinstance(x, cp.ndarray):
+            return cp.asnumpy(x)
+        if isinstance(x, cp.generic):
+            return x.item()
+        return x
+
+    def to_matrix(self, frame: cudf.DataFrame, columns: Sequence[str] | None = None, dtype: str = "float32") -> cp.ndarray:
+        # cuDF's to_cupy() raises on nulls and strings: the feature workflow guarantees neither
+        # reaches here. For more than one column it builds a new matrix: the one allowed copy.
+        selected = frame[list(columns)] if columns is not None else frame
+        return selected.astype(dtype).to_cupy(dtype=np.dtype(dtype))
+
+    def to_vector(self, series: cudf.Series, dtype: str = "float32") -> cp.ndarray:
+        return series.astype(dtype).to_cupy()
+
+    def category_codes(self, series: cudf.Series, categories: Sequence[Any]) -> cudf.Series:
+        # cuDF turns values outside the categories into nulls, and .cat.codes keeps the null
+        # mask (pandas uses -1): fill with -1 so the +1 shift puts every unknown value in 0.
+        dtype = cudf.CategoricalDtype(categories=list(categories))
+        return series.astype(dtype).cat.codes.astype("int32").fillna(-1) + 1
+
+    def take(self, frame: cudf.DataFrame, positions: np.ndarray) -> cudf.DataFrame:
+        return frame.iloc[cp.asarray(positions)].reset_index(drop=True)
+
+    def estimator_class_path(self, spec: Any) -> str:
+        return spec.gpu_class
+
+    def device_memory_used(self) -> int | None:
+        free, total = cp.cuda.runtime.memGetInfo()
+        return int(total - free)

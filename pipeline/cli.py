@@ -1,0 +1,205 @@
+"""The ``pipeline`` command.
+
+Every PipelineError becomes a one-paragraph message on stderr and its documented exit code
+(see ``errors.ExitCode``); tracebacks appear only with ``--debug``. Nothing here prompts, so
+the same commands work at a terminal and in cron, systemd or Kubernetes jobs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pipeline import __version__
+from pipeline.errors import ExitCode, PipelineError
+
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _split_names(values: Sequence[str]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map errors to exit codes and one-paragraph messages; tracebacks only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = click.get_current_context().find_root().params.get("debug", False)
+        try:
+            return fn(*args, **kwargs)
+        except PipelineError as exc:
+            if debug:
+                stderr.print_exception()
+            stage = getattr(exc, "stage", None)
+            prefix = f"stage '{stage}': " if stage and not str(exc).startswith("stage '") else ""
+            stderr.print(f"[bold red]error:[/] {prefix}{exc}", markup=True, highlight=False)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            stderr.print("[yellow]interrupted[/]")
+            sys.exit(ExitCode.INTERRUPTED)
+        except click.exceptions.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - last resort: a bug, reported as one
+            if debug:
+                stderr.print_exception()
+            else:
+                stderr.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
+                             "(this is a bug; run with --debug for the traceback)")
+            sys.exit(ExitCode.INTERNAL)
+
+    return wrapper
+
+
+def _setup_logging(quiet: bool) -> None:
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S%z",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pipeline")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def main(debug: bool) -> None:
+    """Run YAML-defined tabular ML pipelines on a GPU (cuDF, cuML) or a CPU (pandas, scikit-learn)."""
+
+
+config_argument = click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+                          help="Override a config value, e.g. --set stages.forest.params.n_estimators=500. Repeatable.")
+
+
+@main.command()
+@config_argument
+@set_option
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), help="Override the config's device.")
+@click.option("--only", multiple=True, metavar="STAGES", help="Run only these stages (comma-separated; repeatable).")
+@click.option("--from", "from_", multiple=True, metavar="STAGES", help="Run these stages and everything downstream.")
+@click.option("--until", multiple=True, metavar="STAGES", help="Run these stages and everything upstream.")
+@click.option("--runs-dir", type=click.Path(file_okay=False), help="Where run folders go (default: the config's runs_dir).")
+@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors, and the metrics table.")
+@_handle_errors
+def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple[str, ...],
+        from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, quiet: bool) -> None:
+    """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
+    from pipeline.config import load_config
+    from pipeline.progress import ConsoleReporter, LogReporter
+    from pipeline.runner import Runner
+
+    _setup_logging(quiet)
+    cfg = load_config(config, overrides=overrides)
+    interactive = stderr.is_terminal and not quiet
+    reporter = ConsoleReporter(stderr) if interactive else LogReporter()
+    runner = Runner(cfg, device=device, runs_dir=runs_dir, reporter=reporter, keep_outputs=False,
+                    config_path=config)
+    result = runner.run(only=_split_names(only), from_=_split_names(from_), until=_split_names(until))
+    if result.manifest.get("metrics"):
+        _print_metrics(result.manifest["metrics"])
+    stdout.print(f"run {result.run_id} {result.status}: {result.run_dir}")
+
+
+def _print_metrics(metrics: dict[str, Any]) -> None:
+    names = ["roc_auc", "pr_auc", "log_loss", "accuracy", "precision", "recall", "f1"]
+    table = Table(title=f"{metrics['split']} split, threshold {metrics['threshold']}", title_justify="left")
+    table.add_column("model")
+    for name in names:
+        table.add_column(name, justify="right")
+    for model, values in metrics["models"].items():
+        label = f"{model} *" if model == metrics["best"] else model
+        table.add_row(label, *(f"{values[n]:.4f}" for n in names))
+    stdout.print(table)
+    stdout.print(f"* best by {metrics['rank_by']}: {metrics['best']}")
+
+
+@main.command()
+@config_argument
+@set_option
+@_handle_errors
+def validate(config: str, overrides: tuple[str, ...]) -> None:
+    """Check CONFIG (schema, stage graph, model parameters) without running anything."""
+    from pipeline.config import load_config
+
+    cfg = load_config(config, overrides=overrides)
+    stdout.print(f"{config}: valid ({len(cfg.stages)} stages)")
+
+
+@main.command()
+@config_argument
+@set_option
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@_handle_errors
+def show(config: str, overrides: tuple[str, ...], fmt: str) -> None:
+    """Print the resolved CONFIG: defaults filled in, overrides applied."""
+    from pipeline.config import dump_config, load_config
+
+    cfg = load_config(config, overrides=overrides)
+    if fmt == "json":
+        click.echo(json.dumps(cfg.model_dump(mode="json", exclude_none=True), indent=2))
+    else:
+        click.echo(dump_config(cfg), nl=False)
+
+
+@main.command()
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@_handle_errors
+def schema(output: str | None) -> None:
+    """Print the JSON Schema of config files, for editor completion and checks."""
+    from pipeline.config import json_schema
+    from pipeline.store import atomic_write_text
+
+    text = json.dumps(json_schema(), indent=2)
+    if output:
+        atomic_write_text(output, text + "\n")
+    else:
+        click.echo(text)
+
+
+@main.command()
+@config_argument
+@set_option
+@click.option("--format", "fmt", type=click.Choice(["text", "mermaid"]), default="text", show_default=True)
+@_handle_errors
+def dag(config: str, overrides: tuple[str, ...], fmt: str) -> None:
+    """Print the stage graph of CONFIG (text, or Mermaid for Markdown)."""
+    from pipeline import dag as dag_module
+    from pipeline.config import load_config
+
+    cfg = load_config(config, overrides=overrides)
+    graph = cfg.inputs_of()
+    kinds = {name: stage.kind for name, stage in cfg.stages.items()}
+    render = dag_module.to_mermaid if fmt == "mermaid" else dag_module.to_text
+    click.echo(render(graph, kinds))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--require-gpu", is_flag=True, help=f"Exit {ExitCode.BACKEND} unless device: auto would pick the GPU.")
+@_handle_errors
+def doctor(as_json: bool, require_gpu: bool) -> None:
+    """Report driver, CUDA, GPUs, GPU libraries and what device: auto would choose."""
+    from pipeline.doctor import collect, render
+
+    report = collect()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        render(report, stdout)
+    if require_gpu and report["auto_device"] != "gpu":
+        sys.exit(ExitCode.BACKEND)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""Load a pipeline config: YAML → overrides → schema → graph, every problem reported at once.
+
+Each problem carries its key path (``stages.forest.params.n_estimators``) and the line it is
+on, with a did-you-mean for misspelt keys and stage names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pipeline.config.schema import PipelineConfig
+from pipeline.config.yaml_source import KeyPath, YamlDocument, format_path, parse_yaml
+from pipeline.dag import graph_problems
+from pipeline.errors import ConfigError, ConfigIssue
+from pipeline.features import OPS
+from pipeline.stages import STAGE_KINDS
+
+# Union tags pydantic puts into error locations: stage kinds and feature op names.
+_TAGS = set(STAGE_KINDS) | set(OPS)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    text: str | None = None,
+) -> PipelineConfig:
+    """Validate a config file (or ``text``) with ``--set key.path=value`` overrides applied."""
+    source = str(path) if path is not None else "<string>"
+    if text is None:
+        if path is None:
+            raise ConfigError("no config file given")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    doc = parse_yaml(text, source=source)
+    issues = list(doc.duplicates)
+    if not isinstance(doc.data, dict):
+        raise ConfigError([ConfigIssue("", "the config must be a mapping (name:, stages:, ...)", 1)], file=source)
+    overridden = apply_overrides(doc.data, overrides, issues)
+    if path is not None:
+        _allow_local_modules(Path(path))
+    config = None
+    try:
+        config = PipelineConfig.model_validate(doc.data)
+    except ValidationError as exc:
+        issues += [_issue_from_error(err, doc, overridden) for err in exc.errors()]
+    issues += _graph_issues(doc, overridden)
+    if issues:
+        issues = _dedupe(issues)
+        raise ConfigError(sorted(issues, key=lambda i: (i.line or 10**9, i.path)), file=source)
+    assert config is not None
+    return config
+
+
+# ---------------------------------------------------------------- overrides
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list[ConfigIssue]) -> set[KeyPath]:
+    """Apply ``a.b.c=value`` overrides in place; values are parsed as YAML (500, true, [a, b])."""
+    done: set[KeyPath] = set()
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            issues.append(ConfigIssue(item, "an override is KEY.PATH=VALUE, e.g. stages.forest.params.n_estimators=500",
+                                      source="--set"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
+        node: Any = data
+        try:
+            for part in parts[:-1]:
+                if isinstance(node, dict):
+                    node = node.setdefault(part, {})
+                else:
+                    node = node[part]
+            if isinstance(node, list) and isinstance(parts[-1], int):
+                node[parts[-1]] = value
+            elif isinstance(node, dict):
+                node[parts[-1]] = value
+            else:
+                raise TypeError
+        except (IndexError, KeyError, TypeError):
+            issues.append(ConfigIssue(key, "cannot set this key: a parent is not a mapping or the index is out of range",
+                                      source="--set"))
+            continue
+        done.add(tuple(parts))
+    return done
+
+
+# ---------------------------------------------------------------- errors
+def _issue_from_error(err: Mapping[str, Any], doc: YamlDocument, overridden: set[KeyPath]) -> ConfigIssue:
+    path = _data_path(doc.data, err["loc"])
+    message = err["msg"].removeprefix("Value error, ")
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        message = f"unknown key '{path[-1]}'"
+        close = difflib.get_close_matches(str(path[-1]), _allowed_keys(err["loc"]), n=1)
+        if close:
+            message += f"; did you mean '{close[0]}'?"
+    elif kind == "missing":
+        message = f"missing required key '{path[-1]}'"
+    elif kind in ("union_tag_not_found", "union_tag_invalid") and "ops" in err["loc"]:
+        tag = err.get("ctx", {}).get("tag")
+        known = ", ".join(OPS)
+        if kind == "union_tag_not_found":
+            message = f"a feature op is a mapping with one key, the op name (one of: {known})"
+        else:
+            path = path[:-1] if path and path[-1] == tag else path
+            message = f"unknown feature op '{tag}' (one of: {known}){_did_you_mean(tag, OPS)}"
+    elif kind == "union_tag_not_found":
+        message = f"missing 'kind' (one of: {', '.join(STAGE_KINDS)})"
+        path = (*path, "kind")
+    elif kind == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag")
+        message = f"unknown stage kind '{tag}' (one of: {', '.join(STAGE_KINDS)}){_did_you_mean(tag, STAGE_KINDS)}"
+        path = (*path, "kind")
+    source = "--set" if any(path[: len(o)] == o for o in overridden) else None
+    return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+
+
+def _did_you_mean(word: Any, choices: Any) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
+    """The key path in the user's YAML for a pydantic error location.
+
+    Pydantic puts the discriminator tag of a union member in the location; it is not a key in
+    the data, so it is skipped. Locations past the data (a missing key) are kept as they are.
+    """
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            if part in node:
+                path.append(part)
+                node = node[part]
+            elif isinstance(part, str) and part in _TAGS:
+                continue
+            else:
+                path.append(part)
+                node = None
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+        elif node is None or not isinstance(part, str) or part not in _TAGS:
+            path.append(part)
+            node = None
+    return tuple(path)
+
+
+def _allowed_keys(loc: Sequence[Any]) -> list[str]:
+    """Field names of the model the unknown key was found in, for the did-you-mean."""
+    model: type[BaseModel] = PipelineConfig
+    for part in loc[:-1]:
+        if part in STAGE_KINDS:
+            model = STAGE_KINDS[part].spec
+        elif part in OPS:
+            model = OPS[part]
+        elif part == "stages":
+            continue
+        elif isinstance(part, str) and part in model.model_fields:
+            annotation = model.model_fields[part].annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                model = annotation
+    return list(model.model_fields)
+
+
+def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIssue]:
+    """Unknown inputs, cycles, input counts and input kinds, checked on the raw data.
+
+    Done on the raw data so these problems are reported even when a stage block has
+    schema errors too.
+    """
+    stages = doc.data.get("stages")
+    if not isinstance(stages, dict):
+        return []
+    graph: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
+    for name, block in stages.items():
+        block = block if isinstance(block, dict) else {}
+        inputs = block.get("inputs", [])
+        graph[str(name)] = [str(i) for i in inputs] if isinstance(inputs, list) else []
+        kinds[str(name)] = str(block.get("kind", ""))
+    issues = []
+
+    def issue(stage: str, message: str) -> ConfigIssue:
+        path = ("stages", stage, "inputs")
+        source = "--set" if any(path[: len(o)] == o for o in overridden) else None
+        return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+
+    for stage, message in graph_problems(graph):
+        issues.append(issue(stage, message.partition(": ")[2] if message.startswith("inputs[") else message))
+    for stage, inputs in graph.items():
+        kind = STAGE_KINDS.get(kinds[stage])
+        if kind is None:
+            continue
+        spec = kind.spec
+        if len(inputs) < spec.min_inputs:
+            issues.append(issue(stage, f"a '{kinds[stage]}' stage needs at least {spec.min_inputs} input(s)"))
+        if spec.max_inputs is not None and len(inputs) > spec.max_inputs:
+            allowed = "no inputs" if spec.max_inputs == 0 else f"at most {spec.max_inputs} input(s)"
+            issues.append(issue(stage, f"a '{kinds[stage]}' stage takes {allowed}"))
+        if spec.accepts is not None:
+            for parent in inputs:
+                parent_kind = kinds.get(parent)
+                if parent_kind and parent_kind not in spec.accepts and parent_kind != "python":
+                    issues.append(issue(stage, f"input '{parent}' is a '{parent_kind}' stage; a '{kinds[stage]}' "
+                                                f"stage reads {' or '.join(repr(k) for k in spec.accepts)} stages"))
+    return issues
+
+
+def _dedupe(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    seen, out = set(), []
+    for issue in issues:
+        key = (issue.path, issue.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(issue)
+    return out
+
+
+def _allow_local_modules(config_path: Path) -> None:
+    """Let ``python`` stages import modules that sit beside the config file."""
+    folder = str(config_path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+
+
+def dump_config(config: PipelineConfig) -> str:
+    """The resolved config (defaults filled in, overrides applied) as YAML."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    data["stages"] = {name: {"kind": block.pop("kind"), **block} for name, block in data["stages"].items()}
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

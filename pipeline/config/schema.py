@@ -1,0 +1,56 @@
+"""The pydantic model of a pipeline YAML file.
+
+The stage union is built from the stage registry, so a new stage kind is one module in
+``pipeline.stages`` and nothing here changes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pipeline.stages import STAGE_KINDS
+
+STAGE_NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+
+AnyStage = Annotated[
+    Union[tuple(kind.spec for kind in STAGE_KINDS.values())],  # type: ignore[valid-type]
+    Field(discriminator="kind"),
+]
+
+
+class PipelineConfig(BaseModel):
+    """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Pipeline name; runs go to <runs_dir>/<name>/.")
+    device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="auto picks the GPU when NVML sees one and RAPIDS imports; gpu without one is an error."
+    )
+    seed: int = Field(42, description="Seed for splits and models.")
+    runs_dir: str = Field("runs", description="Where run folders are written (relative to the working directory).")
+    description: str = Field("", description="Free text.")
+    stages: dict[str, AnyStage] = Field(min_length=1, description="Stages by name.")
+
+    @field_validator("stages")
+    @classmethod
+    def _stage_names(cls, stages: dict[str, object]) -> dict[str, object]:
+        import re
+
+        bad = [n for n in stages if not re.match(STAGE_NAME, n)]
+        if bad:
+            raise ValueError(f"stage names must match {STAGE_NAME} (letters, digits, _ and -): {bad}")
+        return stages
+
+    def inputs_of(self) -> dict[str, list[str]]:
+        return {name: list(stage.inputs) for name, stage in self.stages.items()}
+
+
+def json_schema() -> dict:
+    """JSON Schema of the config file, for editors (YAML language servers read it)."""
+    schema = PipelineConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "pipeline config"
+    return schema

@@ -1,0 +1,91 @@
+"""One error family for the whole package.
+
+The CLI maps each class to a documented exit code and prints its message as one paragraph;
+a traceback is shown only with ``--debug``. Library users catch ``PipelineError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ExitCode:
+    """Process exit codes of the ``pipeline`` command (documented in the README)."""
+
+    OK = 0
+    INTERNAL = 1          # a bug: an exception that is not a PipelineError
+    CONFIG = 2            # bad config, bad override, bad command-line usage
+    DATA = 3              # an input file is missing, unreadable or has the wrong columns
+    STAGE = 4             # a stage failed while running
+    BACKEND = 5           # the requested device/backend is not available
+    INTERRUPTED = 130     # SIGINT / Ctrl-C
+
+
+class PipelineError(Exception):
+    """Base of every error the package raises on purpose."""
+
+    exit_code: int = ExitCode.INTERNAL
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config: where it is (key path, line) and what is wrong."""
+
+    path: str
+    message: str
+    line: int | None = None
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = self.path or "(top level)"
+        if self.line is not None:
+            where = f"{where} (line {self.line})"
+        elif self.source:
+            where = f"{where} ({self.source})"
+        return f"{where}: {self.message}"
+
+
+class ConfigError(PipelineError):
+    """The config (or a --set override, or a command-line option) is invalid.
+
+    Holds every issue found, so the user fixes them all in one round.
+    """
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, issues: list[ConfigIssue] | str, *, file: str | None = None) -> None:
+        if isinstance(issues, str):
+            issues = [ConfigIssue(path="", message=issues)]
+        self.issues = issues
+        self.file = file
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        head = f"{self.file}: " if self.file else ""
+        count = len(self.issues)
+        noun = "problem" if count == 1 else "problems"
+        lines = [f"{head}{count} config {noun}:"]
+        lines += [f"  - {issue}" for issue in self.issues]
+        return "\n".join(lines)
+
+
+class DataError(PipelineError):
+    """Input data is missing, unreadable, or does not have the expected columns or types."""
+
+    exit_code = ExitCode.DATA
+
+
+class StageError(PipelineError):
+    """A stage raised while running; names the stage and keeps the cause."""
+
+    exit_code = ExitCode.STAGE
+
+    def __init__(self, stage: str, message: str) -> None:
+        self.stage = stage
+        super().__init__(f"stage '{stage}' failed: {message}")
+
+
+class BackendUnavailable(PipelineError):
+    """The requested device cannot be used here (no GPU seen by NVML, RAPIDS not importable)."""
+
+    exit_code = ExitCode.BACKEND

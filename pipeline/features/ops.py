@@ -1,0 +1,286 @@
+"""Feature ops with scikit-learn semantics: ``fit`` on the training split, ``transform`` anywhere.
+
+An op is a frozen pydantic model of its parameters (the same model validates the YAML). Its
+fitted state is returned, not stored, and is plain JSON (numbers, category lists), so a
+workflow fitted on a GPU transforms on a CPU and back. Ops read frames through the backend's
+``frame`` module, so one implementation serves pandas and cuDF.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
+
+from pipeline.backends import Backend
+from pipeline.errors import DataError
+
+State = dict[str, Any]
+
+
+class FeatureOp(BaseModel):
+    """Base of every op: a list of columns and the fit/transform pair."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    op: ClassVar[str]
+    columns: list[str] = Field(min_length=1, description="Columns this op applies to.")
+
+    def fit(self, frame: Any, backend: Backend) -> State:
+        """Statistics from the training frame, as JSON-able data."""
+        return {}
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        raise NotImplementedError
+
+    def output_columns(self, columns: list[str], state: State) -> list[str]:
+        """Column names after this op, given the names before it."""
+        return columns
+
+    def check_columns(self, frame: Any) -> None:
+        missing = [c for c in self.columns if c not in frame.columns]
+        if missing:
+            raise DataError(f"feature op '{self.op}': column(s) {missing} not in the data "
+                            f"(available: {', '.join(map(str, frame.columns))})")
+
+
+def _host_counts(series: Any, backend: Backend) -> list[tuple[Any, int]]:
+    """(value, count) pairs, most frequent first, ties by value: deterministic on both devices."""
+    counts = backend.to_host(series.value_counts(dropna=True))
+    pairs = [(_plain(v), int(c)) for v, c in counts.items()]
+    pairs.sort(key=lambda vc: (-vc[1], str(vc[0])))
+    return pairs
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars to Python scalars so the state serialises as JSON."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: list[str]) -> Any:
+    """Drop ``drop`` and append ``new`` columns in one concat (no per-column fragmentation)."""
+    kept = frame.drop(columns=drop) if drop else frame
+    if not new:
+        return kept
+    added = backend.frame.DataFrame(new, index=frame.index)
+    return backend.frame.concat([kept, added], axis=1)
+
+
+class FillMissing(FeatureOp):
+    """Replace missing values with a constant or a statistic of the training split."""
+
+    op: ClassVar[str] = "fill_missing"
+    strategy: Literal["constant", "median", "mean", "most_frequent"] = "median"
+    value: float | int | str | None = Field(None, description="Fill value for strategy: constant.")
+    indicator: bool = Field(False, description="Add a <column>_missing 0/1 column before filling.")
+
+    @model_validator(mode="after")
+    def _constant_needs_value(self) -> FillMissing:
+        if self.strategy == "constant" and self.value is None:
+            raise ValueError("strategy 'constant' needs a 'value'")
+        return self
+
+    def fit(self, frame: Any, backend: Backend) -> State:
+        self.check_columns(frame)
+        fills: dict[str, Any] = {}
+        for col in self.columns:
+            series = frame[col]
+            if self.strategy == "constant":
+                fills[col] = self.value
+            elif self.strategy == "most_frequent":
+                counts = _host_counts(series, backend)
+                fills[col] = counts[0][0] if counts else None
+            else:
+                if not backend.is_numeric(series):
+                    raise DataError(f"fill_missing: strategy '{self.strategy}' needs a numeric column; "
+                                    f"'{col}' is {series.dtype}")
+                stat = series.median() if self.strategy == "median" else series.mean()
+                stat = _plain(backend.to_host(stat))
+                fills[col] = None if stat is None or (isinstance(stat, float) and math.isnan(stat)) else float(stat)
+            if fills[col] is None:
+                raise DataError(f"fill_missing: column '{col}' has no non-missing value in the training split")
+        return {"fill": fills}
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        self.check_columns(frame)
+        new, drop = {}, []
+        for col in self.columns:
+            if self.indicator:
+                new[f"{col}_missing"] = frame[col].isna().astype("float32")
+            new[col] = frame[col].fillna(state["fill"][col])
+            drop.append(col)
+        out = _replace_columns(frame, backend, new, drop)
+        return out[self.output_columns(list(frame.columns), state)]
+
+    def output_columns(self, columns: list[str], state: State) -> list[str]:
+        if not self.indicator:
+            return columns
+        out = []
+        for c in columns:
+            out.append(c)
+            if c in self.columns:
+                out.append(f"{c}_missing")
+        return out
+
+
+class OneHot(FeatureOp):
+    """One 0/1 column per category seen in training; unseen values get all zeros."""
+
+    op: ClassVar[str] = "one_hot"
+    min_frequency: int = Field(1, ge=1, description="Categories rarer than this share one '<col>=__rare__' column.")
+    max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent categories.")
+    drop_binary: bool = Field(False, description="For a two-category column keep only the second column.")
+
+    def fit(self, frame: Any, backend: Backend) -> State:
+        self.check_columns(frame)
+        cats, rare = {}, {}
+        for col in self.columns:
+            counts = _host_counts(frame[col], backend)
+            kept = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
+            rare[col] = len(kept) < len(counts)
+            kept.sort(key=str)
+            if self.drop_binary and len(kept) == 2 and not rare[col]:
+                kept = kept[1:]
+            cats[col] = kept
+        return {"categories": cats, "rare": rare}
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        self.check_columns(frame)
+        new = {}
+        for col in self.columns:
+            series = frame[col]
+            cats = state["categories"][col]
+            for cat in cats:
+                new[f"{col}={cat}"] = (series == cat).fillna(False).astype("float32")
+            if state["rare"][col]:
+                known = series.isin(cats) | series.isna()
+                new[f"{col}=__rare__"] = (~known).astype("float32")
+        return _replace_columns(frame, backend, new, list(self.columns))
+
+    def output_columns(self, columns: list[str], state: State) -> list[str]:
+        out = [c for c in columns if c not in self.columns]
+        for col in self.columns:
+            out += [f"{col}={cat}" for cat in state["categories"][col]]
+            if state["rare"][col]:
+                out.append(f"{col}=__rare__")
+        return out
+
+
+class Categorify(FeatureOp):
+    """Integer codes 1..n by training frequency; 0 for missing, unseen and rare values.
+
+    The shared 0 bucket and the frequency threshold keep high-cardinality columns small (the
+    GPU out-of-memory NVTabular users hit), and codes feed embeddings later.
+    """
+
+    op: ClassVar[str] = "categorify"
+    min_frequency: int = Field(1, ge=1, description="Values seen fewer times than this go to code 0.")
+    max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent values.")
+
+    def fit(self, frame: Any, backend: Backend) -> State:
+        self.check_columns(frame)
+        cats = {}
+        for col in self.columns:
+            counts = _host_counts(frame[col], backend)
+            cats[col] = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
+        return {"categories": cats}
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        self.check_columns(frame)
+        new = {col: backend.category_codes(frame[col], state["categories"][col]) for col in self.columns}
+        out = _replace_columns(frame, backend, new, list(self.columns))
+        return out[list(frame.columns)]
+
+    def cardinality(self, state: State) -> dict[str, int]:
+        """Embedding table sizes: known categories plus the 0 bucket."""
+        return {c: len(v) + 1 for c, v in state["categories"].items()}
+
+
+class Standardize(FeatureOp):
+    """Zero mean, unit variance with the training split's statistics (population std)."""
+
+    op: ClassVar[str] = "standardize"
+
+    def fit(self, frame: Any, backend: Backend) -> State:
+        self.check_columns(frame)
+        stats = {}
+        for col in self.columns:
+            series = frame[col]
+            if not backend.is_numeric(series):
+                raise DataError(f"standardize: column '{col}' is {series.dtype}, not numeric")
+            mean = float(backend.to_host(series.mean()))
+            std = float(backend.to_host(series.std(ddof=0)))
+            stats[col] = [mean, std if std > 0 and not math.isnan(std) else 1.0]
+        return {"mean_std": stats}
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        self.check_columns(frame)
+        new = {}
+        for col in self.columns:
+            mean, std = state["mean_std"][col]
+            new[col] = (frame[col].astype("float64") - mean) / std
+        out = _replace_columns(frame, backend, new, list(self.columns))
+        return out[list(frame.columns)]
+
+
+class Log1p(FeatureOp):
+    """log(1 + x) for skewed non-negative columns; values below -1 are an error at fit."""
+
+    op: ClassVar[str] = "log1p"
+
+    def fit(self, frame: Any, backend: Backend) -> State:
+        self.check_columns(frame)
+        for col in self.columns:
+            low = backend.to_host(frame[col].min())
+            if low is not None and not (isinstance(low, float) and math.isnan(low)) and low <= -1:
+                raise DataError(f"log1p: column '{col}' has values <= -1 (min {low})")
+        return {}
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        self.check_columns(frame)
+        new = {col: np.log1p(frame[col].astype("float64")) for col in self.columns}
+        out = _replace_columns(frame, backend, new, list(self.columns))
+        return out[list(frame.columns)]
+
+
+class Drop(FeatureOp):
+    """Remove columns the models should not see."""
+
+    op: ClassVar[str] = "drop"
+
+    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+        self.check_columns(frame)
+        return frame.drop(columns=list(self.columns))
+
+    def output_columns(self, columns: list[str], state: State) -> list[str]:
+        return [c for c in columns if c not in self.columns]
+
+
+OPS: dict[str, type[FeatureOp]] = {
+    cls.op: cls for cls in (FillMissing, OneHot, Categorify, Standardize, Log1p, Drop)
+}
+
+
+def _op_name(value: Any) -> str | None:
+    if isinstance(value, dict) and len(value) == 1:
+        return str(next(iter(value)))
+    if isinstance(value, BaseModel) and len(type(value).model_fields) == 1:
+        return next(iter(type(value).model_fields))
+    return None
+
+
+def _step_model(name: str, cls: type[FeatureOp]) -> type[BaseModel]:
+    return create_model(f"{cls.__name__}Step", __config__=ConfigDict(extra="forbid"), **{name: (cls, ...)})
+
+
+# One YAML list item, ``{op_name: {params}}``: a tagged union so each op's parameters are
+# validated by its own model, with error paths like ops[1].one_hot.columns.
+OpStep = Annotated[
+    Union[tuple(Annotated[_step_model(n, c), Tag(n)] for n, c in OPS.items())],  # type: ignore[misc]
+    Discriminator(_op_name),
+]
+
+
+def op_of_step(step: BaseModel) -> FeatureOp:
+    return next(iter(step.__dict__.values()))

@@ -1,0 +1,162 @@
+"""FeatureWorkflow: an ordered list of ops, fitted together, applied anywhere.
+
+Use it as a library on a frame you already have::
+
+    wf = FeatureWorkflow([Standardize(columns=["tenure"]), OneHot(columns=["Contract"])])
+    X_train = wf.fit_transform(train_df)
+    X_test = wf.transform(test_df)
+    wf.save("workflow.json")          # JSON: numbers and category lists only
+
+The fitted state is backend-neutral, so ``FeatureWorkflow.load(path).transform(df)`` works on
+pandas or cuDF whichever device fitted it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from pipeline.backends import Backend, get_backend
+from pipeline.errors import DataError
+from pipeline.features.ops import OPS, Categorify, FeatureOp, State
+
+FORMAT_VERSION = 1
+
+
+def op_from_spec(spec: FeatureOp | Mapping[str, Any]) -> FeatureOp:
+    """An op from ``{"standardize": {"columns": [...]}}`` (the YAML form) or an op object."""
+    if isinstance(spec, FeatureOp):
+        return spec
+    if not isinstance(spec, Mapping) or len(spec) != 1:
+        raise ValueError(f"a feature op is a mapping with one key (the op name), got {spec!r}")
+    (name, params), = spec.items()
+    if name not in OPS:
+        raise ValueError(f"unknown feature op '{name}' (known: {', '.join(sorted(OPS))})")
+    return OPS[name](**(params or {}))
+
+
+class FeatureWorkflow:
+    """Ops applied in order; each op is fitted on the output of the ops before it."""
+
+    def __init__(self, ops: Sequence[FeatureOp | Mapping[str, Any]], *, backend: Backend | str | None = None) -> None:
+        self.ops = [op_from_spec(o) for o in ops]
+        self.backend = backend
+
+    # ------------------------------------------------------------ fitting
+    def fit(self, frame: Any) -> FeatureWorkflow:
+        self.fit_transform(frame)
+        return self
+
+    def fit_transform(self, frame: Any) -> Any:
+        backend = self._backend_for(frame)
+        frame = self._as_frame(frame, backend)
+        self.input_columns_ = {str(c): str(frame[c].dtype) for c in frame.columns}
+        states: list[State] = []
+        for op in self.ops:
+            state = op.fit(frame, backend)
+            frame = op.transform(frame, backend, state)
+            states.append(state)
+        self.states_ = states
+        non_numeric = [str(c) for c in frame.columns if not backend.is_numeric(frame[c])]
+        if non_numeric:
+            raise DataError(
+                f"columns {non_numeric} are still text after the feature ops; encode them with "
+                "one_hot or categorify, or remove them with drop"
+            )
+        self.output_columns_ = [str(c) for c in frame.columns]
+        self._check_no_missing(frame, backend, "training split")
+        return frame
+
+    # ------------------------------------------------------------ applying
+    def transform(self, frame: Any) -> Any:
+        self._check_fitted()
+        backend = self._backend_for(frame)
+        frame = self._as_frame(frame, backend)
+        missing = [c for c in self.input_columns_ if c not in frame.columns]
+        if missing:
+            raise DataError(f"input is missing column(s) {missing} that the workflow was fitted with")
+        frame = frame[list(self.input_columns_)]
+        for op, state in zip(self.ops, self.states_):
+            frame = op.transform(frame, backend, state)
+        frame = frame[self.output_columns_]
+        self._check_no_missing(frame, backend, "input")
+        return frame
+
+    def categorical_cardinalities(self) -> dict[str, int]:
+        """Embedding sizes of categorified columns (known values + the 0 bucket)."""
+        self._check_fitted()
+        sizes: dict[str, int] = {}
+        for op, state in zip(self.ops, self.states_):
+            if isinstance(op, Categorify):
+                sizes.update(op.cardinality(state))
+        return sizes
+
+    # ------------------------------------------------------------ state
+    def to_dict(self) -> dict[str, Any]:
+        self._check_fitted()
+        return {
+            "format_version": FORMAT_VERSION,
+            "input_columns": self.input_columns_,
+            "output_columns": self.output_columns_,
+            "ops": [
+                {"op": op.op, "params": op.model_dump(mode="json"), "state": state}
+                for op, state in zip(self.ops, self.states_)
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, backend: Backend | str | None = None) -> FeatureWorkflow:
+        if data.get("format_version") != FORMAT_VERSION:
+            raise DataError(f"feature workflow format {data.get('format_version')!r} is not supported "
+                            f"(this version reads {FORMAT_VERSION})")
+        wf = cls([{d["op"]: d["params"]} for d in data["ops"]], backend=backend)
+        wf.states_ = [d["state"] for d in data["ops"]]
+        wf.input_columns_ = dict(data["input_columns"])
+        wf.output_columns_ = list(data["output_columns"])
+        return wf
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        from pipeline.store import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=False))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, backend: Backend | str | None = None) -> FeatureWorkflow:
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh), backend=backend)
+
+    # ------------------------------------------------------------ helpers
+    def _backend_for(self, frame: Any) -> Backend:
+        if isinstance(self.backend, Backend):
+            return self.backend
+        if isinstance(self.backend, str):
+            return get_backend(self.backend)
+        # No backend given: pandas input runs on the CPU backend, anything else on the GPU one.
+        return get_backend("cpu" if isinstance(frame, pd.DataFrame) else "gpu")
+
+    @staticmethod
+    def _as_frame(frame: Any, backend: Backend) -> Any:
+        return backend.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "states_"):
+            raise RuntimeError("this FeatureWorkflow is not fitted yet; call fit() first")
+
+    @staticmethod
+    def _check_no_missing(frame: Any, backend: Backend, what: str) -> None:
+        counts = backend.to_host(frame.isna().sum())
+        bad = {str(c): int(n) for c, n in counts.items() if n}
+        if bad:
+            raise DataError(
+                f"missing values remain in the {what} after the feature ops: {bad}; add these "
+                "columns to a fill_missing op"
+            )
+
+    def __repr__(self) -> str:
+        ops = ", ".join(op.op for op in self.ops)
+        fitted = "fitted" if hasattr(self, "states_") else "not fitted"
+        return f"FeatureWorkflow([{ops}], {fitted})"

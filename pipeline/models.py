@@ -1,0 +1,144 @@
+"""Model registry: one name → the GPU estimator, the CPU estimator and how parameters translate.
+
+Users write scikit-learn's parameter names once; the registry renames them for cuML
+(``criterion`` → ``split_criterion``), drops ones that do not exist on the device (and says
+so), and fills device defaults. Estimator classes are named as ``module:Class`` strings so this
+module never imports a GPU library; the backend imports them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+# common name -> (name on CPU, name on GPU); None = the device has no such parameter.
+ParamMap = Mapping[str, tuple[str | None, str | None]]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    cpu_class: str
+    gpu_class: str
+    params: ParamMap
+    cpu_defaults: Mapping[str, Any] = field(default_factory=dict)
+    gpu_defaults: Mapping[str, Any] = field(default_factory=dict)
+    seed_param: str | None = "random_state"
+    supports_eval_set: bool = False
+    description: str = ""
+
+    def allowed_params(self) -> list[str]:
+        return sorted(self.params)
+
+    def check_params(self, params: Mapping[str, Any]) -> list[str]:
+        """Problems with user params, each naming the key and the closest valid name."""
+        problems = []
+        allowed = self.allowed_params()
+        for key in params:
+            if key not in self.params:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(allowed)}"
+                problems.append(f"unknown parameter '{key}' for model '{self.name}'{hint}")
+        return problems
+
+    def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None) -> tuple[dict[str, Any], list[str]]:
+        """Device-specific constructor kwargs, and the user params the device does not have."""
+        slot = 0 if device == "cpu" else 1
+        out = dict(self.cpu_defaults if device == "cpu" else self.gpu_defaults)
+        dropped = []
+        if seed is not None and self.seed_param and self.seed_param not in params:
+            out[self.seed_param] = seed
+        for key, value in params.items():
+            target = self.params[key][slot]
+            if target is None:
+                dropped.append(key)
+            else:
+                out[target] = value
+        return out, dropped
+
+
+def _same(*names: str) -> dict[str, tuple[str, str]]:
+    return {n: (n, n) for n in names}
+
+
+def _cpu_only(*names: str) -> dict[str, tuple[str, None]]:
+    return {n: (n, None) for n in names}
+
+
+def _gpu_only(*names: str) -> dict[str, tuple[None, str]]:
+    return {n: (None, n) for n in names}
+
+
+# XGBoost's sklearn API is the same on both devices; only `device` differs.
+_XGB_PARAMS = _same(
+    "n_estimators", "max_depth", "max_leaves", "max_bin", "grow_policy", "learning_rate",
+    "objective", "booster", "tree_method", "n_jobs", "gamma", "min_child_weight",
+    "max_delta_step", "subsample", "sampling_method", "colsample_bytree", "colsample_bylevel",
+    "colsample_bynode", "reg_alpha", "reg_lambda", "scale_pos_weight", "base_score",
+    "random_state", "missing", "num_parallel_tree", "max_cat_to_onehot", "eval_metric",
+    "early_stopping_rounds", "validate_parameters",
+)
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            name="logistic_regression",
+            cpu_class="sklearn.linear_model:LogisticRegression",
+            gpu_class="cuml.linear_model:LogisticRegression",
+            params={
+                **_same("C", "max_iter", "tol", "fit_intercept", "class_weight", "l1_ratio", "verbose"),
+                **_cpu_only("solver", "n_jobs", "warm_start"),
+                **_gpu_only("linesearch_max_iter"),
+                "random_state": ("random_state", None),
+            },
+            cpu_defaults={"max_iter": 1000},
+            gpu_defaults={"max_iter": 1000, "output_type": "cupy"},
+            seed_param=None,
+            description="L2-regularised logistic regression (cuML's only solver is 'qn')",
+        ),
+        ModelSpec(
+            name="random_forest",
+            cpu_class="sklearn.ensemble:RandomForestClassifier",
+            gpu_class="cuml.ensemble:RandomForestClassifier",
+            params={
+                **_same(
+                    "n_estimators", "max_depth", "max_features", "min_samples_leaf",
+                    "min_samples_split", "bootstrap", "max_samples", "random_state",
+                    "min_impurity_decrease", "max_leaf_nodes", "verbose",
+                ),
+                "criterion": ("criterion", "split_criterion"),
+                **_cpu_only("n_jobs", "class_weight", "oob_score", "ccp_alpha", "warm_start"),
+                **_gpu_only("n_bins", "n_streams", "max_batch_size"),
+            },
+            cpu_defaults={"n_jobs": -1},
+            # cuML changed its max_depth default 16 -> None in 26.08; pin the sklearn default
+            # explicitly so both devices grow the same kind of trees whatever the version.
+            gpu_defaults={"max_depth": None, "output_type": "cupy"},
+            description="random forest (cuML on GPU, scikit-learn on CPU)",
+        ),
+        ModelSpec(
+            name="xgboost",
+            cpu_class="xgboost:XGBClassifier",
+            gpu_class="xgboost:XGBClassifier",
+            params=_XGB_PARAMS,
+            cpu_defaults={"tree_method": "hist", "device": "cpu"},
+            gpu_defaults={"tree_method": "hist", "device": "cuda"},
+            supports_eval_set=True,
+            description="gradient-boosted trees (XGBoost; device='cuda' on GPU)",
+        ),
+    )
+}
+
+
+@cache
+def get_model_spec(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(MODELS), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise KeyError(f"unknown model '{name}' (known: {', '.join(sorted(MODELS))}){hint}") from None

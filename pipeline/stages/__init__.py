@@ -1,0 +1,22 @@
+"""Built-in stage kinds. Each is a params model plus a run function, and each has a library
+function that works on data you already hold (``load_table``, ``split_frame``,
+``build_features``, ``train_model``, ``evaluate_models``, ``predictions_frame``)."""
+
+# Imported in data-flow order: registration order is the order kinds are listed to users.
+# isort: off
+from pipeline.stages.base import STAGE_KINDS, StageContext, StageKind, StageSpec, register_stage
+from pipeline.stages.load import LoadSpec, load_table
+from pipeline.stages.split import SplitData, SplitSpec, split_frame
+from pipeline.stages.features import FeatureSet, FeaturesSpec, build_features
+from pipeline.stages.train import TrainedModel, TrainSpec, train_model
+from pipeline.stages.evaluate import EvaluateSpec, Evaluation, binary_metrics, evaluate_models
+from pipeline.stages.export import ExportSpec, predictions_frame, save_model
+from pipeline.stages.python import PythonSpec
+# isort: on
+
+__all__ = [
+    "STAGE_KINDS", "EvaluateSpec", "Evaluation", "ExportSpec", "FeatureSet", "FeaturesSpec",
+    "LoadSpec", "PythonSpec", "SplitData", "SplitSpec", "StageContext", "StageKind", "StageSpec",
+    "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "evaluate_models",
+    "load_table", "predictions_frame", "register_stage", "save_model", "split_frame", "train_model",
+]

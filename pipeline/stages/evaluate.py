@@ -1,0 +1,95 @@
+"""``evaluate``: the standard binary-classification metrics per model on one split.
+
+Metrics are computed on the host with scikit-learn from the score vectors ``train`` kept: they
+are small, and one implementation gives identical definitions on both devices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+from sklearn import metrics as skm
+
+from pipeline.errors import DataError
+from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.stages.train import TrainedModel
+
+METRICS = ("roc_auc", "pr_auc", "log_loss", "accuracy", "precision", "recall", "f1")
+
+
+@dataclass
+class Evaluation:
+    split: str
+    threshold: float
+    metrics: dict[str, dict[str, float]]    # model -> metric -> value
+    rank_by: str
+
+    @property
+    def best(self) -> str:
+        higher_is_better = self.rank_by != "log_loss"
+        pick = max if higher_is_better else min
+        return pick(self.metrics, key=lambda m: _sortable(self.metrics[m][self.rank_by], higher_is_better))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"split": self.split, "threshold": self.threshold, "rank_by": self.rank_by,
+                "best": self.best, "models": self.metrics}
+
+
+def _sortable(value: float, higher_is_better: bool) -> float:
+    if math.isnan(value):
+        return -math.inf if higher_is_better else math.inf
+    return value
+
+
+class EvaluateSpec(StageSpec):
+    kind: Literal["evaluate"]
+    split: Literal["test", "valid", "train"] = Field("test", description="Split to score on.")
+    threshold: float = Field(0.5, gt=0, lt=1, description="Score at or above which a row is predicted positive.")
+    rank_by: Literal[METRICS] = Field("roc_auc", description="Metric that picks the best model.")  # type: ignore[valid-type]
+    accepts = ("train",)
+    min_inputs = 1
+
+
+def binary_metrics(y_true: np.ndarray, scores: np.ndarray, *, threshold: float = 0.5) -> dict[str, float]:
+    """ROC AUC, PR AUC, log loss, and accuracy / precision / recall / F1 at ``threshold``."""
+    y_true = np.asarray(y_true).astype(int)
+    scores = np.asarray(scores, dtype="float64")
+    predicted = (scores >= threshold).astype(int)
+    both_classes = len(np.unique(y_true)) == 2
+    return {
+        "roc_auc": float(skm.roc_auc_score(y_true, scores)) if both_classes else float("nan"),
+        "pr_auc": float(skm.average_precision_score(y_true, scores)) if both_classes else float("nan"),
+        "log_loss": float(skm.log_loss(y_true, np.clip(scores, 1e-15, 1 - 1e-15), labels=[0, 1])),
+        "accuracy": float(skm.accuracy_score(y_true, predicted)),
+        "precision": float(skm.precision_score(y_true, predicted, zero_division=0)),
+        "recall": float(skm.recall_score(y_true, predicted, zero_division=0)),
+        "f1": float(skm.f1_score(y_true, predicted, zero_division=0)),
+    }
+
+
+def evaluate_models(
+    models: list[TrainedModel], *, split: str = "test", threshold: float = 0.5, rank_by: str = "roc_auc"
+) -> Evaluation:
+    results = {}
+    for model in models:
+        if split not in model.scores:
+            raise DataError(f"model '{model.name}' has no '{split}' split to evaluate (is it empty?)")
+        y = model.features.backend.to_host(model.features.y[split])
+        results[model.name] = binary_metrics(y, model.scores[split], threshold=threshold)
+    return Evaluation(split=split, threshold=threshold, metrics=results, rank_by=rank_by)
+
+
+@register_stage("evaluate", EvaluateSpec)
+def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
+    evaluation = evaluate_models(list(inputs.values()), split=spec.split, threshold=spec.threshold, rank_by=spec.rank_by)
+    if ctx.artifacts_dir is not None:
+        from pipeline.store import atomic_write_text
+
+        atomic_write_text(ctx.artifact_path("metrics.json"), json.dumps(evaluation.to_dict(), indent=2))
+    ctx.facts["best"] = evaluation.best
+    return evaluation

@@ -1,0 +1,112 @@
+"""``export``: predictions as Parquet with the id column, and each model as a self-contained
+folder (estimator, fitted feature workflow, metadata) that scoring can load later.
+
+XGBoost models are saved in XGBoost's own JSON format, which loads on either device; other
+estimators are pickled with joblib, and linear models also store their coefficients as plain
+numbers so a GPU-trained one can score on a CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import joblib
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from pipeline.errors import DataError
+from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.stages.train import TrainedModel
+
+
+class ExportSpec(StageSpec):
+    kind: Literal["export"]
+    split: Literal["test", "valid", "train", "all"] = Field("test", description="Rows to write predictions for.")
+    models: bool = Field(True, description="Also save each model with its feature workflow.")
+    accepts = ("train",)
+    min_inputs = 1
+
+
+def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.DataFrame:
+    """One row per scored row: id, split, true label, then one score column per model."""
+    first = models[0].features
+    for model in models[1:]:
+        if model.features is not first:
+            raise DataError("export: all models must be trained on the same features stage to share one "
+                            f"predictions table ('{models[0].name}' and '{model.name}' differ)")
+    splits = list(first.X) if split == "all" else [split]
+    parts = []
+    for name in splits:
+        rows = first.rows()[name]
+        if not rows:
+            continue
+        part: dict[str, Any] = {}
+        if first.id_column:
+            part[first.id_column] = first.ids[name].reset_index(drop=True)
+        part["split"] = [name] * rows
+        part[first.target] = np.asarray(first.backend.to_host(first.y[name]))
+        for model in models:
+            part[f"score_{model.name}"] = model.scores[name]
+        parts.append(pd.DataFrame(part))
+    if not parts:
+        raise DataError(f"export: split '{split}' has no rows")
+    return pd.concat(parts, ignore_index=True)
+
+
+def save_model(model: TrainedModel, folder: Path) -> list[Path]:
+    """Write ``folder``/{model file, workflow.json, model.json}; returns the files written."""
+    from pipeline.store import atomic_write_bytes, atomic_write_text
+
+    backend = model.features.backend
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    meta: dict[str, Any] = {
+        "name": model.name, "model": model.model, "device": backend.name,
+        "estimator": type(model.estimator).__module__ + "." + type(model.estimator).__name__,
+        "params": _jsonable(model.params), "features": model.features.feature_names,
+        "target": model.features.target, "id_column": model.features.id_column,
+    }
+    if model.model == "xgboost":
+        path = folder / "model.xgb.json"
+        raw = model.estimator.get_booster().save_raw(raw_format="json")
+        atomic_write_bytes(path, bytes(raw))
+        meta["file"] = path.name
+    else:
+        path = folder / "model.joblib"
+        tmp = path.with_name(path.name + ".tmp")
+        joblib.dump(model.estimator, tmp)
+        atomic_write_bytes(path, tmp.read_bytes())
+        tmp.unlink()
+        meta["file"] = path.name
+    written.append(path)
+    if hasattr(model.estimator, "coef_"):
+        meta["coef"] = np.asarray(backend.to_host(model.estimator.coef_)).ravel().tolist()
+        meta["intercept"] = np.asarray(backend.to_host(model.estimator.intercept_)).ravel().tolist()
+    model.features.workflow.save(folder / "workflow.json")
+    written.append(folder / "workflow.json")
+    atomic_write_text(folder / "model.json", json.dumps(meta, indent=2))
+    written.append(folder / "model.json")
+    return written
+
+
+def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
+
+
+@register_stage("export", ExportSpec)
+def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> list[str]:
+    from pipeline.store import atomic_write_parquet
+
+    models = list(inputs.values())
+    written = []
+    path = ctx.artifact_path("predictions.parquet")
+    atomic_write_parquet(predictions_frame(models, spec.split), path)
+    written.append(path)
+    if spec.models:
+        for model in models:
+            written += save_model(model, ctx.artifact_path("models", model.name, "x").parent)
+    ctx.facts["files"] = len(written)
+    return [str(p) for p in written]

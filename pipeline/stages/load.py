@@ -1,0 +1,60 @@
+"""``load``: read a CSV or Parquet file into a frame of the run's backend."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from pipeline.backends import FILTER_OPS, Backend, get_backend
+from pipeline.stages.base import StageContext, StageSpec, register_stage
+
+
+class LoadSpec(StageSpec):
+    kind: Literal["load"]
+    path: str = Field(description="CSV or Parquet file (or Parquet folder), relative to the config file.")
+    format: Literal["csv", "parquet"] | None = Field(None, description="Default: from the file suffix.")
+    columns: list[str] | None = Field(None, description="Read only these columns.")
+    dtypes: dict[str, str] | None = Field(None, description="Column dtypes, e.g. {customerID: str}.")
+    na_values: list[str] | None = Field(None, description='Extra strings read as missing, e.g. [" "].')
+    filters: list[tuple[str, str, Any]] | None = Field(
+        None, description='Row filters [column, op, value], all must hold: [[tenure, ">", 0]].'
+    )
+    max_inputs = 0
+
+    @field_validator("filters")
+    @classmethod
+    def _known_ops(cls, filters: list[tuple[str, str, Any]] | None) -> list[tuple[str, str, Any]] | None:
+        for column, op, value in filters or []:
+            if op not in FILTER_OPS:
+                raise ValueError(f"unknown filter operator '{op}' on '{column}' (use one of {', '.join(FILTER_OPS)})")
+            if op in ("in", "not in") and not isinstance(value, (list, tuple)):
+                raise ValueError(f"filter '{column} {op}' needs a list value")
+        return filters
+
+
+def load_table(
+    path: str | os.PathLike[str],
+    *,
+    backend: Backend | str = "cpu",
+    format: str | None = None,
+    columns: list[str] | None = None,
+    dtypes: dict[str, str] | None = None,
+    na_values: list[str] | None = None,
+    filters: list[tuple[str, str, Any]] | None = None,
+) -> Any:
+    """Read a table as a pandas (cpu) or cuDF (gpu) frame."""
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters)
+
+
+@register_stage("load", LoadSpec)
+def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
+    frame = load_table(
+        spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
+        dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters,
+    )
+    ctx.facts["rows"] = int(len(frame))
+    ctx.facts["columns"] = int(len(frame.columns))
+    return frame

@@ -1,0 +1,48 @@
+"""``python``: a user function as a stage, with the built-in stages' contract.
+
+``function: mypackage.features:add_ratios`` is called as ``fn(ctx, inputs, **params)`` where
+``inputs`` maps input stage names to their outputs. Modules beside the config file import
+without installing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from pipeline.stages.base import StageContext, StageSpec, register_stage
+
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class PythonSpec(StageSpec):
+    kind: Literal["python"]
+    function: str = Field(description="'module.path:function', called as fn(ctx, inputs, **params).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the function.")
+
+    @field_validator("function")
+    @classmethod
+    def _shape(cls, value: str) -> str:
+        if not _TARGET.match(value):
+            raise ValueError(f"'{value}' is not of the form 'module.path:function'")
+        return value
+
+
+def resolve_function(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module '{module_name}': {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"module '{module_name}' has no function '{attr}'")
+    return fn
+
+
+@register_stage("python", PythonSpec)
+def run_python(spec: PythonSpec, ctx: StageContext, inputs) -> Any:
+    return resolve_function(spec.function)(ctx, dict(inputs), **spec.params)

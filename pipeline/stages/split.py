@@ -1,0 +1,113 @@
+"""``split``: a seeded, stratified train / valid / test split.
+
+Row positions are drawn on the host from the label vector with scikit-learn, then taken on
+the device, so the same seed selects the same rows on CPU and GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+from sklearn.model_selection import train_test_split
+
+from pipeline.backends import Backend, get_backend
+from pipeline.errors import DataError
+from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class SplitData:
+    """Frames per split; the target column holds 0/1 labels (1 = ``positive``)."""
+
+    frames: dict[str, Any]
+    target: str
+    positive: Any
+    backend: Backend
+
+    def sizes(self) -> dict[str, int]:
+        return {name: int(len(frame)) for name, frame in self.frames.items()}
+
+
+class SplitSpec(StageSpec):
+    kind: Literal["split"]
+    target: str = Field(description="Label column.")
+    positive: str | int | float | bool | None = Field(
+        None, description="Label value that means the positive class. Default: 1 / True."
+    )
+    test: float = Field(0.2, ge=0, lt=1, description="Fraction of rows for the test split.")
+    valid: float = Field(0.0, ge=0, lt=1, description="Fraction of rows for the validation split.")
+    stratify: bool = Field(True, description="Keep the label ratio equal across splits.")
+    min_inputs = 1
+    max_inputs = 1
+
+    @model_validator(mode="after")
+    def _fractions(self) -> SplitSpec:
+        if self.test + self.valid >= 1:
+            raise ValueError(f"test + valid must be below 1 (got {self.test} + {self.valid})")
+        return self
+
+
+def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) -> Any:
+    """0/1 int8 labels; raises naming the column when the labels are not binary."""
+    if series.isna().any():
+        raise DataError(f"target column '{column}' has {int(series.isna().sum())} missing values")
+    values = sorted(map(str, backend.to_host(series.unique()).tolist()))
+    if positive is None:
+        if set(values) <= {"0", "1", "True", "False", "0.0", "1.0"}:
+            return series.astype("int8")
+        raise DataError(f"target column '{column}' has values {values[:10]}; set positive: to the one that means 1")
+    if str(positive) not in values:
+        raise DataError(f"positive value {positive!r} does not occur in target column '{column}' (values: {values[:10]})")
+    if len(values) > 2:
+        raise DataError(f"target column '{column}' has {len(values)} distinct values; binary classification needs 2")
+    return (series == positive).astype("int8")
+
+
+def split_frame(
+    frame: Any,
+    target: str,
+    *,
+    positive: Any = None,
+    test: float = 0.2,
+    valid: float = 0.0,
+    seed: int = 42,
+    stratify: bool = True,
+    backend: Backend | str | None = None,
+) -> SplitData:
+    """Split a frame you already have; the target becomes 0/1."""
+    if backend is None:
+        backend = "cpu" if type(frame).__module__.startswith("pandas") else "gpu"
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    if target not in frame.columns:
+        raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
+    labels = binary_labels(frame[target], positive, backend, column=target)
+    frame = frame.assign(**{target: labels})
+    y = np.asarray(backend.to_host(labels))
+    positions = np.arange(len(y))
+    strat = y if stratify else None
+    try:
+        rest, test_pos = train_test_split(positions, test_size=test, random_state=seed, stratify=strat) if test else (positions, positions[:0])
+        if valid:
+            strat_rest = y[rest] if stratify else None
+            train_pos, valid_pos = train_test_split(rest, test_size=valid / (1 - test), random_state=seed, stratify=strat_rest)
+        else:
+            train_pos, valid_pos = rest, rest[:0]
+    except ValueError as exc:
+        raise DataError(f"cannot split {len(y)} rows on '{target}': {exc}") from exc
+    frames = {name: backend.take(frame, np.sort(pos)) for name, pos in zip(SPLITS, (train_pos, valid_pos, test_pos))}
+    return SplitData(frames=frames, target=target, positive=positive, backend=backend)
+
+
+@register_stage("split", SplitSpec)
+def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
+    data = split_frame(
+        only_input(inputs), spec.target, positive=spec.positive, test=spec.test, valid=spec.valid,
+        seed=ctx.seed, stratify=spec.stratify, backend=ctx.backend,
+    )
+    ctx.facts["rows"] = data.sizes()
+    return data

@@ -1,0 +1,104 @@
+"""``train``: fit a registry model on the training matrix; score every split once.
+
+Scores are computed here, while the model and the matrices are on the device, and kept as
+host vectors; ``evaluate`` and ``export`` read them without touching the model again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from pipeline.backends import Backend
+from pipeline.errors import DataError
+from pipeline.models import MODELS, ModelSpec, get_model_spec
+from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.features import FeatureSet
+
+
+@dataclass
+class TrainedModel:
+    """A fitted estimator with the features it was trained on and its scores per split."""
+
+    name: str
+    model: str
+    estimator: Any
+    features: FeatureSet
+    scores: dict[str, Any]
+    params: dict[str, Any]
+    ignored_params: list[str] = field(default_factory=list)
+    fit_seconds: float = 0.0
+
+    @property
+    def spec(self) -> ModelSpec:
+        return get_model_spec(self.model)
+
+
+class TrainSpec(StageSpec):
+    kind: Literal["train"]
+    model: Literal[tuple(sorted(MODELS))] = Field(description="Registry model name.")  # type: ignore[valid-type]
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Estimator parameters with scikit-learn names; translated for cuML on GPU.",
+    )
+    accepts = ("features",)
+    min_inputs = 1
+    max_inputs = 1
+
+    @field_validator("params")
+    @classmethod
+    def _known_params(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        model = info.data.get("model")
+        problems = get_model_spec(model).check_params(params) if model else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        return params
+
+
+def train_model(
+    features: FeatureSet,
+    model: str,
+    params: dict[str, Any] | None = None,
+    *,
+    seed: int | None = 42,
+    name: str | None = None,
+) -> TrainedModel:
+    """Fit ``model`` (a registry name) on ``features``' training split."""
+    backend: Backend = features.backend
+    spec = get_model_spec(model)
+    problems = spec.check_params(params or {})
+    if problems:
+        raise ValueError("; ".join(problems))
+    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed)
+    if features.rows()["train"] == 0:
+        raise DataError("the training split is empty")
+    estimator = backend.estimator(spec, kwargs)
+    fit_kwargs: dict[str, Any] = {}
+    if spec.supports_eval_set and features.rows().get("valid"):
+        fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
+    started = time.perf_counter()
+    estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
+    fit_seconds = time.perf_counter() - started
+    scores = {
+        split: backend.predict_scores(estimator, X) for split, X in features.X.items() if X.shape[0]
+    }
+    return TrainedModel(
+        name=name or model, model=model, estimator=estimator, features=features, scores=scores,
+        params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds,
+    )
+
+
+@register_stage("train", TrainSpec)
+def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
+    trained = train_model(only_input(inputs), spec.model, spec.params, seed=ctx.seed, name=ctx.stage)
+    if trained.ignored_params:
+        ctx.logger.warning("%s: %s has no %s on %s; ignored", ctx.stage, spec.model,
+                           ", ".join(trained.ignored_params), ctx.backend.name)
+    ctx.facts["fit_seconds"] = round(trained.fit_seconds, 3)
+    ctx.facts["estimator"] = type(trained.estimator).__module__ + "." + type(trained.estimator).__name__
+    if trained.ignored_params:
+        ctx.facts["ignored_params"] = trained.ignored_params
+    return trained

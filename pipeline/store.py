@@ -1,0 +1,148 @@
+"""The run directory and safe artifact writes.
+
+Every file is written to a temporary name in the same folder, fsynced, then renamed over the
+final name, so a reader sees either the old file or the whole new one, never half of one.
+Run folders are created once and never reused, so an earlier run is never overwritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import socket
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_parquet(frame: Any, path: str | os.PathLike[str]) -> None:
+    """Write a pandas frame to Parquet atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class RunStore:
+    """``<root>/<pipeline>/<run-id>/``: the resolved config, manifest.json and stage artifacts."""
+
+    def __init__(self, root: str | os.PathLike[str], pipeline_name: str) -> None:
+        self.root = Path(root).absolute()
+        self.pipeline_dir = self.root / pipeline_name
+
+    def new_run(self) -> RunDir:
+        self.pipeline_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            now = datetime.now(timezone.utc)
+            # Milliseconds keep run ids in start order when sorted as text.
+            stamp = now.strftime("%Y%m%dT%H%M%S.") + f"{now.microsecond // 1000:03d}Z"
+            run_id = f"{stamp}-{secrets.token_hex(3)}"
+            path = self.pipeline_dir / run_id
+            try:
+                path.mkdir()  # fails if it exists: a run folder is never reused
+            except FileExistsError:
+                continue
+            return RunDir(path)
+
+    def mark_latest(self, run: RunDir) -> None:
+        """Point ``latest`` at a finished run, atomically (symlink swap by rename)."""
+        link = self.pipeline_dir / "latest"
+        tmp = self.pipeline_dir / f".latest.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run.path.name)
+        os.replace(tmp, link)
+
+
+class RunDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.run_id = path.name
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.path / stage
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_text(self.path / "manifest.json", json.dumps(manifest, indent=2, default=_json_default))
+
+    def write_config(self, text: str) -> None:
+        atomic_write_text(self.path / "config.yaml", text)
+
+    def checksums(self) -> dict[str, str]:
+        """sha256 of every artifact file, by path relative to the run folder."""
+        out = {}
+        for file in sorted(self.path.rglob("*")):
+            if file.is_file() and file.name not in ("manifest.json",) and not file.name.startswith("."):
+                out[str(file.relative_to(self.path))] = sha256_file(file)
+        return out
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # NumPy scalars
+        return value.item()
+    return str(value)
+
+
+def host_name() -> str:
+    return socket.gethostname()

@@ -1,0 +1,36 @@
+"""Shared fixtures. ``backend`` runs a test once per available device: CPU always, GPU only
+where NVML sees one and RAPIDS imports (those cases are skipped cleanly elsewhere)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.backends import available_devices, get_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+TELCO = ROOT / "data" / "telco_customer_churn.csv"
+DEVICES = available_devices()
+
+
+@pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def backend(request):
+    if request.param not in DEVICES:
+        pytest.skip(f"{request.param} backend not available here")
+    return get_backend(request.param)
+
+
+@pytest.fixture(scope="session")
+def telco_pandas() -> pd.DataFrame:
+    return pd.read_csv(TELCO, na_values=[" "])
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A working directory with the example configs and data, as a user's checkout has."""
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    shutil.copytree(ROOT / "data", tmp_path / "data")
+    return tmp_path

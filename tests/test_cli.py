@@ -1,0 +1,104 @@
+"""End-to-end: the ``pipeline`` command run as a subprocess, as users and cron jobs run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ExitCode
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def test_run_shipped_config_reaches_target_auc(project):
+    proc = cli("run", "configs/churn.yaml", "--device", "cpu", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    latest = project / "runs" / "churn" / "latest"
+    manifest = json.loads((latest / "manifest.json").read_text())
+    metrics = manifest["metrics"]
+    best = metrics["models"][metrics["best"]]
+    assert best["roc_auc"] >= 0.84, metrics
+    assert "roc_auc" in proc.stdout and metrics["best"] in proc.stdout
+    # Not a TTY: progress is plain log lines, one per stage event, no control characters.
+    assert "[8/8] export (export) done" in proc.stderr and "\x1b[" not in proc.stderr
+    predictions = latest / "export" / "predictions.parquet"
+    import pandas as pd
+
+    table = pd.read_parquet(predictions)
+    assert {"customerID", "Churn", "score_logreg", "score_forest", "score_xgb"} <= set(table.columns)
+    assert len(table) == 1409
+
+
+def test_config_errors_exit_2_with_lines_and_no_traceback(project):
+    bad = project / "configs" / "bad.yaml"
+    bad.write_text("name: churn\ndevise: cpu\nstages:\n  raw:\n    kind: lod\n    path: x.csv\n")
+    proc = cli("run", str(bad), cwd=project)
+    assert proc.returncode == ExitCode.CONFIG
+    assert "devise (line 2)" in proc.stderr and "did you mean 'device'" in proc.stderr
+    assert "stages.raw.kind (line 5)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project / "runs").exists()
+
+
+def test_debug_shows_the_traceback(project):
+    proc = cli("--debug", "validate", "configs/missing.yaml", cwd=project)
+    assert proc.returncode == ExitCode.CONFIG and "Traceback" in proc.stderr
+
+
+def test_missing_data_file_exits_3_naming_the_file(project):
+    proc = cli("run", "configs/churn.yaml", "--set", "stages.raw.path=data/nope.csv", cwd=project)
+    assert proc.returncode == ExitCode.DATA
+    assert "data/nope.csv" in proc.stderr and "stage 'raw'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif("gpu" in __import__("pipeline.backends", fromlist=["x"]).available_devices(),
+                    reason="a GPU is available here")
+def test_gpu_without_gpu_exits_5_never_runs_on_cpu(project):
+    proc = cli("run", "configs/churn.yaml", "--device", "gpu", cwd=project)
+    assert proc.returncode == ExitCode.BACKEND
+    assert "device: gpu was requested" in proc.stderr
+    assert not (project / "runs").exists()
+
+
+def test_validate_show_dag_schema(project):
+    assert cli("validate", "configs/churn.yaml", cwd=project).stdout.strip().endswith("valid (8 stages)")
+    shown = cli("show", "configs/churn.yaml", "--set", "stages.forest.params.n_estimators=500", cwd=project)
+    assert shown.returncode == 0 and "n_estimators: 500" in shown.stdout and "runs_dir: runs" in shown.stdout
+    as_json = json.loads(cli("show", "configs/churn.yaml", "--format", "json", cwd=project).stdout)
+    assert as_json["stages"]["split"]["valid"] == 0.1
+    text = cli("dag", "configs/churn.yaml", cwd=project).stdout
+    assert "evaluate [evaluate] <- logreg, forest, xgb" in text
+    mermaid = cli("dag", "configs/churn.yaml", "--format", "mermaid", cwd=project).stdout
+    assert mermaid.startswith("flowchart LR") and "s_features --> s_xgb" in mermaid
+    schema = json.loads(cli("schema", cwd=project).stdout)
+    assert schema["title"] == "pipeline config" and "stages" in schema["properties"]
+
+
+def test_doctor_reports_what_auto_would_choose(project):
+    proc = cli("doctor", "--json", cwd=project)
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)
+    assert report["auto_device"] in ("cpu", "gpu") and report["auto_reason"]
+    modules = {m["module"]: m for m in report["modules"]}
+    assert set(modules) >= {"cudf", "cuml", "cupy", "dask_cuda", "torch"}
+    assert modules["xgboost"]["importable"] is True
+    if report["auto_device"] == "cpu":
+        assert cli("doctor", "--require-gpu", cwd=project).returncode == ExitCode.BACKEND
+
+
+def test_until_runs_a_prefix(project):
+    proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((project / "runs" / "churn" / "latest" / "manifest.json").read_text())
+    assert list(manifest["stages"]) == ["raw", "split", "features"]

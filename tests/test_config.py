@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import dump_config, json_schema, load_config
+from pipeline.errors import ConfigError
+from tests.conftest import ROOT
+
+CHURN = ROOT / "configs" / "churn.yaml"
+
+MINIMAL = """\
+name: t
+stages:
+  raw:
+    kind: load
+    path: data.csv
+  split:
+    kind: split
+    inputs: [raw]
+    target: y
+"""
+
+
+def issues_of(text: str, overrides: tuple[str, ...] = ()) -> list:
+    with pytest.raises(ConfigError) as info:
+        load_config(text=text, overrides=overrides)
+    return info.value.issues
+
+
+def test_shipped_config_is_valid():
+    config = load_config(CHURN)
+    assert config.name == "churn"
+    assert config.stages["split"].positive == "Yes"
+    assert [s for s, spec in config.stages.items() if spec.kind == "train"] == ["logreg", "forest", "xgb"]
+
+
+def test_every_problem_reported_at_once_with_key_path_and_line():
+    text = MINIMAL.replace("name: t", "name: t\ndevise: cpu") + "    tset: 0.2\n  ev:\n    kind: evaluate\n    inputs: [splitt]\n"
+    issues = issues_of(text)
+    found = {i.path: i for i in issues}
+    assert found["devise"].line == 2 and "did you mean 'device'" in found["devise"].message
+    assert found["stages.split.tset"].line == 11 and "did you mean 'test'" in found["stages.split.tset"].message
+    assert found["stages.ev.inputs"].line == 14 and "did you mean 'split'" in found["stages.ev.inputs"].message
+
+
+def test_unknown_kind_and_op_get_suggestions():
+    text = MINIMAL.replace("kind: load", "kind: lod") + (
+        "  f:\n    kind: features\n    inputs: [split]\n    ops:\n      - standardise: {columns: [a]}\n"
+        "      - fill_missing: {columns: [a], strategy: medain}\n"
+    )
+    messages = {i.path: i.message for i in issues_of(text)}
+    assert "did you mean 'load'" in messages["stages.raw.kind"]
+    assert "did you mean 'standardize'" in messages["stages.f.ops[0]"]
+    assert "'median'" in messages["stages.f.ops[1].fill_missing.strategy"]
+
+
+def test_model_param_typo_is_named():
+    text = MINIMAL + (
+        "  f:\n    kind: features\n    inputs: [split]\n"
+        "  m:\n    kind: train\n    inputs: [f]\n    model: random_forest\n    params: {n_estimator: 5}\n"
+    )
+    (issue,) = issues_of(text)
+    assert issue.path == "stages.m.params" and issue.line == 17
+    assert "'n_estimator'" in issue.message and "did you mean 'n_estimators'" in issue.message
+
+
+def test_cycle_names_the_stages_involved():
+    text = MINIMAL + "  a:\n    kind: python\n    function: m:f\n    inputs: [b]\n  b:\n    kind: python\n    function: m:f\n    inputs: [a]\n"
+    (issue,) = issues_of(text)
+    assert "cycle" in issue.message and "a" in issue.message and "b" in issue.message
+
+
+def test_input_kind_and_count_checked():
+    text = MINIMAL + "  m:\n    kind: train\n    inputs: [raw, split]\n    model: xgboost\n"
+    messages = [i.message for i in issues_of(text)]
+    assert any("at most 1 input" in m for m in messages)
+    assert any("input 'raw' is a 'load' stage" in m for m in messages)
+
+
+def test_duplicate_keys_are_errors():
+    (issue,) = issues_of(MINIMAL + "  split:\n    kind: load\n    path: x.csv\n")
+    assert "duplicate key 'split'" in issue.message and issue.line == 10
+
+
+def test_yaml_syntax_error_has_line():
+    (issue,) = issues_of("name: t\nstages:\n  a: [1, 2\n")
+    assert "not valid YAML" in issue.message and issue.line is not None
+
+
+def test_overrides_are_parsed_as_yaml_and_applied():
+    config = load_config(CHURN, overrides=["stages.forest.params.n_estimators=500", "device=cpu",
+                                            "stages.features.ops.0.fill_missing.strategy=mean"])
+    assert config.stages["forest"].params["n_estimators"] == 500
+    assert config.device == "cpu"
+    assert config.stages["features"].build_ops()[0].strategy == "mean"
+
+
+def test_bad_override_reports_its_source():
+    issues = issues_of(MINIMAL, overrides=("seed=abc", "nonsense"))
+    assert {i.source for i in issues} == {"--set"}
+    assert any(i.path == "seed" for i in issues)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_resolved_config_round_trips():
+    config = load_config(CHURN)
+    assert load_config(text=dump_config(config)) == config
+
+
+def test_json_schema_lists_stage_kinds_and_ops():
+    schema = json_schema()
+    text = str(schema)
+    for kind in ("load", "split", "features", "train", "evaluate", "export", "python"):
+        assert f"'{kind}'" in text
+    assert "one_hot" in text and "random_forest" in text

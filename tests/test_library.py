@@ -1,0 +1,42 @@
+"""The README's library examples, run as written."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from tests.conftest import TELCO
+
+
+def test_feature_workflow_on_a_pandas_frame(tmp_path):
+    from pipeline import FeatureWorkflow
+    from pipeline.features import FillMissing, OneHot, Standardize
+
+    df = pd.read_csv(TELCO, na_values=[" "])
+    train, test = df.iloc[:5000], df.iloc[5000:]
+    wf = FeatureWorkflow([
+        FillMissing(columns=["TotalCharges"], strategy="median"),
+        OneHot(columns=["Contract", "InternetService"]),
+        Standardize(columns=["tenure", "MonthlyCharges", "TotalCharges"]),
+    ])
+    X_train = wf.fit_transform(train[["tenure", "MonthlyCharges", "TotalCharges", "Contract", "InternetService"]])
+    X_test = wf.transform(test)
+    wf.save(tmp_path / "workflow.json")
+    assert list(X_test.columns) == list(X_train.columns) and len(X_test) == len(test)
+    assert abs(X_train["tenure"].mean()) < 1e-9
+
+
+def test_load_a_config_and_run_it(project):
+    from pipeline import load_config, run_pipeline
+
+    cwd = os.getcwd()
+    os.chdir(project)
+    try:
+        config = load_config("configs/churn.yaml", overrides=["device=cpu", "stages.forest.params.n_estimators=50"])
+        result = run_pipeline(config)
+    finally:
+        os.chdir(cwd)
+    assert result.status == "succeeded"
+    assert result.evaluation.metrics[result.evaluation.best]["roc_auc"] > 0.83
+    assert result.outputs["xgb"].scores["test"].shape == (1409,)

@@ -1,0 +1,86 @@
+"""The runner used as a library: run folders, manifest, selection, failure bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pipeline import ConfigError, DataError, StageError, load_config, run_pipeline
+
+FAST = ["stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=20", "device=cpu"]
+
+
+@pytest.fixture
+def in_project(project):
+    cwd = os.getcwd()
+    os.chdir(project)
+    yield project
+    os.chdir(cwd)
+
+
+def test_run_writes_manifest_config_and_artifacts(in_project):
+    result = run_pipeline("configs/churn.yaml", overrides=FAST)
+    run_dir = result.run_dir
+    assert run_dir.parent == in_project / "runs" / "churn"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "succeeded" and manifest["device"]["name"] == "cpu"
+    assert set(manifest["stages"]) == {"raw", "split", "features", "logreg", "forest", "xgb", "evaluate", "export"}
+    for record in manifest["stages"].values():
+        assert record["status"] == "succeeded" and record["seconds"] >= 0 and record["peak_rss_bytes"] > 0
+    assert manifest["versions"]["scikit-learn"] and manifest["versions"]["pandas"]
+    assert manifest["metrics"]["best"] in ("logreg", "forest", "xgb")
+    assert "export/predictions.parquet" in manifest["artifacts"]
+    assert (run_dir / "evaluate" / "metrics.json").exists()
+    assert load_config(run_dir / "config.yaml").stages["forest"].params["n_estimators"] == 20
+    assert os.readlink(run_dir.parent / "latest") == run_dir.name
+    assert result.evaluation is not None and result.evaluation.best == manifest["metrics"]["best"]
+
+
+def test_runs_never_overwrite_each_other(in_project):
+    first = run_pipeline("configs/churn.yaml", overrides=FAST, until=["features"])
+    second = run_pipeline("configs/churn.yaml", overrides=FAST, until=["features"])
+    assert first.run_dir != second.run_dir and first.run_dir.exists() and second.run_dir.exists()
+
+
+def test_selection_runs_needed_upstream_stages(in_project):
+    result = run_pipeline("configs/churn.yaml", overrides=FAST, only=["xgb"])
+    stages = result.manifest["stages"]
+    assert list(stages) == ["raw", "split", "features", "xgb"]
+    assert stages["xgb"].selected and not stages["features"].selected
+    with pytest.raises(ConfigError, match="unknown stage"):
+        run_pipeline("configs/churn.yaml", overrides=FAST, only=["nope"])
+
+
+def test_failed_stage_is_recorded_and_latest_untouched(in_project):
+    ok = run_pipeline("configs/churn.yaml", overrides=FAST, until=["raw"])
+    with pytest.raises(DataError) as info:
+        run_pipeline("configs/churn.yaml", overrides=[*FAST, "stages.split.target=Nope"])
+    assert info.value.stage == "split"
+    runs = sorted(p for p in (in_project / "runs" / "churn").iterdir() if p.name != "latest")
+    failed = json.loads((runs[-1] / "manifest.json").read_text())
+    assert failed["status"] == "failed" and "Nope" in failed["error"]
+    assert failed["stages"]["split"]["status"] == "failed" and failed["stages"]["raw"]["status"] == "succeeded"
+    assert os.readlink(in_project / "runs" / "churn" / "latest") == ok.run_dir.name
+
+
+def test_unexpected_exception_becomes_stage_error(in_project, tmp_path):
+    (in_project / "configs" / "boom.py").write_text(
+        "def explode(ctx, inputs, **params):\n    raise RuntimeError('kaboom ' + params['word'])\n")
+    (in_project / "configs" / "boom.yaml").write_text(
+        "name: boom\nstages:\n  b:\n    kind: python\n    function: boom:explode\n    params: {word: now}\n")
+    with pytest.raises(StageError, match="stage 'b' failed: RuntimeError: kaboom now"):
+        run_pipeline("configs/boom.yaml")
+
+
+def test_python_stage_gets_inputs_and_context(in_project):
+    (in_project / "configs" / "custom_stage.py").write_text(
+        "def rows(ctx, inputs, *, factor):\n"
+        "    (frame,) = inputs.values()\n"
+        "    return {'rows': len(frame) * factor, 'device': ctx.backend.name}\n")
+    (in_project / "configs" / "custom.yaml").write_text(
+        "name: custom\ndevice: cpu\nstages:\n  raw:\n    kind: load\n    path: data/telco_customer_churn.csv\n"
+        "  count:\n    kind: python\n    function: custom_stage:rows\n    inputs: [raw]\n    params: {factor: 2}\n")
+    result = run_pipeline("configs/custom.yaml")
+    assert result.outputs["count"] == {"rows": 14086, "device": "cpu"}
