@@ -71,7 +71,7 @@ class FillMissing(FeatureOp):
     """Replace missing values with a constant or a statistic of the training split."""
 
     op: ClassVar[str] = "fill_missing"
-    strategy: Literal["constant", "median", "mean", "most_frequent"] = "median"
+    strategy: Literal["constant", "median", "mean", "most_frequent"] = Field("median", description="Statistic of the training split, or a constant.")
     value: float | int | str | None = Field(None, description="Fill value for strategy: constant.")
     indicator: bool = Field(False, description="Add a <column>_missing 0/1 column before filling.")
 

@@ -13,7 +13,7 @@ from pipeline.stages.base import StageContext, StageSpec, register_stage
 
 class LoadSpec(StageSpec):
     kind: Literal["load"]
-    path: str = Field(description="CSV or Parquet file (or Parquet folder), relative to the config file.")
+    path: str = Field(description="CSV or Parquet file (or Parquet folder), relative to the working directory.")
     format: Literal["csv", "parquet"] | None = Field(None, description="Default: from the file suffix.")
     columns: list[str] | None = Field(None, description="Read only these columns.")
     dtypes: dict[str, str] | None = Field(None, description="Column dtypes, e.g. {customerID: str}.")
