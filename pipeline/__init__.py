@@ -10,19 +10,48 @@ Library use::
     from pipeline.features import OneHot, Standardize
     wf = FeatureWorkflow([OneHot(columns=["Contract"]), Standardize(columns=["tenure"])])
     X = wf.fit_transform(train_df)
+
+Names are imported on first use (PEP 562), so ``pipeline --version`` and ``pipeline doctor``
+do not pay for pandas and scikit-learn.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from pipeline.config import PipelineConfig, load_config  # noqa: E402
-from pipeline.errors import (  # noqa: E402
-    BackendUnavailable, ConfigError, DataError, ExitCode, PipelineError, StageError,
-)
-from pipeline.features import FeatureWorkflow  # noqa: E402
-from pipeline.runner import RunResult, Runner, run_pipeline  # noqa: E402
+_EXPORTS = {
+    "PipelineConfig": "pipeline.config",
+    "load_config": "pipeline.config",
+    "BackendUnavailable": "pipeline.errors",
+    "ConfigError": "pipeline.errors",
+    "DataError": "pipeline.errors",
+    "ExitCode": "pipeline.errors",
+    "PipelineError": "pipeline.errors",
+    "StageError": "pipeline.errors",
+    "FeatureWorkflow": "pipeline.features",
+    "RunResult": "pipeline.runner",
+    "Runner": "pipeline.runner",
+    "run_pipeline": "pipeline.runner",
+}
 
-__all__ = [
-    "BackendUnavailable", "ConfigError", "DataError", "ExitCode", "FeatureWorkflow",
-    "PipelineConfig", "PipelineError", "RunResult", "Runner", "StageError", "__version__",
-    "load_config", "run_pipeline",
-]
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:
+    from pipeline.config import PipelineConfig, load_config
+    from pipeline.errors import (
+        BackendUnavailable, ConfigError, DataError, ExitCode, PipelineError, StageError,
+    )
+    from pipeline.features import FeatureWorkflow
+    from pipeline.runner import RunResult, Runner, run_pipeline
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pipeline' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

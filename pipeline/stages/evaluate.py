@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
-from sklearn import metrics as skm
 
 from pipeline.errors import DataError
 from pipeline.stages.base import StageContext, StageSpec, register_stage
@@ -57,6 +56,8 @@ class EvaluateSpec(StageSpec):
 
 def binary_metrics(y_true: np.ndarray, scores: np.ndarray, *, threshold: float = 0.5) -> dict[str, float]:
     """ROC AUC, PR AUC, log loss, and accuracy / precision / recall / F1 at ``threshold``."""
+    from sklearn import metrics as skm  # imported on use: keeps `pipeline validate` fast
+
     y_true = np.asarray(y_true).astype(int)
     scores = np.asarray(scores, dtype="float64")
     predicted = (scores >= threshold).astype(int)

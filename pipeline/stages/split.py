@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
-from sklearn.model_selection import train_test_split
 
 from pipeline.backends import Backend, get_backend
 from pipeline.errors import DataError
@@ -80,6 +79,8 @@ def split_frame(
     backend: Backend | str | None = None,
 ) -> SplitData:
     """Split a frame you already have; the target becomes 0/1."""
+    from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
+
     if backend is None:
         backend = "cpu" if type(frame).__module__.startswith("pandas") else "gpu"
     backend = get_backend(backend) if isinstance(backend, str) else backend
