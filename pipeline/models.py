@@ -108,11 +108,13 @@ MODELS: dict[str, ModelSpec] = {
                 **_same(
                     "n_estimators", "max_depth", "max_features", "min_samples_leaf",
                     "min_samples_split", "bootstrap", "max_samples", "random_state",
-                    "min_impurity_decrease", "max_leaf_nodes", "verbose",
+                    "min_impurity_decrease", "verbose", "class_weight", "oob_score",
                 ),
                 "criterion": ("criterion", "split_criterion"),
-                **_cpu_only("n_jobs", "class_weight", "oob_score", "ccp_alpha", "warm_start"),
-                **_gpu_only("n_bins", "n_streams", "max_batch_size"),
+                # cuML's max_leaves means the same but spells "unlimited" -1, not None:
+                # keep the two apart rather than translate values.
+                **_cpu_only("n_jobs", "ccp_alpha", "warm_start", "max_leaf_nodes"),
+                **_gpu_only("n_bins", "n_streams", "max_batch_size", "max_leaves"),
             },
             cpu_defaults={"n_jobs": -1},
             # cuML changed its max_depth default 16 -> None in 26.08; pin the sklearn default
