@@ -48,14 +48,7 @@ def topological_order(graph: Graph) -> list[str]:
 
 
 def ancestors(graph: Graph, stages: Iterable[str]) -> set[str]:
-    seen: set[str] = set()
-    todo = list(stages)
-    while todo:
-        for parent in graph[todo.pop()]:
-            if parent not in seen:
-                seen.add(parent)
-                todo.append(parent)
-    return seen
+    return _reachable(graph, stages)
 
 
 def descendants(graph: Graph, stages: Iterable[str]) -> set[str]:
@@ -63,13 +56,18 @@ def descendants(graph: Graph, stages: Iterable[str]) -> set[str]:
     for name, inputs in graph.items():
         for parent in inputs:
             children[parent].append(name)
+    return _reachable(children, stages)
+
+
+def _reachable(edges: Graph, start: Iterable[str]) -> set[str]:
+    """Every node reachable from ``start`` along ``edges`` (not ``start`` itself, unless on a path)."""
     seen: set[str] = set()
-    todo = list(stages)
+    todo = list(start)
     while todo:
-        for child in children[todo.pop()]:
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
+        for nxt in edges[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
     return seen
 
 

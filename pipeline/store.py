@@ -14,25 +14,38 @@ import os
 import secrets
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+@contextmanager
+def atomic_destination(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success fsync it and rename it over ``path``.
+
+    On any error the temporary file is removed and ``path`` is left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_destination(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -41,19 +54,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def atomic_write_parquet(frame: Any, path: str | os.PathLike[str]) -> None:
     """Write a pandas frame to Parquet atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_destination(path) as tmp:
         frame.to_parquet(tmp, index=False)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -58,7 +58,7 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
 
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     """Write ``folder``/{model file, workflow.json, model.json}; returns the files written."""
-    from pipeline.store import atomic_write_bytes, atomic_write_text
+    from pipeline.store import atomic_destination, atomic_write_bytes, atomic_write_text
 
     backend = model.features.backend
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,10 +76,8 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
         meta["file"] = path.name
     else:
         path = folder / "model.joblib"
-        tmp = path.with_name(path.name + ".tmp")
-        joblib.dump(model.estimator, tmp)
-        atomic_write_bytes(path, tmp.read_bytes())
-        tmp.unlink()
+        with atomic_destination(path) as tmp:
+            joblib.dump(model.estimator, tmp)
         meta["file"] = path.name
     written.append(path)
     if hasattr(model.estimator, "coef_"):
