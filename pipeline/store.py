@@ -16,7 +16,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,8 @@ def utc_now() -> str:
 class RunStore:
     """``<root>/<pipeline>/<run-id>/``: the resolved config, manifest.json and stage artifacts."""
 
+    _last_stamp: datetime | None = None
+
     def __init__(self, root: str | os.PathLike[str], pipeline_name: str) -> None:
         self.root = Path(root).absolute()
         self.pipeline_dir = self.root / pipeline_name
@@ -93,8 +95,13 @@ class RunStore:
     def new_run(self) -> RunDir:
         self.pipeline_dir.mkdir(parents=True, exist_ok=True)
         while True:
-            now = datetime.now(timezone.utc)
-            # Milliseconds keep run ids in start order when sorted as text.
+            # Millisecond stamps keep run ids in start order when sorted as text; within one
+            # process they are made strictly increasing so two quick runs never tie.
+            raw = datetime.now(timezone.utc)
+            now = raw.replace(microsecond=raw.microsecond // 1000 * 1000)
+            if RunStore._last_stamp is not None and now <= RunStore._last_stamp:
+                now = RunStore._last_stamp + timedelta(milliseconds=1)
+            RunStore._last_stamp = now
             stamp = now.strftime("%Y%m%dT%H%M%S.") + f"{now.microsecond // 1000:03d}Z"
             run_id = f"{stamp}-{secrets.token_hex(3)}"
             path = self.pipeline_dir / run_id

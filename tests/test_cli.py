@@ -102,3 +102,28 @@ def test_until_runs_a_prefix(project):
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((project / "runs" / "churn" / "latest" / "manifest.json").read_text())
     assert list(manifest["stages"]) == ["raw", "split", "features"]
+
+
+def test_terminal_gets_live_progress(project):
+    """On a TTY the run shows a line per stage with its time and memory (rich), not log lines."""
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--until", "features", "--device", "cpu"],
+        cwd=project, env=env, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=120) == 0
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "✓" in screen and "[3/3] features" in screen and "peak RSS" in screen
+    assert "INFO pipeline" not in screen
