@@ -78,7 +78,12 @@ def measure(cmd: list[str], log_prefix: Path) -> dict[str, Any]:
     with open(f"{log_prefix}.out", "wb") as out, open(f"{log_prefix}.err", "wb") as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:          # Ctrl-C: do not leave the child running
+            proc.kill()
+            proc.wait()
+            raise
         wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -206,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    command = "python scripts/bench_overhead.py " + shlex.join(
-        a for a in (argv if argv is not None else sys.argv[1:]))
+    # The command that reproduces the numbers (where the results are written does not matter).
+    command = f"python scripts/bench_overhead.py --rows {args.rows} --repeats {args.repeats}"
+    if args.seed != 0:
+        command += f" --seed {args.seed}"
+    if args.config.resolve() != (REPO / "configs" / "bench_churn.yaml").resolve():
+        command += f" --config {shlex.quote(str(args.config))}"
 
     data = ensure_data(args.rows, args.seed, args.data_dir.resolve(), args.regenerate)
     warm_page_cache(data)

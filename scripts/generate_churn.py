@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rows < 1:
         parser.error("--rows must be positive")
+    if args.output.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        parser.error(f"--output {args.output}: use a .csv or .parquet file")
 
     started = time.perf_counter()
     frame = generate(read_source(args.source), args.rows, args.seed)
