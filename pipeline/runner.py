@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline import __version__
-from pipeline.backends import Backend, DeviceChoice, get_backend, resolve_backend
+from pipeline.backends import Backend, DeviceChoice, resolve_backend
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.dag import plan, select
 from pipeline.errors import ConfigError, PipelineError, StageError
@@ -228,4 +228,4 @@ def run_pipeline(
     return runner.run(only=only, from_=from_, until=until)
 
 
-__all__ = ["RunResult", "Runner", "StageRecord", "get_backend", "run_pipeline"]
+__all__ = ["RunResult", "Runner", "StageRecord", "run_pipeline"]
