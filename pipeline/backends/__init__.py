@@ -14,7 +14,7 @@ from pipeline.errors import BackendUnavailable
 
 __all__ = [
     "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",
-    "get_backend", "resolve_backend",
+    "backend_for", "get_backend", "resolve_backend",
 ]
 
 
@@ -32,6 +32,19 @@ def get_backend(name: str) -> Backend:
             raise BackendUnavailable(f"the GPU backend cannot load: {type(exc).__name__}: {exc}") from exc
         return GpuBackend()
     raise BackendUnavailable(f"unknown device '{name}' (expected cpu or gpu)")
+
+
+def backend_for(data: object, backend: Backend | str | None = None) -> Backend:
+    """The backend to use for ``data``: the one given, else CPU for pandas/NumPy, else GPU.
+
+    Lets library users call stage functions on the frame they hold without naming a device.
+    """
+    if isinstance(backend, Backend):
+        return backend
+    if isinstance(backend, str):
+        return get_backend(backend)
+    module = type(data).__module__.split(".")[0]
+    return get_backend("cpu" if module in ("pandas", "numpy") else "gpu")
 
 
 def resolve_backend(requested: str = "auto") -> tuple[Backend, DeviceChoice]:

@@ -23,7 +23,7 @@ from pipeline.errors import DataError
 
 # Row filters, in the pyarrow form [column, op, value]; see ``apply_filters``.
 Filter = tuple[str, str, Any]
-_FILTER_OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
+FILTER_OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
 
 
 class Backend(ABC):
@@ -202,9 +202,7 @@ def apply_filters(frame: Any, filters: Sequence[Filter], *, source: str = "") ->
         elif op == "not in":
             cond = ~col.isin(list(value))
         else:
-            raise DataError(f"{source}: unknown filter operator '{op}' (use one of {', '.join(_FILTER_OPS)})")
+            raise DataError(f"{source}: unknown filter operator '{op}' (use one of {', '.join(FILTER_OPS)})")
         mask = cond if mask is None else (mask & cond)
     return frame[mask.fillna(False)].reset_index(drop=True) if mask is not None else frame
 
-
-FILTER_OPS = _FILTER_OPS

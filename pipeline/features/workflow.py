@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.backends import Backend, get_backend
+from pipeline.backends import Backend, backend_for
 from pipeline.errors import DataError
 from pipeline.features.ops import OPS, Categorify, FeatureOp, State
 
@@ -131,12 +131,7 @@ class FeatureWorkflow:
 
     # ------------------------------------------------------------ helpers
     def _backend_for(self, frame: Any) -> Backend:
-        if isinstance(self.backend, Backend):
-            return self.backend
-        if isinstance(self.backend, str):
-            return get_backend(self.backend)
-        # No backend given: pandas input runs on the CPU backend, anything else on the GPU one.
-        return get_backend("cpu" if isinstance(frame, pd.DataFrame) else "gpu")
+        return backend_for(frame, self.backend)
 
     @staticmethod
     def _as_frame(frame: Any, backend: Backend) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from pipeline.backends import Backend, get_backend
+from pipeline.backends import Backend, backend_for
 from pipeline.errors import DataError
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
 
@@ -81,9 +81,7 @@ def split_frame(
     """Split a frame you already have; the target becomes 0/1."""
     from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
 
-    if backend is None:
-        backend = "cpu" if type(frame).__module__.startswith("pandas") else "gpu"
-    backend = get_backend(backend) if isinstance(backend, str) else backend
+    backend = backend_for(frame, backend)
     if target not in frame.columns:
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
     labels = binary_labels(frame[target], positive, backend, column=target)
