@@ -31,6 +31,7 @@ _EXPORTS = {
     "ExitCode": "pipeline.errors",
     "PipelineError": "pipeline.errors",
     "StageError": "pipeline.errors",
+    "StorageError": "pipeline.errors",
     "FeatureWorkflow": "pipeline.features",
     "RunResult": "pipeline.runner",
     "Runner": "pipeline.runner",
@@ -42,7 +43,7 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig, load_config
     from pipeline.errors import (
-        BackendUnavailable, ConfigError, DataError, ExitCode, PipelineError, StageError,
+        BackendUnavailable, ConfigError, DataError, ExitCode, PipelineError, StageError, StorageError,
     )
     from pipeline.features import FeatureWorkflow
     from pipeline.runner import RunResult, Runner, run_pipeline

@@ -18,6 +18,7 @@ class ExitCode:
     DATA = 3              # an input file is missing, unreadable or has the wrong columns
     STAGE = 4             # a stage failed while running
     BACKEND = 5           # the requested device/backend is not available
+    STORAGE = 6           # the run folder cannot be created or written (permissions, disk full)
     INTERRUPTED = 130     # SIGINT / Ctrl-C
 
 
@@ -89,3 +90,9 @@ class BackendUnavailable(PipelineError):
     """The requested device cannot be used here (no GPU seen by NVML, RAPIDS not importable)."""
 
     exit_code = ExitCode.BACKEND
+
+
+class StorageError(PipelineError):
+    """The run folder or an artifact cannot be written (permissions, a full disk...)."""
+
+    exit_code = ExitCode.STORAGE

@@ -20,6 +20,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import StorageError
+
 
 @contextmanager
 def atomic_destination(path: str | os.PathLike[str]) -> Iterator[Path]:
@@ -93,6 +95,12 @@ class RunStore:
         self.pipeline_dir = self.root / pipeline_name
 
     def new_run(self) -> RunDir:
+        try:
+            return self._new_run()
+        except OSError as exc:
+            raise StorageError(f"cannot create a run folder under {self.pipeline_dir}: {exc.strerror or exc}") from exc
+
+    def _new_run(self) -> RunDir:
         self.pipeline_dir.mkdir(parents=True, exist_ok=True)
         while True:
             # Millisecond stamps keep run ids in start order when sorted as text; within one

@@ -127,3 +127,16 @@ def test_terminal_gets_live_progress(project):
     screen = b"".join(chunks).decode(errors="replace")
     assert "✓" in screen and "[3/3] features" in screen and "peak RSS" in screen
     assert "INFO pipeline" not in screen
+
+
+def test_unwritable_runs_dir_exits_6(project):
+    (project / "blocked").write_text("a file where the runs folder should go")
+    proc = cli("run", "configs/churn.yaml", "--runs-dir", "blocked/runs", "--device", "cpu", cwd=project)
+    assert proc.returncode == ExitCode.STORAGE
+    assert "cannot create a run folder under" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_config_that_is_not_text_exits_2(project):
+    (project / "configs" / "binary.yaml").write_bytes(b"\xff\xfe\x00bad")
+    proc = cli("validate", "configs/binary.yaml", cwd=project)
+    assert proc.returncode == ExitCode.CONFIG and "cannot read config file" in proc.stderr

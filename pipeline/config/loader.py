@@ -42,7 +42,7 @@ def load_config(
             text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
     doc = parse_yaml(text, source=source)
     issues = list(doc.duplicates)
