@@ -428,12 +428,12 @@ _CAT_ACCESSOR = ("cudf.core.accessors.categorical.CategoricalAccessor",
 # stages/features.py. Keep it in step with that code (each row says where the call is).
 CUDF_METHOD_CALLS: tuple[MethodCall, ...] = (
     # backends/gpu.py (receivers the static scan cannot type)
-    _m(_DF, "astype", 1, where="gpu.to_matrix: selected.astype(dtype); base.read: frame.astype(dict)"),
+    _m(_DF, "astype", 1, where="base.read: frame.astype(dict)"),
     _m(_DF, "to_cupy", 0, ("dtype",), where="gpu.to_matrix: .to_cupy(dtype=np.dtype(dtype))"),
     _m(_DF, "to_pandas", where="gpu.to_host"),
     _m(_S, "to_pandas", where="gpu.to_host"),
-    _m(_S, "astype", 1, where="gpu.to_vector/category_codes (CategoricalDtype, 'int32'); ops; split.binary_labels"),
-    _m(_S, "to_cupy", where="gpu.to_vector: series.astype(dtype).to_cupy()"),
+    _m(_S, "astype", 1, where="gpu.category_codes (CategoricalDtype, 'int32'); ops; split.binary_labels"),
+    _m(_S, "to_cupy", 0, ("dtype", "copy"), where="gpu.to_vector: series.to_cupy(dtype=..., copy=True)"),
     _m(_DF, "iloc", where="gpu.take: frame.iloc[...]", attribute=True),
     # cuDF's iloc property returns self._iloc_indexer_type(self); its __getitem__ takes the positions.
     _m(_DF, "_iloc_indexer_type.__getitem__", 1, where="gpu.take: frame.iloc[cp.asarray(positions)]"),

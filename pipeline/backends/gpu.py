@@ -64,10 +64,12 @@ class GpuBackend(Backend):
         # cuDF's to_cupy() raises on nulls and strings: the feature workflow guarantees neither
         # reaches here. For more than one column it builds a new matrix: the one allowed copy.
         selected = frame[list(columns)] if columns is not None else frame
-        return selected.astype(dtype).to_cupy(dtype=np.dtype(dtype))
+        # to_cupy converts each column while filling the matrix: no astype() first, which
+        # would make a second full-size copy of the frame.
+        return selected.to_cupy(dtype=np.dtype(dtype))
 
     def to_vector(self, series: cudf.Series, dtype: str = "float32") -> cp.ndarray:
-        return series.astype(dtype).to_cupy()
+        return series.to_cupy(dtype=np.dtype(dtype), copy=True)
 
     def category_codes(self, series: cudf.Series, categories: Sequence[Any]) -> cudf.Series:
         # cuDF turns values outside the categories into nulls, and .cat.codes keeps the null

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from pipeline.backends import FILTER_OPS, Backend, backend_for
+from pipeline.backends import FILTER_OPS, Backend, get_backend
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 
 
@@ -45,7 +45,7 @@ def load_table(
     filters: list[tuple[str, str, Any]] | None = None,
 ) -> Any:
     """Read a table as a pandas (cpu) or cuDF (gpu) frame."""
-    backend = backend_for(None, backend)
+    backend = get_backend(backend) if isinstance(backend, str) else backend
     return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters)
 
 

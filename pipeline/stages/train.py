@@ -41,6 +41,11 @@ class SplitScores(Mapping[str, np.ndarray]):
             self._cache[split] = self._features.backend.predict_scores(self._estimator, X)
         return self._cache[split]
 
+    def __contains__(self, split: object) -> bool:
+        # Answer from the matrix shapes: Mapping's default would run a prediction to find out.
+        X = self._features.X.get(split)  # type: ignore[call-overload]
+        return X is not None and bool(X.shape[0])
+
     def __iter__(self) -> Iterator[str]:
         return (name for name, x in self._features.X.items() if x.shape[0])
 
