@@ -68,6 +68,9 @@ def _setup_logging(quiet: bool) -> None:
         stream=sys.stderr,
         force=True,
     )
+    # Libraries' own chatter (matplotlib's font cache notice) is not part of a run's log.
+    for noisy in ("matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,11 +7,15 @@ people at a terminal get a spinner per stage and a summary table.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline.backends import DeviceChoice
 from pipeline.runner import StageRecord
+from pipeline.stages.base import LogProgress
 
 log = logging.getLogger("pipeline")
 
@@ -29,6 +33,9 @@ class LogReporter:
     def stage_started(self, record: StageRecord, index: int, total: int) -> None:
         log.info("[%d/%d] %s (%s) started", index, total, record.name, record.kind)
 
+    def stage_progress(self, record: StageRecord) -> LogProgress:
+        return LogProgress(log, prefix=f"{record.name}: ")
+
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
         if record.status == "failed":
             log.error("[%d/%d] %s (%s) failed after %.2fs: %s", index, total, record.name, record.kind,
@@ -36,6 +43,29 @@ class LogReporter:
         else:
             log.info("[%d/%d] %s (%s) done in %.2fs, peak RSS %s", index, total, record.name, record.kind,
                      record.seconds or 0, _mib(record.peak_rss_bytes))
+
+
+class ConsoleProgress:
+    """Epoch lines printed above the spinner, and a transient bar within each epoch."""
+
+    def __init__(self, reporter: ConsoleReporter) -> None:
+        self.reporter = reporter
+
+    def message(self, text: str) -> None:
+        self.reporter.console.print(f"    {text}", highlight=False)
+
+    @contextmanager
+    def bar(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
+        # rich shows one live display at a time: the spinner pauses while the bar runs.
+        status = self.reporter._status
+        if status is not None:
+            status.stop()
+        columns = (TextColumn("    {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.reporter.console, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n: bar.advance(task, n)
+        if status is not None:
+            status.start()
 
 
 class ConsoleReporter:
@@ -51,6 +81,9 @@ class ConsoleReporter:
     def stage_started(self, record: StageRecord, index: int, total: int) -> None:
         self._status = self.console.status(f"[{index}/{total}] {record.name} [dim]({record.kind})[/] running...")
         self._status.start()
+
+    def stage_progress(self, record: StageRecord) -> ConsoleProgress:
+        return ConsoleProgress(self)
 
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
         if self._status is not None:

@@ -7,6 +7,7 @@ to be consumed (the raw table is gone once it is split).
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import sys
@@ -23,6 +24,7 @@ from pipeline.dag import plan, select
 from pipeline.errors import ConfigError, PipelineError, StageError
 from pipeline.memory import MemorySampler
 from pipeline.stages import STAGE_KINDS, StageContext
+from pipeline.stages.base import LogProgress, StageProgress
 from pipeline.stages.evaluate import Evaluation
 from pipeline.store import RunDir, RunStore, host_name, sha256_file, utc_now
 
@@ -48,12 +50,17 @@ class Reporter(Protocol):
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None: ...
     def stage_started(self, record: StageRecord, index: int, total: int) -> None: ...
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None: ...
+    def stage_progress(self, record: StageRecord) -> StageProgress: ...
 
 
 class SilentReporter:
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None: ...
     def stage_started(self, record: StageRecord, index: int, total: int) -> None: ...
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None: ...
+
+    def stage_progress(self, record: StageRecord) -> StageProgress:
+        # Library runs: epoch lines go to the "pipeline" logger, which the caller configures.
+        return LogProgress(logging.getLogger("pipeline"), prefix=f"{record.name}: ")
 
 
 @dataclass
@@ -139,7 +146,8 @@ class Runner:
                    outputs: dict[str, Any], index: int, total: int) -> Any:
         spec = self.config.stages[name]
         kind = STAGE_KINDS[spec.kind]
-        ctx = StageContext(backend=backend, seed=self.config.seed, stage=name, artifacts_dir=run.stage_dir(name))
+        ctx = StageContext(backend=backend, seed=self.config.seed, stage=name, artifacts_dir=run.stage_dir(name),
+                           progress=self.reporter.stage_progress(record))
         record.status, record.started = "running", utc_now()
         self.reporter.stage_started(record, index, total)
         t0 = time.perf_counter()

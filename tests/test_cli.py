@@ -31,13 +31,41 @@ def test_run_shipped_config_reaches_target_auc(project):
     assert best["roc_auc"] >= 0.84, metrics
     assert "roc_auc" in proc.stdout and metrics["best"] in proc.stdout
     # Not a TTY: progress is plain log lines, one per stage event, no control characters.
-    assert "[8/8] export (export) done" in proc.stderr and "\x1b[" not in proc.stderr
+    assert "[9/9] export (export) done" in proc.stderr and "\x1b[" not in proc.stderr
     predictions = latest / "export" / "predictions.parquet"
     import pandas as pd
 
     table = pd.read_parquet(predictions)
-    assert {"customerID", "Churn", "score_logreg", "score_forest", "score_xgb"} <= set(table.columns)
+    assert {"customerID", "Churn", "score_logreg", "score_forest", "score_xgb", "score_mlp"} <= set(table.columns)
     assert len(table) == 1409
+    assert metrics["models"]["mlp"]["roc_auc"] >= 0.83, metrics["models"]["mlp"]
+
+    # Every exported model reloads in this process and scores raw rows as the run did.
+    from pipeline.scoring import load_model
+
+    raw = pd.read_csv(project / "data" / "telco_customer_churn.csv", na_values=[" "])
+    rows = raw.set_index("customerID").loc[table["customerID"]].reset_index()
+    for name in ("logreg", "forest", "xgb", "mlp"):
+        model = load_model(latest / "export" / "models" / name)
+        assert abs(model.score(rows) - table[f"score_{name}"].to_numpy()).max() < 1e-5, name
+
+
+def test_shipped_torch_stage_trains_zero_copy_and_keeps_its_curve(project):
+    """The MLP of the shipped config: AUC target, Keras-style epoch lines, artifacts, no copies."""
+    proc = cli("run", "configs/churn.yaml", "--until", "mlp", "--device", "cpu", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    latest = project / "runs" / "churn" / "latest"
+    manifest = json.loads((latest / "manifest.json").read_text())
+    facts = manifest["stages"]["mlp"]["facts"]
+    assert facts["bytes_copied"] == 0 and all(h["zero_copy"] for h in facts["handoffs"])
+    assert {h["name"] for h in facts["handoffs"]} == {f"{s}.{t}" for s in ("train", "valid", "test") for t in "Xy"}
+    import re
+
+    lines = re.findall(r"mlp: (Epoch \d+/40 - \S+ - loss: [\d.]+ - val_loss: [\d.]+ - val_auc: [\d.]+)", proc.stderr)
+    assert len(lines) == facts["epochs_run"] and lines[0].startswith("Epoch 1/40")
+    history = (latest / "mlp" / "history.csv").read_text().splitlines()
+    assert history[0] == "epoch,seconds,loss,val_loss,val_auc" and len(history) == facts["epochs_run"] + 1
+    assert (latest / "mlp" / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_config_errors_exit_2_with_lines_and_no_traceback(project):
@@ -72,13 +100,13 @@ def test_gpu_without_gpu_exits_5_never_runs_on_cpu(project):
 
 
 def test_validate_show_dag_schema(project):
-    assert cli("validate", "configs/churn.yaml", cwd=project).stdout.strip().endswith("valid (8 stages)")
+    assert cli("validate", "configs/churn.yaml", cwd=project).stdout.strip().endswith("valid (9 stages)")
     shown = cli("show", "configs/churn.yaml", "--set", "stages.forest.params.n_estimators=500", cwd=project)
     assert shown.returncode == 0 and "n_estimators: 500" in shown.stdout and "runs_dir: runs" in shown.stdout
     as_json = json.loads(cli("show", "configs/churn.yaml", "--format", "json", cwd=project).stdout)
     assert as_json["stages"]["split"]["valid"] == 0.1
     text = cli("dag", "configs/churn.yaml", cwd=project).stdout
-    assert "evaluate [evaluate] <- logreg, forest, xgb" in text
+    assert "evaluate [evaluate] <- logreg, forest, xgb, mlp" in text
     mermaid = cli("dag", "configs/churn.yaml", "--format", "mermaid", cwd=project).stdout
     assert mermaid.startswith("flowchart LR") and "s_features --> s_xgb" in mermaid
     schema = json.loads(cli("schema", cwd=project).stdout)

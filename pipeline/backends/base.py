@@ -101,6 +101,21 @@ class Backend(ABC):
     def to_vector(self, series: Any, dtype: str = "float32") -> Any:
         """A column as a 1-D array on this device (labels for the models)."""
 
+    def to_torch(self, array: Any, *, copy: bool = False) -> Any:
+        """``array`` as a torch tensor on the same device through DLPack.
+
+        ``copy=False`` is strict: PyTorch raises instead of copying when the producer cannot
+        share its buffer (a read-only NumPy array, an unsupported dtype), so a copy is never
+        silent; ``pipeline.tensors.to_torch`` records why and falls back.
+        """
+        import torch  # imported on use: `pipeline validate` does not pay for it
+
+        return torch.from_dlpack(array, copy=copy)
+
+    @abstractmethod
+    def data_address(self, array: Any) -> int:
+        """Address of ``array``'s first element: the zero-copy check compares it with the tensor's."""
+
     def asarray(self, values: Any) -> Any:
         """A host array (labels, indices) as an array on this device."""
         return self.array.asarray(values)

@@ -71,6 +71,20 @@ class GpuBackend(Backend):
     def to_vector(self, series: cudf.Series, dtype: str = "float32") -> cp.ndarray:
         return series.to_cupy(dtype=np.dtype(dtype), copy=True)
 
+    def to_torch(self, array: cp.ndarray, *, copy: bool = False) -> Any:
+        """A CUDA tensor sharing ``array``'s device buffer.
+
+        Stream discipline: ``torch.from_dlpack`` passes PyTorch's current stream to CuPy's
+        ``__dlpack__(stream=...)``, and CuPy makes that stream wait for the work it queued on its
+        own current stream, so the tensor is never read before the producer has written it.
+        """
+        import torch
+
+        return torch.from_dlpack(array, copy=copy)
+
+    def data_address(self, array: cp.ndarray) -> int:
+        return int(array.data.ptr)
+
     def category_codes(self, series: cudf.Series, categories: Sequence[Any]) -> cudf.Series:
         # cuDF turns values outside the categories into nulls, and .cat.codes keeps the null
         # mask (pandas uses -1): fill with -1 so the +1 shift puts every unknown value in 0.

@@ -1,6 +1,6 @@
 """Built-in stage kinds. Each is a params model plus a run function, and each has a library
 function that works on data you already hold (``load_table``, ``split_frame``,
-``build_features``, ``train_model``, ``evaluate_models``, ``predictions_frame``)."""
+``build_features``, ``train_model``, ``train_torch``, ``evaluate_models``, ``predictions_frame``)."""
 
 # Imported in data-flow order: registration order is the order kinds are listed to users.
 # isort: off
@@ -9,6 +9,7 @@ from pipeline.stages.load import LoadSpec, load_table
 from pipeline.stages.split import SplitData, SplitSpec, split_frame
 from pipeline.stages.features import FeatureSet, FeaturesSpec, build_features
 from pipeline.stages.train import TrainedModel, TrainSpec, train_model
+from pipeline.stages.torch_mlp import TorchSpec, TorchTrainedModel, train_torch
 from pipeline.stages.evaluate import EvaluateSpec, Evaluation, binary_metrics, evaluate_models
 from pipeline.stages.export import ExportSpec, predictions_frame, save_model
 from pipeline.stages.python import PythonSpec
@@ -17,6 +18,7 @@ from pipeline.stages.python import PythonSpec
 __all__ = [
     "STAGE_KINDS", "EvaluateSpec", "Evaluation", "ExportSpec", "FeatureSet", "FeaturesSpec",
     "LoadSpec", "PythonSpec", "SplitData", "SplitSpec", "StageContext", "StageKind", "StageSpec",
-    "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "evaluate_models",
+    "TorchSpec", "TorchTrainedModel", "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "evaluate_models",
     "load_table", "predictions_frame", "register_stage", "save_model", "split_frame", "train_model",
+    "train_torch",
 ]

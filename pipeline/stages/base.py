@@ -12,7 +12,8 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,27 @@ class StageSpec(BaseModel):
     max_inputs: ClassVar[int | None] = None
 
 
+class StageProgress(Protocol):
+    """How a long stage reports from inside: lines (one per epoch) and a bar within a step."""
+
+    def message(self, text: str) -> None: ...
+    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]: ...
+
+
+class LogProgress:
+    """Lines as log records and no bar: for log files, scheduled jobs and library use."""
+
+    def __init__(self, logger: logging.Logger, prefix: str = "") -> None:
+        self.logger = logger
+        self.prefix = prefix
+
+    def message(self, text: str) -> None:
+        self.logger.info("%s%s", self.prefix, text)
+
+    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]:
+        return nullcontext(lambda n: None)
+
+
 @dataclass
 class StageContext:
     """What a running stage may use besides its inputs."""
@@ -42,8 +64,13 @@ class StageContext:
     stage: str
     artifacts_dir: Path | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("pipeline"))
-    # The runner records hand-off facts (bytes copied, zero-copy or not) here for the manifest.
+    # Stages record facts for the manifest here (row counts, hand-offs and the bytes they copied).
     facts: dict[str, Any] = field(default_factory=dict)
+    progress: StageProgress | None = None
+
+    def __post_init__(self) -> None:
+        if self.progress is None:
+            self.progress = LogProgress(self.logger, prefix=f"{self.stage}: ")
 
     def artifact_path(self, *parts: str) -> Path:
         """A path inside this run's artifact folder (created on demand)."""

@@ -50,7 +50,7 @@ class EvaluateSpec(StageSpec):
     split: Literal["test", "valid", "train"] = Field("test", description="Split to score on.")
     threshold: float = Field(0.5, gt=0, lt=1, description="Score at or above which a row is predicted positive.")
     rank_by: Literal[METRICS] = Field("roc_auc", description="Metric that picks the best model.")  # type: ignore[valid-type]
-    accepts = ("train",)
+    accepts = ("train", "torch")
     min_inputs = 1
 
 

@@ -1,9 +1,11 @@
 """``export``: predictions as Parquet with the id column, and each model as a self-contained
-folder (estimator, fitted feature workflow, metadata) that scoring can load later.
+folder (estimator, fitted feature workflow, metadata) that ``pipeline.scoring.load_model``
+loads later.
 
-XGBoost models are saved in XGBoost's own JSON format, which loads on either device; other
-estimators are pickled with joblib, and linear models also store their coefficients as plain
-numbers so a GPU-trained one can score on a CPU.
+XGBoost models are saved in XGBoost's own JSON format and MLPs as a ``state_dict`` of CPU
+tensors plus their architecture, both of which load on either device; other estimators are
+pickled with joblib, and linear models also store their coefficients as plain numbers so a
+GPU-trained one can score on a CPU.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class ExportSpec(StageSpec):
     kind: Literal["export"]
     split: Literal["test", "valid", "train", "all"] = Field("test", description="Rows to write predictions for.")
     models: bool = Field(True, description="Also save each model with its feature workflow.")
-    accepts = ("train",)
+    accepts = ("train", "torch")
     min_inputs = 1
 
 
@@ -69,7 +71,14 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
         "params": _jsonable(model.params), "features": model.features.feature_names,
         "target": model.features.target, "id_column": model.features.id_column,
     }
-    if model.model == "xgboost":
+    if model.model == "mlp":
+        files = model.estimator.save(folder)       # MLPClassifier: model.pt + architecture.json
+        meta["file"], meta["architecture"] = files[0].name, files[1].name
+        meta["categorical_columns"] = model.features.categorical_columns
+        meta["best_epoch"] = getattr(model, "fit_result", {}).get("best_epoch")
+        written += files[1:]
+        path = files[0]
+    elif model.model == "xgboost":
         path = folder / "model.xgb.json"
         raw = model.estimator.get_booster().save_raw(raw_format="json")
         atomic_write_bytes(path, bytes(raw))

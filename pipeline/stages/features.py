@@ -6,7 +6,7 @@ hand the result to the models as one dense float32 matrix per split.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field
@@ -17,6 +17,7 @@ from pipeline.features import FeatureWorkflow
 from pipeline.features.ops import FeatureOp, OpStep, op_of_step
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
+from pipeline.tensors.handoff import Handoff, matrix_handoff
 
 
 @dataclass
@@ -31,9 +32,20 @@ class FeatureSet:
     target: str
     id_column: str | None
     backend: Backend
+    # Categorified columns (in ``feature_names`` order) and their int64 code matrix per split,
+    # for embedding layers; empty without a categorify op.
+    categorical_columns: list[str] = field(default_factory=list)
+    codes: dict[str, Any] = field(default_factory=dict)
+    # What each frame -> matrix conversion copied, for the manifest.
+    handoffs: list[Handoff] = field(default_factory=list)
 
     def rows(self) -> dict[str, int]:
         return {name: int(x.shape[0]) for name, x in self.X.items()}
+
+    def continuous_index(self) -> list[int]:
+        """Positions in ``X`` of the columns that are not categorical codes."""
+        categorical = set(self.categorical_columns)
+        return [i for i, name in enumerate(self.feature_names) if name not in categorical]
 
 
 class FeaturesSpec(StageSpec):
@@ -57,7 +69,8 @@ def build_features(
     """Fit ``ops`` on ``data``'s training split and build the matrices for every split."""
     backend = data.backend
     workflow = FeatureWorkflow(ops, backend=backend)
-    X, y, ids = {}, {}, {}
+    X, y, ids, codes, handoffs = {}, {}, {}, {}, []
+    categorical: list[str] = []
     for name, frame in data.frames.items():
         if id_column is not None and id_column not in frame.columns:
             raise DataError(f"id column '{id_column}' not in the data")
@@ -67,10 +80,16 @@ def build_features(
         features = frame.drop(columns=drop)
         out = workflow.fit_transform(features) if name == "train" else workflow.transform(features)
         X[name] = backend.to_matrix(out, dtype="float32")
+        handoffs.append(matrix_handoff(f"{name}.X", out, X[name], backend))
+        categorical = [c for c in workflow.output_columns_ if c in workflow.categorical_cardinalities()]
+        if categorical:
+            codes[name] = backend.to_matrix(out, columns=categorical, dtype="int64")
+            handoffs.append(matrix_handoff(f"{name}.codes", out[categorical], codes[name], backend))
         del out, features
     return FeatureSet(
         X=X, y=y, ids=ids, feature_names=list(workflow.output_columns_), workflow=workflow,
         target=data.target, id_column=id_column, backend=backend,
+        categorical_columns=categorical, codes=codes, handoffs=handoffs,
     )
 
 
@@ -79,4 +98,7 @@ def run_features(spec: FeaturesSpec, ctx: StageContext, inputs) -> FeatureSet:
     result = build_features(only_input(inputs), spec.build_ops(), id_column=spec.id)
     ctx.facts["rows"] = result.rows()
     ctx.facts["features"] = len(result.feature_names)
+    if result.categorical_columns:
+        ctx.facts["categorical"] = result.categorical_columns
+    ctx.facts["handoffs"] = [h.to_dict() for h in result.handoffs]
     return result

@@ -7,7 +7,7 @@ so ``evaluate`` and ``export`` share one prediction pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,7 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends import Backend
 from pipeline.errors import DataError
-from pipeline.models import MODELS, ModelSpec, get_model_spec
+from pipeline.models import MODELS, get_model_spec
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.features import FeatureSet
 
@@ -28,17 +28,21 @@ class SplitScores(Mapping[str, np.ndarray]):
     of a large table eagerly cost ~4% of a 1M-row run for nothing.
     """
 
-    def __init__(self, estimator: Any, features: FeatureSet) -> None:
-        self._estimator = estimator
+    def __init__(self, score: Callable[[str], np.ndarray], features: FeatureSet) -> None:
+        self._score = score
         self._features = features
         self._cache: dict[str, np.ndarray] = {}
 
+    @classmethod
+    def of_estimator(cls, estimator: Any, features: FeatureSet) -> SplitScores:
+        """Scores from ``predict_proba`` of a registry estimator on the split's matrix."""
+        return cls(lambda split: features.backend.predict_scores(estimator, features.X[split]), features)
+
     def __getitem__(self, split: str) -> np.ndarray:
         if split not in self._cache:
-            X = self._features.X[split]
-            if not X.shape[0]:
+            if split not in self:
                 raise KeyError(split)
-            self._cache[split] = self._features.backend.predict_scores(self._estimator, X)
+            self._cache[split] = self._score(split)
         return self._cache[split]
 
     def __contains__(self, split: object) -> bool:
@@ -65,10 +69,6 @@ class TrainedModel:
     params: dict[str, Any]
     ignored_params: list[str] = field(default_factory=list)
     fit_seconds: float = 0.0
-
-    @property
-    def spec(self) -> ModelSpec:
-        return get_model_spec(self.model)
 
 
 class TrainSpec(StageSpec):
@@ -118,7 +118,7 @@ def train_model(
     fit_seconds = time.perf_counter() - started
     return TrainedModel(
         name=name or model, model=model, estimator=estimator, features=features,
-        scores=SplitScores(estimator, features),
+        scores=SplitScores.of_estimator(estimator, features),
         params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds,
     )
 

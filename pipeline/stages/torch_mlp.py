@@ -1,0 +1,171 @@
+"""``torch``: a tabular MLP in PyTorch, trained on the same features as the other models.
+
+The feature matrices reach PyTorch through DLPack without a copy (the manifest lists every
+hand-off and the bytes it copied), batches are slices of those tensors, and the result is a
+``TrainedModel`` like any other: ``evaluate`` ranks it and ``export`` saves it.
+PyTorch is imported when the stage runs, not when a config is validated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from pipeline.errors import BackendUnavailable, DataError
+from pipeline.stages.base import StageContext, StageProgress, StageSpec, only_input, register_stage
+from pipeline.stages.features import FeatureSet
+from pipeline.stages.train import SplitScores, TrainedModel
+from pipeline.tensors.handoff import Handoff
+
+
+class EarlyStopping(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    monitor: Literal["val_loss", "val_auc"] = Field("val_loss", description="Validation metric to watch.")
+    patience: int = Field(5, ge=1, description="Epochs without improvement before stopping.")
+    min_delta: float = Field(0.0, ge=0, description="Smallest change that counts as an improvement.")
+
+
+class TorchSpec(StageSpec):
+    kind: Literal["torch"]
+    hidden: list[PositiveInt] = Field(default_factory=lambda: [128, 64], description="Hidden layer widths.")
+    dropout: float = Field(0.1, ge=0, lt=1, description="Dropout after each hidden layer.")
+    batch_norm: bool = Field(True, description="BatchNorm after each hidden linear layer.")
+    embedding_dims: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description="Embedding width per categorified column; others get min(32, 1.6 n^0.56).",
+    )
+    epochs: PositiveInt = Field(30, description="Most epochs to train.")
+    batch_size: PositiveInt = Field(512, description="Rows per optimizer step.")
+    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay.")
+    early_stopping: EarlyStopping = Field(default_factory=EarlyStopping,
+                                          description="Stop when the validation metric stops improving; the best epoch's weights are kept.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 (or fp16 + GradScaler) autocast on a GPU, fp32 on the CPU.")
+    compile: bool | Literal["default", "reduce-overhead", "max-autotune"] = Field(
+        False, description="Train through torch.compile (true or a mode name).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: where the features are (cuda for the GPU backend).")
+    pin_memory: bool = Field(True, description="Pinned, prefetched batches when host data trains on a GPU.")
+    accepts = ("features",)
+    min_inputs = 1
+    max_inputs = 1
+
+
+@dataclass
+class TorchTrainedModel(TrainedModel):
+    """A ``TrainedModel`` whose estimator is an ``MLPClassifier``, with its training record."""
+
+    history: list[dict[str, float]] = field(default_factory=list)
+    fit_result: dict[str, Any] = field(default_factory=dict)
+    handoffs: list[Handoff] = field(default_factory=list)
+
+
+def train_torch(
+    features: FeatureSet,
+    *,
+    name: str = "mlp",
+    seed: int = 42,
+    progress: StageProgress | None = None,
+    **params: Any,
+) -> TorchTrainedModel:
+    """Train the tabular MLP on ``features``; ``params`` are the ``torch`` stage's fields."""
+    import torch
+
+    from pipeline.tensors.classifier import MLPClassifier
+    from pipeline.tensors.handoff import to_torch
+    from pipeline.tensors.mlp import MLPArchitecture, default_embedding_dim
+    from pipeline.tensors.training import FitOptions, Split, fit
+
+    spec = TorchSpec(kind="torch", **params)
+    if features.rows()["train"] == 0:
+        raise DataError("the training split is empty")
+    device = _torch_device(spec.device, features)
+    handoffs: list[Handoff] = []
+    splits: dict[str, Split] = {}
+    for split, rows in features.rows().items():
+        if not rows:
+            continue
+        x, h_x = to_torch(features.X[split], features.backend, f"{split}.X")
+        y, h_y = to_torch(features.y[split], features.backend, f"{split}.y")
+        handoffs += [h_x, h_y]
+        codes = None
+        if features.categorical_columns:
+            codes, h_c = to_torch(features.codes[split], features.backend, f"{split}.codes")
+            handoffs.append(h_c)
+        splits[split] = Split(x=x, codes=codes, y=y)
+
+    cardinalities = features.workflow.categorical_cardinalities()
+    unknown = sorted(set(spec.embedding_dims) - set(features.categorical_columns))
+    if unknown:
+        raise DataError(f"embedding_dims names {unknown}, which are not categorified columns "
+                        f"(categorified: {features.categorical_columns or 'none'})")
+    arch = MLPArchitecture(
+        n_features=len(features.feature_names),
+        continuous_index=features.continuous_index(),
+        cardinalities=[cardinalities[c] for c in features.categorical_columns],
+        embedding_dims=[spec.embedding_dims.get(c) or default_embedding_dim(cardinalities[c])
+                        for c in features.categorical_columns],
+        hidden=list(spec.hidden), dropout=spec.dropout, batch_norm=spec.batch_norm,
+    )
+    options = FitOptions(
+        epochs=spec.epochs, batch_size=spec.batch_size, learning_rate=spec.learning_rate,
+        weight_decay=spec.weight_decay, monitor=spec.early_stopping.monitor,
+        patience=spec.early_stopping.patience, min_delta=spec.early_stopping.min_delta,
+        precision=spec.precision, compile=spec.compile, pin_memory=spec.pin_memory, seed=seed,
+    )
+    # Seed weights and dropout without disturbing the caller's global random state.
+    cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(seed)
+        module = arch.build()
+        result = fit(module, splits["train"], splits.get("valid"), options, device=device, progress=progress)
+    classifier = MLPClassifier(module, device)
+    params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description"})
+    return TorchTrainedModel(
+        name=name, model="mlp", estimator=classifier, features=features,
+        scores=SplitScores(lambda split: classifier.predict_split(splits[split]), features),
+        params=params_used, fit_seconds=result.seconds, history=result.history,
+        fit_result=result.to_dict(), handoffs=handoffs,
+    )
+
+
+def _torch_device(requested: str, features: FeatureSet) -> Any:
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if features.backend.name == "gpu" else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable("torch stage: device 'cuda' was asked for but PyTorch sees no CUDA device "
+                                 f"(torch {torch.__version__}); use device: auto or cpu")
+    return torch.device(requested)
+
+
+@register_stage("torch", TorchSpec)
+def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
+    from pipeline.store import atomic_write_text
+    from pipeline.tensors.history import history_csv, plot_learning_curve
+
+    params = spec.model_dump(exclude={"kind", "inputs", "description"})
+    trained = train_torch(only_input(inputs), name=ctx.stage, seed=ctx.seed, progress=ctx.progress, **params)
+    fit_result = trained.fit_result
+    ctx.facts.update({
+        "device": fit_result["device"], "precision": fit_result["precision"],
+        "epochs_run": len(trained.history), "best_epoch": fit_result["best_epoch"],
+        "stopped_early": fit_result["stopped_early"], "fit_seconds": round(trained.fit_seconds, 3),
+        "handoffs": [h.to_dict() for h in trained.handoffs],
+        "bytes_copied": sum(h.bytes_copied for h in trained.handoffs),
+    })
+    if fit_result["notes"]:
+        ctx.facts["notes"] = fit_result["notes"]
+    if ctx.artifacts_dir is not None:
+        atomic_write_text(ctx.artifact_path("history.csv"), history_csv(trained.history))
+        atomic_write_text(ctx.artifact_path("fit.json"), json.dumps(fit_result, indent=2))
+        plot_learning_curve(trained.history, ctx.artifact_path("learning_curve.png"),
+                            title=f"{ctx.stage}: learning curve", best_epoch=fit_result["best_epoch"])
+    return trained

@@ -1,0 +1,78 @@
+"""A multilayer perceptron for tabular data: continuous columns plus embedded categories.
+
+The architecture is a small dataclass saved as JSON beside the ``state_dict``, so a model
+rebuilds on any machine from plain numbers (no pickled classes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def default_embedding_dim(cardinality: int) -> int:
+    """fastai's rule of thumb, capped: 1.6 * n^0.56, at most 32."""
+    return max(2, min(32, round(1.6 * cardinality ** 0.56)))
+
+
+@dataclass(frozen=True)
+class MLPArchitecture:
+    """Everything needed to rebuild the network; ``continuous_index`` selects X's columns."""
+
+    n_features: int
+    continuous_index: list[int]
+    cardinalities: list[int] = field(default_factory=list)
+    embedding_dims: list[int] = field(default_factory=list)
+    hidden: list[int] = field(default_factory=lambda: [128, 64])
+    dropout: float = 0.1
+    batch_norm: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": 1, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MLPArchitecture:
+        data = dict(data)
+        if data.pop("format_version", None) != 1:
+            raise ValueError("unsupported MLP architecture format")
+        return cls(**data)
+
+    def build(self) -> TabularMLP:
+        return TabularMLP(self)
+
+
+class TabularMLP(nn.Module):
+    """[continuous | embeddings] -> (Linear, BatchNorm, ReLU, Dropout) x len(hidden) -> 1 logit."""
+
+    def __init__(self, arch: MLPArchitecture) -> None:
+        super().__init__()
+        self.arch = arch
+        all_columns = len(arch.continuous_index) == arch.n_features
+        # Selecting every column would copy each batch for nothing.
+        self.register_buffer("continuous_index", None if all_columns else
+                             torch.tensor(arch.continuous_index, dtype=torch.long), persistent=False)
+        self.embeddings = nn.ModuleList(nn.Embedding(n, d) for n, d in zip(arch.cardinalities, arch.embedding_dims))
+        width = len(arch.continuous_index) + sum(arch.embedding_dims)
+        layers: list[nn.Module] = []
+        for size in arch.hidden:
+            layers.append(nn.Linear(width, size))
+            if arch.batch_norm:
+                layers.append(nn.BatchNorm1d(size))
+            layers.append(nn.ReLU())
+            if arch.dropout:
+                layers.append(nn.Dropout(arch.dropout))
+            width = size
+        layers.append(nn.Linear(width, 1))
+        self.body = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:
+        parts = [x if self.continuous_index is None else x.index_select(1, self.continuous_index)]
+        if self.embeddings:
+            if codes is None:
+                raise ValueError("this network embeds categorical columns: pass their codes")
+            parts += [emb(codes[:, i]) for i, emb in enumerate(self.embeddings)]
+        hidden = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return self.body(hidden).squeeze(1)
