@@ -133,13 +133,15 @@ def test_until_runs_a_prefix(project):
 
 
 def test_terminal_gets_live_progress(project):
-    """On a TTY the run shows a line per stage with its time and memory (rich), not log lines."""
+    """On a TTY the run shows a line per stage with its time and memory (rich), not log lines,
+    and the torch stage a line per epoch with a bar within it."""
     import pty
 
     leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--until", "features", "--device", "cpu"],
+        [sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--only", "mlp", "--device", "cpu",
+         "--set", "stages.mlp.epochs=3"],
         cwd=project, env=env, stdin=follower, stdout=follower, stderr=follower)
     os.close(follower)
     chunks = []
@@ -153,7 +155,9 @@ def test_terminal_gets_live_progress(project):
         chunks.append(data)
     assert proc.wait(timeout=120) == 0
     screen = b"".join(chunks).decode(errors="replace")
-    assert "✓" in screen and "[3/3] features" in screen and "peak RSS" in screen
+    assert "✓" in screen and "[3/4] features" in screen and "[4/4] mlp" in screen and "peak RSS" in screen
+    assert "Epoch 1/3 - " in screen and "Epoch 3/3 - " in screen and "val_auc: " in screen
+    assert "━" in screen                      # the within-epoch progress bar was drawn
     assert "INFO pipeline" not in screen
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from pipeline import ConfigError, DataError, StageError, load_config, run_pipeline
 
-FAST = ["stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=20", "device=cpu"]
+FAST = ["stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=20", "stages.mlp.epochs=3",
+        "device=cpu"]
 
 
 @pytest.fixture
@@ -26,11 +27,11 @@ def test_run_writes_manifest_config_and_artifacts(in_project):
     assert run_dir.parent == in_project / "runs" / "churn"
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "succeeded" and manifest["device"]["name"] == "cpu"
-    assert set(manifest["stages"]) == {"raw", "split", "features", "logreg", "forest", "xgb", "evaluate", "export"}
+    assert set(manifest["stages"]) == {"raw", "split", "features", "logreg", "forest", "xgb", "mlp", "evaluate", "export"}
     for record in manifest["stages"].values():
         assert record["status"] == "succeeded" and record["seconds"] >= 0 and record["peak_rss_bytes"] > 0
     assert manifest["versions"]["scikit-learn"] and manifest["versions"]["pandas"]
-    assert manifest["metrics"]["best"] in ("logreg", "forest", "xgb")
+    assert manifest["metrics"]["best"] in ("logreg", "forest", "xgb", "mlp")
     assert "export/predictions.parquet" in manifest["artifacts"]
     assert (run_dir / "evaluate" / "metrics.json").exists()
     assert load_config(run_dir / "config.yaml").stages["forest"].params["n_estimators"] == 20
