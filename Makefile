@@ -21,8 +21,9 @@ test: setup                ## the test suite (CI runs exactly this) and the laye
 	$(BIN)/pytest -q
 	$(BIN)/lint-imports
 
-bench: setup               ## framework overhead vs a hand-written pandas + scikit-learn script
+bench: setup               ## framework overhead vs hand-written code; PyTorch hand-off and batches vs DataLoader
 	$(BIN)/python scripts/bench_overhead.py
+	$(BIN)/python scripts/bench_torch.py
 
 clean:
 	rm -rf $(VENV) .venv-gpu runs .pytest_cache bench-data

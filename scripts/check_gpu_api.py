@@ -479,6 +479,15 @@ CUDF_METHOD_CALLS: tuple[MethodCall, ...] = (
     _m(_DF, "assign", 0, ("Churn",), where="split.split_frame: frame.assign(**{target: labels})",
        allow_var_keyword=True),
     _m(_DF, "__len__", where="split.SplitData.sizes: len(frame)"),
+    # the PyTorch hand-off (backends/gpu.py to_torch/data_address, tensors/handoff.py)
+    _m("cupy.ndarray", "__dlpack__", 0, ("stream", "max_version", "copy"),
+       where="gpu.to_torch: torch.from_dlpack(array, copy=False) calls __dlpack__(stream=, max_version=, copy=)"),
+    _m("cupy.ndarray", "__dlpack_device__", 0, where="torch.from_dlpack: the producer's device"),
+    _m("cupy.ndarray", "data", where="gpu.data_address: array.data.ptr", attribute=True),
+    _m("cupy.cuda.MemoryPointer", "ptr", where="gpu.data_address: array.data.ptr", attribute=True),
+    _m("cupy.ndarray", "strides", where="handoff._unshareable: array.strides", attribute=True),
+    _m("cupy", "array", 1, ("dtype", "copy"),
+       where="handoff.to_torch fallback: backend.array.array(array, dtype=..., copy=True)"),
 )
 
 

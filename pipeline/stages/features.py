@@ -81,7 +81,9 @@ def build_features(
         out = workflow.fit_transform(features) if name == "train" else workflow.transform(features)
         X[name] = backend.to_matrix(out, dtype="float32")
         handoffs.append(matrix_handoff(f"{name}.X", out, X[name], backend))
-        categorical = [c for c in workflow.output_columns_ if c in workflow.categorical_cardinalities()]
+        if name == "train":
+            sizes = workflow.categorical_cardinalities()
+            categorical = [c for c in workflow.output_columns_ if c in sizes]
         if categorical:
             codes[name] = backend.to_matrix(out, columns=categorical, dtype="int64")
             handoffs.append(matrix_handoff(f"{name}.codes", out[categorical], codes[name], backend))

@@ -33,7 +33,7 @@ class TorchSpec(StageSpec):
     kind: Literal["torch"]
     hidden: list[PositiveInt] = Field(default_factory=lambda: [128, 64], description="Hidden layer widths.")
     dropout: float = Field(0.1, ge=0, lt=1, description="Dropout after each hidden layer.")
-    batch_norm: bool = Field(True, description="BatchNorm after each hidden linear layer.")
+    batch_norm: bool = Field(False, description="BatchNorm after each hidden linear layer.")
     embedding_dims: dict[str, PositiveInt] = Field(
         default_factory=dict,
         description="Embedding width per categorified column; others get min(32, 1.6 n^0.56).",

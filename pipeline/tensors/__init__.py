@@ -1,7 +1,9 @@
 """The PyTorch side of the pipeline: the DLPack hand-off, on-device batches, the tabular MLP.
 
-PyTorch is imported only when a function here runs (``pipeline validate`` stays fast), except
-by the modules that define ``torch.nn`` classes, which the ``torch`` stage imports on use.
+``handoff`` and ``history`` import PyTorch / matplotlib only inside their functions, so
+importing this package (as the ``features`` stage does) stays cheap for ``pipeline validate``.
+``batches``, ``mlp``, ``training`` and ``classifier`` import PyTorch at the top; the ``torch``
+stage and ``pipeline.scoring`` import them when they run.
 """
 
 from pipeline.tensors.handoff import Handoff, matrix_handoff, to_torch

@@ -28,7 +28,7 @@ class MLPArchitecture:
     embedding_dims: list[int] = field(default_factory=list)
     hidden: list[int] = field(default_factory=lambda: [128, 64])
     dropout: float = 0.1
-    batch_norm: bool = True
+    batch_norm: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"format_version": 1, **asdict(self)}
@@ -45,7 +45,7 @@ class MLPArchitecture:
 
 
 class TabularMLP(nn.Module):
-    """[continuous | embeddings] -> (Linear, BatchNorm, ReLU, Dropout) x len(hidden) -> 1 logit."""
+    """[continuous | embeddings] -> (Linear, [BatchNorm], ReLU, [Dropout]) x len(hidden) -> 1 logit."""
 
     def __init__(self, arch: MLPArchitecture) -> None:
         super().__init__()
