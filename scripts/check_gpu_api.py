@@ -230,11 +230,14 @@ def _docstring_signature(obj: Any) -> inspect.Signature | None:
     doc = inspect.getdoc(obj) or ""
     if not name or not doc:
         return None
-    match = re.match(rf"^\s*{re.escape(name)}\((.*)\)\s*(->.*)?$", doc.splitlines()[0])
+    # Cython may prefix the class (``_ndarray_base.__dlpack__(...)``) and type the parameters
+    # (``tuple max_version=None``): drop both before parsing.
+    match = re.match(rf"^\s*(?:[\w.]+\.)?{re.escape(name)}\((.*)\)\s*(->.*)?$", doc.splitlines()[0])
     if not match:
         return None
+    params_text = re.sub(r"\b[A-Za-z_][\w.]*\s+(?=[A-Za-z_]\w*\s*(?:=|,|$))", "", match.group(1))
     try:
-        fn = ast.parse(f"def _({match.group(1)}): pass").body[0]
+        fn = ast.parse(f"def _({params_text}): pass").body[0]
     except SyntaxError:
         return None
     assert isinstance(fn, ast.FunctionDef)

@@ -134,6 +134,17 @@ def test_signature_from_a_compiled_functions_docstring(check):
     assert not check.check_bind(Compiled(), 0, ["flag"]).ok
 
 
+def test_signature_from_a_cython_method_docstring_with_class_prefix_and_types(check):
+    class Dlpack:
+        __name__ = "__dlpack__"
+        __doc__ = "_ndarray_base.__dlpack__(self, *, stream=None, tuple max_version=None, dl_device=None, copy=None)"
+
+    sig = check._docstring_signature(Dlpack())
+    assert sig is not None and list(sig.parameters) == ["self", "stream", "max_version", "dl_device", "copy"]
+    assert check.check_bind(Dlpack(), 0, ["stream", "max_version", "copy"], prepend_self=True).ok
+    assert not check.check_bind(Dlpack(), 0, ["streams"], prepend_self=True).ok
+
+
 def test_resolve_dotted_names_the_missing_attribute(check):
     import os.path
 
