@@ -42,7 +42,7 @@ def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: s
         auc.set_ylabel("validation ROC AUC")
         more_handles, more_labels = auc.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
-    ax.legend(handles, labels, loc="upper right", fontsize="small")
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize="small", frameon=False)
     ax.set_title(title)
     with atomic_destination(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
