@@ -69,7 +69,7 @@ def _setup_logging(quiet: bool) -> None:
         force=True,
     )
     # Libraries' own chatter (matplotlib's font cache notice) is not part of a run's log.
-    for noisy in ("matplotlib", "PIL"):
+    for noisy in ("matplotlib", "PIL", "distributed", "tornado"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -93,10 +93,13 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH
 @click.option("--from", "from_", multiple=True, metavar="STAGES", help="Run these stages and everything downstream.")
 @click.option("--until", multiple=True, metavar="STAGES", help="Run these stages and everything upstream.")
 @click.option("--runs-dir", type=click.Path(file_okay=False), help="Where run folders go (default: the config's runs_dir).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Run the stages on the Dask cluster at ADDRESS (tcp://host:8786) instead of in this process.")
 @click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors, and the metrics table.")
 @_handle_errors
 def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple[str, ...],
-        from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, quiet: bool) -> None:
+        from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, scheduler: str | None,
+        quiet: bool) -> None:
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
     from pipeline.config import load_config
     from pipeline.progress import ConsoleReporter, LogReporter
@@ -107,7 +110,7 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     interactive = stderr.is_terminal and not quiet
     reporter = ConsoleReporter(stderr) if interactive else LogReporter()
     runner = Runner(cfg, device=device, runs_dir=runs_dir, reporter=reporter, keep_outputs=False,
-                    config_path=config)
+                    config_path=config, scheduler=scheduler)
     result = runner.run(only=_split_names(only), from_=_split_names(from_), until=_split_names(until))
     if result.manifest.get("metrics"):
         _print_metrics(result.manifest["metrics"])

@@ -17,7 +17,7 @@ class ExitCode:
     CONFIG = 2            # bad config, bad override, bad command-line usage
     DATA = 3              # an input file is missing, unreadable or has the wrong columns
     STAGE = 4             # a stage failed while running
-    BACKEND = 5           # the requested device/backend is not available
+    BACKEND = 5           # the requested device/backend or Dask cluster is not available
     STORAGE = 6           # the run folder cannot be created or written (permissions, disk full)
     INTERRUPTED = 130     # SIGINT / Ctrl-C
 
@@ -26,6 +26,23 @@ class PipelineError(Exception):
     """Base of every error the package raises on purpose."""
 
     exit_code: int = ExitCode.INTERNAL
+
+    def __reduce__(self):
+        # Errors cross process boundaries (Dask workers): rebuild from the message, keep the stage.
+        return (_rebuild, (type(self).__name__, str(self), getattr(self, "stage", None)))
+
+
+def _rebuild(name: str, message: str, stage: str | None) -> PipelineError:
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, PipelineError)):
+        cls = PipelineError
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    if cls is ConfigError:
+        error.issues, error.file = [ConfigIssue(path="", message=message)], None  # type: ignore[attr-defined]
+    if stage is not None:
+        error.stage = stage  # type: ignore[attr-defined]
+    return error
 
 
 @dataclass(frozen=True)
@@ -90,6 +107,10 @@ class BackendUnavailable(PipelineError):
     """The requested device cannot be used here (no GPU seen by NVML, RAPIDS not importable)."""
 
     exit_code = ExitCode.BACKEND
+
+
+class ClusterUnavailable(BackendUnavailable):
+    """The Dask cluster cannot be reached or started (exit code 5, like a missing GPU)."""
 
 
 class StorageError(PipelineError):

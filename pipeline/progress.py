@@ -30,6 +30,9 @@ class LogReporter:
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None:
         log.info("run %s started on %s (%s); %d stage(s)", run_id, device.device, device.reason, total)
 
+    def cluster_started(self, description: str) -> None:
+        log.info("cluster: %s", description)
+
     def stage_started(self, record: StageRecord, index: int, total: int) -> None:
         log.info("[%d/%d] %s (%s) started", index, total, record.name, record.kind)
 
@@ -41,8 +44,9 @@ class LogReporter:
             log.error("[%d/%d] %s (%s) failed after %.2fs: %s", index, total, record.name, record.kind,
                       record.seconds or 0, record.error)
         else:
-            log.info("[%d/%d] %s (%s) done in %.2fs, peak RSS %s", index, total, record.name, record.kind,
-                     record.seconds or 0, _mib(record.peak_rss_bytes))
+            log.info("[%d/%d] %s (%s) done in %.2fs, peak RSS %s%s", index, total, record.name, record.kind,
+                     record.seconds or 0, _mib(record.peak_rss_bytes),
+                     f" on {record.worker}" if record.worker else "")
 
 
 class ConsoleProgress:
@@ -74,23 +78,41 @@ class ConsoleReporter:
     def __init__(self, console: Console) -> None:
         self.console = console
         self._status = None
+        self._running: dict[str, str] = {}     # stages running now (several at once on a cluster)
 
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None:
         self.console.print(f"[bold]run[/] {run_id} on [bold]{device.device}[/] [dim]({device.reason})[/]")
 
+    def cluster_started(self, description: str) -> None:
+        self.console.print(f"[bold]cluster[/] {description}")
+
     def stage_started(self, record: StageRecord, index: int, total: int) -> None:
-        self._status = self.console.status(f"[{index}/{total}] {record.name} [dim]({record.kind})[/] running...")
-        self._status.start()
+        self._running[record.name] = f"[{index}/{total}] {record.name} [dim]({record.kind})[/]"
+        self._show_running()
+
+    def _show_running(self) -> None:
+        if not self._running:
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+            return
+        text = ", ".join(self._running.values()) + " running..."
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
 
     def stage_progress(self, record: StageRecord) -> ConsoleProgress:
         return ConsoleProgress(self)
 
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
+        self._running.pop(record.name, None)
+        self._show_running()
         mark = "[red]✗[/]" if record.status == "failed" else "[green]✓[/]"
         note = "" if record.selected else " [dim](needed by the selection)[/]"
+        if record.worker:
+            note += f" [dim]on {record.worker}[/]"
         self.console.print(
             f"{mark} [{index}/{total}] {record.name} [dim]({record.kind})[/]  "
             f"{record.seconds or 0:.2f}s  peak RSS {_mib(record.peak_rss_bytes)}"

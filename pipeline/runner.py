@@ -21,9 +21,9 @@ from pipeline import __version__
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.dag import plan, select
+from pipeline.config.schema import ClusterConfig
 from pipeline.errors import ConfigError, PipelineError, StageError
-from pipeline.memory import MemorySampler
-from pipeline.stages import STAGE_KINDS, StageContext
+from pipeline.execution import StageOutcome, StageTask, execute_stage
 from pipeline.stages.base import LogProgress, StageProgress
 from pipeline.stages.evaluate import Evaluation
 from pipeline.store import RunDir, RunStore, host_name, sha256_file, utc_now
@@ -42,12 +42,14 @@ class StageRecord:
     peak_device_bytes: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    worker: str | None = None            # Dask worker address, on a cluster
 
 
 class Reporter(Protocol):
     """Progress callbacks; the CLI renders them on a TTY or as log lines."""
 
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None: ...
+    def cluster_started(self, description: str) -> None: ...
     def stage_started(self, record: StageRecord, index: int, total: int) -> None: ...
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None: ...
     def stage_progress(self, record: StageRecord) -> StageProgress: ...
@@ -55,6 +57,7 @@ class Reporter(Protocol):
 
 class SilentReporter:
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None: ...
+    def cluster_started(self, description: str) -> None: ...
     def stage_started(self, record: StageRecord, index: int, total: int) -> None: ...
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None: ...
 
@@ -91,8 +94,14 @@ class Runner:
         reporter: Reporter | None = None,
         keep_outputs: bool = True,
         config_path: str | None = None,
+        scheduler: str | None = None,
     ) -> None:
         self.config = config
+        # --scheduler ADDRESS: the config's cluster section (if any) pointed at that scheduler.
+        self.cluster: ClusterConfig | None = config.cluster
+        if scheduler:
+            base = config.cluster or ClusterConfig()
+            self.cluster = base.model_copy(update={"address": scheduler})
         self.requested_device = device or config.device
         self.store = RunStore(runs_dir or config.runs_dir, config.name)
         self.reporter = reporter or SilentReporter()
@@ -117,17 +126,12 @@ class Runner:
         run.write_manifest(manifest)
         self.reporter.run_started(run.run_id, choice, len(steps))
 
-        consumers = {name: sum(name in self.config.stages[s].inputs for s, _ in steps) for name, _ in steps}
-        outputs: dict[str, Any] = {}
         started = time.perf_counter()
         try:
-            for index, (name, _) in enumerate(steps, start=1):
-                outputs[name] = self._run_stage(name, records[name], backend, run, outputs, index, len(steps))
-                run.write_manifest(manifest)
-                for parent in self.config.stages[name].inputs:
-                    consumers[parent] -= 1
-                    if consumers[parent] == 0 and not self.keep_outputs:
-                        outputs.pop(parent, None)
+            if self.cluster is not None:
+                outputs = self._on_cluster(steps, records, backend, run, manifest)
+            else:
+                outputs = self._in_process(steps, records, backend, run, manifest)
         except KeyboardInterrupt:
             self._finish(run, manifest, "interrupted", started, error="interrupted by the user (SIGINT)")
             raise
@@ -141,42 +145,110 @@ class Runner:
         self.store.mark_latest(run)
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)
 
-    # ------------------------------------------------------------------
-    def _run_stage(self, name: str, record: StageRecord, backend: Backend, run: RunDir,
-                   outputs: dict[str, Any], index: int, total: int) -> Any:
-        spec = self.config.stages[name]
-        kind = STAGE_KINDS[spec.kind]
-        ctx = StageContext(backend=backend, seed=self.config.seed, stage=name, artifacts_dir=run.stage_dir(name),
-                           progress=self.reporter.stage_progress(record))
-        record.status, record.started = "running", utc_now()
-        self.reporter.stage_started(record, index, total)
-        t0 = time.perf_counter()
-        sampler = MemorySampler(backend.device_memory_used)
-        try:
-            with sampler:
-                result = kind.run(spec, ctx, {i: outputs[i] for i in spec.inputs})
-        except PipelineError as exc:
-            self._stage_failed(record, t0, sampler, str(exc))
-            self.reporter.stage_finished(record, index, total)
-            exc.stage = name  # type: ignore[attr-defined]
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
-            message = f"{type(exc).__name__}: {exc}"
-            self._stage_failed(record, t0, sampler, message)
-            self.reporter.stage_finished(record, index, total)
-            raise StageError(name, message) from exc
-        record.status, record.ended = "succeeded", utc_now()
-        record.seconds = round(time.perf_counter() - t0, 4)
-        record.peak_rss_bytes, record.peak_device_bytes = sampler.peak_rss, sampler.peak_device
-        record.facts = ctx.facts
-        self.reporter.stage_finished(record, index, total)
-        return result
+    # ------------------------------------------------------------------ in this process
+    def _in_process(self, steps: list[tuple[str, bool]], records: dict[str, StageRecord], backend: Backend,
+                    run: RunDir, manifest: dict[str, Any]) -> dict[str, Any]:
+        consumers = self._consumers(steps)
+        outputs: dict[str, Any] = {}
+        for index, (name, _) in enumerate(steps, start=1):
+            record = records[name]
+            record.status, record.started = "running", utc_now()
+            self.reporter.stage_started(record, index, len(steps))
+            inputs = {i: outputs[i] for i in self.config.stages[name].inputs}
+            outcome = execute_stage(self._task(name, backend, run), inputs, self.reporter.stage_progress(record))
+            self._record(record, outcome, index, len(steps), run, manifest)
+            outputs[name] = outcome.output
+            for parent in self._release(name, consumers):
+                outputs.pop(parent, None)
+        return outputs
 
-    @staticmethod
-    def _stage_failed(record: StageRecord, t0: float, sampler: MemorySampler, message: str) -> None:
-        record.status, record.ended, record.error = "failed", utc_now(), message
-        record.seconds = round(time.perf_counter() - t0, 4)
-        record.peak_rss_bytes, record.peak_device_bytes = sampler.peak_rss, sampler.peak_device
+    # ------------------------------------------------------------------ on a Dask cluster
+    def _on_cluster(self, steps: list[tuple[str, bool]], records: dict[str, StageRecord], backend: Backend,
+                    run: RunDir, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Submit each stage once its inputs are done; stages with ready inputs run at once."""
+        from distributed import as_completed
+
+        from pipeline.backends.cluster import open_cluster
+        from pipeline.execution import DaskExecutor
+
+        session = open_cluster(self.cluster, backend.name)
+        manifest["cluster"] = {"description": session.description, **session.details}
+        self.reporter.cluster_started(session.description)
+        executor = DaskExecutor(session)
+        consumers = self._consumers(steps)
+        futures: dict[str, Any] = {}
+        record_futures: dict[Any, str] = {}
+        done: set[str] = set()
+        pending = [name for name, _ in steps]
+        position = {name: i for i, (name, _) in enumerate(steps, start=1)}
+        finished = as_completed(loop=session.client.loop)
+
+        def submit_ready() -> None:
+            for name in list(pending):
+                inputs = self.config.stages[name].inputs
+                if all(i in done for i in inputs):
+                    pending.remove(name)
+                    outcome, record = executor.submit(self._task(name, backend, run), {i: futures[i] for i in inputs})
+                    futures[name], record_futures[record] = outcome, name
+                    finished.add(record)
+                    records[name].status, records[name].started = "running", utc_now()
+                    self.reporter.stage_started(records[name], position[name], len(steps))
+
+        def progress(stage: str, text: str) -> None:
+            if stage in records:
+                self.reporter.stage_progress(records[stage]).message(text)
+
+        try:
+            with executor.progress_events(progress):
+                submit_ready()
+                for record_future in finished:
+                    name = record_futures[record_future]
+                    outcome = _remote_outcome(name, record_future)
+                    self._record(records[name], outcome, position[name], len(steps), run, manifest)
+                    done.add(name)
+                    for parent in self._release(name, consumers):
+                        futures.pop(parent, None)        # frees the output on its worker
+                    submit_ready()
+            wanted = list(futures) if self.keep_outputs else \
+                [n for n in futures if self.config.stages[n].kind == "evaluate"]
+            gathered = session.client.gather([futures[n] for n in wanted])
+            return {name: outcome.output for name, outcome in zip(wanted, gathered)}
+        finally:
+            session.client.cancel(list(futures.values()))
+            session.close()
+
+    # ------------------------------------------------------------------ shared
+    def _task(self, name: str, backend: Backend, run: RunDir) -> StageTask:
+        folder = [str(Path(self.config_path).resolve().parent)] if self.config_path else []
+        return StageTask(name=name, spec=self.config.stages[name], backend=backend.name, seed=self.config.seed,
+                         artifacts_dir=run.stage_dir(name), import_paths=folder)
+
+    def _consumers(self, steps: list[tuple[str, bool]]) -> dict[str, int]:
+        return {name: sum(name in self.config.stages[s].inputs for s, _ in steps) for name, _ in steps}
+
+    def _release(self, name: str, consumers: dict[str, int]) -> list[str]:
+        """Inputs of ``name`` that no remaining stage needs (dropped unless keep_outputs)."""
+        freed = []
+        for parent in self.config.stages[name].inputs:
+            consumers[parent] -= 1
+            if consumers[parent] == 0 and not self.keep_outputs:
+                freed.append(parent)
+        return freed
+
+    def _record(self, record: StageRecord, outcome: StageOutcome, index: int, total: int, run: RunDir,
+                manifest: dict[str, Any]) -> None:
+        """Copy an outcome into the manifest record, report it, and raise if the stage failed."""
+        record.status, record.started = outcome.status, outcome.started or record.started
+        record.ended, record.seconds = outcome.ended, outcome.seconds
+        record.peak_rss_bytes, record.peak_device_bytes = outcome.peak_rss_bytes, outcome.peak_device_bytes
+        record.facts, record.worker = outcome.facts, outcome.worker
+        record.error = str(outcome.error) if outcome.error is not None else None
+        self.reporter.stage_finished(record, index, total)
+        run.write_manifest(manifest)
+        if outcome.error is not None:
+            if outcome.traceback:
+                logging.getLogger("pipeline").debug("stage %s failed:\n%s", record.name, outcome.traceback)
+            raise outcome.error
 
     def _manifest(self, run: RunDir, backend: Backend, choice: DeviceChoice,
                   records: dict[str, StageRecord], selected: set[str]) -> dict[str, Any]:
@@ -212,6 +284,23 @@ class Runner:
         run.write_manifest(manifest)
 
 
+def _remote_outcome(name: str, record_future: Any) -> StageOutcome:
+    """The record of a stage that ran on the cluster; a lost worker becomes a StageError."""
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return record_future.result()
+    except KilledWorker as exc:
+        worker = getattr(exc.last_worker, "address", exc.last_worker)
+        error = StageError(name, f"the Dask worker running it died ({worker}); Dask ran it on "
+                                 f"{exc.allowed_failures + 1} worker(s) and every one died. Check that worker's "
+                                 "log and its memory limit (cluster.memory_limit)")
+    except Exception as exc:  # noqa: BLE001 - lost connections, cancellations, scheduler restarts
+        error = StageError(name, f"lost on the Dask cluster: {type(exc).__name__}: {exc}")
+    error.stage = name  # type: ignore[attr-defined]
+    return StageOutcome(name, "failed", error=error)
+
+
 def run_pipeline(
     config: PipelineConfig | str | os.PathLike[str],
     *,
@@ -223,6 +312,7 @@ def run_pipeline(
     until: Sequence[str] = (),
     reporter: Reporter | None = None,
     keep_outputs: bool = True,
+    scheduler: str | None = None,
 ) -> RunResult:
     """Load (if given a path) and run a pipeline: the library twin of ``pipeline run``."""
     from pipeline.config import load_config
@@ -232,7 +322,7 @@ def run_pipeline(
         config_path = str(config)
         config = load_config(config, overrides=overrides)
     runner = Runner(config, device=device, runs_dir=runs_dir, reporter=reporter,
-                    keep_outputs=keep_outputs, config_path=config_path)
+                    keep_outputs=keep_outputs, config_path=config_path, scheduler=scheduler)
     return runner.run(only=only, from_=from_, until=until)
 
 

@@ -20,6 +20,31 @@ AnyStage = Annotated[
 ]
 
 
+class ClusterConfig(BaseModel):
+    """Where stages run: a local Dask cluster the run starts and stops, or an existing one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(
+        None, description="Scheduler of an existing cluster (tcp://host:8786); never shut down by the pipeline.")
+    n_workers: int | None = Field(
+        None, ge=1, description="Local cluster workers. Default: 2 on CPU, one per visible GPU on GPU.")
+    threads_per_worker: int = Field(1, ge=1, description="Threads per local worker.")
+    memory_limit: str | int | None = Field(
+        "auto", description="Per local worker, e.g. 2GiB; past it Dask spills to disk, then pauses the worker.")
+    connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for the scheduler before failing.")
+    CUDA_VISIBLE_DEVICES: str | list[int] | None = Field(
+        None, description="GPU: the GPUs to start workers on (one worker per GPU).")
+    rmm_pool_size: str | None = Field(None, description="GPU: RMM pool per worker, e.g. 24GB.")
+    device_memory_limit: str | None = Field(None, description="GPU: spill device memory to host past this.")
+    enable_cudf_spill: bool = Field(False, description="GPU: let cuDF spill to host memory.")
+    protocol: Literal["tcp", "ucx"] | None = Field(None, description="GPU: worker communication protocol.")
+
+    @property
+    def is_local(self) -> bool:
+        return self.address is None
+
+
 class PipelineConfig(BaseModel):
     """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``)."""
 
@@ -33,6 +58,8 @@ class PipelineConfig(BaseModel):
     runs_dir: str = Field("runs", description="Where run folders are written (relative to the working directory).")
     description: str = Field("", description="Free text.")
     stages: dict[str, AnyStage] = Field(min_length=1, description="Stages by name.")
+    cluster: ClusterConfig | None = Field(
+        None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
 
     @field_validator("stages")
     @classmethod

@@ -36,7 +36,7 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
     """One row per scored row: id, split, true label, then one score column per model."""
     first = models[0].features
     for model in models[1:]:
-        if model.features is not first:
+        if model.features.uid != first.uid:
             raise DataError("export: all models must be trained on the same features stage to share one "
                             f"predictions table ('{models[0].name}' and '{model.name}' differ)")
     splits = list(first.X) if split == "all" else [split]

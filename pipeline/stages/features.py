@@ -6,6 +6,7 @@ hand the result to the models as one dense float32 matrix per split.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,6 +39,9 @@ class FeatureSet:
     codes: dict[str, Any] = field(default_factory=dict)
     # What each frame -> matrix conversion copied, for the manifest.
     handoffs: list[Handoff] = field(default_factory=list)
+    # Identity that survives pickling (models trained on one FeatureSet on different Dask
+    # workers hold different copies of it).
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def rows(self) -> dict[str, int]:
         return {name: int(x.shape[0]) for name, x in self.X.items()}

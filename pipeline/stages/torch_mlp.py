@@ -129,10 +129,31 @@ def train_torch(
     params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description"})
     return TorchTrainedModel(
         name=name, model="mlp", estimator=classifier, features=features,
-        scores=SplitScores(lambda split: classifier.predict_split(splits[split]), features),
+        scores=SplitScores(TorchScorer(classifier, features), features),
         params=params_used, fit_seconds=result.seconds, history=result.history,
         fit_result=result.to_dict(), handoffs=handoffs,
     )
+
+
+@dataclass
+class TorchScorer:
+    """Scores of one split: its matrices handed to PyTorch again (zero-copy) and predicted.
+
+    Holds the features, not tensors, so a pickled model (sent to another Dask worker) does
+    not carry a second copy of every split."""
+
+    classifier: Any
+    features: FeatureSet
+
+    def __call__(self, split: str) -> Any:
+        from pipeline.tensors.handoff import to_torch
+        from pipeline.tensors.training import Split
+
+        backend = self.features.backend
+        x, _ = to_torch(self.features.X[split], backend, f"{split}.X")
+        codes = to_torch(self.features.codes[split], backend, f"{split}.codes")[0] \
+            if self.features.categorical_columns else None
+        return self.classifier.predict_split(Split(x=x, codes=codes))
 
 
 def _torch_device(requested: str, features: FeatureSet) -> Any:

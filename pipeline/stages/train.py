@@ -36,7 +36,7 @@ class SplitScores(Mapping[str, np.ndarray]):
     @classmethod
     def of_estimator(cls, estimator: Any, features: FeatureSet) -> SplitScores:
         """Scores from ``predict_proba`` of a registry estimator on the split's matrix."""
-        return cls(lambda split: features.backend.predict_scores(estimator, features.X[split]), features)
+        return cls(EstimatorScorer(estimator, features), features)
 
     def __getitem__(self, split: str) -> np.ndarray:
         if split not in self._cache:
@@ -55,6 +55,18 @@ class SplitScores(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+@dataclass
+class EstimatorScorer:
+    """``predict_proba`` of one split's matrix; a class, not a closure, so models pickle
+    (they travel between Dask workers)."""
+
+    estimator: Any
+    features: FeatureSet
+
+    def __call__(self, split: str) -> np.ndarray:
+        return self.features.backend.predict_scores(self.estimator, self.features.X[split])
 
 
 @dataclass
