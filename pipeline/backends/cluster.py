@@ -80,7 +80,7 @@ def _local_cluster(config: Any) -> Any:
 
     return LocalCluster(
         n_workers=config.n_workers or 2, threads_per_worker=config.threads_per_worker, processes=True,
-        memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address=None,
+        memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address=":0",   # any free port
         silence_logs=logging.WARNING,
     )
 
@@ -92,7 +92,7 @@ def _local_cuda_cluster(config: Any) -> Any:
         raise ClusterUnavailable(f"a GPU cluster needs dask-cuda (pip install '.[gpu]'): {exc}") from exc
     options: dict[str, Any] = {
         "threads_per_worker": config.threads_per_worker, "memory_limit": config.memory_limit,
-        "host": "127.0.0.1", "dashboard_address": None, "silence_logs": logging.WARNING,
+        "host": "127.0.0.1", "dashboard_address": ":0", "silence_logs": logging.WARNING,
         "enable_cudf_spill": config.enable_cudf_spill, "resources": {GPU_RESOURCE: 1},
         # One memory pool shared by cuDF/CuPy and PyTorch on each worker.
         "rmm_allocator_external_lib_list": ["torch", "cupy"] if config.rmm_pool_size else None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -175,8 +176,11 @@ def _allowed_keys(loc: Sequence[Any]) -> list[str]:
             continue
         elif isinstance(part, str) and part in model.model_fields:
             annotation = model.model_fields[part].annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                model = annotation
+            # `X | None` fields (cluster:) name their model inside the union.
+            for candidate in (annotation, *typing.get_args(annotation)):
+                if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                    model = candidate
+                    break
     return list(model.model_fields)
 
 
