@@ -29,6 +29,14 @@ class ModelSpec:
     seed_param: str | None = "random_state"
     supports_eval_set: bool = False
     description: str = ""
+    # Estimators for partitioned (Dask) data; None = this model cannot train distributed there.
+    dask_cpu_class: str | None = None
+    dask_gpu_class: str | None = None
+
+    def class_path(self, device: str, *, distributed: bool = False) -> str | None:
+        if distributed:
+            return self.dask_cpu_class if device == "cpu" else self.dask_gpu_class
+        return self.cpu_class if device == "cpu" else self.gpu_class
 
     def allowed_params(self) -> list[str]:
         return sorted(self.params)
@@ -44,10 +52,13 @@ class ModelSpec:
                 problems.append(f"unknown parameter '{key}' for model '{self.name}'{hint}")
         return problems
 
-    def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None) -> tuple[dict[str, Any], list[str]]:
+    def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None,
+                  distributed: bool = False) -> tuple[dict[str, Any], list[str]]:
         """Device-specific constructor kwargs, and the user params the device does not have."""
         slot = 0 if device == "cpu" else 1
         out = dict(self.cpu_defaults if device == "cpu" else self.gpu_defaults)
+        if distributed:
+            out.pop("output_type", None)        # cuml.dask estimators return Dask collections
         dropped = []
         if seed is not None and self.seed_param and self.seed_param not in params:
             out[self.seed_param] = seed
@@ -99,6 +110,7 @@ MODELS: dict[str, ModelSpec] = {
             gpu_defaults={"max_iter": 1000, "output_type": "cupy"},
             seed_param=None,
             description="L2-regularised logistic regression (cuML's only solver is 'qn')",
+            dask_gpu_class="cuml.dask.linear_model:LogisticRegression",
         ),
         ModelSpec(
             name="random_forest",
@@ -121,6 +133,8 @@ MODELS: dict[str, ModelSpec] = {
             # explicitly so both devices grow the same kind of trees whatever the version.
             gpu_defaults={"max_depth": None, "output_type": "cupy"},
             description="random forest (cuML on GPU, scikit-learn on CPU)",
+            # cuml.dask trains n_estimators / workers trees on each worker's partitions.
+            dask_gpu_class="cuml.dask.ensemble:RandomForestClassifier",
         ),
         ModelSpec(
             name="xgboost",
@@ -131,6 +145,8 @@ MODELS: dict[str, ModelSpec] = {
             gpu_defaults={"tree_method": "hist", "device": "cuda"},
             supports_eval_set=True,
             description="gradient-boosted trees (XGBoost; device='cuda' on GPU)",
+            dask_cpu_class="xgboost.dask:DaskXGBClassifier",
+            dask_gpu_class="xgboost.dask:DaskXGBClassifier",
         ),
     )
 }

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from functools import cache
 
-from pipeline.backends.base import FILTER_OPS, Backend, apply_filters
+from pipeline.backends.base import FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, is_partitioned
 from pipeline.backends.detect import DeviceChoice, choose_device
 from pipeline.errors import BackendUnavailable
 
 __all__ = [
     "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",
-    "backend_for", "get_backend", "resolve_backend",
+    "backend_for", "cluster_client", "compute_lazy", "get_backend", "is_partitioned", "resolve_backend",
 ]
 
 
@@ -43,8 +43,11 @@ def backend_for(data: object, backend: Backend | str | None = None) -> Backend:
         return backend
     if isinstance(backend, str):
         return get_backend(backend)
+    if is_partitioned(data):
+        data = data._meta                   # a Dask collection: its partitions' type decides
     module = type(data).__module__.split(".")[0]
     return get_backend("cpu" if module in ("pandas", "numpy") else "gpu")
+
 
 
 def resolve_backend(requested: str = "auto") -> tuple[Backend, DeviceChoice]:

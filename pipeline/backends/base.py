@@ -8,10 +8,11 @@ and never imports a GPU library.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -72,6 +73,48 @@ class Backend(ABC):
             raise DataError(f"{path}: missing columns {missing}")
         if filters and fmt == "csv":
             frame = apply_filters(frame, filters, source=str(path))
+        return frame
+
+    def read_partitioned(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        columns: Sequence[str] | None = None,
+        dtypes: Mapping[str, str] | None = None,
+        na_values: Sequence[str] | None = None,
+        filters: Sequence[Filter] | None = None,
+        blocksize: str | int | None = "64MiB",
+    ) -> Any:
+        """A Dask DataFrame over a Parquet folder/file or CSV file(s) (a glob works).
+
+        Partitions are pandas or cuDF frames as Dask's ``dataframe.backend`` says, so the
+        same feature ops run on each partition. Nothing is read until something computes.
+        """
+        import dask
+        import dask.dataframe as dd
+
+        text = str(path)
+        fmt = (format or _infer_format(Path(text))).lower()
+        try:
+            with dask.config.set({"dataframe.backend": self.dask_backend}):
+                if fmt == "parquet":
+                    frame = dd.read_parquet(text, columns=list(columns) if columns else None,
+                                            filters=[tuple(f) for f in filters] if filters else None)
+                elif fmt == "csv":
+                    frame = dd.read_csv(text, usecols=list(columns) if columns else None,
+                                        dtype=dict(dtypes) if dtypes else None,
+                                        na_values=list(na_values) if na_values else None, blocksize=blocksize)
+                else:
+                    raise DataError(f"{text}: unknown format '{fmt}' (expected csv or parquet)")
+        except DataError:
+            raise
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise DataError(f"cannot read {text} as partitioned {fmt}: {exc}") from exc
+        if dtypes and fmt == "parquet":
+            frame = frame.astype(dict(dtypes))
+        if filters and fmt == "csv":
+            frame = frame.map_partitions(apply_filters, filters, source=text)
         return frame
 
     @abstractmethod
@@ -137,13 +180,22 @@ class Backend(ABC):
         return pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
 
     # ------------------------------------------------------------- models
-    @abstractmethod
-    def estimator_class_path(self, spec: Any) -> str:
+    def estimator_class_path(self, spec: Any, *, distributed: bool = False) -> str:
         """``module:Class`` of the estimator this backend uses for a model spec."""
+        path = spec.class_path(self.name, distributed=distributed)
+        if path is None:
+            others = "xgboost" if self.name == "cpu" else "xgboost, random_forest, logistic_regression"
+            raise DataError(
+                f"model '{spec.name}' cannot train on partitioned data on the {self.name.upper()} "
+                f"(no distributed {spec.name} there). Use one that can ({others}), or load the data "
+                "without partitioned: true if it fits in one process"
+                + ("" if self.name == "gpu" else ", or run on GPUs, where cuML trains it with cuml.dask")
+            )
+        return path
 
-    def estimator(self, spec: Any, params: Mapping[str, Any]) -> Any:
+    def estimator(self, spec: Any, params: Mapping[str, Any], *, distributed: bool = False) -> Any:
         """Construct the estimator for a registry model with already-translated params."""
-        module_name, _, class_name = self.estimator_class_path(spec).partition(":")
+        module_name, _, class_name = self.estimator_class_path(spec, distributed=distributed).partition(":")
         cls = getattr(importlib.import_module(module_name), class_name)
         return cls(**dict(params))
 
@@ -180,6 +232,54 @@ class Backend(ABC):
         from pipeline.backends import get_backend
 
         return (get_backend, (self.name,))
+
+
+def is_partitioned(data: object) -> bool:
+    """Whether ``data`` is a Dask collection (lazy, partitioned) rather than in memory."""
+    return type(data).__module__.split(".")[0] in ("dask", "dask_expr", "dask_cudf")
+
+
+def compute_lazy(*collections: Any) -> tuple[Any, ...]:
+    """Compute Dask collections together (one graph: shared reads happen once).
+
+    Inside a task on a Dask worker it goes through the cluster and secedes from the worker's
+    thread pool while it waits, so a one-thread worker does not deadlock on its own subtasks.
+    """
+    import dask
+
+    try:
+        from distributed import get_worker, worker_client
+
+        get_worker()
+    except (ImportError, ValueError):
+        return dask.compute(*collections)
+    with worker_client() as client:
+        return tuple(client.gather(client.compute(list(collections))))
+
+
+@contextlib.contextmanager
+def cluster_client() -> Iterator[Any]:
+    """A Dask client for distributed training and scoring of partitioned data.
+
+    Inside a task on a worker: ``worker_client()``, which secedes from the worker's thread
+    pool while the training's own tasks run (a one-thread worker would deadlock otherwise).
+    Elsewhere: the process's default client. Without either it is a clear error.
+    """
+    try:
+        from distributed import get_client, get_worker, worker_client
+    except ImportError as exc:
+        raise DataError(f"partitioned data needs dask.distributed: {exc}") from exc
+    try:
+        get_worker()
+    except ValueError:
+        try:
+            yield get_client()
+        except ValueError:
+            raise DataError("training on partitioned data needs a Dask cluster: add a cluster: section to the "
+                            "config (e.g. cluster: {n_workers: 2}) or pass --scheduler ADDRESS") from None
+        return
+    with worker_client() as client:
+        yield client
 
 
 def _infer_format(path: Path) -> str:

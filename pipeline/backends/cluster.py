@@ -50,6 +50,8 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker",
                  "distributed.core", "distributed.http.proxy"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # P2P shuffles (value_counts of the feature ops) report every start and stop as a warning.
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     if config.address:
         try:
             client = Client(config.address, timeout=f"{config.connect_timeout}s", set_as_default=False)

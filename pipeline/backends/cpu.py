@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import Backend
+from pipeline.backends.base import Backend, compute_lazy, is_partitioned
 
 
 class CpuBackend(Backend):
@@ -38,6 +38,8 @@ class CpuBackend(Backend):
         return frame
 
     def to_host(self, x: Any) -> Any:
+        if is_partitioned(x):
+            (x,) = compute_lazy(x)
         if isinstance(x, (pd.DataFrame, pd.Series, np.ndarray)):
             return x
         if isinstance(x, np.generic):
@@ -75,5 +77,3 @@ class CpuBackend(Backend):
         codes = pd.Index(list(categories), dtype=series.dtype if len(categories) else None).get_indexer(series)
         return pd.Series(codes + 1, index=series.index, dtype="int32")
 
-    def estimator_class_path(self, spec: Any) -> str:
-        return spec.cpu_class

@@ -17,7 +17,7 @@ import cupy as cp
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import Backend
+from pipeline.backends.base import Backend, compute_lazy, is_partitioned
 
 
 class GpuBackend(Backend):
@@ -52,6 +52,8 @@ class GpuBackend(Backend):
         return cudf.from_pandas(frame)
 
     def to_host(self, x: Any) -> Any:
+        if is_partitioned(x):
+            (x,) = compute_lazy(x)
         if isinstance(x, (cudf.DataFrame, cudf.Series)):
             return x.to_pandas()
         if isinstance(x, cp.ndarray):
@@ -94,8 +96,6 @@ class GpuBackend(Backend):
     def take(self, frame: cudf.DataFrame, positions: np.ndarray) -> cudf.DataFrame:
         return frame.iloc[cp.asarray(positions)].reset_index(drop=True)
 
-    def estimator_class_path(self, spec: Any) -> str:
-        return spec.gpu_class
 
     def device_memory_used(self) -> int | None:
         free, total = cp.cuda.runtime.memGetInfo()

@@ -29,6 +29,20 @@ class FeatureOp(BaseModel):
 
     def fit(self, frame: Any, backend: Backend) -> State:
         """Statistics from the training frame, as JSON-able data."""
+        self.check_columns(frame)
+        wanted = self.statistics(frame, backend)
+        return self.fit_from({key: backend.to_host(value) for key, value in wanted.items()}, frame, backend)
+
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        """The aggregates ``fit`` needs, as expressions on ``frame``.
+
+        On a pandas or cuDF frame they are values; on a Dask frame they are lazy, and the
+        workflow computes the aggregates of every op in a dependency phase in one pass.
+        """
+        return {}
+
+    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+        """The fitted state from computed ``statistics`` (host values)."""
         return {}
 
     def transform(self, frame: Any, backend: Backend, state: State) -> Any:
@@ -45,12 +59,21 @@ class FeatureOp(BaseModel):
                             f"(available: {', '.join(map(str, frame.columns))})")
 
 
-def _host_counts(series: Any, backend: Backend) -> list[tuple[Any, int]]:
-    """(value, count) pairs, most frequent first, ties by value: deterministic on both devices."""
-    counts = backend.to_host(series.value_counts(dropna=True))
+def _count_pairs(counts: Any) -> list[tuple[Any, int]]:
+    """(value, count) pairs of a host ``value_counts``, most frequent first, ties by value:
+    deterministic on both devices and for any partitioning."""
     pairs = [(_plain(v), int(c)) for v, c in counts.items()]
     pairs.sort(key=lambda vc: (-vc[1], str(vc[0])))
     return pairs
+
+
+def _median(series: Any) -> Any:
+    # Dask has no exact distributed median; its approximate one is documented as such.
+    return series.median_approximate() if hasattr(series, "median_approximate") else series.median()
+
+
+def _missing_value(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _plain(value: Any) -> Any:
@@ -81,23 +104,30 @@ class FillMissing(FeatureOp):
             raise ValueError("strategy 'constant' needs a 'value'")
         return self
 
-    def fit(self, frame: Any, backend: Backend) -> State:
-        self.check_columns(frame)
-        fills: dict[str, Any] = {}
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        wanted = {}
         for col in self.columns:
             series = frame[col]
-            if self.strategy == "constant":
-                fills[col] = self.value
-            elif self.strategy == "most_frequent":
-                counts = _host_counts(series, backend)
-                fills[col] = counts[0][0] if counts else None
-            else:
+            if self.strategy == "most_frequent":
+                wanted[col] = series.value_counts(dropna=True)
+            elif self.strategy in ("median", "mean"):
                 if not backend.is_numeric(series):
                     raise DataError(f"fill_missing: strategy '{self.strategy}' needs a numeric column; "
                                     f"'{col}' is {series.dtype}")
-                stat = series.median() if self.strategy == "median" else series.mean()
-                stat = _plain(backend.to_host(stat))
-                fills[col] = None if stat is None or (isinstance(stat, float) and math.isnan(stat)) else float(stat)
+                wanted[col] = _median(series) if self.strategy == "median" else series.mean()
+        return wanted
+
+    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+        fills: dict[str, Any] = {}
+        for col in self.columns:
+            if self.strategy == "constant":
+                fills[col] = self.value
+            elif self.strategy == "most_frequent":
+                counts = _count_pairs(stats[col])
+                fills[col] = counts[0][0] if counts else None
+            else:
+                stat = _plain(stats[col])
+                fills[col] = None if _missing_value(stat) else float(stat)
             if fills[col] is None:
                 raise DataError(f"fill_missing: column '{col}' has no non-missing value in the training split")
         return {"fill": fills}
@@ -132,11 +162,13 @@ class OneHot(FeatureOp):
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent categories.")
     drop_binary: bool = Field(False, description="For a two-category column keep only the second column.")
 
-    def fit(self, frame: Any, backend: Backend) -> State:
-        self.check_columns(frame)
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        return {col: frame[col].value_counts(dropna=True) for col in self.columns}
+
+    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
         cats, rare = {}, {}
         for col in self.columns:
-            counts = _host_counts(frame[col], backend)
+            counts = _count_pairs(stats[col])
             kept = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
             rare[col] = len(kept) < len(counts)
             kept.sort(key=str)
@@ -178,11 +210,13 @@ class Categorify(FeatureOp):
     min_frequency: int = Field(1, ge=1, description="Values seen fewer times than this go to code 0.")
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent values.")
 
-    def fit(self, frame: Any, backend: Backend) -> State:
-        self.check_columns(frame)
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        return {col: frame[col].value_counts(dropna=True) for col in self.columns}
+
+    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
         cats = {}
         for col in self.columns:
-            counts = _host_counts(frame[col], backend)
+            counts = _count_pairs(stats[col])
             cats[col] = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
         return {"categories": cats}
 
@@ -202,17 +236,21 @@ class Standardize(FeatureOp):
 
     op: ClassVar[str] = "standardize"
 
-    def fit(self, frame: Any, backend: Backend) -> State:
-        self.check_columns(frame)
-        stats = {}
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        wanted = {}
         for col in self.columns:
             series = frame[col]
             if not backend.is_numeric(series):
                 raise DataError(f"standardize: column '{col}' is {series.dtype}, not numeric")
-            mean = float(backend.to_host(series.mean()))
-            std = float(backend.to_host(series.std(ddof=0)))
-            stats[col] = [mean, std if std > 0 and not math.isnan(std) else 1.0]
-        return {"mean_std": stats}
+            wanted[f"{col}.mean"], wanted[f"{col}.std"] = series.mean(), series.std(ddof=0)
+        return wanted
+
+    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+        mean_std = {}
+        for col in self.columns:
+            mean, std = float(stats[f"{col}.mean"]), float(stats[f"{col}.std"])
+            mean_std[col] = [mean, std if std > 0 and not math.isnan(std) else 1.0]
+        return {"mean_std": mean_std}
 
     def transform(self, frame: Any, backend: Backend, state: State) -> Any:
         self.check_columns(frame)
@@ -229,11 +267,13 @@ class Log1p(FeatureOp):
 
     op: ClassVar[str] = "log1p"
 
-    def fit(self, frame: Any, backend: Backend) -> State:
-        self.check_columns(frame)
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        return {col: frame[col].min() for col in self.columns}
+
+    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
         for col in self.columns:
-            low = backend.to_host(frame[col].min())
-            if low is not None and not (isinstance(low, float) and math.isnan(low)) and low <= -1:
+            low = _plain(stats[col])
+            if not _missing_value(low) and low <= -1:
                 raise DataError(f"log1p: column '{col}' has values <= -1 (min {low})")
         return {}
 

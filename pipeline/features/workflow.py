@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.backends import Backend, backend_for
+from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.errors import DataError
 from pipeline.features.ops import OPS, Categorify, FeatureOp, State
 
@@ -53,6 +53,8 @@ class FeatureWorkflow:
 
     def fit_transform(self, frame: Any) -> Any:
         backend = self._backend_for(frame)
+        if is_partitioned(frame):
+            return self._fit_transform_partitioned(frame, backend)
         frame = self._as_frame(frame, backend)
         self.input_columns_ = {str(c): str(frame[c].dtype) for c in frame.columns}
         states: list[State] = []
@@ -74,6 +76,9 @@ class FeatureWorkflow:
     # ------------------------------------------------------------ applying
     def transform(self, frame: Any) -> Any:
         self._check_fitted()
+        if is_partitioned(frame):
+            # Each partition goes through this same method; missing values are checked there.
+            return frame.map_partitions(self.transform, meta=self.transform(frame._meta))
         backend = self._backend_for(frame)
         frame = self._as_frame(frame, backend)
         missing = [c for c in self.input_columns_ if c not in frame.columns]
@@ -85,6 +90,24 @@ class FeatureWorkflow:
         frame = frame[self.output_columns_]
         self._check_no_missing(frame, backend, "input")
         return frame
+
+    def _fit_transform_partitioned(self, frame: Any, backend: Backend) -> Any:
+        """Fit on a Dask frame, one pass over the data per dependency phase; transform lazily."""
+        from pipeline.features.phases import fit_partitioned
+
+        self.input_columns_ = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
+        self.states_, self.passes_ = fit_partitioned(self.ops, frame, backend)
+        meta = frame._meta
+        for op, state in zip(self.ops, self.states_):
+            meta = op.transform(meta, backend, state)
+        non_numeric = [str(c) for c in meta.columns if not backend.is_numeric(meta[c])]
+        if non_numeric:
+            raise DataError(
+                f"columns {non_numeric} are still text after the feature ops; encode them with "
+                "one_hot or categorify, or remove them with drop"
+            )
+        self.output_columns_ = [str(c) for c in meta.columns]
+        return self.transform(frame)
 
     def categorical_cardinalities(self) -> dict[str, int]:
         """Embedding sizes of categorified columns (known values + the 0 bucket)."""

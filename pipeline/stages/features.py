@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -42,8 +43,13 @@ class FeatureSet:
     # Identity that survives pickling (models trained on one FeatureSet on different Dask
     # workers hold different copies of it).
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Partitioned data: X, y, ids are lazy Dask collections over Parquet; rows counted once.
+    partitioned: bool = False
+    row_counts: dict[str, int] = field(default_factory=dict)
 
     def rows(self) -> dict[str, int]:
+        if self.partitioned:
+            return dict(self.row_counts)
         return {name: int(x.shape[0]) for name, x in self.X.items()}
 
     def continuous_index(self) -> list[int]:
@@ -68,10 +74,21 @@ class FeaturesSpec(StageSpec):
 
 
 def build_features(
-    data: SplitData, ops: list[FeatureOp | dict[str, Any]], *, id_column: str | None = None
+    data: SplitData, ops: list[FeatureOp | dict[str, Any]], *, id_column: str | None = None,
+    output_dir: Path | None = None,
 ) -> FeatureSet:
-    """Fit ``ops`` on ``data``'s training split and build the matrices for every split."""
+    """Fit ``ops`` on ``data``'s training split and build the matrices for every split.
+
+    Partitioned (Dask) data is featurized lazily and, with ``output_dir``, written there as
+    partitioned Parquet that the returned FeatureSet reads.
+    """
     backend = data.backend
+    if data.partitioned:
+        from pipeline.features.workflow import op_from_spec
+        from pipeline.stages.partitioned import build_partitioned
+
+        fields = build_partitioned(data, [op_from_spec(o) for o in ops], id_column=id_column, output_dir=output_dir)
+        return FeatureSet(**fields, target=data.target, id_column=id_column, backend=backend, partitioned=True)
     workflow = FeatureWorkflow(ops, backend=backend)
     X, y, ids, codes, handoffs = {}, {}, {}, {}, []
     categorical: list[str] = []
@@ -101,7 +118,12 @@ def build_features(
 
 @register_stage("features", FeaturesSpec)
 def run_features(spec: FeaturesSpec, ctx: StageContext, inputs) -> FeatureSet:
-    result = build_features(only_input(inputs), spec.build_ops(), id_column=spec.id)
+    data = only_input(inputs)
+    output_dir = ctx.artifact_path("partitions", "x").parent if data.partitioned and ctx.artifacts_dir else None
+    result = build_features(data, spec.build_ops(), id_column=spec.id, output_dir=output_dir)
+    if result.partitioned:
+        ctx.facts["passes"] = result.workflow.passes_
+        ctx.facts["partitions"] = {s: int(x.npartitions) for s, x in result.X.items()}
     ctx.facts["rows"] = result.rows()
     ctx.facts["features"] = len(result.feature_names)
     if result.categorical_columns:

@@ -21,6 +21,9 @@ class LoadSpec(StageSpec):
     filters: list[tuple[str, str, Any]] | None = Field(
         None, description='Row filters [column, op, value], all must hold: [[tenure, ">", 0]].'
     )
+    partitioned: bool = Field(
+        False, description="Read as a Dask DataFrame (Parquet folder, CSV glob): for data larger than one process.")
+    blocksize: str = Field("64MiB", description="CSV bytes per partition when partitioned.")
     max_inputs = 0
 
     @field_validator("filters")
@@ -51,10 +54,18 @@ def load_table(
 
 @register_stage("load", LoadSpec)
 def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
-    frame = load_table(
-        spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
-        dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters,
-    )
-    ctx.facts["rows"] = int(len(frame))
+    if spec.partitioned:
+        frame = ctx.backend.read_partitioned(
+            spec.path, format=spec.format, columns=spec.columns, dtypes=spec.dtypes,
+            na_values=spec.na_values, filters=spec.filters, blocksize=spec.blocksize,
+        )
+        # Lazy: counting rows would read everything once more; partitions are known now.
+        ctx.facts["partitions"] = int(frame.npartitions)
+    else:
+        frame = load_table(
+            spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
+            dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters,
+        )
+        ctx.facts["rows"] = int(len(frame))
     ctx.facts["columns"] = int(len(frame.columns))
     return frame

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from pipeline.backends import Backend, backend_for
+from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.errors import DataError
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
 
@@ -27,6 +27,10 @@ class SplitData:
     target: str
     positive: Any
     backend: Backend
+
+    @property
+    def partitioned(self) -> bool:
+        return is_partitioned(self.frames["train"])
 
     def sizes(self) -> dict[str, int]:
         return {name: int(len(frame)) for name, frame in self.frames.items()}
@@ -84,6 +88,8 @@ def split_frame(
     backend = backend_for(frame, backend)
     if target not in frame.columns:
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
+    if is_partitioned(frame):
+        return _split_partitioned(frame, target, positive, test, valid, seed, backend)
     labels = binary_labels(frame[target], positive, backend, column=target)
     frame = frame.assign(**{target: labels})
     y = np.asarray(backend.to_host(labels))
@@ -102,11 +108,40 @@ def split_frame(
     return SplitData(frames=frames, target=target, positive=positive, backend=backend)
 
 
+def _split_partitioned(frame: Any, target: str, positive: Any, test: float, valid: float, seed: int,
+                       backend: Backend) -> SplitData:
+    """Dask's per-partition random split: seeded and one pass, but not stratified.
+
+    Labels are checked partition by partition as the data streams through, not up front,
+    which would cost a pass of its own.
+    """
+    if positive is None and not backend.is_numeric(frame._meta[target]):
+        raise DataError(f"target column '{target}' is {frame._meta[target].dtype}; with partitioned data set "
+                        "positive: to the value that means 1")
+    labeled = frame.map_partitions(_label_partition, target, positive, meta=frame._meta.assign(
+        **{target: frame._meta[target].astype("int8")}))
+    train = 1.0 - test - valid
+    parts = labeled.random_split([train, valid, test], random_state=seed)
+    return SplitData(frames=dict(zip(SPLITS, parts)), target=target, positive=positive, backend=backend)
+
+
+def _label_partition(part: Any, target: str, positive: Any) -> Any:
+    series = part[target]
+    if series.isna().any():
+        raise DataError(f"target column '{target}' has missing values")
+    labels = (series == positive) if positive is not None else series.astype("int8") == 1
+    return part.assign(**{target: labels.astype("int8")})
+
+
 @register_stage("split", SplitSpec)
 def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
     data = split_frame(
         only_input(inputs), spec.target, positive=spec.positive, test=spec.test, valid=spec.valid,
         seed=ctx.seed, stratify=spec.stratify, backend=ctx.backend,
     )
-    ctx.facts["rows"] = data.sizes()
+    if data.partitioned:
+        ctx.facts["partitions"] = int(data.frames["train"].npartitions)
+        ctx.facts["stratified"] = False
+    else:
+        ctx.facts["rows"] = data.sizes()
     return data

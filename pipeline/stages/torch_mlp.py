@@ -82,6 +82,9 @@ def train_torch(
     from pipeline.tensors.training import FitOptions, Split, fit
 
     spec = TorchSpec(kind="torch", **params)
+    if features.partitioned:
+        raise DataError("the torch stage trains in one process and cannot take partitioned data; use "
+                        "model: xgboost in a train stage (xgboost.dask), or load without partitioned: true")
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
     device = _torch_device(spec.device, features)

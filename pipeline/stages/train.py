@@ -46,12 +46,11 @@ class SplitScores(Mapping[str, np.ndarray]):
         return self._cache[split]
 
     def __contains__(self, split: object) -> bool:
-        # Answer from the matrix shapes: Mapping's default would run a prediction to find out.
-        X = self._features.X.get(split)  # type: ignore[call-overload]
-        return X is not None and bool(X.shape[0])
+        # Answer from the row counts: Mapping's default would run a prediction to find out.
+        return bool(self._features.rows().get(split))  # type: ignore[call-overload]
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, x in self._features.X.items() if x.shape[0])
+        return (name for name, rows in self._features.rows().items() if rows)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -118,19 +117,26 @@ def train_model(
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
-    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed)
+    distributed = features.partitioned
+    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=distributed)
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
-    estimator = backend.estimator(spec, kwargs)
+    estimator = backend.estimator(spec, kwargs, distributed=distributed)
     fit_kwargs: dict[str, Any] = {}
     if spec.supports_eval_set and features.rows().get("valid"):
         fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
     started = time.perf_counter()
-    estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
+    if distributed:
+        from pipeline.stages.partitioned import DistributedScorer, fit_distributed
+
+        fit_distributed(estimator, features, fit_kwargs)
+        scores = SplitScores(DistributedScorer(estimator, features), features)
+    else:
+        estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
+        scores = SplitScores.of_estimator(estimator, features)
     fit_seconds = time.perf_counter() - started
     return TrainedModel(
-        name=name or model, model=model, estimator=estimator, features=features,
-        scores=SplitScores.of_estimator(estimator, features),
+        name=name or model, model=model, estimator=estimator, features=features, scores=scores,
         params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds,
     )
 

@@ -1,0 +1,112 @@
+"""What the stages do differently when the data is partitioned (a Dask DataFrame).
+
+``features`` fits the workflow with one pass per dependency phase, transforms every split
+with ``map_partitions`` and writes each split as partitioned Parquet (one more pass for all
+three splits together, into a temporary folder renamed when complete). The ``FeatureSet``
+then reads those files lazily; ``train`` fits a Dask estimator (``xgboost.dask`` on both
+devices, ``cuml.dask`` on GPUs) through the cluster, and scores come back as host vectors.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.backends import Backend, cluster_client, compute_lazy
+from pipeline.errors import DataError
+from pipeline.features import FeatureWorkflow
+from pipeline.features.ops import FeatureOp
+
+
+def featurize_partition(part: Any, workflow: FeatureWorkflow, keep: list[str]) -> Any:
+    """One partition through the fitted workflow, with the target (and id) columns kept."""
+    out = workflow.transform(part.drop(columns=keep))
+    return out.assign(**{column: part[column] for column in keep})
+
+
+def build_partitioned(data: Any, ops: list[FeatureOp], *, id_column: str | None,
+                      output_dir: Path | None) -> dict[str, Any]:
+    """Fit on the training split and featurize every split; returns FeatureSet fields."""
+    backend: Backend = data.backend
+    keep = [data.target] + ([id_column] if id_column else [])
+    train = data.frames["train"]
+    missing = [c for c in keep if c not in train.columns]
+    if missing:
+        raise DataError(f"column(s) {missing} not in the data")
+    workflow = FeatureWorkflow(ops, backend=backend)
+    workflow.fit(train.drop(columns=keep))
+    meta = featurize_partition(train._meta, workflow, keep)
+    featurized = {name: frame.map_partitions(featurize_partition, workflow, keep, meta=meta)
+                  for name, frame in data.frames.items()}
+    if output_dir is not None:
+        featurized = _write_parquet(featurized, output_dir, backend)
+        rows = featurized.pop("__rows__")
+    else:
+        rows = dict(zip(featurized, compute_lazy(*[f.shape[0] for f in featurized.values()])))
+    names = list(workflow.output_columns_)
+    return {
+        "X": {s: f[names] for s, f in featurized.items()},
+        "y": {s: f[data.target] for s, f in featurized.items()},
+        "ids": {s: f[id_column] if id_column else None for s, f in featurized.items()},
+        "feature_names": names, "workflow": workflow, "row_counts": {s: int(n) for s, n in rows.items()},
+    }
+
+
+def _write_parquet(frames: dict[str, Any], folder: Path, backend: Backend) -> dict[str, Any]:
+    """Write every split in one pass; a split's folder appears only once it is complete."""
+    import dask
+    import dask.dataframe as dd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = {name: folder / f".{name}.partial" for name in frames}
+    for path in temporary.values():
+        shutil.rmtree(path, ignore_errors=True)
+    writes = [frame.to_parquet(str(temporary[name]), write_index=False, compute=False)
+              for name, frame in frames.items()]
+    lengths = [frame.shape[0] for frame in frames.values()]
+    results = compute_lazy(*writes, *lengths)
+    rows = dict(zip(frames, results[len(writes):]))
+    out: dict[str, Any] = {}
+    with dask.config.set({"dataframe.backend": backend.dask_backend}):
+        for name in frames:
+            final = folder / name
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(temporary[name], final)
+            out[name] = dd.read_parquet(str(final))
+    out["__rows__"] = rows
+    return out
+
+
+@dataclass
+class DistributedScorer:
+    """Scores of one split from a Dask estimator, computed through the cluster."""
+
+    estimator: Any
+    features: Any
+
+    def __call__(self, split: str) -> np.ndarray:
+        with cluster_client() as client:
+            self.estimator.client = client
+            try:
+                proba = self.estimator.predict_proba(self.features.X[split])
+                (host,) = compute_lazy(proba) if hasattr(proba, "dask") else (proba,)
+            finally:
+                self.estimator.client = None
+        host = np.asarray(self.features.backend.to_host(host), dtype="float64")
+        return host[:, 1] if host.ndim == 2 else host
+
+
+def fit_distributed(estimator: Any, features: Any, fit_kwargs: dict[str, Any]) -> None:
+    """``estimator.fit`` on the Dask collections of the training split, through the cluster."""
+    with cluster_client() as client:
+        estimator.client = client
+        try:
+            estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
+        finally:
+            estimator.client = None      # the estimator is pickled to other workers later
+
