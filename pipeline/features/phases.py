@@ -32,7 +32,8 @@ def op_phases(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[in
     for k, op in enumerate(ops):
         needs = set(op.columns)
         earlier = range(k)
-        if needs - present:                       # made by some earlier op (one-hot output...)
+        known = present.union(*(written_columns(ops[j]) for j in earlier))
+        if needs - known:                         # made by an earlier op under a fitted name (one-hot)
             deps = list(earlier)
         else:
             deps = [j for j in earlier if written_columns(ops[j]) & needs]

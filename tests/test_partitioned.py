@@ -1,0 +1,155 @@
+"""Partitioned (Dask) data: feature statistics in one pass per phase, the same values as in
+memory, Parquet outputs, distributed training on a real local cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import run_pipeline
+from pipeline.errors import DataError
+from pipeline.features import FeatureWorkflow
+from pipeline.features.ops import Categorify, FillMissing, Log1p, OneHot, Standardize
+from pipeline.features.phases import op_phases
+from tests.conftest import TELCO
+
+ONE_HOT = ["gender", "Partner", "Dependents", "PhoneService", "PaperlessBilling", "MultipleLines",
+           "InternetService", "OnlineSecurity", "OnlineBackup", "DeviceProtection", "TechSupport",
+           "StreamingTV", "StreamingMovies", "PaymentMethod"]
+OPS = [
+    FillMissing(columns=["TotalCharges"], strategy="mean", indicator=True),
+    Log1p(columns=["TotalCharges"]),
+    OneHot(columns=ONE_HOT, drop_binary=True),
+    Categorify(columns=["Contract"]),
+    Standardize(columns=["tenure", "MonthlyCharges", "TotalCharges"]),
+]
+
+
+@pytest.fixture(scope="module")
+def telco_features() -> pd.DataFrame:
+    return pd.read_csv(TELCO, na_values=[" "]).drop(columns=["customerID", "Churn"])
+
+
+def test_phases_follow_column_dependencies(telco_features):
+    assert op_phases(OPS, list(telco_features.columns)) == [0, 1, 0, 0, 2]
+    # An op on a column only an earlier op creates depends on every earlier op.
+    late = OPS + [Standardize(columns=["TotalCharges_missing"]), Standardize(columns=["gender=Male"])]
+    assert op_phases(late, list(telco_features.columns))[-2:] == [1, 3]
+
+
+def test_partitioned_fit_matches_the_in_memory_fit(telco_features):
+    memory = FeatureWorkflow(OPS)
+    expected = memory.fit_transform(telco_features)
+    lazy = FeatureWorkflow(OPS)
+    result = lazy.fit_transform(dd.from_pandas(telco_features, npartitions=5))
+    assert lazy.passes_ == 3                          # three phases, three passes over the data
+    assert lazy.output_columns_ == memory.output_columns_
+    got = result.compute().reset_index(drop=True)
+    # Partial sums add up in another order: equal to the last few bits.
+    np.testing.assert_allclose(got.to_numpy(dtype="float64"), expected.to_numpy(dtype="float64"),
+                               rtol=1e-9, atol=1e-12)
+    for a, b in zip(memory.states_, lazy.states_):
+        _assert_close(a, b)
+
+
+def _assert_close(a, b) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_close(a[key], b[key])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_close(x, y)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12)
+    else:
+        assert a == b
+
+
+def test_a_workflow_fitted_on_partitions_saves_and_scores_in_memory(telco_features, tmp_path):
+    lazy = FeatureWorkflow(OPS)
+    lazy.fit(dd.from_pandas(telco_features, npartitions=3))
+    lazy.save(tmp_path / "wf.json")
+    again = FeatureWorkflow.load(tmp_path / "wf.json")
+    out = again.transform(telco_features.head(20))
+    assert list(out.columns) == lazy.output_columns_ and not out.isna().any().any()
+
+
+@pytest.fixture
+def in_project(project):
+    cwd = os.getcwd()
+    os.chdir(project)
+    yield project
+    os.chdir(cwd)
+
+
+def _manifest(result) -> dict:
+    return json.loads((result.run_dir / "manifest.json").read_text())
+
+
+@pytest.mark.slow
+def test_partitioned_pipeline_trains_xgboost_on_the_cluster(in_project):
+    result = run_pipeline("configs/churn_partitioned.yaml", overrides=["stages.xgb.params.n_estimators=60"])
+    manifest = _manifest(result)
+    assert manifest["status"] == "succeeded" and manifest["cluster"]["workers"] == 2
+    assert manifest["stages"]["raw"]["facts"]["partitions"] >= 3          # 1 MB at 256 KiB blocks
+    facts = manifest["stages"]["features"]["facts"]
+    assert facts["passes"] == 3 and sum(facts["rows"].values()) == 7043
+    parts = result.run_dir / "features" / "partitions"
+    assert sorted(p.name for p in parts.iterdir()) == ["test", "train", "valid"]      # nothing half-written
+    assert list((parts / "train").glob("*.parquet"))
+    assert manifest["stages"]["xgb"]["facts"]["estimator"] == "xgboost.dask.DaskXGBClassifier"
+    assert manifest["metrics"]["models"]["xgb"]["roc_auc"] > 0.8
+    predictions = pd.read_parquet(result.run_dir / "export" / "predictions.parquet")
+    assert len(predictions) == facts["rows"]["test"] and predictions["customerID"].is_unique
+
+
+@pytest.mark.slow
+def test_features_are_the_same_in_process_and_on_the_cluster(in_project):
+    here = run_pipeline("configs/churn_partitioned.yaml", overrides=["cluster=null"], until=["features"])
+    there = run_pipeline("configs/churn_partitioned.yaml", until=["features"])
+    for split in ("train", "valid", "test"):
+        a = pd.read_parquet(here.run_dir / "features" / "partitions" / split).sort_values("customerID")
+        b = pd.read_parquet(there.run_dir / "features" / "partitions" / split).sort_values("customerID")
+        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_metrics_agree_between_one_and_two_workers(in_project):
+    """xgboost.dask sketches histograms per worker, so trees may differ slightly with the
+    number of workers: the stated tolerance is 0.01 ROC AUC."""
+    fast = ["stages.xgb.params.n_estimators=60"]
+    one = _manifest(run_pipeline("configs/churn_partitioned.yaml", overrides=[*fast, "cluster.n_workers=1"]))
+    two = _manifest(run_pipeline("configs/churn_partitioned.yaml", overrides=fast))
+    auc1, auc2 = (m["metrics"]["models"]["xgb"]["roc_auc"] for m in (one, two))
+    assert abs(auc1 - auc2) < 0.01, (auc1, auc2)
+
+
+@pytest.mark.slow
+def test_a_model_without_a_distributed_version_says_which_can(in_project):
+    with pytest.raises(DataError) as info:
+        run_pipeline("configs/churn_partitioned.yaml", until=["xgb"],
+                     overrides=["stages.xgb.model=random_forest", "stages.xgb.params={n_estimators: 10}",
+                                "device=cpu"])
+    message = str(info.value)
+    assert "cannot train on partitioned data on the CPU" in message and "xgboost" in message
+    assert info.value.stage == "xgb"
+
+
+def test_training_partitioned_data_without_a_cluster_is_a_clear_error(in_project):
+    with pytest.raises(DataError, match="needs a Dask cluster"):
+        run_pipeline("configs/churn_partitioned.yaml", overrides=["cluster=null"], until=["xgb"])
+
+
+def test_the_torch_stage_refuses_partitioned_data(in_project):
+    config = (in_project / "configs" / "churn_partitioned.yaml").read_text() + (
+        "  mlp: {kind: torch, inputs: [features]}\n")
+    (in_project / "configs" / "nn.yaml").write_text(config)
+    with pytest.raises(DataError, match="cannot take partitioned data"):
+        run_pipeline("configs/nn.yaml", overrides=["cluster=null"], only=["mlp"])
