@@ -715,6 +715,58 @@ def check_backend(report: Report) -> None:
             report.fail(f"manifest distribution {dist}", "not installed under that name (versions() would skip it)")
 
 
+def check_distributed(report: Report) -> None:
+    """LocalCUDACluster's options and the Dask estimators for partitioned data (cuml.dask
+    needs raft-dask, which the gpu extra installs)."""
+    report.section("Dask-CUDA cluster and distributed estimators")
+    from pipeline.backends.cluster import local_cuda_cluster_options
+    from pipeline.config.schema import ClusterConfig
+    from pipeline.models import MODELS
+
+    full = ClusterConfig(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", rmm_pool_size="8GB", device_memory_limit="20GB",
+                         enable_cudf_spill=True, protocol="ucx", memory_limit="32GiB")
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as exc:
+        report.fail("dask_cuda.LocalCUDACluster import", _first_line(exc))
+    else:
+        options = local_cuda_cluster_options(full)
+        # `resources` rides LocalCluster's **worker_kwargs to each worker (a Nanny): check it there.
+        worker_options = {k: options.pop(k) for k in ("resources",) if k in options}
+        report.record(f"LocalCUDACluster({', '.join(sorted(options))})", _bind_constructor(LocalCUDACluster, options))
+        from distributed import Nanny
+
+        report.record(f"distributed.Nanny({', '.join(worker_options)}) [LocalCluster worker_kwargs]",
+                      _bind_constructor(Nanny, worker_options))
+    for spec in MODELS.values():
+        path = spec.class_path("gpu", distributed=True)
+        if path is None:
+            continue
+        module_name, _, class_name = path.partition(":")
+        label = f"{spec.name} [gpu, partitioned] {module_name}.{class_name}"
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            report.fail(f"{label} import", _first_line(exc))
+            continue
+        kwargs, _ = spec.translate(representative_params(spec), "gpu", seed=42, distributed=True)
+        own = {k: v for k, v in kwargs.items() if k in named_init_params(cls)}
+        forwarded = {k: v for k, v in kwargs.items() if k not in own}
+        report.record(f"{label}({', '.join(sorted(own))})", _bind_constructor(cls, own))
+        if forwarded:
+            # cuml.dask passes the rest through **kwargs to the single-GPU estimator on each worker.
+            local_module, _, local_name = spec.gpu_class.partition(":")
+            local = getattr(importlib.import_module(local_module), local_name)
+            report.record(f"{label} forwards ({', '.join(sorted(forwarded))}) to {local_module}.{local_name}",
+                          _bind_constructor(local, forwarded))
+        for method, n_args in (("fit", 2), ("predict_proba", 1)):
+            target = getattr(cls, method, None)
+            if target is None:
+                report.fail(f"{label}.{method}", f"{class_name} has no {method} (scoring needs it)")
+            else:
+                report.record(f"{label}.{method}", check_bind(target, n_args, prepend_self=True))
+
+
 # --------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -744,6 +796,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_call_sites(report, [p.resolve() for p in args.files] or default_scan_targets())
     check_method_calls(report)
     check_models(report)
+    check_distributed(report)
     check_backend(report)
 
     if report.notes:

@@ -184,12 +184,15 @@ class Backend(ABC):
         """``module:Class`` of the estimator this backend uses for a model spec."""
         path = spec.class_path(self.name, distributed=distributed)
         if path is None:
-            others = "xgboost" if self.name == "cpu" else "xgboost, random_forest, logistic_regression"
+            from pipeline.models import MODELS
+
+            others = ", ".join(name for name, s in MODELS.items() if s.class_path(self.name, distributed=True))
             raise DataError(
                 f"model '{spec.name}' cannot train on partitioned data on the {self.name.upper()} "
                 f"(no distributed {spec.name} there). Use one that can ({others}), or load the data "
                 "without partitioned: true if it fits in one process"
-                + ("" if self.name == "gpu" else ", or run on GPUs, where cuML trains it with cuml.dask")
+                + (", or run on GPUs, where cuML trains it with cuml.dask"
+                   if spec.class_path("gpu", distributed=True) and self.name == "cpu" else "")
             )
         return path
 

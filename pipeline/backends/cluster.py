@@ -92,6 +92,11 @@ def _local_cuda_cluster(config: Any) -> Any:
         from dask_cuda import LocalCUDACluster
     except ImportError as exc:
         raise ClusterUnavailable(f"a GPU cluster needs dask-cuda (pip install '.[gpu]'): {exc}") from exc
+    return LocalCUDACluster(**local_cuda_cluster_options(config))
+
+
+def local_cuda_cluster_options(config: Any) -> dict[str, Any]:
+    """Keyword arguments for ``LocalCUDACluster`` (checked against its signature by check-gpu)."""
     options: dict[str, Any] = {
         "threads_per_worker": config.threads_per_worker, "memory_limit": config.memory_limit,
         "host": "127.0.0.1", "dashboard_address": ":0", "silence_logs": logging.WARNING,
@@ -103,4 +108,4 @@ def _local_cuda_cluster(config: Any) -> Any:
         value = getattr(config, key)
         if value is not None:
             options[key] = value
-    return LocalCUDACluster(**{k: v for k, v in options.items() if v is not None})
+    return {k: v for k, v in options.items() if v is not None}
