@@ -611,14 +611,22 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+def _import_class(report: Report, class_path: str, label: str) -> type | None:
+    """The class at ``module:Class``, or None after reporting why it does not import."""
+    module_name, _, class_name = class_path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        report.fail(f"{label} import", _first_line(exc))
+        return None
+
+
 def check_model(report: Report, spec: Any, device: str) -> None:
     class_path = spec.gpu_class if device == "gpu" else spec.cpu_class
     module_name, _, class_name = class_path.partition(":")
     prefix = f"{spec.name} [{device}] {module_name}.{class_name}"
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        report.fail(f"{prefix} import", _first_line(exc))
+    cls = _import_class(report, class_path, prefix)
+    if cls is None:
         return
 
     # Every parameter the registry maps for this device, by name (values do not matter to bind).
@@ -744,10 +752,8 @@ def check_distributed(report: Report) -> None:
             continue
         module_name, _, class_name = path.partition(":")
         label = f"{spec.name} [gpu, partitioned] {module_name}.{class_name}"
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as exc:
-            report.fail(f"{label} import", _first_line(exc))
+        cls = _import_class(report, path, label)
+        if cls is None:
             continue
         kwargs, _ = spec.translate(representative_params(spec), "gpu", seed=42, distributed=True)
         own = {k: v for k, v in kwargs.items() if k in named_init_params(cls)}

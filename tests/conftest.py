@@ -3,6 +3,7 @@ where NVML sees one and RAPIDS imports (those cases are skipped cleanly elsewher
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -34,3 +35,12 @@ def project(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     shutil.copytree(ROOT / "data", tmp_path / "data")
     return tmp_path
+
+
+@pytest.fixture
+def in_project(project: Path):
+    """``project`` as the working directory (config paths are relative to it)."""
+    cwd = os.getcwd()
+    os.chdir(project)
+    yield project
+    os.chdir(cwd)

@@ -63,14 +63,6 @@ def scheduler(tmp_path_factory):
         proc.wait(timeout=30)
 
 
-@pytest.fixture
-def in_project(project):
-    cwd = os.getcwd()
-    os.chdir(project)
-    yield project
-    os.chdir(cwd)
-
-
 def manifest_of(result) -> dict:
     return json.loads((result.run_dir / "manifest.json").read_text())
 

@@ -4,7 +4,6 @@ memory, Parquet outputs, distributed training on a real local cluster."""
 from __future__ import annotations
 
 import json
-import os
 
 import dask.dataframe as dd
 import numpy as np
@@ -79,14 +78,6 @@ def test_a_workflow_fitted_on_partitions_saves_and_scores_in_memory(telco_featur
     again = FeatureWorkflow.load(tmp_path / "wf.json")
     out = again.transform(telco_features.head(20))
     assert list(out.columns) == lazy.output_columns_ and not out.isna().any().any()
-
-
-@pytest.fixture
-def in_project(project):
-    cwd = os.getcwd()
-    os.chdir(project)
-    yield project
-    os.chdir(cwd)
 
 
 def _manifest(result) -> dict:

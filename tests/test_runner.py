@@ -13,14 +13,6 @@ FAST = ["stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=
         "device=cpu"]
 
 
-@pytest.fixture
-def in_project(project):
-    cwd = os.getcwd()
-    os.chdir(project)
-    yield project
-    os.chdir(cwd)
-
-
 def test_run_writes_manifest_config_and_artifacts(in_project):
     result = run_pipeline("configs/churn.yaml", overrides=FAST)
     run_dir = result.run_dir

@@ -63,13 +63,7 @@ class FeatureWorkflow:
             frame = op.transform(frame, backend, state)
             states.append(state)
         self.states_ = states
-        non_numeric = [str(c) for c in frame.columns if not backend.is_numeric(frame[c])]
-        if non_numeric:
-            raise DataError(
-                f"columns {non_numeric} are still text after the feature ops; encode them with "
-                "one_hot or categorify, or remove them with drop"
-            )
-        self.output_columns_ = [str(c) for c in frame.columns]
+        self._set_output_columns(frame, backend)
         self._check_no_missing(frame, backend, "training split")
         return frame
 
@@ -100,14 +94,18 @@ class FeatureWorkflow:
         meta = frame._meta
         for op, state in zip(self.ops, self.states_):
             meta = op.transform(meta, backend, state)
-        non_numeric = [str(c) for c in meta.columns if not backend.is_numeric(meta[c])]
+        self._set_output_columns(meta, backend)
+        return self.transform(frame)
+
+    def _set_output_columns(self, frame: Any, backend: Backend) -> None:
+        """Record the output columns; every one must be numeric by now."""
+        non_numeric = [str(c) for c in frame.columns if not backend.is_numeric(frame[c])]
         if non_numeric:
             raise DataError(
                 f"columns {non_numeric} are still text after the feature ops; encode them with "
                 "one_hot or categorify, or remove them with drop"
             )
-        self.output_columns_ = [str(c) for c in meta.columns]
-        return self.transform(frame)
+        self.output_columns_ = [str(c) for c in frame.columns]
 
     def categorical_cardinalities(self) -> dict[str, int]:
         """Embedding sizes of categorified columns (known values + the 0 bucket)."""
