@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline import __version__
+from pipeline.commands import register as register_commands
 from pipeline.errors import ExitCode, PipelineError
 
 stdout = Console(soft_wrap=True)
@@ -29,7 +30,7 @@ def _split_names(values: Sequence[str]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
-def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map errors to exit codes and one-paragraph messages; tracebacks only with --debug."""
 
     @functools.wraps(fn)
@@ -96,7 +97,7 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH
 @click.option("--scheduler", metavar="ADDRESS",
               help="Run the stages on the Dask cluster at ADDRESS (tcp://host:8786) instead of in this process.")
 @click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors, and the metrics table.")
-@_handle_errors
+@handle_errors
 def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple[str, ...],
         from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, scheduler: str | None,
         quiet: bool) -> None:
@@ -133,7 +134,7 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
 @main.command()
 @config_argument
 @set_option
-@_handle_errors
+@handle_errors
 def validate(config: str, overrides: tuple[str, ...]) -> None:
     """Check CONFIG (schema, stage graph, model parameters) without running anything."""
     from pipeline.config import load_config
@@ -146,7 +147,7 @@ def validate(config: str, overrides: tuple[str, ...]) -> None:
 @config_argument
 @set_option
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
-@_handle_errors
+@handle_errors
 def show(config: str, overrides: tuple[str, ...], fmt: str) -> None:
     """Print the resolved CONFIG: defaults filled in, overrides applied."""
     from pipeline.config import dump_config, load_config
@@ -160,7 +161,7 @@ def show(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 
 @main.command()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
-@_handle_errors
+@handle_errors
 def schema(output: str | None) -> None:
     """Print the JSON Schema of config files, for editor completion and checks."""
     from pipeline.config import json_schema
@@ -177,7 +178,7 @@ def schema(output: str | None) -> None:
 @config_argument
 @set_option
 @click.option("--format", "fmt", type=click.Choice(["text", "mermaid"]), default="text", show_default=True)
-@_handle_errors
+@handle_errors
 def dag(config: str, overrides: tuple[str, ...], fmt: str) -> None:
     """Print the stage graph of CONFIG (text, or Mermaid for Markdown)."""
     from pipeline import dag as dag_module
@@ -193,7 +194,7 @@ def dag(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--require-gpu", is_flag=True, help=f"Exit {ExitCode.BACKEND} unless device: auto would pick the GPU.")
-@_handle_errors
+@handle_errors
 def doctor(as_json: bool, require_gpu: bool) -> None:
     """Report driver, CUDA, GPUs, GPU libraries and what device: auto would choose."""
     from pipeline.doctor import collect, render
@@ -206,6 +207,8 @@ def doctor(as_json: bool, require_gpu: bool) -> None:
     if require_gpu and report["auto_device"] != "gpu":
         sys.exit(ExitCode.BACKEND)
 
+
+register_commands(main)        # `runs`, `predict`... (pipeline/commands)
 
 if __name__ == "__main__":
     main()
