@@ -20,7 +20,7 @@ from rich.table import Table
 
 from pipeline import __version__
 from pipeline.commands import register as register_commands
-from pipeline.errors import ExitCode, PipelineError
+from pipeline.errors import ExitCode, PipelineError, Terminated
 
 stdout = Console(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -43,8 +43,15 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 stderr.print_exception()
             stage = getattr(exc, "stage", None)
             prefix = f"stage '{stage}': " if stage and not str(exc).startswith("stage '") else ""
-            stderr.print(f"[bold red]error:[/] {prefix}{exc}", markup=True, highlight=False)
+            if JSON_ERRORS["on"]:
+                logging.getLogger("pipeline").error("%s%s", prefix, exc, extra={
+                    "event": "error", "stage": stage, "exit_code": exc.exit_code})
+            else:
+                stderr.print(f"[bold red]error:[/] {prefix}{exc}", markup=True, highlight=False)
             sys.exit(exc.exit_code)
+        except Terminated:
+            stderr.print("[yellow]terminated (SIGTERM)[/]")
+            sys.exit(ExitCode.TERMINATED)
         except KeyboardInterrupt:
             stderr.print("[yellow]interrupted[/]")
             sys.exit(ExitCode.INTERRUPTED)
@@ -61,17 +68,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _setup_logging(quiet: bool) -> None:
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%S%z",
-        stream=sys.stderr,
-        force=True,
-    )
-    # Libraries' own chatter (matplotlib's font cache notice) is not part of a run's log.
-    for noisy in ("matplotlib", "PIL", "distributed", "tornado"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+JSON_ERRORS = {"on": False}     # --log-format json: errors are JSON lines too
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -96,22 +93,33 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH
 @click.option("--runs-dir", type=click.Path(file_okay=False), help="Where run folders go (default: the config's runs_dir).")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Run the stages on the Dask cluster at ADDRESS (tcp://host:8786) instead of in this process.")
+@click.option("--force", is_flag=False, flag_value="*", multiple=True, metavar="[STAGES]",
+              help="Rerun stages even if cached: all (--force after CONFIG), or the named ones and what depends on them.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the stage cache.")
+@click.option("--wait", type=click.FloatRange(min=0), default=600, show_default=True, metavar="SECONDS",
+              help="How long to wait for another run of this pipeline to finish (then exit 7).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object per log line, for log shippers (no live display).")
 @click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors, and the metrics table.")
 @handle_errors
 def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple[str, ...],
         from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, scheduler: str | None,
-        quiet: bool) -> None:
+        force: tuple[str, ...], no_cache: bool, wait: float, log_format: str, quiet: bool) -> None:
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
     from pipeline.config import load_config
+    from pipeline.logs import setup_logging, stop_on_sigterm
     from pipeline.progress import ConsoleReporter, LogReporter
     from pipeline.runner import Runner
 
-    _setup_logging(quiet)
+    setup_logging(quiet=quiet, log_format=log_format)
+    JSON_ERRORS["on"] = log_format == "json"
+    stop_on_sigterm()
     cfg = load_config(config, overrides=overrides)
-    interactive = stderr.is_terminal and not quiet
+    interactive = stderr.is_terminal and not quiet and log_format == "text"
     reporter = ConsoleReporter(stderr) if interactive else LogReporter()
+    forced: bool | list[str] = True if "*" in force else _split_names(force)
     runner = Runner(cfg, device=device, runs_dir=runs_dir, reporter=reporter, keep_outputs=False,
-                    config_path=config, scheduler=scheduler)
+                    config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait)
     result = runner.run(only=_split_names(only), from_=_split_names(from_), until=_split_names(until))
     if result.manifest.get("metrics"):
         _print_metrics(result.manifest["metrics"])

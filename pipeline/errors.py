@@ -19,7 +19,9 @@ class ExitCode:
     STAGE = 4             # a stage failed while running
     BACKEND = 5           # the requested device/backend or Dask cluster is not available
     STORAGE = 6           # the run folder cannot be created or written (permissions, disk full)
+    LOCKED = 7            # another run of the same pipeline held the lock past --wait
     INTERRUPTED = 130     # SIGINT / Ctrl-C
+    TERMINATED = 143      # SIGTERM (Kubernetes, systemd, cron timeouts): recorded, then stopped
 
 
 class PipelineError(Exception):
@@ -117,3 +119,13 @@ class StorageError(PipelineError):
     """The run folder or an artifact cannot be written (permissions, a full disk...)."""
 
     exit_code = ExitCode.STORAGE
+
+
+class LockTimeout(PipelineError):
+    """Another run of the same pipeline held the lock for longer than the run would wait."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the run is recorded as interrupted and stops."""

@@ -9,6 +9,8 @@ failed ``StageOutcome``, so a failure crosses a process boundary as plain data. 
 from __future__ import annotations
 
 import contextlib
+import logging
+import pickle
 import sys
 import time
 import traceback
@@ -38,6 +40,8 @@ class StageTask:
     seed: int
     artifacts_dir: Path | None
     import_paths: list[str] = field(default_factory=list)   # config folder, for `python` stages
+    cache_root: Path | None = None          # where to store the output when it succeeds
+    cache_key: str | None = None
 
 
 @dataclass
@@ -89,7 +93,33 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome.seconds = round(time.perf_counter() - t0, 4)
     outcome.peak_rss_bytes, outcome.peak_device_bytes = sampler.peak_rss, sampler.peak_device
     outcome.facts = ctx.facts
+    if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:
+        _store(task, outcome)
     return outcome
+
+
+def _store(task: StageTask, outcome: StageOutcome) -> None:
+    """Keep a successful output for later runs; a cache that cannot be written only warns."""
+    from pipeline.cache import StageCache
+
+    record = {"stage": task.name, "kind": task.spec.kind, "facts": outcome.facts, "seconds": outcome.seconds}
+    try:
+        StageCache(task.cache_root).store(task.cache_key, outcome.output, task.artifacts_dir, record)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
+        logging.getLogger("pipeline").warning("stage %s: output not cached (%s: %s)", task.name,
+                                              type(exc).__name__, exc)
+
+
+def load_cached(cache_root: Path, key: str, name: str) -> StageOutcome:
+    """A cached stage's output as an outcome (a Dask task on a cluster, a call in process)."""
+    from pipeline.cache import StageCache
+
+    entry = StageCache(cache_root).lookup(key)
+    if entry is None:
+        error = StageError(name, "its cache entry disappeared or failed verification while the run was "
+                                 "using it; rerun to recompute it")
+        return StageOutcome(name, "failed", error=error)
+    return StageOutcome(name, "cached", output=entry.load_output(), facts=entry.record.get("facts", {}))
 
 
 def _worker_address() -> str | None:

@@ -28,25 +28,40 @@ class LogReporter:
     """One log line per event, for cron, Kubernetes and CI logs."""
 
     def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None:
-        log.info("run %s started on %s (%s); %d stage(s)", run_id, device.device, device.reason, total)
+        log.info("run %s started on %s (%s); %d stage(s)", run_id, device.device, device.reason, total,
+                 extra={"event": "run_started", "run_id": run_id, "device": device.device, "stages": total})
 
     def cluster_started(self, description: str) -> None:
         log.info("cluster: %s", description)
 
     def stage_started(self, record: StageRecord, index: int, total: int) -> None:
-        log.info("[%d/%d] %s (%s) started", index, total, record.name, record.kind)
+        log.info("[%d/%d] %s (%s) started", index, total, record.name, record.kind,
+                 extra={"event": "stage_started", "stage": record.name, "kind": record.kind})
 
     def stage_progress(self, record: StageRecord) -> LogProgress:
         return LogProgress(log, prefix=f"{record.name}: ")
 
+    def run_finished(self, run_id: str, status: str, manifest: dict) -> None:
+        metrics = manifest.get("metrics") or {}
+        log.info("run %s %s in %.2fs", run_id, status, manifest.get("duration_s") or 0,
+                 extra={"event": "run_finished", "run_id": run_id, "status": status,
+                        "seconds": manifest.get("duration_s"), "metrics": metrics.get("models"),
+                        "best": metrics.get("best")})
+
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
+        extra = {"event": "stage_finished", "stage": record.name, "kind": record.kind, "status": record.status,
+                 "seconds": record.seconds, "peak_rss_bytes": record.peak_rss_bytes, "worker": record.worker}
+        if record.status == "cached":
+            log.info("[%d/%d] %s (%s) unchanged: taken from the cache", index, total, record.name, record.kind,
+                     extra=extra)
+            return
         if record.status == "failed":
             log.error("[%d/%d] %s (%s) failed after %.2fs: %s", index, total, record.name, record.kind,
-                      record.seconds or 0, record.error)
+                      record.seconds or 0, record.error, extra={**extra, "error": record.error})
         else:
             log.info("[%d/%d] %s (%s) done in %.2fs, peak RSS %s%s", index, total, record.name, record.kind,
                      record.seconds or 0, _mib(record.peak_rss_bytes),
-                     f" on {record.worker}" if record.worker else "")
+                     f" on {record.worker}" if record.worker else "", extra=extra)
 
 
 class ConsoleProgress:
@@ -106,9 +121,16 @@ class ConsoleReporter:
     def stage_progress(self, record: StageRecord) -> ConsoleProgress:
         return ConsoleProgress(self)
 
+    def run_finished(self, run_id: str, status: str, manifest: dict) -> None:
+        pass                                   # the CLI prints the metrics table and the run folder
+
     def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
         self._running.pop(record.name, None)
         self._show_running()
+        if record.status == "cached":
+            self.console.print(f"[cyan]↺[/] [{index}/{total}] {record.name} [dim]({record.kind})[/]  "
+                               "unchanged: taken from the cache")
+            return
         mark = "[red]✗[/]" if record.status == "failed" else "[green]✓[/]"
         note = "" if record.selected else " [dim](needed by the selection)[/]"
         if record.worker:

@@ -1,0 +1,76 @@
+"""One run of a pipeline at a time: an advisory ``flock`` on ``<runs_dir>/<pipeline>/.lock``.
+
+The kernel drops a ``flock`` when its holder exits, however it exits (SIGKILL, OOM kill,
+power loss on reboot), so a lock left by a dead process is free again without any cleanup:
+the next run takes it and overwrites the holder note. The note (pid, host, start time, run
+id) is only read to tell a waiting run who holds the lock. ``flock`` is local to one
+machine (and unreliable on some network file systems): runs of the same pipeline from
+several hosts need a scheduler that serialises them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import LockTimeout
+from pipeline.store import host_name, utc_now
+
+
+class RunLock:
+    """Context manager: wait up to ``wait`` seconds for the lock, else raise LockTimeout."""
+
+    def __init__(self, path: str | os.PathLike[str], *, wait: float = 600.0, poll: float = 0.2) -> None:
+        self.path = Path(path)
+        self.wait = wait
+        self.poll = poll
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = self.holder()
+                    os.close(fd)
+                    raise LockTimeout(self._message(holder)) from None
+                time.sleep(self.poll)
+        self._fd = fd
+        self.note(run_id=None)
+        return self
+
+    def note(self, **extra: Any) -> None:
+        """Write who holds the lock (read by runs that wait for it)."""
+        if self._fd is None:
+            return
+        info = {"pid": os.getpid(), "host": host_name(), "since": utc_now(), **extra}
+        data = json.dumps(info).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+
+    def holder(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8") or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def _message(self, holder: dict[str, Any]) -> str:
+        who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, running since {holder.get('since', '?')}"
+               + (f", run {holder['run_id']}" if holder.get("run_id") else ""))
+        return (f"another run of this pipeline holds {self.path} ({who}); waited {self.wait:g} s. "
+                "Wait for it to finish, or raise --wait")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,181 @@
+"""Batch-job behaviour: the stage cache, resume after SIGKILL, locks, SIGTERM, JSON logs.
+
+Every run here is a real ``pipeline run`` (subprocess) or ``run_pipeline`` on the bundled
+data; kills are real signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline import run_pipeline
+from pipeline.errors import ExitCode
+from pipeline.locks import RunLock
+from pipeline.store import sha256_file
+
+pytestmark = pytest.mark.slow
+FAST = ["device=cpu", "stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=30",
+        "stages.mlp.epochs=3"]
+
+
+def statuses(result) -> dict[str, str]:
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    return {name: record["status"] for name, record in manifest["stages"].items()}
+
+
+def cli(project: Path, *args: str, **kw) -> subprocess.Popen | subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pipeline", "run", "configs/churn.yaml",
+               *[a for s in FAST for a in ("--set", s)], *args]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=600, **kw)
+
+
+def test_rerun_with_nothing_changed_runs_no_stage(in_project):
+    first = run_pipeline("configs/churn.yaml", overrides=FAST)
+    second = run_pipeline("configs/churn.yaml", overrides=FAST)
+    assert set(statuses(first).values()) == {"succeeded"}
+    assert set(statuses(second).values()) == {"cached"}
+    assert second.manifest["metrics"] == first.manifest["metrics"]
+    a = json.loads((first.run_dir / "manifest.json").read_text())["artifacts"]
+    b = json.loads((second.run_dir / "manifest.json").read_text())["artifacts"]
+    assert {k: v for k, v in a.items() if k != "config.yaml"} == {k: v for k, v in b.items() if k != "config.yaml"}
+    assert second.outputs["xgb"].scores["test"].tolist() == first.outputs["xgb"].scores["test"].tolist()
+
+
+def test_one_param_change_reruns_exactly_that_stage_and_its_dependents(in_project):
+    run_pipeline("configs/churn.yaml", overrides=FAST)
+    changed = run_pipeline("configs/churn.yaml", overrides=[*FAST, "stages.xgb.params.max_depth=3"])
+    ran = {name for name, status in statuses(changed).items() if status == "succeeded"}
+    assert ran == {"xgb", "evaluate", "export"}
+    forced = run_pipeline("configs/churn.yaml", overrides=FAST, force=["features"])
+    ran = {name for name, status in statuses(forced).items() if status == "succeeded"}
+    assert ran == {"features", "logreg", "forest", "xgb", "mlp", "evaluate", "export"}
+    everything = run_pipeline("configs/churn.yaml", overrides=FAST, force=True)
+    assert set(statuses(everything).values()) == {"succeeded"}
+
+
+def test_input_rewritten_in_place_with_same_size_and_mtime_is_noticed(in_project):
+    run_pipeline("configs/churn.yaml", overrides=FAST)
+    data = in_project / "data" / "telco_customer_churn.csv"
+    stat = data.stat()
+    text = data.read_text()
+    data.write_text(text.replace("Female", "Femal_", 1))     # same size, different content
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert data.stat().st_size == stat.st_size and data.stat().st_mtime_ns == stat.st_mtime_ns
+    again = run_pipeline("configs/churn.yaml", overrides=FAST)
+    assert statuses(again)["raw"] == "succeeded"
+
+
+def test_a_truncated_cache_entry_is_recomputed_never_loaded(in_project, caplog):
+    first = run_pipeline("configs/churn.yaml", overrides=FAST)
+    key = json.loads((first.run_dir / "manifest.json").read_text())["stages"]["features"]["cache_key"]
+    pickle_file = in_project / "runs" / "churn" / ".cache" / key / "output.pkl"
+    pickle_file.write_bytes(pickle_file.read_bytes()[:100])
+    with caplog.at_level("WARNING", logger="pipeline"):
+        second = run_pipeline("configs/churn.yaml", overrides=FAST)
+    assert "failed verification" in caplog.text
+    assert statuses(second)["features"] == "succeeded" and statuses(second)["xgb"] == "cached"
+    assert second.manifest["metrics"] == first.manifest["metrics"]
+
+
+def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_result(project):
+    reference = cli(project, "--runs-dir", "reference")
+    assert reference.returncode == 0, reference.stderr
+    expected = _result_of(project / "reference" / "churn" / "latest")
+    rng = random.Random(1234)
+    for trial in range(10):
+        runs = f"trial{trial}"
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--runs-dir", runs,
+                                 *[a for s in FAST for a in ("--set", s)]],
+                                cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 6.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        rerun = cli(project, "--runs-dir", runs, "--wait", "5")
+        assert rerun.returncode == 0, (trial, rerun.stderr)
+        assert _result_of(project / runs / "churn" / "latest") == expected, f"trial {trial}"
+        leftovers = [p.name for p in (project / runs / "churn" / ".cache").iterdir() if p.name.startswith(".")]
+        assert all(name.startswith(".tmp-") for name in leftovers)   # half-written entries stay hidden
+
+
+def _result_of(run_dir: Path) -> tuple:
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    predictions = pd.read_parquet(run_dir / "export" / "predictions.parquet")
+    for file, digest in manifest["artifacts"].items():          # every artifact is whole
+        assert sha256_file(run_dir / file) == digest, file
+    return json.dumps(manifest["metrics"], sort_keys=True), predictions.round(12).to_json()
+
+
+def test_a_second_run_waits_then_exits_7_naming_the_holder(project):
+    with RunLock(project / "runs" / "churn" / ".lock", wait=0) as lock:
+        lock.note(run_id="the-holder")
+        started = time.monotonic()
+        proc = cli(project, "--wait", "1")
+        waited = time.monotonic() - started
+    assert proc.returncode == ExitCode.LOCKED
+    assert f"pid {os.getpid()}" in proc.stderr and "the-holder" in proc.stderr and "waited 1 s" in proc.stderr
+    assert waited >= 1
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(project):
+    lock_file = project / "runs" / "churn" / ".lock"
+    lock_file.parent.mkdir(parents=True)
+    lock_file.write_text(json.dumps({"pid": 999999, "host": "gone", "since": "2020-01-01T00:00:00Z"}))
+    proc = cli(project, "--wait", "2")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_two_concurrent_runs_never_interleave(project):
+    procs = [subprocess.Popen([sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--no-cache",
+                               *[a for s in FAST for a in ("--set", s)]],
+                              cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for proc in procs:
+        assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    runs = sorted(p for p in (project / "runs" / "churn").iterdir() if p.name[0].isdigit())
+    manifests = [json.loads((r / "manifest.json").read_text()) for r in runs]
+    assert len(manifests) == 2
+    first, second = sorted(manifests, key=lambda m: m["started"])
+    assert first["ended"] <= second["started"], "the second run started only after the first ended"
+    for run_dir, manifest in zip(runs, manifests):
+        for file, digest in manifest["artifacts"].items():
+            assert sha256_file(run_dir / file) == digest
+
+
+def test_sigterm_records_an_interrupted_run_and_exits_143(project):
+    ok = cli(project, "--until", "raw")
+    assert ok.returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--no-cache",
+                             *[a for s in FAST for a in ("--set", s)]],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == ExitCode.TERMINATED
+    runs = project / "runs" / "churn"
+    newest = max(p for p in runs.iterdir() if p.name[0].isdigit())
+    manifest = json.loads((newest / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["error"] == "terminated (SIGTERM)"
+    assert os.readlink(runs / "latest") != newest.name
+
+
+def test_json_logs_are_one_object_per_line(project):
+    proc = cli(project, "--log-format", "json")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    finished = {e["stage"]: e for e in events if e.get("event") == "stage_finished"}
+    assert set(finished) == {"raw", "split", "features", "logreg", "forest", "xgb", "mlp", "evaluate", "export"}
+    assert all(isinstance(e["seconds"], float) for e in finished.values())
+    (done,) = [e for e in events if e.get("event") == "run_finished"]
+    assert done["status"] == "succeeded" and done["metrics"]["xgb"]["roc_auc"] > 0.8
+    bad = cli(project, "--log-format", "json", "--set", "stages.raw.path=data/nope.csv")
+    (error,) = [json.loads(line) for line in bad.stderr.splitlines() if '"event": "error"' in line]
+    assert bad.returncode == ExitCode.DATA and error["exit_code"] == ExitCode.DATA and "nope.csv" in error["message"]
