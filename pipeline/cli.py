@@ -216,7 +216,4 @@ def doctor(as_json: bool, require_gpu: bool) -> None:
         sys.exit(ExitCode.BACKEND)
 
 
-register_commands(main)        # `runs`, `predict`... (pipeline/commands)
-
-if __name__ == "__main__":
-    main()
+register_commands(main)        # `runs`, `predict`... (pipeline/commands); run as `python -m pipeline`

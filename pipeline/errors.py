@@ -89,6 +89,13 @@ class ConfigError(PipelineError):
         return "\n".join(lines)
 
 
+class UsageError(ConfigError):
+    """A bad command-line option value (exit 2, like every ConfigError), as one plain sentence."""
+
+    def _render(self) -> str:
+        return "; ".join(issue.message for issue in self.issues)
+
+
 class DataError(PipelineError):
     """Input data is missing, unreadable, or does not have the expected columns or types."""
 

@@ -103,8 +103,18 @@ def _joblib_predictor(file: Path, meta: dict[str, Any], backend: Backend | None)
             # were saved as plain numbers for exactly this.
             return _linear_predictor(np.asarray(meta["coef"]), np.asarray(meta["intercept"]))
         raise DataError(f"{file}: cannot load this {meta.get('estimator', 'model')} here ({exc}); "
-                        "it needs the library it was trained with") from exc
+                        f"{_needs(meta)}") from exc
     return lambda X, codes: backend_for(X, backend).predict_scores(estimator, X)
+
+
+def _needs(meta: dict[str, Any]) -> str:
+    """Where a model that will not unpickle here can be scored: its device and library."""
+    estimator = str(meta.get("estimator") or "")
+    library = estimator.split(".")[0] or "the library it was trained with"
+    if meta.get("device") == "gpu":
+        return (f"it was trained on the GPU and needs {library}: score it on a machine with an NVIDIA GPU "
+                f"and the RAPIDS stack installed (pip install -e '.[gpu]'), with device gpu")
+    return f"it was trained on the {meta.get('device', 'unknown device')} and needs {library} installed"
 
 
 def _linear_predictor(coef: np.ndarray, intercept: np.ndarray) -> Predictor:

@@ -144,3 +144,24 @@ def test_the_torch_stage_refuses_partitioned_data(in_project):
     (in_project / "configs" / "nn.yaml").write_text(config)
     with pytest.raises(DataError, match="cannot take partitioned data"):
         run_pipeline("configs/nn.yaml", overrides=["cluster=null"], only=["mlp"])
+
+
+def test_features_read_back_keep_x_and_label_partitions_aligned(tmp_path):
+    """Dask fuses Parquet files by the size of the projected columns; X and y must still come
+    out partition for partition (xgboost.dask refused 50 vs 10 partitions at 25M rows)."""
+    import dask
+
+    from pipeline.stages import build_features, split_frame
+
+    frame = dd.read_csv(str(TELCO), na_values=[" "], blocksize="128KiB")
+    data = split_frame(frame, "Churn", positive="Yes", test=0.2, valid=0.1, seed=1)
+    ops = [FillMissing(columns=["TotalCharges"], strategy="mean"), OneHot(columns=ONE_HOT + ["Contract"])]
+    # The threshold below which files are fused, lowered so this small table behaves like a big one.
+    with dask.config.set({"dataframe.parquet.minimum-partition-size": 1}):
+        features = build_features(data, ops, id_column="customerID", output_dir=tmp_path)
+        for split in ("train", "test"):
+            # Partitions as Dask will compute them: after its optimizer has fused files.
+            parts = {features.X[split].optimize().npartitions, features.y[split].optimize().npartitions,
+                     features.ids[split].optimize().npartitions}
+            assert len(parts) == 1 and parts.pop() >= 4, split
+            assert len(features.X[split]) == len(features.y[split]) == features.rows()[split]

@@ -11,6 +11,8 @@ import importlib
 import click
 
 COMMANDS: tuple[str, ...] = (
+    "pipeline.commands.runs:runs",
+    "pipeline.commands.predict:predict",
 )
 
 

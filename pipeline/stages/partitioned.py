@@ -50,11 +50,26 @@ def build_partitioned(data: Any, ops: list[FeatureOp], *, id_column: str | None,
         rows = dict(zip(featurized, compute_lazy(*[f.shape[0] for f in featurized.values()])))
     names = list(workflow.output_columns_)
     return {
-        "X": {s: f[names] for s, f in featurized.items()},
-        "y": {s: f[data.target] for s, f in featurized.items()},
-        "ids": {s: f[id_column] if id_column else None for s, f in featurized.items()},
+        "X": {s: select(f, names) for s, f in featurized.items()},
+        "y": {s: select(f, data.target) for s, f in featurized.items()},
+        "ids": {s: select(f, id_column) if id_column else None for s, f in featurized.items()},
         "feature_names": names, "workflow": workflow, "row_counts": {s: int(n) for s, n in rows.items()},
     }
+
+
+def select(frame: Any, columns: list[str] | str) -> Any:
+    """Columns of a partitioned frame, keeping its partitions.
+
+    A plain ``frame[columns]`` over ``read_parquet`` lets Dask push the projection into the
+    reader, which then fuses files by how small the projected columns are: X and its label
+    came out with 50 and 10 partitions, and xgboost.dask refuses misaligned partitions. A
+    ``map_partitions`` projection keeps every selection partition for partition.
+    """
+    return frame.map_partitions(_take, columns, meta=frame._meta[columns])
+
+
+def _take(part: Any, columns: list[str] | str) -> Any:
+    return part[columns]
 
 
 def _write_parquet(frames: dict[str, Any], folder: Path, backend: Backend) -> dict[str, Any]:

@@ -1,0 +1,470 @@
+"""Run history: find run folders, read their manifests, resolve a run reference, diff, prune.
+
+Plain functions over the run folders ``<runs_dir>/<pipeline>/<run-id>/`` that ``pipeline run``
+writes (see ``pipeline.store``); ``pipeline.commands.runs`` only renders what they return.
+Nothing here trusts a run folder to be whole: a missing or corrupt manifest is reported as the
+status "unreadable", never raised, because one bad folder must not hide the other runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ConfigError, ConfigIssue, DataError, StorageError
+from pipeline.store import host_name
+
+# UTC start stamp with milliseconds, then random hex (pipeline.store.RunStore): sorts by start.
+RUN_ID = re.compile(r"^(\d{8}T\d{6}\.\d{3})Z-[0-9a-f]+$")
+LATEST = "latest"
+FINISHED = ("succeeded", "failed", "interrupted")
+UNREADABLE = "unreadable"
+# Prefix of a run folder being deleted: hidden, so a half-deleted run is never listed as a run.
+DELETING_PREFIX = ".deleting-"
+
+
+@dataclass
+class Run:
+    """One run folder and what could be read from it (``manifest`` is None when unreadable)."""
+
+    pipeline: str
+    run_id: str
+    path: Path
+    manifest: dict[str, Any] | None
+    problem: str | None = None          # why the manifest could not be read
+    latest: bool = False                # ``<pipeline>/latest`` points here
+
+    @property
+    def status(self) -> str:
+        if self.manifest is None:
+            return UNREADABLE
+        return str(self.manifest.get("status"))
+
+    @property
+    def started(self) -> str | None:
+        """The manifest's start time, else the one encoded in the run id (unreadable runs)."""
+        if self.manifest is not None and self.manifest.get("started"):
+            return str(self.manifest["started"])
+        return started_from_run_id(self.run_id)
+
+
+@dataclass
+class PrunePlan:
+    """Which runs of one pipeline go and which stay, with the reason each one stays."""
+
+    pipeline: str
+    delete: list[Run] = field(default_factory=list)
+    keep: list[tuple[Run, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- finding runs
+def started_from_run_id(run_id: str) -> str | None:
+    """ISO start time from a run id, so even a run without a manifest has a place in time."""
+    match = RUN_ID.match(run_id)
+    if not match:
+        return None
+    stamp = datetime.strptime(match.group(1), "%Y%m%dT%H%M%S.%f").replace(tzinfo=timezone.utc)
+    return stamp.isoformat(timespec="milliseconds")
+
+
+def load_manifest(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``(manifest, None)`` or ``(None, why)``: history commands list broken runs, not crash on them."""
+    path = run_dir / "manifest.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, "no manifest.json"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read manifest.json: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        return None, f"manifest.json is not valid JSON: {exc}"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
+        return None, "manifest.json has no status"
+    return manifest, None
+
+
+def latest_target(pipeline_dir: Path) -> str | None:
+    """Name of the run folder ``latest`` points to, or None (no successful run yet)."""
+    try:
+        return Path(os.readlink(pipeline_dir / LATEST)).name
+    except OSError:
+        return None
+
+
+def pipeline_dirs(runs_dir: str | os.PathLike[str], pipeline: str | None = None) -> list[Path]:
+    """Pipeline folders under ``runs_dir`` (one, when ``pipeline`` is named; an unknown name is an error).
+
+    A missing ``runs_dir`` means no runs yet, not an error: listing and pruning in a fresh
+    project (or a cron job before the first run) have nothing to do.
+    """
+    root = Path(runs_dir)
+    if not root.is_dir():
+        if pipeline is not None:
+            raise ConfigError([ConfigIssue("--pipeline", f"no runs of pipeline '{pipeline}': "
+                                                         f"runs folder '{root}' does not exist")])
+        return []
+    found = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+    if pipeline is None:
+        return found
+    for folder in found:
+        if folder.name == pipeline:
+            return [folder]
+    names = ", ".join(p.name for p in found) or "none"
+    raise ConfigError([ConfigIssue("--pipeline", f"no runs of pipeline '{pipeline}' under '{root}' "
+                                                 f"(pipelines there: {names})")])
+
+
+def runs_in(pipeline_dir: Path) -> list[Run]:
+    """Run folders of one pipeline, newest first.
+
+    Only folders named like run ids count, so prune never touches anything else a user keeps
+    there, and hidden folders (a deletion in progress, temporary files) are never runs.
+    """
+    latest = latest_target(pipeline_dir)
+    runs = []
+    for entry in pipeline_dir.iterdir():
+        if entry.is_symlink() or not entry.is_dir() or not RUN_ID.match(entry.name):
+            continue
+        manifest, problem = load_manifest(entry)
+        runs.append(Run(pipeline_dir.name, entry.name, entry, manifest, problem, latest=entry.name == latest))
+    runs.sort(key=lambda r: r.run_id, reverse=True)
+    return runs
+
+
+def find_runs(runs_dir: str | os.PathLike[str], pipeline: str | None = None) -> list[Run]:
+    """Every run under ``runs_dir`` (or of one pipeline), newest first across pipelines."""
+    runs = [run for folder in pipeline_dirs(runs_dir, pipeline) for run in runs_in(folder)]
+    runs.sort(key=lambda r: (r.run_id, r.pipeline), reverse=True)
+    return runs
+
+
+# ---------------------------------------------------------------------------- resolving RUN
+def resolve_run(ref: str, runs_dir: str | os.PathLike[str], pipeline: str | None = None,
+                *, argument: str = "RUN") -> Run:
+    """The run that ``ref`` names: a path to a run folder, "latest", a run id or a unique prefix of one.
+
+    Anything that does not name exactly one run is a ConfigError (exit 2) that says what was
+    looked for and lists the candidates, so the next attempt can be right.
+    """
+    path = Path(ref)
+    if ref != LATEST and path.is_dir():
+        return _run_at(path, argument)
+    if os.sep in ref or (os.altsep and os.altsep in ref):
+        raise _not_found(argument, f"no run folder at '{ref}'")
+    if ref == LATEST:
+        return _latest_run(runs_dir, pipeline, argument)
+    runs = find_runs(runs_dir, pipeline)
+    where = f"'{runs_dir}'" + (f" (pipeline '{pipeline}')" if pipeline else "")
+    matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        newest = ", ".join(_label(r, runs) for r in runs[:10]) or "none"
+        more = f" and {len(runs) - 10} older" if len(runs) > 10 else ""
+        raise _not_found(argument, f"no run id starting with '{ref}' under {where}; runs there, newest first: "
+                                   f"{newest}{more}")
+    listed = ", ".join(_label(r, runs) for r in matches[:20])
+    more = f" and {len(matches) - 20} more" if len(matches) > 20 else ""
+    raise _not_found(argument, f"run id prefix '{ref}' is ambiguous under {where}: it matches {len(matches)} runs "
+                               f"({listed}{more}); give more of the id")
+
+
+def _label(run: Run, runs: Iterable[Run]) -> str:
+    several = len({r.pipeline for r in runs}) > 1
+    return f"{run.pipeline}/{run.run_id}" if several else run.run_id
+
+
+def _not_found(argument: str, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(argument, message)])
+
+
+def _run_at(path: Path, argument: str) -> Run:
+    folder = path.resolve()
+    looks_like_run = RUN_ID.match(folder.name) or (folder / "manifest.json").exists() or (folder / "config.yaml").exists()
+    if not looks_like_run:
+        raise _not_found(argument, f"'{path}' is a folder but not a run folder (no manifest.json or config.yaml)")
+    manifest, problem = load_manifest(folder)
+    pipeline = str(manifest.get("pipeline") or folder.parent.name) if manifest else folder.parent.name
+    latest = latest_target(folder.parent) == folder.name
+    return Run(pipeline, folder.name, folder, manifest, problem, latest=latest)
+
+
+def _latest_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument: str) -> Run:
+    folders = pipeline_dirs(runs_dir, pipeline)
+    if not folders:
+        raise _not_found(argument, f"no runs under '{runs_dir}' (the folder is missing or empty), so no latest run")
+    if len(folders) > 1:
+        names = ", ".join(f.name for f in folders)
+        raise _not_found(argument, f"'latest' needs --pipeline: '{runs_dir}' holds several pipelines ({names})")
+    folder = folders[0]
+    target = latest_target(folder)
+    if target is None:
+        raise _not_found(argument, f"pipeline '{folder.name}' has no latest run (no run has succeeded yet)")
+    run = next((r for r in runs_in(folder) if r.run_id == target), None)
+    if run is None:
+        raise _not_found(argument, f"'{folder / LATEST}' points to '{target}', which is not a run folder")
+    return run
+
+
+def require_manifest(run: Run) -> dict[str, Any]:
+    """The manifest of a run that a command cannot show without one (DataError, exit 3, otherwise)."""
+    if run.manifest is None:
+        raise DataError(f"run {run.run_id}: {run.problem} in {run.path}")
+    return run.manifest
+
+
+def load_run_config(run: Run) -> dict[str, Any]:
+    """The resolved config the run used (config.yaml), as plain data for diffing."""
+    import yaml
+
+    path = run.path / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"run {run.run_id}: no config.yaml in {run.path}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise DataError(f"run {run.run_id}: cannot read {path}: {exc}") from None
+    return data if isinstance(data, dict) else {"": data}
+
+
+# ---------------------------------------------------------------------------- summaries
+def is_abandoned(manifest: dict[str, Any], host: str | None = None) -> bool:
+    """True for a "running" run whose process is gone: it will never finish, so prune may delete it.
+
+    Only decidable on the host that ran it; a run from another host is treated as alive. A pid
+    now held by a process that started after the run did is a reused pid, not the run.
+    """
+    if manifest.get("status") != "running":
+        return False
+    if manifest.get("host") != (host or host_name()):
+        return False
+    pid = manifest.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        created = process.create_time()
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False                     # exists, but we may not look at it: assume it is the run
+    started = _parse_time(manifest.get("started"))
+    return started is not None and created > started.timestamp() + 1.0
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def headline(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The metric the run ranks models by, for its best model: one number to compare runs at a glance."""
+    metrics = (manifest or {}).get("metrics")
+    if not isinstance(metrics, dict):
+        return None
+    best, rank_by = metrics.get("best"), metrics.get("rank_by")
+    if best is None or rank_by is None:
+        return None
+    value = _models(metrics).get(best, {}).get(rank_by)
+    return {"metric": rank_by, "model": best, "value": as_number(value)}
+
+
+def summary(run: Run) -> dict[str, Any]:
+    """One row of ``runs list`` as plain data (the --json form)."""
+    manifest = run.manifest or {}
+    device = manifest.get("device") if isinstance(manifest.get("device"), dict) else {}
+    return {
+        "run_id": run.run_id,
+        "pipeline": run.pipeline,
+        "status": run.status,
+        "abandoned": bool(run.manifest) and is_abandoned(manifest),
+        "latest": run.latest,
+        "started": run.started,
+        "ended": manifest.get("ended"),
+        "duration_s": manifest.get("duration_s"),
+        "device": device.get("name"),
+        "headline": headline(run.manifest),
+        "error": manifest.get("error") if run.manifest is not None else run.problem,
+        "path": str(run.path),
+    }
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as null: manifests may hold NaN metrics, which strict JSON readers reject."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------- diff
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key paths to leaf values, lists by index: the same paths ``--set`` takes.
+
+    Empty dicts and lists are leaves, so "became empty" is a visible change.
+    """
+    if isinstance(value, dict) and value:
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list) and value:
+        items = enumerate(value)
+    else:
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, item in items:
+        out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def diff_flat(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Keys whose values differ: ``{key, change: changed|added|removed, a, b}``, by key ("added" = only in B)."""
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        if key not in a:
+            rows.append({"key": key, "change": "added", "a": None, "b": b[key]})
+        elif key not in b:
+            rows.append({"key": key, "change": "removed", "a": a[key], "b": None})
+        elif a[key] != b[key] or type(a[key]) is not type(b[key]):
+            rows.append({"key": key, "change": "changed", "a": a[key], "b": b[key]})
+    return rows
+
+
+def diff_metrics(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per model and metric: A, B and B-A (None where a side has no number), in A's order then B's."""
+    models_a = _models(a)
+    models_b = _models(b)
+    rows = []
+    for model in list(models_a) + [m for m in models_b if m not in models_a]:
+        values_a, values_b = models_a.get(model, {}), models_b.get(model, {})
+        for metric in list(values_a) + [m for m in values_b if m not in values_a]:
+            va, vb = as_number(values_a.get(metric)), as_number(values_b.get(metric))
+            delta = vb - va if va is not None and vb is not None else None
+            rows.append({"model": model, "metric": metric, "a": va, "b": vb, "delta": delta})
+    return rows
+
+
+def _models(metrics: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    models = (metrics or {}).get("models")
+    if not isinstance(models, dict):
+        return {}
+    return {name: values for name, values in models.items() if isinstance(values, dict)}
+
+
+def as_number(value: Any) -> float | None:
+    """A finite number as float, else None (missing, NaN, not a number): deltas need real numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+# Manifest fields that explain why two runs differ besides the config: outcome, device, software.
+RUN_FIELDS = ("pipeline", "status", "device.name", "device.requested", "device.reason", "host", "error")
+
+
+def diff_runs(a: Run, b: Run) -> dict[str, Any]:
+    """Everything ``runs diff`` reports: run fields, versions, resolved config, metrics."""
+    manifest_a, manifest_b = require_manifest(a), require_manifest(b)
+    flat_a, flat_b = flatten(manifest_a), flatten(manifest_b)
+    run_rows = [{"key": key, "a": flat_a.get(key), "b": flat_b.get(key)}
+                for key in RUN_FIELDS if flat_a.get(key) != flat_b.get(key)]
+    versions = diff_flat(flatten(manifest_a.get("versions") or {}, "versions"),
+                         flatten(manifest_b.get("versions") or {}, "versions"))
+    metrics_a = manifest_a.get("metrics") if isinstance(manifest_a.get("metrics"), dict) else None
+    metrics_b = manifest_b.get("metrics") if isinstance(manifest_b.get("metrics"), dict) else None
+    settings = [{"key": key, "a": (metrics_a or {}).get(key), "b": (metrics_b or {}).get(key)}
+                for key in ("split", "threshold", "rank_by", "best")]
+    return {
+        "a": summary(a),
+        "b": summary(b),
+        "run": run_rows + [{"key": r["key"], "a": r["a"], "b": r["b"]} for r in versions],
+        "config": diff_flat(flatten(load_run_config(a)), flatten(load_run_config(b))),
+        "metrics": {"settings": settings, "models": diff_metrics(metrics_a, metrics_b)},
+    }
+
+
+# ---------------------------------------------------------------------------- prune
+def plan_prune(runs: list[Run], keep: int, *, host: str | None = None) -> PrunePlan:
+    """Choose what ``prune --keep N`` deletes in one pipeline (``runs`` newest first).
+
+    Kept: the N newest finished runs (an abandoned run counts as finished: it ended, just not
+    cleanly, and may be the evidence of a crash), the run ``latest`` points to wherever it is,
+    every run still running, and every run whose manifest cannot be read (its state is
+    unknown: it may be a run that has only just created its folder). The rest are deleted.
+    """
+    if keep < 0:
+        raise ConfigError([ConfigIssue("--keep", f"must be 0 or more, got {keep}")])
+    plan = PrunePlan(runs[0].pipeline if runs else "")
+    finished = 0
+    for run in runs:
+        if run.manifest is None:
+            plan.keep.append((run, f"manifest unreadable ({run.problem}); remove it by hand if it is junk"))
+            continue
+        running = run.status not in FINISHED
+        if running and not is_abandoned(run.manifest, host):
+            plan.keep.append((run, f"{run.status} (pid {run.manifest.get('pid')} on {run.manifest.get('host')})"))
+            continue
+        finished += 1
+        if finished <= keep:
+            plan.keep.append((run, f"one of the {keep} newest"))
+        elif run.latest:
+            plan.keep.append((run, "latest"))
+        else:
+            plan.delete.append(run)
+    return plan
+
+
+def delete_run(run: Run) -> None:
+    """Delete a run folder: first rename it to a hidden name beside it, then remove that.
+
+    The rename is atomic, so a reader sees the whole run or no run; if the removal stops half
+    way (a crash, a permission) what is left is hidden and ``remove_leftover`` finishes it.
+    Refuses a run that ``latest`` has come to point at since the plan was made.
+    """
+    if latest_target(run.path.parent) == run.run_id:
+        raise StorageError(f"not deleting {run.path}: 'latest' points to it")
+    hidden = run.path.with_name(f"{DELETING_PREFIX}{run.run_id}.{secrets.token_hex(3)}")
+    try:
+        os.rename(run.path, hidden)
+    except OSError as exc:
+        raise StorageError(f"cannot delete {run.path}: {exc.strerror or exc}") from exc
+    try:
+        shutil.rmtree(hidden)
+    except OSError as exc:
+        raise StorageError(f"{run.path} was hidden as {hidden.name} but removing it failed: "
+                           f"{exc.strerror or exc}; the next prune retries") from exc
+
+
+def leftovers(pipeline_dir: Path) -> list[Path]:
+    """Hidden remains of deletions that were interrupted (see ``delete_run``)."""
+    return sorted(p for p in pipeline_dir.iterdir()
+                  if p.name.startswith(DELETING_PREFIX) and p.is_dir() and not p.is_symlink())
+
+
+def remove_leftover(path: Path) -> None:
+    """Finish an interrupted deletion (a hidden ``.deleting-`` folder)."""
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        raise StorageError(f"cannot remove {path}: {exc.strerror or exc}") from exc

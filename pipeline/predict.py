@@ -1,0 +1,380 @@
+"""Batch scoring with a model a run exported: ``pipeline predict`` as a library function.
+
+    from pipeline.predict import predict_batch
+    result = predict_batch("latest", "new_customers.csv", "scores.parquet", na_values=[" "])
+
+The order of the steps is the point of this module. Everything that can be checked cheaply
+is checked before anything expensive happens, and nothing is written until every row has
+been scored:
+
+1. the output format (from the suffix) and the threshold;
+2. the run (id, folder or ``latest``) and that it succeeded;
+3. the model's files against the sha256 checksums in the run's manifest, so a truncated or
+   edited artifact is reported as corrupt instead of being unpickled or half-loaded;
+4. the input's columns and types against those the feature workflow was fitted on, file by
+   file, so a schema problem names the file and every offending column at once;
+5. scoring, then one atomic write: on any error the output path is left as it was.
+
+Device handling stays in ``pipeline.backends`` and ``pipeline.scoring``: this module only
+passes the device name on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import DataError, StorageError, UsageError
+
+OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
+INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+DEFAULT_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    """What a batch scoring did: for the summary line and for callers that log it."""
+
+    rows: int
+    model: str
+    output: Path
+    seconds: float
+    run_dir: Path
+    device: str
+    threshold: float
+
+
+def predict_batch(
+    run: str | os.PathLike[str],
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    model: str | None = None,
+    runs_dir: str | os.PathLike[str] = "runs",
+    pipeline: str | None = None,
+    device: str | None = None,
+    threshold: float | None = None,
+    na_values: Sequence[str] | None = None,
+) -> PredictResult:
+    """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
+
+    ``run`` is a run id, a run folder or ``"latest"`` (under ``runs_dir``/``pipeline``);
+    ``model`` defaults to the run's best model; ``device`` is ``cpu``, ``gpu`` or ``auto``
+    (None: auto); ``threshold`` defaults to the run's evaluate threshold, else 0.5.
+    Output columns: the id column (when the model has one), ``score``, ``prediction``
+    (1 when score >= threshold, else 0) and ``model``. Raises ``UsageError`` (a ``ConfigError``: bad options),
+    ``DataError`` (run, artifacts or input), ``BackendUnavailable`` or ``StorageError``.
+    """
+    from pipeline.backends import resolve_backend
+    from pipeline.scoring import load_model
+
+    started = time.perf_counter()
+    output = Path(output)
+    out_format = output_format(output)
+    if threshold is not None and not 0.0 < threshold < 1.0:
+        raise UsageError(f"--threshold must be between 0 and 1 (exclusive), got {threshold}")
+    files = input_files(input)
+
+    run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline)
+    manifest = read_manifest(run_dir)
+    models = exported_models(run_dir, manifest)
+    metrics = run_metrics(run_dir, manifest)
+    name = choose_model(models, model, metrics, run_dir)
+    verify_artifacts(run_dir, manifest, models[name])
+    if threshold is None:
+        threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
+
+    backend, _ = resolve_backend(device or "auto")
+    saved = load_model(run_dir / models[name], device=backend.name)
+    id_column = saved.meta.get("id_column")
+    frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values)
+
+    rows = int(len(frame))
+    scores = np.asarray(saved.score(frame), dtype="float64") if rows else np.empty(0, dtype="float64")
+    table: dict[str, Any] = {}
+    if id_column:
+        table[id_column] = backend.to_host(frame[id_column]).reset_index(drop=True)
+    table["score"] = scores
+    table["prediction"] = (scores >= threshold).astype("int64")
+    table["model"] = pd.Series([name] * rows, dtype="str")
+    write_table(pd.DataFrame(table), output, out_format)
+    return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
+                         run_dir=run_dir, device=backend.name, threshold=threshold)
+
+
+# ------------------------------------------------------------------ output
+def output_format(path: Path) -> str:
+    """``parquet`` or ``csv`` from the suffix; anything else is a usage error (checked first)."""
+    fmt = OUTPUT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise UsageError(f"--output {path}: the file name must end in .parquet or .csv")
+    if path.is_dir():
+        raise UsageError(f"--output {path} is a folder; give a file name ending in .parquet or .csv")
+    return fmt
+
+
+def write_table(table: pd.DataFrame, path: Path, fmt: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it: readers (and a failed write)
+    never see a partial file, and an existing file stays as it was until the rename."""
+    from pipeline.store import atomic_destination
+
+    try:
+        with atomic_destination(path) as tmp:
+            if fmt == "parquet":
+                table.to_parquet(tmp, index=False)
+            else:
+                table.to_csv(tmp, index=False)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+# ------------------------------------------------------------------ the run
+def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str] = "runs",
+                pipeline: str | None = None) -> Path:
+    """The run folder for a run id, a run folder path, or ``latest``.
+
+    ``pipeline`` may be left out when ``runs_dir`` holds one pipeline (the usual case), so
+    a cron line does not repeat the config's name.
+    """
+    text = str(run)
+    as_path = Path(text)
+    if text != "latest" and (as_path / "manifest.json").is_file():
+        return as_path.resolve()
+    root = Path(runs_dir)
+    if pipeline is not None:
+        candidates = [root / pipeline]
+        if not candidates[0].is_dir():
+            raise DataError(f"no runs of pipeline '{pipeline}' under {root}{_pipelines_hint(root)}")
+    else:
+        candidates = _pipeline_dirs(root)
+        if not candidates:
+            raise DataError(f"no runs under {root}: run `pipeline run CONFIG` first, or pass --runs-dir "
+                            "(or a run folder as --run)")
+    if text == "latest":
+        if len(candidates) > 1:
+            raise UsageError(f"{root} holds runs of several pipelines "
+                              f"({', '.join(p.name for p in candidates)}); pass --pipeline NAME")
+        link = candidates[0] / "latest"
+        if not (link / "manifest.json").is_file():
+            raise DataError(f"{candidates[0]} has no successful run yet ('latest' is missing)")
+        return link.resolve()
+    found = [p / text for p in candidates if (p / text / "manifest.json").is_file()]
+    if len(found) == 1:
+        return found[0].resolve()
+    if len(found) > 1:
+        raise UsageError(f"run '{text}' exists for several pipelines "
+                          f"({', '.join(p.parent.name for p in found)}); pass --pipeline NAME")
+    where = candidates[0] if len(candidates) == 1 else root
+    raise DataError(f"run '{text}' not found: not a run folder, and no run with that id under {where}")
+
+
+def _pipeline_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _pipelines_hint(root: Path) -> str:
+    names = [p.name for p in _pipeline_dirs(root)]
+    return f" (pipelines there: {', '.join(names)})" if names else ""
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest; only a succeeded run's models are used (a failed or running one
+    may have a partial export and has no complete checksums)."""
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read the run manifest ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise DataError(f"{path}: not a run manifest")
+    status = manifest.get("status")
+    if status != "succeeded":
+        raise DataError(f"run {run_dir.name} did not succeed (status: {status}); score with a succeeded run")
+    return manifest
+
+
+def _stage_kinds(manifest: dict[str, Any]) -> dict[str, str]:
+    stages = manifest.get("stages") or {}
+    return {name: str(rec.get("kind")) for name, rec in stages.items() if isinstance(rec, dict)}
+
+
+def exported_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, str]:
+    """Model name -> folder relative to the run, for each model the manifest lists
+    (``<export stage>/models/<name>/model.json``); files not in the manifest are not offered."""
+    kinds = _stage_kinds(manifest)
+    models: dict[str, str] = {}
+    for key in sorted(manifest.get("artifacts") or {}):
+        parts = Path(key).parts
+        if len(parts) == 4 and parts[1] == "models" and parts[3] == "model.json" \
+                and kinds.get(parts[0], "export") == "export":
+            models.setdefault(parts[2], str(Path(*parts[:3])))
+    if not models:
+        raise DataError(f"run {run_dir.name} exported no models (add an export stage with models: true)")
+    return models
+
+
+def run_metrics(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The first evaluate stage's metrics.json (the one the manifest reports), checksum
+    verified; empty when the run has no evaluate stage."""
+    artifacts = manifest.get("artifacts") or {}
+    for stage, kind in _stage_kinds(manifest).items():
+        key = f"{stage}/metrics.json"
+        if kind == "evaluate" and key in artifacts:
+            _verify_file(run_dir, key, artifacts[key], what="metrics")
+            try:
+                return dict(json.loads((run_dir / key).read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError) as exc:
+                raise DataError(f"{run_dir / key}: cannot read the run's metrics ({exc})") from exc
+    return {}
+
+
+def choose_model(models: dict[str, str], requested: str | None, metrics: dict[str, Any], run_dir: Path) -> str:
+    """The requested model, else the run's best, else the only one."""
+    available = ", ".join(sorted(models))
+    if requested is not None:
+        if requested not in models:
+            raise UsageError(f"--model {requested}: run {run_dir.name} has no such exported model "
+                              f"(available: {available})")
+        return requested
+    best = metrics.get("best")
+    if best in models:
+        return str(best)
+    if len(models) == 1:
+        return next(iter(models))
+    raise UsageError(f"run {run_dir.name} names no best model; pass --model (available: {available})")
+
+
+def verify_artifacts(run_dir: Path, manifest: dict[str, Any], folder: str) -> None:
+    """Every file of the model folder must match its sha256 in the manifest before anything
+    is loaded: a corrupt pickle or state_dict is never deserialised."""
+    artifacts = manifest.get("artifacts") or {}
+    prefix = folder.rstrip("/") + "/"
+    listed = {key: digest for key, digest in artifacts.items() if key.startswith(prefix)}
+    for required in ("model.json", "workflow.json"):
+        if prefix + required not in listed:
+            raise DataError(f"model artifact {run_dir / folder / required} is not in the run's manifest; "
+                            "cannot verify it")
+    for key, digest in sorted(listed.items()):
+        _verify_file(run_dir, key, digest, what="model")
+    try:
+        meta = json.loads((run_dir / prefix / "model.json").read_text(encoding="utf-8"))
+        needed = [meta["file"]] + ([meta["architecture"]] if meta.get("architecture") else [])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{run_dir / prefix / 'model.json'}: not a model description ({exc})") from exc
+    unlisted = [name for name in needed if prefix + name not in listed]
+    if unlisted:
+        raise DataError(f"model file(s) {unlisted} of {run_dir / folder} are not in the run's manifest; "
+                        "cannot verify them")
+
+
+def _verify_file(run_dir: Path, key: str, digest: str, *, what: str) -> None:
+    from pipeline.store import sha256_file
+
+    path = run_dir / key
+    if not path.is_file():
+        raise DataError(f"{what} artifact {path} is missing (the run's manifest lists it); "
+                        "the run folder is incomplete or corrupt")
+    if sha256_file(path) != digest:
+        raise DataError(f"{what} artifact {path} is corrupt: its sha256 does not match the run's manifest; "
+                        "it was not loaded")
+
+
+# ------------------------------------------------------------------ the input
+def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """(file, format) pairs: the file itself, or a folder's .csv/.parquet files in name order
+    (subfolders and other files are not read)."""
+    path = Path(input)
+    if path.is_dir():
+        files = sorted((p, INPUT_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
+                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in INPUT_SUFFIXES)
+        if not files:
+            raise DataError(f"input folder {path} holds no .csv or .parquet files")
+        return files
+    if not path.is_file():
+        raise DataError(f"input file not found: {path}")
+    fmt = INPUT_SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"input {path}: cannot tell the format from the name (expected .csv or .parquet)")
+    return [(path, fmt)]
+
+
+def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,
+               id_column: str | None = None, na_values: Sequence[str] | None = None) -> Any:
+    """Read and check every file, then concatenate them (in order).
+
+    All headers are checked before any file is read in full, then each file's types, so a
+    schema problem is reported before any scoring and names the file. Only the columns the
+    workflow needs (and the id) are read; extra columns are ignored.
+    """
+    needed = list(fitted) + ([id_column] if id_column and id_column not in fitted else [])
+    for path, fmt in files:
+        present = set(_header(path, fmt))
+        missing = [c for c in needed if c not in present]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {missing} that the model needs"
+                            + (f" (id column: {id_column})" if id_column in missing else ""))
+    text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
+    frames = []
+    for path, fmt in files:
+        # Text columns are read as text from CSV, as at training: digits-only categories would
+        # otherwise become numbers and silently match no category.
+        dtypes = {c: "str" for c in text_columns} if fmt == "csv" else None
+        frame = backend.read(path, format=fmt, columns=needed, dtypes=dtypes,
+                             na_values=list(na_values) if na_values else None)
+        frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
+    if len(frames) == 1:
+        return frames[0]
+    return backend.frame.concat(frames, ignore_index=True)
+
+
+def _header(path: Path, fmt: str) -> list[str]:
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {path} as {fmt}: {exc}") from exc
+
+
+def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Path, fmt: str) -> Any:
+    """A column numeric at fit must be numeric now, and a text column text; a column with no
+    values at all is accepted and cast to its fit-time kind."""
+    problems, text_now = [], False
+    for column, fit_dtype in fitted.items():
+        series = frame[column]
+        numeric_now = backend.is_numeric(series)
+        if int(backend.to_host(series.notna().sum())) == 0:
+            # No values at all (an empty file, a column left blank): nothing can mismatch; give
+            # it the fit-time kind so the ops see the type they were fitted on.
+            frame[column] = series.astype("float64" if _numeric_dtype_name(fit_dtype) else "str")
+        elif _numeric_dtype_name(fit_dtype):
+            if not numeric_now:
+                problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit")
+                text_now = True
+        elif numeric_now:
+            problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} (text) at fit")
+    if problems:
+        hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
+                if text_now and fmt == "csv" else "")
+        raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
+    return frame
+
+
+def _numeric_dtype_name(name: str) -> bool:
+    try:
+        dtype = pd.api.types.pandas_dtype(name)
+    except TypeError:
+        return False
+    return bool(pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))

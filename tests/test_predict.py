@@ -1,0 +1,315 @@
+"""``pipeline predict``: batch scoring with a run's exported models.
+
+One real (small) CPU run is built per module and shared; tests that damage a run work on a
+copy of its folder. The main paths go through the real CLI in a subprocess, as a cron job
+would run it; checks of single rules call ``predict_batch`` in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.errors import ConfigError, DataError, ExitCode
+from pipeline.predict import predict_batch
+from pipeline.store import sha256_file
+
+ROOT = Path(__file__).resolve().parents[1]
+OVERRIDES = ["device=cpu", "stages.forest.params.n_estimators=10", "stages.xgb.params.n_estimators=10",
+             "stages.mlp.epochs=2"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def churn_run(tmp_path_factory) -> dict:
+    """A finished churn run (CPU, small models) in a project folder of its own."""
+    from pipeline import run_pipeline
+
+    project = tmp_path_factory.mktemp("predict_project")
+    shutil.copytree(ROOT / "configs", project / "configs")
+    shutil.copytree(ROOT / "data", project / "data")
+    cwd = os.getcwd()
+    os.chdir(project)
+    try:
+        result = run_pipeline("configs/churn.yaml", runs_dir=project / "runs", overrides=OVERRIDES)
+    finally:
+        os.chdir(cwd)
+    run_dir = Path(result.run_dir)
+    predictions = pd.read_parquet(run_dir / "export" / "predictions.parquet")
+    metrics = json.loads((run_dir / "evaluate" / "metrics.json").read_text())
+    # The test rows exactly as they are in the CSV (blanks included), in the predictions' order.
+    raw = pd.read_csv(project / "data" / "telco_customer_churn.csv", dtype=str, keep_default_na=False)
+    test_rows = raw.set_index("customerID").loc[predictions["customerID"]].reset_index()
+    return {"project": project, "run_dir": run_dir, "predictions": predictions, "metrics": metrics,
+            "test_rows": test_rows}
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "pipeline", "predict", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def write_rows(frame: pd.DataFrame, path: Path) -> Path:
+    frame.to_csv(path, index=False)
+    return path
+
+
+def copy_run(run_dir: Path, runs_root: Path) -> Path:
+    """A copy of the run folder under ``runs_root``/churn/, with its own ``latest``."""
+    target = runs_root / "churn" / run_dir.name
+    shutil.copytree(run_dir, target)
+    (runs_root / "churn" / "latest").symlink_to(run_dir.name)
+    return target
+
+
+# ---------------------------------------------------------------- the main path, through the CLI
+def test_default_model_scores_equal_the_runs_own_predictions(churn_run, tmp_path):
+    project, predictions, metrics = churn_run["project"], churn_run["predictions"], churn_run["metrics"]
+    source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")
+    out = tmp_path / "scores.parquet"
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), "--na-values", " ", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    best = metrics["best"]
+    table = pd.read_parquet(out)
+    assert list(table.columns) == ["customerID", "score", "prediction", "model"]
+    assert table["customerID"].tolist() == predictions["customerID"].tolist()
+    np.testing.assert_allclose(table["score"], predictions[f"score_{best}"], rtol=0, atol=1e-6)
+    assert (table["prediction"] == (table["score"] >= metrics["threshold"]).astype(int)).all()
+    assert set(table["model"]) == {best}
+    # One summary line on stderr: rows, model, output, seconds.
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"scored {len(predictions)} rows with {best}" in lines[0], proc.stderr
+    assert str(out) in lines[0] and lines[0].rstrip().endswith("s")
+
+
+@pytest.mark.parametrize("model, suffix", [("logreg", ".csv"), ("xgb", ".parquet"), ("mlp", ".parquet")])
+def test_each_model_by_name_by_run_id(churn_run, tmp_path, model, suffix):
+    project, run_dir, predictions = churn_run["project"], churn_run["run_dir"], churn_run["predictions"]
+    source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")
+    out = tmp_path / f"scores{suffix}"
+    proc = cli("--run", run_dir.name, "--runs-dir", "runs", "--pipeline", "churn", "--model", model,
+               "--input", str(source), "--output", str(out), "--na-values", " ", "--threshold", "0.3",
+               cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out, dtype={"customerID": str}) if suffix == ".csv" else pd.read_parquet(out)
+    assert table["customerID"].tolist() == predictions["customerID"].tolist()
+    np.testing.assert_allclose(table["score"], predictions[f"score_{model}"], rtol=0, atol=1e-6)
+    assert (table["prediction"] == (table["score"] >= 0.3).astype(int)).all()
+    assert set(table["model"]) == {model}
+
+
+def test_a_folder_of_files_is_read_in_name_order(churn_run, tmp_path):
+    project, predictions = churn_run["project"], churn_run["predictions"]
+    rows = churn_run["test_rows"]
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    # b.parquet sorts after a.csv; typed like the CSV reader would type them.
+    write_rows(rows.iloc[:500], folder / "a.csv")
+    typed = pd.read_csv(write_rows(rows.iloc[500:], tmp_path / "rest.csv"), na_values=[" "])
+    typed.to_parquet(folder / "b.parquet", index=False)
+    (folder / "notes.txt").write_text("not a table")
+    out = tmp_path / "scores.csv"
+    proc = cli("--run", "latest", "--model", "xgb", "--input", str(folder), "--output", str(out),
+               "--na-values", " ", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out, dtype={"customerID": str})
+    assert table["customerID"].tolist() == predictions["customerID"].tolist()
+    np.testing.assert_allclose(table["score"], predictions["score_xgb"], rtol=0, atol=1e-6)
+
+
+def test_missing_columns_exit_3_and_nothing_is_written(churn_run, tmp_path):
+    project = churn_run["project"]
+    source = write_rows(churn_run["test_rows"].drop(columns=["tenure", "Contract"]), tmp_path / "new.csv")
+    out = tmp_path / "scores.parquet"
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), "--na-values", " ", cwd=project)
+    assert proc.returncode == ExitCode.DATA, proc.stderr
+    assert "'tenure'" in proc.stderr and "'Contract'" in proc.stderr and "new.csv" in proc.stderr
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["new.csv"]          # no temporary file left
+
+    existing = tmp_path / "old.csv"
+    existing.write_text("customerID,score\nx,0.5\n")
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(existing), cwd=project)
+    assert proc.returncode == ExitCode.DATA, proc.stderr
+    assert existing.read_text() == "customerID,score\nx,0.5\n"
+
+
+def test_missing_id_column_is_a_data_error(churn_run, tmp_path):
+    source = write_rows(churn_run["test_rows"].drop(columns=["customerID"]), tmp_path / "new.csv")
+    with pytest.raises(DataError, match="customerID"):
+        predict_batch(churn_run["run_dir"], source, tmp_path / "out.csv", na_values=[" "])
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_wrong_dtype_exit_3_names_the_column(churn_run, tmp_path):
+    rows = churn_run["test_rows"].copy()
+    rows.loc[3, "tenure"] = "twelve"
+    source = write_rows(rows, tmp_path / "new.csv")
+    out = tmp_path / "scores.parquet"
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), "--na-values", " ",
+               cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.DATA, proc.stderr
+    assert "'tenure' is str" in proc.stderr and "int64 at fit" in proc.stderr
+    assert not out.exists()
+
+
+def test_blank_placeholders_without_na_values_name_the_column_and_the_option(churn_run, tmp_path):
+    source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")   # TotalCharges holds " "
+    with pytest.raises(DataError, match=r"'TotalCharges'.*float64.*--na-values"):
+        predict_batch(churn_run["run_dir"], source, tmp_path / "out.parquet")
+
+
+def test_an_unseen_category_scores(churn_run, tmp_path):
+    rows = churn_run["test_rows"].copy()
+    predictions = churn_run["predictions"]
+    rows.loc[0, "Contract"] = "Ten year"                     # never seen at fit: one_hot all zeros
+    rows.loc[1, "PaymentMethod"] = "Bitcoin"
+    source = write_rows(rows, tmp_path / "new.csv")
+    out = tmp_path / "scores.parquet"
+    proc = cli("--run", "latest", "--model", "logreg", "--input", str(source), "--output", str(out),
+               "--na-values", " ", cwd=churn_run["project"])
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_parquet(out)
+    assert len(table) == len(rows) and np.isfinite(table["score"]).all()
+    assert table["score"].iloc[0] != pytest.approx(predictions["score_logreg"].iloc[0], abs=1e-6)
+    np.testing.assert_allclose(table["score"].iloc[2:], predictions["score_logreg"].iloc[2:], rtol=0, atol=1e-6)
+
+
+def test_a_truncated_model_file_is_reported_corrupt_and_nothing_is_written(churn_run, tmp_path):
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    model_file = run_copy / "export" / "models" / "xgb" / "model.xgb.json"
+    model_file.write_bytes(model_file.read_bytes()[:1000])
+    source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")
+    existing = tmp_path / "scores.csv"
+    existing.write_text("previous\n")
+    proc = cli("--run", str(run_copy), "--model", "xgb", "--input", str(source), "--output", str(existing),
+               "--na-values", " ", cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.DATA, proc.stderr
+    assert "corrupt" in proc.stderr and "model.xgb.json" in proc.stderr
+    assert existing.read_text() == "previous\n"
+    fresh = tmp_path / "fresh.parquet"
+    proc = cli("--run", "latest", "--runs-dir", str(tmp_path / "runs"), "--model", "xgb", "--input", str(source),
+               "--output", str(fresh), "--na-values", " ", cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.DATA and "corrupt" in proc.stderr, proc.stderr
+    assert not fresh.exists()
+
+
+def test_a_corrupt_model_is_never_loaded(churn_run, tmp_path, monkeypatch):
+    import pipeline.scoring
+
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    (run_copy / "export" / "models" / "mlp" / "model.pt").write_bytes(b"not a state dict")
+    monkeypatch.setattr(pipeline.scoring, "load_model", lambda *a, **k: pytest.fail("loaded a corrupt model"))
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    with pytest.raises(DataError, match="corrupt"):
+        predict_batch(run_copy, source, tmp_path / "out.csv", model="mlp", na_values=[" "])
+
+
+def test_a_missing_model_file_is_a_data_error(churn_run, tmp_path):
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    (run_copy / "export" / "models" / "logreg" / "workflow.json").unlink()
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    with pytest.raises(DataError, match="workflow.json is missing"):
+        predict_batch(run_copy, source, tmp_path / "out.csv", model="logreg", na_values=[" "])
+
+
+# ---------------------------------------------------------------- choosing the run and the model
+def test_latest_needs_pipeline_only_when_there_are_several(churn_run, tmp_path):
+    runs = tmp_path / "runs"
+    copy_run(churn_run["run_dir"], runs)
+    source = write_rows(churn_run["test_rows"].head(20), tmp_path / "new.csv")
+    out = tmp_path / "out.csv"
+    result = predict_batch("latest", source, out, runs_dir=runs, model="logreg", na_values=[" "])
+    assert result.rows == 20 and result.model == "logreg" and result.output == out
+    assert result.run_dir == (runs / "churn" / churn_run["run_dir"].name).resolve()
+
+    shutil.copytree(runs / "churn", runs / "other", symlinks=True)
+    with pytest.raises(ConfigError, match="--pipeline") as info:
+        predict_batch("latest", source, out, runs_dir=runs, model="logreg", na_values=[" "])
+    assert info.value.exit_code == ExitCode.CONFIG
+    result = predict_batch("latest", source, out, runs_dir=runs, pipeline="other", model="logreg",
+                           na_values=[" "])
+    assert result.run_dir.parent.name == "other"
+
+
+def test_latest_resolves_through_the_cli(churn_run, tmp_path):
+    runs = tmp_path / "runs"
+    copy_run(churn_run["run_dir"], runs)
+    # A newer run folder that failed: 'latest' is the link, not the newest name.
+    newer = runs / "churn" / "29991231T235959.999Z-ffffff"
+    shutil.copytree(churn_run["run_dir"], newer)
+    manifest = json.loads((newer / "manifest.json").read_text())
+    (newer / "manifest.json").write_text(json.dumps({**manifest, "status": "failed"}))
+    source = write_rows(churn_run["test_rows"].head(50), tmp_path / "new.csv")
+    out = tmp_path / "out.parquet"
+    proc = cli("--run", "latest", "--runs-dir", str(runs), "--input", str(source), "--output", str(out),
+               "--na-values", " ", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert churn_run["run_dir"].name in proc.stderr and newer.name not in proc.stderr
+    assert len(pd.read_parquet(out)) == 50
+
+    proc = cli("--run", "latest", "--runs-dir", str(tmp_path / "nothing"), "--input", str(source),
+               "--output", str(out), cwd=tmp_path)
+    assert proc.returncode == ExitCode.DATA and "no runs under" in proc.stderr, proc.stderr
+
+
+def test_unknown_model_and_bad_output_are_usage_errors(churn_run, tmp_path):
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    proc = cli("--run", "latest", "--model", "svm", "--input", str(source), "--output", str(tmp_path / "o.csv"),
+               cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.CONFIG, proc.stderr
+    assert "svm" in proc.stderr and "forest, logreg, mlp, xgb" in proc.stderr
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(tmp_path / "o.json"),
+               cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.CONFIG and ".parquet or .csv" in proc.stderr, proc.stderr
+    assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.json").exists()
+
+
+def test_a_failed_run_is_refused(churn_run, tmp_path):
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    manifest["status"] = "failed"
+    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    with pytest.raises(DataError, match="did not succeed"):
+        predict_batch(run_copy, source, tmp_path / "out.csv", na_values=[" "])
+
+
+def test_a_gpu_model_that_cannot_load_here_says_what_it_needs(churn_run, tmp_path, monkeypatch):
+    """A model pickled by a GPU library that is not installed: the message names the device
+    and the library (stand-in: a module that exists only while the pickle is written)."""
+    import joblib
+
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    folder = run_copy / "export" / "models" / "forest"
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fake_gpu_forest.py").write_text("class RandomForestClassifier:\n    pass\n")
+    monkeypatch.syspath_prepend(str(lib))
+    import fake_gpu_forest
+
+    joblib.dump(fake_gpu_forest.RandomForestClassifier(), folder / "model.joblib")
+    monkeypatch.delitem(sys.modules, "fake_gpu_forest")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(lib)])
+    meta = json.loads((folder / "model.json").read_text())
+    meta.update(device="gpu", estimator="cuml.ensemble.randomforestclassifier.RandomForestClassifier")
+    (folder / "model.json").write_text(json.dumps(meta))
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    for name in ("model.joblib", "model.json"):
+        manifest["artifacts"][f"export/models/forest/{name}"] = sha256_file(folder / name)
+    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    with pytest.raises(DataError, match=r"trained on the GPU and needs cuml.*NVIDIA GPU"):
+        predict_batch(run_copy, source, tmp_path / "out.csv", model="forest", device="cpu", na_values=[" "])
+    assert not (tmp_path / "out.csv").exists()
