@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -29,18 +31,31 @@ def telco_pandas() -> pd.DataFrame:
     return pd.read_csv(TELCO, na_values=[" "])
 
 
+def copy_project(folder: Path) -> Path:
+    """``folder`` with the example configs and data, as a user's checkout has them."""
+    shutil.copytree(ROOT / "configs", folder / "configs")
+    shutil.copytree(ROOT / "data", folder / "data")
+    return folder
+
+
+@contextmanager
+def working_directory(path: Path) -> Iterator[Path]:
+    cwd = os.getcwd()
+    os.chdir(path)
+    try:
+        yield path
+    finally:
+        os.chdir(cwd)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A working directory with the example configs and data, as a user's checkout has."""
-    shutil.copytree(ROOT / "configs", tmp_path / "configs")
-    shutil.copytree(ROOT / "data", tmp_path / "data")
-    return tmp_path
+    return copy_project(tmp_path)
 
 
 @pytest.fixture
 def in_project(project: Path):
     """``project`` as the working directory (config paths are relative to it)."""
-    cwd = os.getcwd()
-    os.chdir(project)
-    yield project
-    os.chdir(cwd)
+    with working_directory(project):
+        yield project

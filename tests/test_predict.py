@@ -21,8 +21,8 @@ import pytest
 from pipeline.errors import ConfigError, DataError, ExitCode
 from pipeline.predict import predict_batch
 from pipeline.store import sha256_file
+from tests.conftest import copy_project, working_directory
 
-ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = ["device=cpu", "stages.forest.params.n_estimators=10", "stages.xgb.params.n_estimators=10",
              "stages.mlp.epochs=2"]
 
@@ -34,15 +34,9 @@ def churn_run(tmp_path_factory) -> dict:
     """A finished churn run (CPU, small models) in a project folder of its own."""
     from pipeline import run_pipeline
 
-    project = tmp_path_factory.mktemp("predict_project")
-    shutil.copytree(ROOT / "configs", project / "configs")
-    shutil.copytree(ROOT / "data", project / "data")
-    cwd = os.getcwd()
-    os.chdir(project)
-    try:
+    project = copy_project(tmp_path_factory.mktemp("predict_project"))
+    with working_directory(project):
         result = run_pipeline("configs/churn.yaml", runs_dir=project / "runs", overrides=OVERRIDES)
-    finally:
-        os.chdir(cwd)
     run_dir = Path(result.run_dir)
     predictions = pd.read_parquet(run_dir / "export" / "predictions.parquet")
     metrics = json.loads((run_dir / "evaluate" / "metrics.json").read_text())

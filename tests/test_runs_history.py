@@ -15,8 +15,8 @@ import pytest
 from pipeline import history
 from pipeline.errors import DataError, ExitCode, StorageError
 from pipeline.store import host_name, utc_now
+from tests.conftest import copy_project, working_directory
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["device=cpu", "stages.forest.params.n_estimators=10", "stages.xgb.params.n_estimators=10",
          "stages.mlp.epochs=2"]
 
@@ -41,19 +41,13 @@ def made(tmp_path_factory) -> Runs:
     """Three real runs, made once for the module (about 20 s): two that succeed, one that fails."""
     from pipeline import run_pipeline
 
-    root = tmp_path_factory.mktemp("history")
-    shutil.copytree(ROOT / "configs", root / "configs")
-    shutil.copytree(ROOT / "data", root / "data")
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
+    root = copy_project(tmp_path_factory.mktemp("history"))
+    with working_directory(root):
         a = run_pipeline("configs/churn.yaml", runs_dir="runs", overrides=SMALL).run_id
         b = run_pipeline("configs/churn.yaml", runs_dir="runs",
                          overrides=[*SMALL, "seed=7", "stages.logreg.params.C=2.0"]).run_id
         with pytest.raises(DataError):
             run_pipeline("configs/churn.yaml", runs_dir="runs", overrides=[*SMALL, "stages.split.target=Nope"])
-    finally:
-        os.chdir(cwd)
     failed = max(p.name for p in (root / "runs" / "churn").iterdir() if history.RUN_ID.match(p.name))
     assert a < b < failed
     return Runs(root, a, b, failed)
