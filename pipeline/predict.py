@@ -139,52 +139,14 @@ def write_table(table: pd.DataFrame, path: Path, fmt: str) -> None:
 # ------------------------------------------------------------------ the run
 def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str] = "runs",
                 pipeline: str | None = None) -> Path:
-    """The run folder for a run id, a run folder path, or ``latest``.
+    """The run folder for a run id (or unique prefix), a run folder path, or ``latest``.
 
-    ``pipeline`` may be left out when ``runs_dir`` holds one pipeline (the usual case), so
-    a cron line does not repeat the config's name.
+    The same rules as ``pipeline runs show`` (``pipeline.history.resolve_run``); ``pipeline``
+    may be left out when ``runs_dir`` holds one pipeline, so a cron line need not repeat it.
     """
-    text = str(run)
-    as_path = Path(text)
-    if text != "latest" and (as_path / "manifest.json").is_file():
-        return as_path.resolve()
-    root = Path(runs_dir)
-    if pipeline is not None:
-        candidates = [root / pipeline]
-        if not candidates[0].is_dir():
-            raise DataError(f"no runs of pipeline '{pipeline}' under {root}{_pipelines_hint(root)}")
-    else:
-        candidates = _pipeline_dirs(root)
-        if not candidates:
-            raise DataError(f"no runs under {root}: run `pipeline run CONFIG` first, or pass --runs-dir "
-                            "(or a run folder as --run)")
-    if text == "latest":
-        if len(candidates) > 1:
-            raise UsageError(f"{root} holds runs of several pipelines "
-                              f"({', '.join(p.name for p in candidates)}); pass --pipeline NAME")
-        link = candidates[0] / "latest"
-        if not (link / "manifest.json").is_file():
-            raise DataError(f"{candidates[0]} has no successful run yet ('latest' is missing)")
-        return link.resolve()
-    found = [p / text for p in candidates if (p / text / "manifest.json").is_file()]
-    if len(found) == 1:
-        return found[0].resolve()
-    if len(found) > 1:
-        raise UsageError(f"run '{text}' exists for several pipelines "
-                          f"({', '.join(p.parent.name for p in found)}); pass --pipeline NAME")
-    where = candidates[0] if len(candidates) == 1 else root
-    raise DataError(f"run '{text}' not found: not a run folder, and no run with that id under {where}")
+    from pipeline.history import resolve_run as find
 
-
-def _pipeline_dirs(root: Path) -> list[Path]:
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def _pipelines_hint(root: Path) -> str:
-    names = [p.name for p in _pipeline_dirs(root)]
-    return f" (pipelines there: {', '.join(names)})" if names else ""
+    return find(str(run), runs_dir, pipeline, argument="--run").path.resolve()
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

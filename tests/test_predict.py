@@ -254,7 +254,7 @@ def test_latest_resolves_through_the_cli(churn_run, tmp_path):
 
     proc = cli("--run", "latest", "--runs-dir", str(tmp_path / "nothing"), "--input", str(source),
                "--output", str(out), cwd=tmp_path)
-    assert proc.returncode == ExitCode.DATA and "no runs under" in proc.stderr, proc.stderr
+    assert proc.returncode == ExitCode.CONFIG and "no runs under" in proc.stderr, proc.stderr
 
 
 def test_unknown_model_and_bad_output_are_usage_errors(churn_run, tmp_path):
