@@ -4,8 +4,8 @@ Ops run in order, and an op's statistics must be taken after the ops it depends 
 been applied. An op depends on an earlier one when it reads a column that one writes (or a
 column not in the input at all, which only an earlier op can have made). Ops are grouped
 into dependency phases; all statistics of one phase are computed in one ``dask.compute``,
-which reads the data once (as NVTabular does). The churn config needs three passes for
-five ops.
+which reads the data once (as NVTabular does). The four ops of configs/churn.yaml take
+three passes.
 """
 
 from __future__ import annotations

@@ -24,8 +24,13 @@ from pipeline.features.ops import FeatureOp
 
 
 def featurize_partition(part: Any, workflow: FeatureWorkflow, keep: list[str]) -> Any:
-    """One partition through the fitted workflow, with the target (and id) columns kept."""
-    out = workflow.transform(part.drop(columns=keep))
+    """One partition through the fitted workflow, with the target (and id) columns kept.
+
+    Features are float32, as in the in-memory matrices: half the bytes of float64 / int64
+    columns, and what every model reads. XGBoost's Dask interface hands each worker all of
+    its training partitions at once, so their size decides whether training fits at all.
+    """
+    out = workflow.transform(part.drop(columns=keep)).astype("float32")
     return out.assign(**{column: part[column] for column in keep})
 
 
