@@ -222,13 +222,24 @@ class Categorify(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: State) -> Any:
         self.check_columns(frame)
-        new = {col: backend.category_codes(frame[col], state["categories"][col]) for col in self.columns}
+        new = {col: backend.category_codes(frame[col], state["categories"][col]).astype(
+                   code_dtype(len(state["categories"][col]))) for col in self.columns}
         out = _replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
     def cardinality(self, state: State) -> dict[str, int]:
         """Embedding table sizes: known categories plus the 0 bucket."""
         return {c: len(v) + 1 for c, v in state["categories"].items()}
+
+
+def code_dtype(categories: int) -> str:
+    """The smallest unsigned dtype for codes 0..categories: a quarter of int32 for most columns,
+    which is what partitioned training holds in memory per worker."""
+    if categories < 2**8:
+        return "uint8"
+    if categories < 2**16:
+        return "uint16"
+    return "int32"
 
 
 class Standardize(FeatureOp):

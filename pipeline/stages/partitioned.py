@@ -26,12 +26,18 @@ from pipeline.features.ops import FeatureOp
 def featurize_partition(part: Any, workflow: FeatureWorkflow, keep: list[str]) -> Any:
     """One partition through the fitted workflow, with the target (and id) columns kept.
 
-    Features are float32, as in the in-memory matrices: half the bytes of float64 / int64
-    columns, and what every model reads. XGBoost's Dask interface hands each worker all of
-    its training partitions at once, so their size decides whether training fits at all.
+    Features are float32, as in the in-memory matrices (half the bytes of float64 / int64),
+    except category codes, which keep their one- or two-byte integer type. XGBoost's Dask
+    interface hands each worker all of its training partitions at once, so their size
+    decides whether training fits at all.
     """
-    out = workflow.transform(part.drop(columns=keep)).astype("float32")
+    out = workflow.transform(part.drop(columns=keep))
+    out = out.astype({c: "float32" for c in out.columns if not _small_code(out[c].dtype)})
     return out.assign(**{column: part[column] for column in keep})
+
+
+def _small_code(dtype: Any) -> bool:
+    return getattr(dtype, "kind", "") == "u" and getattr(dtype, "itemsize", 8) <= 2
 
 
 def build_partitioned(data: Any, ops: list[FeatureOp], *, id_column: str | None,
