@@ -24,6 +24,8 @@ test: setup                ## the test suite (CI runs exactly this) and the laye
 bench: setup               ## framework overhead vs hand-written code; PyTorch hand-off and batches vs DataLoader
 	$(BIN)/python scripts/bench_overhead.py
 	$(BIN)/python scripts/bench_torch.py
+	$(BIN)/python scripts/bench_cache.py
+	$(BIN)/python scripts/bench_scaleout.py
 
 clean:
 	rm -rf $(VENV) .venv-gpu runs .pytest_cache bench-data
