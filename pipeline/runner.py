@@ -177,7 +177,11 @@ class Runner:
             self._finish(run, manifest, "failed", started, error=str(exc))
             self.reporter.run_finished(run.run_id, "failed", manifest)
             raise
-        outputs = {name: value.load() if isinstance(value, CachedOutput) else value for name, value in outputs.items()}
+        # Cached outputs are unpickled only when asked for (library use) or needed for the
+        # metrics: a fully cached CLI run loads no model and imports no ML library.
+        outputs = {name: value.load() if isinstance(value, CachedOutput) else value
+                   for name, value in outputs.items()
+                   if self.keep_outputs or self.config.stages[name].kind == "evaluate"}
         evaluation = next((v for v in outputs.values() if isinstance(v, Evaluation)), None)
         if evaluation is not None:
             manifest["metrics"] = evaluation.to_dict()
@@ -243,6 +247,8 @@ class Runner:
             record = records[name]
             if name in cached:
                 outputs[name] = self._use_cached(name, cached[name], record, index, len(steps), run, manifest)
+                for parent in self._release(name, consumers):
+                    outputs.pop(parent, None)
                 continue
             record.status, record.started = "running", utc_now()
             self.reporter.stage_started(record, index, len(steps))

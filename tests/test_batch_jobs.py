@@ -179,3 +179,16 @@ def test_json_logs_are_one_object_per_line(project):
     bad = cli(project, "--log-format", "json", "--set", "stages.raw.path=data/nope.csv")
     (error,) = [json.loads(line) for line in bad.stderr.splitlines() if '"event": "error"' in line]
     assert bad.returncode == ExitCode.DATA and error["exit_code"] == ExitCode.DATA and "nope.csv" in error["message"]
+
+
+def test_a_cached_run_loads_only_what_it_reports(in_project):
+    """The CLI keeps no outputs: a fully cached run must not unpickle models (that imports
+    PyTorch and costs seconds); only the evaluation, for the metrics table."""
+    from pipeline.config import load_config
+    from pipeline.runner import Runner
+
+    run_pipeline("configs/churn.yaml", overrides=FAST)
+    runner = Runner(load_config("configs/churn.yaml", overrides=FAST), keep_outputs=False)
+    result = runner.run()
+    assert set(statuses(result).values()) == {"cached"}
+    assert set(result.outputs) == {"evaluate"} and result.manifest["metrics"]["best"]
