@@ -154,6 +154,10 @@ class WorkerProgress:
 
 def run_on_worker(task: StageTask, inputs: dict[str, StageOutcome]) -> StageOutcome:
     """The Dask task of one stage: its inputs arrive as the outcomes of the upstream tasks."""
+    failed = next((o for o in inputs.values() if o.status == "failed"), None)
+    if failed is not None:               # e.g. a cache entry that vanished: never run on None
+        return StageOutcome(task.name, "failed", error=StageError(
+            task.name, f"its input '{failed.name}' is unavailable: {failed.error}"))
     values = {name: outcome.output for name, outcome in inputs.items()}
     with warnings.catch_warnings():
         # scikit-learn caps n_jobs at 1 in daemon workers and says so on every fit; one thread

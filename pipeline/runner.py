@@ -116,6 +116,7 @@ class Runner:
     ) -> None:
         self.config = config
         self.use_cache = cache
+        self.keys: dict[str, str | None] = {}      # stage -> cache key, set per run
         self.force = force
         self.wait = wait
         # --scheduler ADDRESS: the config's cluster section (if any) pointed at that scheduler.
@@ -211,7 +212,7 @@ class Runner:
                         forced: set[str]) -> dict[str, CacheEntry]:
         """Key every stage; return the verified cache entries of those that need not run."""
         versions = backend.versions()
-        self.keys: dict[str, str | None] = {}
+        self.keys.clear()
         found: dict[str, CacheEntry] = {}
         for name, _ in steps:
             spec = self.config.stages[name]
@@ -333,7 +334,7 @@ class Runner:
     # ------------------------------------------------------------------ shared
     def _task(self, name: str, backend: Backend, run: RunDir) -> StageTask:
         folder = [str(Path(self.config_path).resolve().parent)] if self.config_path else []
-        key = getattr(self, "keys", {}).get(name)
+        key = self.keys.get(name)
         return StageTask(name=name, spec=self.config.stages[name], backend=backend.name, seed=self.config.seed,
                          artifacts_dir=run.stage_dir(name), import_paths=folder,
                          cache_root=self.cache.root if key else None, cache_key=key)

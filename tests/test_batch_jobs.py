@@ -192,3 +192,15 @@ def test_a_cached_run_loads_only_what_it_reports(in_project):
     result = runner.run()
     assert set(statuses(result).values()) == {"cached"}
     assert set(result.outputs) == {"evaluate"} and result.manifest["metrics"]["best"]
+
+
+def test_a_stage_whose_input_could_not_be_loaded_fails_instead_of_running_on_nothing(tmp_path):
+    from pipeline.config import load_config
+    from pipeline.errors import StageError
+    from pipeline.execution import StageOutcome, StageTask, run_on_worker
+
+    spec = load_config("configs/churn.yaml").stages["split"]
+    task = StageTask(name="split", spec=spec, backend="cpu", seed=42, artifacts_dir=tmp_path)
+    lost = StageOutcome("raw", "failed", error=StageError("raw", "its cache entry disappeared"))
+    outcome = run_on_worker(task, {"raw": lost})
+    assert outcome.status == "failed" and "input 'raw' is unavailable" in str(outcome.error)
