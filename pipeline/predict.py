@@ -63,6 +63,8 @@ def predict_batch(
     device: str | None = None,
     threshold: float | None = None,
     na_values: Sequence[str] | None = None,
+    partitioned: bool = False,
+    scheduler: str | None = None,
 ) -> PredictResult:
     """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
 
@@ -70,7 +72,9 @@ def predict_batch(
     ``model`` defaults to the run's best model; ``device`` is ``cpu``, ``gpu`` or ``auto``
     (None: auto); ``threshold`` defaults to the run's evaluate threshold, else 0.5.
     Output columns: the id column (when the model has one), ``score``, ``prediction``
-    (1 when score >= threshold, else 0) and ``model``. Raises ``UsageError`` (a ``ConfigError``: bad options),
+    (1 when score >= threshold, else 0) and ``model``. ``partitioned``: score partition by
+    partition with Dask (on the cluster at ``scheduler``, else local threads) into a Parquet
+    folder at ``output`` (pipeline.predict_partitioned), for input larger than memory. Raises ``UsageError`` (a ``ConfigError``: bad options),
     ``DataError`` (run, artifacts or input), ``BackendUnavailable`` or ``StorageError``.
     """
     from pipeline.backends import resolve_backend
@@ -78,7 +82,14 @@ def predict_batch(
 
     started = time.perf_counter()
     output = Path(output)
-    out_format = output_format(output)
+    if partitioned:
+        from pipeline.predict_partitioned import check_output_folder
+
+        check_output_folder(output)
+    elif scheduler:
+        raise UsageError("--scheduler needs --partitioned (only partitioned scoring runs on a cluster)")
+    else:
+        out_format = output_format(output)
     if threshold is not None and not 0.0 < threshold < 1.0:
         raise UsageError(f"--threshold must be between 0 and 1 (exclusive), got {threshold}")
     files = input_files(input)
@@ -95,6 +106,10 @@ def predict_batch(
     backend, _ = resolve_backend(device or "auto")
     saved = load_model(run_dir / models[name], device=backend.name)
     id_column = saved.meta.get("id_column")
+    if partitioned:
+        rows = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values, scheduler)
+        return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
+                             run_dir=run_dir, device=backend.name, threshold=threshold)
     frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values)
 
     rows = int(len(frame))
@@ -108,6 +123,21 @@ def predict_batch(
     write_table(pd.DataFrame(table), output, out_format)
     return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
                          run_dir=run_dir, device=backend.name, threshold=threshold)
+
+
+def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,
+                         threshold: float, id_column: str | None, na_values: Sequence[str] | None,
+                         scheduler: str | None) -> int:
+    """The same header and type checks as in memory, on each file's header and Dask's meta."""
+    from pipeline.predict_partitioned import score_partitioned
+
+    fitted = saved.workflow.input_columns_
+    needed = check_headers(files, fitted, id_column)
+    text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
+    return score_partitioned(saved, name, files, output, backend=backend, threshold=threshold, needed=needed,
+                             text_columns=text_columns, na_values=na_values, scheduler=scheduler,
+                             check=lambda meta, source, fmt: check_types(meta, fitted, backend, source=source,
+                                                                         fmt=fmt))
 
 
 # ------------------------------------------------------------------ output
@@ -278,13 +308,7 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
     schema problem is reported before any scoring and names the file. Only the columns the
     workflow needs (and the id) are read; extra columns are ignored.
     """
-    needed = list(fitted) + ([id_column] if id_column and id_column not in fitted else [])
-    for path, fmt in files:
-        present = set(_header(path, fmt))
-        missing = [c for c in needed if c not in present]
-        if missing:
-            raise DataError(f"{path}: missing column(s) {missing} that the model needs"
-                            + (f" (id column: {id_column})" if id_column in missing else ""))
+    needed = check_headers(files, fitted, id_column)
     text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
     frames = []
     for path, fmt in files:
@@ -297,6 +321,18 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
     if len(frames) == 1:
         return frames[0]
     return backend.frame.concat(frames, ignore_index=True)
+
+
+def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_column: str | None) -> list[str]:
+    """The columns to read; every file must have them (the first file missing any is named)."""
+    needed = list(fitted) + ([id_column] if id_column and id_column not in fitted else [])
+    for path, fmt in files:
+        present = set(_header(path, fmt))
+        missing = [c for c in needed if c not in present]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {missing} that the model needs"
+                            + (f" (id column: {id_column})" if id_column in missing else ""))
+    return needed
 
 
 def _header(path: Path, fmt: str) -> list[str]:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -43,6 +44,30 @@ def atomic_destination(path: str | os.PathLike[str]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; on success it replaces ``path``.
+
+    An existing folder at ``path`` is renamed aside first and deleted only after the new one
+    is in place, so readers see the old folder or the new one, never a mix; on any error the
+    temporary folder is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

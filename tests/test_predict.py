@@ -307,3 +307,83 @@ def test_a_gpu_model_that_cannot_load_here_says_what_it_needs(churn_run, tmp_pat
     with pytest.raises(DataError, match=r"trained on the GPU and needs cuml.*NVIDIA GPU"):
         predict_batch(run_copy, source, tmp_path / "out.csv", model="forest", device="cpu", na_values=[" "])
     assert not (tmp_path / "out.csv").exists()
+
+
+# ---------------------------------------------------------------- partitioned input (Dask)
+def _split_into_files(rows: pd.DataFrame, folder: Path, parts: int = 3) -> Path:
+    folder.mkdir()
+    size = -(-len(rows) // parts)
+    for i in range(parts):
+        write_rows(rows.iloc[i * size:(i + 1) * size], folder / f"part-{i}.csv")
+    return folder
+
+
+@pytest.mark.parametrize("model", ["xgb", "mlp"])
+def test_partitioned_scoring_writes_a_parquet_folder_equal_to_the_runs_scores(churn_run, tmp_path, model):
+    project, predictions = churn_run["project"], churn_run["predictions"]
+    source = _split_into_files(churn_run["test_rows"], tmp_path / "batch")
+    out = tmp_path / "scores"
+    proc = cli("--run", "latest", "--model", model, "--input", str(source), "--output", str(out),
+               "--partitioned", "--na-values", " ", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["part.0.parquet", "part.1.parquet", "part.2.parquet"]
+    table = pd.read_parquet(out)
+    assert list(table.columns) == ["customerID", "score", "prediction", "model"]
+    merged = predictions.merge(table, on="customerID", validate="one_to_one")
+    assert len(merged) == len(predictions)
+    np.testing.assert_allclose(merged["score"], merged[f"score_{model}"], rtol=0, atol=1e-6)
+    assert (merged["prediction"] == (merged["score"] >= 0.5)).all()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_partitioned_scoring_replaces_an_output_only_when_complete(churn_run, tmp_path):
+    project = churn_run["project"]
+    out = tmp_path / "scores"
+    out.mkdir()
+    (out / "part.0.parquet").write_bytes(b"yesterday")
+    rows = churn_run["test_rows"].copy()
+    rows.loc[len(rows) - 1, "tenure"] = "twelve"        # in the last file only: found while scoring
+    source = _split_into_files(rows, tmp_path / "batch")
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), "--partitioned",
+               "--na-values", " ", cwd=project)
+    assert proc.returncode == ExitCode.DATA, proc.stderr
+    assert "batch" in proc.stderr and "Traceback" not in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["part.0.parquet"]
+    assert (out / "part.0.parquet").read_bytes() == b"yesterday"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch", "scores"]     # no temporary folder
+
+    fine = _split_into_files(churn_run["test_rows"], tmp_path / "fine")
+    proc = cli("--run", "latest", "--input", str(fine), "--output", str(out), "--partitioned",
+               "--na-values", " ", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert len(pd.read_parquet(out)) == len(churn_run["test_rows"])
+
+
+def test_partitioned_scoring_checks_schema_and_options_first(churn_run, tmp_path):
+    project = churn_run["project"]
+    source = _split_into_files(churn_run["test_rows"].drop(columns=["Contract"]), tmp_path / "batch")
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(tmp_path / "o"), "--partitioned",
+               "--na-values", " ", cwd=project)
+    assert proc.returncode == ExitCode.DATA and "'Contract'" in proc.stderr and "part-0.csv" in proc.stderr
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(tmp_path / "o.csv"), "--partitioned",
+               cwd=project)
+    assert proc.returncode == ExitCode.CONFIG and "Parquet folder" in proc.stderr
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(tmp_path / "o.parquet"),
+               "--scheduler", "tcp://127.0.0.1:1", cwd=project)
+    assert proc.returncode == ExitCode.CONFIG and "--partitioned" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_partitioned_scoring_runs_on_a_cluster(churn_run, tmp_path):
+    from distributed import LocalCluster
+
+    source = _split_into_files(churn_run["test_rows"], tmp_path / "batch")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0") as cluster:
+        result = predict_batch(churn_run["run_dir"], source, tmp_path / "scores", model="xgb",
+                               na_values=[" "], partitioned=True, scheduler=cluster.scheduler_address)
+        assert len(cluster.scheduler.workers) == 2                  # the cluster was not shut down
+    table = pd.read_parquet(tmp_path / "scores")
+    assert result.rows == len(table) == len(churn_run["test_rows"])
+    merged = churn_run["predictions"].merge(table, on="customerID")
+    np.testing.assert_allclose(merged["score"], merged["score_xgb"], rtol=0, atol=1e-6)

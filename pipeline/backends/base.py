@@ -77,7 +77,7 @@ class Backend(ABC):
 
     def read_partitioned(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[str],
         *,
         format: str | None = None,
         columns: Sequence[str] | None = None,
@@ -86,7 +86,7 @@ class Backend(ABC):
         filters: Sequence[Filter] | None = None,
         blocksize: str | int | None = "64MiB",
     ) -> Any:
-        """A Dask DataFrame over a Parquet folder/file or CSV file(s) (a glob works).
+        """A Dask DataFrame over a Parquet folder/file or CSV file(s) (a glob or a list works).
 
         Partitions are pandas or cuDF frames as Dask's ``dataframe.backend`` says, so the
         same feature ops run on each partition. Nothing is read until something computes.
@@ -94,8 +94,8 @@ class Backend(ABC):
         import dask
         import dask.dataframe as dd
 
-        text = str(path)
-        fmt = (format or _infer_format(Path(text))).lower()
+        text: str | list[str] = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
+        fmt = (format or _infer_format(Path(text if isinstance(text, str) else text[0]))).lower()
         try:
             with dask.config.set({"dataframe.backend": self.dask_backend}):
                 if fmt == "parquet":
@@ -114,7 +114,7 @@ class Backend(ABC):
         if dtypes and fmt == "parquet":
             frame = frame.astype(dict(dtypes))
         if filters and fmt == "csv":
-            frame = frame.map_partitions(apply_filters, filters, source=text)
+            frame = frame.map_partitions(apply_filters, filters, source=str(text))
         return frame
 
     @abstractmethod

@@ -17,8 +17,9 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
               help="Run id, run folder, or 'latest' (the newest successful run).")
 @click.option("--input", "input_", required=True, type=click.Path(path_type=str), metavar="FILE_OR_DIR",
               help="CSV or Parquet file, or a folder of them (read in name order).")
-@click.option("--output", required=True, type=click.Path(dir_okay=False, path_type=str), metavar="PATH",
-              help="Where the scores go: .parquet or .csv (written atomically).")
+@click.option("--output", required=True, type=click.Path(path_type=str), metavar="PATH",
+              help="Where the scores go: .parquet or .csv (written atomically); with --partitioned a "
+                   "folder of Parquet files.")
 @click.option("--model", metavar="NAME", help="Exported model to use (default: the run's best).")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=str),
               help="Where run folders are.")
@@ -30,14 +31,20 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
               help="Score at or above which prediction is 1 (default: the run's evaluate threshold, else 0.5).")
 @click.option("--na-values", multiple=True, metavar="TEXT",
               help="Extra strings read as missing in CSV input (repeatable); the churn data needs --na-values ' '.")
+@click.option("--partitioned", is_flag=True,
+              help="Score partition by partition with Dask into a Parquet folder: input larger than memory.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="With --partitioned: score on the Dask cluster at this scheduler (default: local threads).")
 @handle_errors
 def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str, pipeline_name: str | None,
-            device: str, threshold: float | None, na_values: tuple[str, ...]) -> None:
+            device: str, threshold: float | None, na_values: tuple[str, ...], partitioned: bool,
+            scheduler: str | None) -> None:
     """Score the rows of --input with a model of --run and write --output."""
     from pipeline.predict import predict_batch
 
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
-                           device=device, threshold=threshold, na_values=list(na_values) or None)
+                           device=device, threshold=threshold, na_values=list(na_values) or None,
+                           partitioned=partitioned, scheduler=scheduler)
     stderr.print(f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
                  f"threshold {result.threshold:g}) -> {result.output} in {result.seconds:.2f}s",
                  markup=False, highlight=False)

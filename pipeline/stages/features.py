@@ -46,6 +46,9 @@ class FeatureSet:
     # Partitioned data: X, y, ids are lazy Dask collections over Parquet; rows counted once.
     partitioned: bool = False
     row_counts: dict[str, int] = field(default_factory=dict)
+    # Partitioned data written by the stage: the Parquet folder of each split (for training
+    # that reads the files itself); empty when nothing was written.
+    parquet_dirs: dict[str, str] = field(default_factory=dict)
 
     def rows(self) -> dict[str, int]:
         if self.partitioned:

@@ -57,7 +57,9 @@ def build_partitioned(data: Any, ops: list[FeatureOp], *, id_column: str | None,
     if output_dir is not None:
         featurized = _write_parquet(featurized, output_dir, backend)
         rows = featurized.pop("__rows__")
+        folders = {name: str(output_dir / name) for name in featurized}
     else:
+        folders = {}
         rows = dict(zip(featurized, compute_lazy(*[f.shape[0] for f in featurized.values()])))
     names = list(workflow.output_columns_)
     return {
@@ -65,6 +67,7 @@ def build_partitioned(data: Any, ops: list[FeatureOp], *, id_column: str | None,
         "y": {s: select(f, data.target) for s, f in featurized.items()},
         "ids": {s: select(f, id_column) if id_column else None for s, f in featurized.items()},
         "feature_names": names, "workflow": workflow, "row_counts": {s: int(n) for s, n in rows.items()},
+        "parquet_dirs": folders,
     }
 
 
@@ -127,12 +130,22 @@ class DistributedScorer:
         return host[:, 1] if host.ndim == 2 else host
 
 
-def fit_distributed(estimator: Any, features: Any, fit_kwargs: dict[str, Any]) -> None:
-    """``estimator.fit`` on the Dask collections of the training split, through the cluster."""
+def fit_distributed(estimator: Any, features: Any, fit_kwargs: dict[str, Any], *,
+                    external_memory: bool = False, stage: str = "train") -> dict[str, Any] | None:
+    """Fit a Dask estimator on the training split through the cluster.
+
+    ``external_memory`` (XGBoost only): each worker streams its share of the split's Parquet
+    files into an external-memory DMatrix instead of holding it (pipeline.stages.xgboost_external);
+    returns how the files were spread then, None otherwise.
+    """
     with cluster_client() as client:
+        if external_memory:
+            from pipeline.stages.xgboost_external import fit_external_memory
+
+            return fit_external_memory(estimator, features, client, stage=stage)
         estimator.client = client
         try:
             estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
         finally:
             estimator.client = None      # the estimator is pickled to other workers later
-
+    return None

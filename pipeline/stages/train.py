@@ -80,6 +80,12 @@ class TrainedModel:
     params: dict[str, Any]
     ignored_params: list[str] = field(default_factory=list)
     fit_seconds: float = 0.0
+    # Set when training streamed partition files (xgboost_external): ranks and files per worker.
+    external_memory: dict[str, Any] | None = None
+
+
+# Models that can train from partition files through external memory.
+EXTERNAL_MEMORY_MODELS = ("xgboost",)
 
 
 class TrainSpec(StageSpec):
@@ -89,9 +95,22 @@ class TrainSpec(StageSpec):
         default_factory=dict,
         description="Estimator parameters with scikit-learn names; translated for cuML on GPU.",
     )
+    external_memory: bool | None = Field(
+        None,
+        description="XGBoost on partitioned features: stream each worker's share of the Parquet files "
+                    "through XGBoost's external memory (true), or hold it in memory with xgboost.dask "
+                    "(false). Default: external memory whenever the features were written as Parquet.",
+    )
     accepts = ("features",)
     min_inputs = 1
     max_inputs = 1
+
+    @field_validator("external_memory")
+    @classmethod
+    def _external_memory_model(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        if value and info.data.get("model") not in EXTERNAL_MEMORY_MODELS:
+            raise ValueError(f"external_memory applies to {', '.join(EXTERNAL_MEMORY_MODELS)} only")
+        return value
 
     @field_validator("params")
     @classmethod
@@ -110,8 +129,12 @@ def train_model(
     *,
     seed: int | None = 42,
     name: str | None = None,
+    external_memory: bool | None = None,
 ) -> TrainedModel:
-    """Fit ``model`` (a registry name) on ``features``' training split."""
+    """Fit ``model`` (a registry name) on ``features``' training split.
+
+    ``external_memory`` matters for partitioned features only (see ``TrainSpec``).
+    """
     backend: Backend = features.backend
     spec = get_model_spec(model)
     problems = spec.check_params(params or {})
@@ -126,10 +149,12 @@ def train_model(
     if spec.supports_eval_set and features.rows().get("valid"):
         fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
     started = time.perf_counter()
+    streamed: dict[str, Any] | None = None
     if distributed:
         from pipeline.stages.partitioned import DistributedScorer, fit_distributed
 
-        fit_distributed(estimator, features, fit_kwargs)
+        streamed = fit_distributed(estimator, features, fit_kwargs, stage=name or model,
+                                   external_memory=_use_external_memory(model, features, external_memory))
         scores = SplitScores(DistributedScorer(estimator, features), features)
     else:
         estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
@@ -137,17 +162,30 @@ def train_model(
     fit_seconds = time.perf_counter() - started
     return TrainedModel(
         name=name or model, model=model, estimator=estimator, features=features, scores=scores,
-        params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds,
+        params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
     )
+
+
+def _use_external_memory(model: str, features: FeatureSet, requested: bool | None) -> bool:
+    """Whether partitioned training streams the Parquet files (the default where it can)."""
+    possible = model in EXTERNAL_MEMORY_MODELS and bool(features.parquet_dirs)
+    if requested and not possible:
+        raise DataError(f"external_memory: {model} on these features cannot stream from Parquet "
+                        f"(it needs model {', '.join(EXTERNAL_MEMORY_MODELS)} and partitioned features "
+                        "written by a features stage)")
+    return possible if requested is None else requested
 
 
 @register_stage("train", TrainSpec)
 def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
-    trained = train_model(only_input(inputs), spec.model, spec.params, seed=ctx.seed, name=ctx.stage)
+    trained = train_model(only_input(inputs), spec.model, spec.params, seed=ctx.seed, name=ctx.stage,
+                          external_memory=spec.external_memory)
     if trained.ignored_params:
         ctx.logger.warning("%s: %s has no %s on %s; ignored", ctx.stage, spec.model,
                            ", ".join(trained.ignored_params), ctx.backend.name)
     ctx.facts["fit_seconds"] = round(trained.fit_seconds, 3)
+    if trained.features.partitioned:
+        ctx.facts["external_memory"] = trained.external_memory or False
     ctx.facts["estimator"] = type(trained.estimator).__module__ + "." + type(trained.estimator).__name__
     if trained.ignored_params:
         ctx.facts["ignored_params"] = trained.ignored_params

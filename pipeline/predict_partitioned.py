@@ -1,0 +1,95 @@
+"""``pipeline predict --partitioned``: score input larger than memory, partition by partition.
+
+The input files become one Dask DataFrame (pandas or cuDF partitions by the device); each
+partition goes through the model's workflow and predictor with ``map_partitions`` and the
+scores are written as a partitioned Parquet folder, so no process holds more than a few
+partitions. Without ``scheduler`` Dask's local threads do the work in this process; with it,
+the workers of that cluster do (they must see the input and output paths). The folder is
+written beside the output and renamed into place when complete: an existing output stays as
+it was until then, and on any error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import DataError, UsageError
+
+
+def check_output_folder(path: Path) -> None:
+    """Partitioned scores are a Parquet folder: a CSV name or an existing file is refused first."""
+    if path.suffix.lower() == ".csv":
+        raise UsageError(f"--output {path}: partitioned scores are written as a Parquet folder, not CSV")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--output {path} is a file; partitioned scores are a folder of Parquet files")
+
+
+def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], output: Path, *,
+                      backend: Any, threshold: float, needed: list[str], text_columns: list[str],
+                      na_values: Sequence[str] | None, scheduler: str | None,
+                      check: Callable[[Any, Path, str], Any]) -> int:
+    """Score every row of ``files`` into the Parquet folder ``output``; returns the row count.
+
+    ``check(frame, source, format)`` is the in-memory type check, applied to Dask's sample
+    partition (its dtypes), so a column of the wrong type is refused before anything is read.
+    """
+    from pipeline.store import atomic_folder
+
+    formats = {fmt for _, fmt in files}
+    if len(formats) > 1:
+        raise DataError(f"partitioned input must be all CSV or all Parquet; {files[0][0].parent} mixes them")
+    fmt = formats.pop()
+    dtypes = {c: "str" for c in text_columns} if fmt == "csv" else None
+    frame = backend.read_partitioned([str(path) for path, _ in files], format=fmt, columns=needed,
+                                     dtypes=dtypes, na_values=list(na_values) if na_values else None)
+    source = files[0][0].parent if len(files) > 1 else files[0][0]
+    check(frame._meta_nonempty, source, fmt)
+    id_column = saved.meta.get("id_column")
+    meta = _scored(frame._meta, np.empty(0, dtype="float64"), name, threshold, id_column, backend)
+    scored = frame.map_partitions(_score_partition, saved, name, threshold, id_column, backend, meta=meta)
+    with atomic_folder(output) as folder:
+        write = scored.to_parquet(str(folder), write_index=False, compute=False)
+        try:
+            _, rows = _compute(scheduler, backend.name, write, scored.shape[0])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"scoring {source} failed: {type(exc).__name__}: {exc}") from exc
+    return int(rows)
+
+
+def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any, ...]:
+    """On the cluster at ``scheduler`` (never shut down), else on local threads."""
+    import dask
+
+    if scheduler is None:
+        return tuple(dask.compute(*collections))
+    from pipeline.backends.cluster import open_cluster
+    from pipeline.config.schema import ClusterConfig
+
+    session = open_cluster(ClusterConfig(address=scheduler), device)
+    try:
+        return tuple(session.client.gather(session.client.compute(list(collections))))
+    finally:
+        session.close()
+
+
+def _score_partition(part: Any, saved: Any, name: str, threshold: float, id_column: str | None,
+                     backend: Any) -> pd.DataFrame:
+    scores = np.asarray(saved.score(part), dtype="float64") if len(part) else np.empty(0, dtype="float64")
+    return _scored(part, scores, name, threshold, id_column, backend)
+
+
+def _scored(part: Any, scores: np.ndarray, name: str, threshold: float, id_column: str | None,
+            backend: Any) -> pd.DataFrame:
+    """The output columns of one partition: id, score, prediction, model."""
+    table: dict[str, Any] = {}
+    if id_column:
+        table[id_column] = backend.to_host(part[id_column]).reset_index(drop=True)
+    table["score"] = scores
+    table["prediction"] = (scores >= threshold).astype("int64")
+    table["model"] = pd.Series([name] * len(scores), dtype="str")
+    return pd.DataFrame(table)

@@ -1,0 +1,228 @@
+"""XGBoost on partitioned data larger than the workers' memory: external memory per worker.
+
+``xgboost.dask`` hands each worker all of its training partitions in one task, so a worker
+must hold its share of the feature matrix and XGBoost's quantised copy of it at once: at
+three times the workers' memory that cannot fit. Here each worker instead reads its share of
+the split's Parquet files one file at a time through a ``DataIter`` into an
+``ExtMemQuantileDMatrix``: XGBoost sketches the quantiles over the batches, then keeps only
+the quantised pages, cached under the worker's local directory, so a worker holds one
+partition plus one-byte bin indices. The workers train together through XGBoost's collective
+(a ``RabitTracker``, as xgboost.dask uses) and the booster is loaded into the same
+``DaskXGBClassifier`` the in-memory path fits, so scoring and export do not change.
+
+A worker lost during training fails the stage naming it (the ranks are tied to their workers,
+so Dask cannot move one elsewhere); every task and cache file of the attempt is discarded.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import xgboost
+
+from pipeline.backends import Backend
+from pipeline.errors import DataError, StageError
+
+# Rank tasks poll at this interval for failures and lost workers.
+_POLL_SECONDS = 1.0
+# How long a collective operation may wait for a peer before it fails (a lost worker).
+_COLLECTIVE_TIMEOUT_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The files one worker trains on, and its rank in XGBoost's collective."""
+
+    rank: int
+    worker: str
+    train_files: tuple[str, ...]
+    valid_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BatchSource:
+    """What a rank needs to read its batches: columns and the backend that reads them."""
+
+    features: tuple[str, ...]
+    target: str
+    backend: Backend
+
+
+def parquet_files(folder: str | Path) -> list[str]:
+    """The Parquet files of a written split, in partition order (part.2 before part.10)."""
+    def number(path: Path) -> tuple[int, str]:
+        digits = re.findall(r"\d+", path.stem)
+        return (int(digits[-1]) if digits else -1, path.name)
+
+    return [str(p) for p in sorted(Path(folder).glob("*.parquet"), key=number)]
+
+
+def plan_shards(workers: Sequence[str], train_files: Sequence[str],
+                valid_files: Sequence[str]) -> list[Shard]:
+    """Deal the files round-robin to the workers; one rank per worker that gets files.
+
+    Every rank needs at least one training file, and one validation file when there is a
+    validation split (the collective evaluates on every rank), so there are at most as many
+    ranks as the smaller of those file counts.
+    """
+    if not train_files:
+        raise DataError("the training split has no Parquet files to train on")
+    if not workers:
+        raise DataError("the Dask cluster has no workers to train on")
+    ranks = min(len(workers), len(train_files), len(valid_files) if valid_files else len(train_files))
+    return [
+        Shard(rank, worker, tuple(train_files[rank::ranks]),
+              tuple(valid_files[rank::ranks]) if valid_files else ())
+        for rank, worker in enumerate(sorted(workers)[:ranks])
+    ]
+
+
+class ParquetBatches(xgboost.DataIter):
+    """One Parquet file per batch, read when XGBoost asks for it and released after."""
+
+    def __init__(self, files: Sequence[str], source: BatchSource, cache_prefix: str) -> None:
+        self._files = list(files)
+        self._source = source
+        self._next = 0
+        super().__init__(cache_prefix=cache_prefix, release_data=True)
+
+    def next(self, input_data: Any) -> bool:
+        if self._next == len(self._files):
+            return False
+        source = self._source
+        frame = source.backend.read(self._files[self._next], format="parquet",
+                                    columns=[*source.features, source.target])
+        input_data(data=frame[list(source.features)], label=frame[source.target])
+        self._next += 1
+        return True
+
+    def reset(self) -> None:
+        self._next = 0
+
+
+def booster_params(estimator: Any) -> tuple[dict[str, Any], int, int | None]:
+    """The native parameters, boosting rounds and early stopping of an XGBoost estimator."""
+    params = {k: v for k, v in estimator.get_xgb_params().items() if v is not None}
+    params.setdefault("objective", "binary:logistic")
+    return params, estimator.get_num_boosting_rounds(), estimator.early_stopping_rounds
+
+
+def train_rank(shard: Shard, source: BatchSource, params: dict[str, Any], rounds: int,
+               early_stopping: int | None, tracker_args: dict[str, Any]) -> bytes | None:
+    """One worker's part of the training (a Dask task); rank 0 returns the model bytes."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    cache = Path(worker.local_directory) / f"xgboost-extmem-{uuid.uuid4().hex}"
+    cache.mkdir(parents=True)
+    threads = max(1, int(getattr(worker.state, "nthreads", 1)))
+    local = {**params, "nthread": threads}
+    local.pop("n_jobs", None)
+    args = {**tracker_args, "dmlc_task_id": f"{shard.rank:06d}",
+            "dmlc_timeout": _COLLECTIVE_TIMEOUT_SECONDS}
+    try:
+        with xgboost.collective.CommunicatorContext(**args), xgboost.config_context(nthread=threads):
+            booster = _train_shard(shard, source, local, rounds, early_stopping, cache)
+        return bytes(booster.save_raw("ubj")) if shard.rank == 0 else None
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _train_shard(shard: Shard, source: BatchSource, params: dict[str, Any], rounds: int,
+                 early_stopping: int | None, cache: Path) -> xgboost.Booster:
+    """Build this rank's DMatrices and train; they (and their cache pages) go on return."""
+    threads = params["nthread"]
+    train = xgboost.ExtMemQuantileDMatrix(
+        ParquetBatches(shard.train_files, source, str(cache / "train")),
+        max_bin=params.get("max_bin"), nthread=threads)
+    evals = []
+    if shard.valid_files:
+        valid = xgboost.ExtMemQuantileDMatrix(
+            ParquetBatches(shard.valid_files, source, str(cache / "valid")),
+            ref=train, max_bin=params.get("max_bin"), nthread=threads)
+        evals = [(valid, "validation_0")]
+    return xgboost.train(params, train, num_boost_round=rounds, evals=evals,
+                         early_stopping_rounds=early_stopping if evals else None, verbose_eval=False)
+
+
+def _start_tracker(ranks: int, host: str) -> dict[str, Any]:
+    """A RabitTracker in this process for the ranks to meet at; returns their arguments."""
+    from xgboost.tracker import RabitTracker
+
+    tracker = RabitTracker(n_workers=ranks, host_ip=host, sortby="task",
+                           timeout=_COLLECTIVE_TIMEOUT_SECONDS)
+    tracker.start()
+    threading.Thread(target=tracker.wait_for, daemon=True, name="xgboost-tracker").start()
+    return dict(tracker.worker_args())
+
+
+def _tracker_host(client: Any) -> str:
+    """This machine's address on the interface that reaches the scheduler (workers reach it too)."""
+    from distributed.comm import get_address_host
+    from distributed.utils import get_ip
+
+    scheduler = get_address_host(client.scheduler.address)
+    return scheduler if scheduler in ("127.0.0.1", "localhost") else get_ip(scheduler)
+
+
+def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: str) -> dict[str, Any]:
+    """Train ``estimator`` (a DaskXGBClassifier) rank by rank on the workers, then load the model.
+
+    Returns the plan for the manifest: the number of ranks and the training files per worker.
+    """
+    from distributed import MultiLock
+
+    workers = sorted(client.scheduler_info()["workers"])
+    folders = features.parquet_dirs
+    shards = plan_shards(workers, parquet_files(folders["train"]),
+                         parquet_files(folders["valid"]) if features.rows().get("valid") else [])
+    source = BatchSource(tuple(features.feature_names), features.target, features.backend)
+    params, rounds, early_stopping = booster_params(estimator)
+    used = [shard.worker for shard in shards]
+    # Two trainings sharing a worker would each wait in the collective for the other's rank.
+    with MultiLock(used, client):
+        tracker_args = _start_tracker(len(shards), _tracker_host(client))
+        futures = [
+            client.submit(train_rank, shard, source, params, rounds, early_stopping, tracker_args,
+                          workers=[shard.worker], allow_other_workers=False, pure=False,
+                          key=f"xgboost-extmem-{stage}-rank{shard.rank}-{uuid.uuid4().hex[:8]}")
+            for shard in shards
+        ]
+        try:
+            _wait_for_ranks(client, futures, shards, stage)
+            raw = futures[0].result()
+        finally:
+            client.cancel(futures)
+    estimator.load_model(bytearray(raw))
+    return {"ranks": len(shards), "train_files": {s.worker: len(s.train_files) for s in shards}}
+
+
+def _wait_for_ranks(client: Any, futures: list[Any], shards: list[Shard], stage: str) -> None:
+    """Until every rank finished; the first failure or lost worker ends the training."""
+    from distributed import wait
+
+    while True:
+        try:
+            wait(futures, timeout=_POLL_SECONDS, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        for future in futures:
+            if future.status == "error":
+                raise future.exception()
+            if future.status == "cancelled":
+                raise StageError(stage, f"external-memory XGBoost training task {future.key} was cancelled")
+        if all(future.status == "finished" for future in futures):
+            return
+        alive = set(client.scheduler_info()["workers"])
+        lost = [s.worker for s, f in zip(shards, futures) if f.status != "finished" and s.worker not in alive]
+        if lost:
+            raise StageError(stage, f"the Dask worker {lost[0]} left the cluster during external-memory "
+                                    "XGBoost training (its rank cannot move to another worker). Check that "
+                                    "worker's log and its memory limit (cluster.memory_limit)")

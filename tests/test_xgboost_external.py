@@ -1,0 +1,114 @@
+"""External-memory XGBoost: how files are dealt to ranks, batches read from real Parquet
+files, and how the training notices a failed rank or a lost worker on a real LocalCluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost
+
+from pipeline.backends import get_backend
+from pipeline.errors import DataError, StageError
+from pipeline.stages.xgboost_external import (
+    BatchSource,
+    ParquetBatches,
+    _wait_for_ranks,
+    parquet_files,
+    plan_shards,
+)
+
+
+def test_files_are_listed_in_partition_order(tmp_path):
+    for n in (10, 2, 0, 1):
+        (tmp_path / f"part.{n}.parquet").write_bytes(b"")
+    (tmp_path / "_metadata").write_bytes(b"")
+    assert [os.path.basename(f) for f in parquet_files(tmp_path)] == [
+        "part.0.parquet", "part.1.parquet", "part.2.parquet", "part.10.parquet"]
+
+
+def test_files_are_dealt_round_robin_one_rank_per_worker():
+    shards = plan_shards(["tcp://b:2", "tcp://a:1"], [f"t{i}" for i in range(5)], ["v0", "v1", "v2"])
+    assert [s.worker for s in shards] == ["tcp://a:1", "tcp://b:2"]
+    assert [s.train_files for s in shards] == [("t0", "t2", "t4"), ("t1", "t3")]
+    assert [s.valid_files for s in shards] == [("v0", "v2"), ("v1",)]
+
+
+def test_every_rank_gets_a_validation_file_or_there_are_fewer_ranks():
+    shards = plan_shards(["w1", "w2", "w3"], ["t0", "t1", "t2", "t3"], ["v0"])
+    assert len(shards) == 1 and shards[0].train_files == ("t0", "t1", "t2", "t3")
+    assert len(plan_shards(["w1", "w2"], ["t0", "t1"], [])) == 2       # no validation split
+
+
+def test_no_training_files_is_a_data_error():
+    with pytest.raises(DataError, match="no Parquet files"):
+        plan_shards(["w1"], [], [])
+
+
+def test_batches_read_each_file_once_per_pass_and_train(tmp_path):
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        x = rng.normal(size=(200, 2)).astype("float32")
+        pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "y": (x[:, 0] > 0).astype("int8")}).to_parquet(
+            tmp_path / f"part.{i}.parquet")
+    source = BatchSource(("a", "b"), "y", get_backend("cpu"))
+    batches = ParquetBatches(parquet_files(tmp_path), source, str(tmp_path / "cache"))
+    matrix = xgboost.ExtMemQuantileDMatrix(batches, max_bin=32)
+    assert (matrix.num_row(), matrix.num_col()) == (600, 2)
+    assert matrix.feature_names == ["a", "b"]
+    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 2, "max_bin": 32}, matrix, num_boost_round=5)
+    test = pd.DataFrame({"a": [-2.0, 2.0], "b": [0.0, 0.0]})
+    low, high = booster.inplace_predict(test)
+    assert low < 0.5 < high
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client
+
+
+def _sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "slept"
+
+
+def _fail() -> None:
+    raise ValueError("rank 1 could not read its batch")
+
+
+def _pinned(client, fn, worker, *args):
+    return client.submit(fn, *args, workers=[worker], allow_other_workers=False, pure=False)
+
+
+@pytest.mark.slow
+def test_a_failed_rank_ends_the_training_while_the_others_still_run(cluster_client):
+    workers = sorted(cluster_client.scheduler_info()["workers"])
+    shards = plan_shards(workers, ["t0", "t1"], [])
+    futures = [_pinned(cluster_client, _sleep, workers[0], 60), _pinned(cluster_client, _fail, workers[1])]
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="could not read its batch"):
+        _wait_for_ranks(cluster_client, futures, shards, "xgb")
+    assert time.monotonic() - started < 30
+    cluster_client.cancel(futures)
+
+
+@pytest.mark.slow
+def test_a_lost_worker_fails_the_stage_naming_it(cluster_client):
+    workers = sorted(cluster_client.scheduler_info()["workers"])
+    shards = plan_shards(workers, ["t0", "t1"], [])
+    futures = [_pinned(cluster_client, _sleep, w, 120) for w in workers]
+    time.sleep(1)
+    pid = cluster_client.run(os.getpid, workers=[workers[1]])[workers[1]]
+    os.kill(pid, signal.SIGKILL)           # the nanny starts a new worker, at another address
+    with pytest.raises(StageError) as info:
+        _wait_for_ranks(cluster_client, futures, shards, "xgb")
+    assert workers[1] in str(info.value) and info.value.stage == "xgb"
+    cluster_client.cancel(futures)
