@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Scale-out: ``pipeline run configs/churn_partitioned.yaml`` on data larger than the workers' memory,
-and 1 worker against 2 on data that fits.
+1 worker against 2 on data that fits, and external-memory training against xgboost.dask's.
 
 Generates (or reuses) Telco-schema churn tables as many CSV files: part ``i`` is written by its own
 ``scripts/generate_churn.py`` process with seed ``seed * 100000 + i`` (``--part-rows`` rows per
@@ -44,12 +44,17 @@ of 25M collide); no stage needs them unique.
     python scripts/bench_scaleout.py --rows 25000000 --fit-rows 1000000 --repeats 2 \
         --output bench-data/scaleout-results.json
 
-Training holds data in memory where the other stages stream it: ``xgboost.dask`` fits each
-worker on all of its partitions of the featurized train split at once (70% of the rows), so the
-run through ``xgb`` needs that share, plus what the worker process already holds, under the
-worker's limit; when it does not, the nanny restarts the worker and the stage fails (see the
-failure and the stderr tail in the output). ``--large-until features`` measures the stages
-that stream (load, split, features: bounded by the partition size, not the table).
+Training streams too: ``xgb`` trains through XGBoost's external memory by default (each worker
+reads its share of the featurized Parquet files one at a time into an ExtMemQuantileDMatrix;
+pipeline/stages/xgboost_external.py), so the large run goes through ``xgb`` at 3x the workers'
+memory. ``xgboost.dask`` (``external_memory: false``) instead fits each worker on all of its
+partitions at once and, with 1 GiB workers, fails there: the nanny restarts the workers and the
+stage fails naming one (the failure and the stderr tail are in the output).
+``--large-until features`` measures only the stages before training.
+
+  (3) training: on the table that fits, with 2 workers, the ``xgb`` stage with
+      ``external_memory: true`` and ``false`` alternately ``--repeats`` times each; it reports
+      the median stage seconds, their ratio and the workers' peak RSS.
 
 Exit status: 0 when every run succeeded (exit status 0 and manifest status "succeeded"), 1 when
 any run failed or timed out; the failures (the failing stage's error, the end of the run's
@@ -280,7 +285,7 @@ def dask_env(settings: list[str]) -> dict[str, str]:
 
 def run_pipeline(config: Path, glob: str, *, n_workers: int, memory_limit: str, blocksize: str, until: str,
                  runs_dir: Path, log_prefix: Path, interval: float, timeout: float, label: str,
-                 env: dict[str, str]) -> dict[str, Any]:
+                 env: dict[str, str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     shutil.rmtree(runs_dir, ignore_errors=True)
     sets = {
         "device": "cpu",
@@ -289,6 +294,7 @@ def run_pipeline(config: Path, glob: str, *, n_workers: int, memory_limit: str, 
         "cluster.memory_limit": memory_limit,
         "stages.raw.path": glob,
         "stages.raw.blocksize": blocksize,
+        **(extra or {}),
     }
     # --no-cache: every stage computes (a fresh runs folder has no cache anyway; nothing is written to one).
     cmd = [*pipeline_executable(), "run", str(config), "--until", until, "--runs-dir", str(runs_dir), "--no-cache",
@@ -411,7 +417,7 @@ def large_markdown(data: dict[str, Any], run: dict[str, Any], limit_bytes: int) 
     for name, s in run["stages"].items():
         facts = s.get("facts") or {}
         brief = ", ".join(f"{k}={v}" for k, v in facts.items()
-                          if k in ("partitions", "passes", "rows", "fit_seconds"))
+                          if k in ("partitions", "passes", "rows", "fit_seconds", "external_memory"))
         seconds = "-" if s.get("seconds") is None else f"{s['seconds']:.1f}"
         lines.append(f"| {name} ({s.get('status')}) | {seconds} | {_mib(s.get('peak_rss_bytes'))} | "
                      f"{s.get('worker') or '-'} | {brief} |")
@@ -489,7 +495,61 @@ def scaling_markdown(data: dict[str, Any], runs: list[dict[str, Any]], summary: 
     return lines
 
 
+def training_summary(runs: list[dict[str, Any]], stage: str) -> dict[str, Any]:
+    """Medians of the training stage's seconds and of the wall time, streamed vs held in memory."""
+    out: dict[str, Any] = {}
+    for key in ("streamed", "held"):
+        ok = [r[key] for r in runs if r[key]["succeeded"]]
+        seconds = [r["stages"][stage]["seconds"] for r in ok if r["stages"].get(stage, {}).get("seconds")]
+        peaks = [max((p["peak_rss_bytes"] for p in r["processes"] if p["role"] == "dask worker"), default=0)
+                 for r in ok]
+        out[key] = {"median_stage_s": statistics.median(seconds) if seconds else None,
+                    "median_wall_s": statistics.median(r["wall_s"] for r in ok) if ok else None,
+                    "median_worker_peak_rss_bytes": statistics.median(peaks) if peaks else None}
+    a, b = out["streamed"]["median_stage_s"], out["held"]["median_stage_s"]
+    out["stage_ratio_streamed_over_held"] = round(a / b, 4) if a and b else None
+    return out
+
+
+def training_markdown(data: dict[str, Any], runs: list[dict[str, Any]], summary: dict[str, Any],
+                      stage: str, memory_limit: str) -> list[str]:
+    def cell(r: dict[str, Any]) -> str:
+        if not r["succeeded"]:
+            return f"FAILED ({r['wall_s']:.0f})"
+        return f"{r['stages'][stage]['seconds']:.1f}"
+
+    lines = [
+        f"Training from Parquet through external memory (`external_memory: true`, the default) against "
+        f"xgboost.dask holding each worker's share (`false`): {data['rows']:,} rows, 2 workers x "
+        f"{memory_limit}, `{stage}` stage seconds, {len(runs)} run(s) each:",
+        "",
+        "| run | order | external memory (s) | in memory (s) |",
+        "|---|---|--:|--:|",
+    ]
+    for r in runs:
+        lines.append(f"| {r['index'] + 1} | {r['order']} | {cell(r['streamed'])} | {cell(r['held'])} |")
+    med = {k: summary[k]["median_stage_s"] for k in ("streamed", "held")}
+    peaks = {k: summary[k]["median_worker_peak_rss_bytes"] for k in ("streamed", "held")}
+    fmt = lambda v: "-" if v is None else f"**{v:.1f}**"   # noqa: E731
+    lines += [f"| **median** | | {fmt(med['streamed'])} | {fmt(med['held'])} |",
+              f"| largest worker peak RSS (MiB, median) | | {_mib(peaks['streamed'])} | {_mib(peaks['held'])} |"]
+    ratio = summary["stage_ratio_streamed_over_held"]
+    lines += ["", f"time(external memory) / time(in memory), ratio of the medians: **{ratio:.2f}**" if ratio
+              else "time(external memory) / time(in memory): - (no successful run on one side)"]
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------
+
+
+def fit_table(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    """The table that fits (``--fit-rows`` in ``--fit-parts`` files), described and in the page cache."""
+    part_rows = math.ceil(args.fit_rows / args.fit_parts)
+    parts = ensure_parts(args.fit_rows, part_rows, args.seed,
+                         data_dir / f"scaleout_fit_{args.fit_rows}_p{args.fit_parts}_s{args.seed}",
+                         args.regenerate, args.jobs)
+    warm_page_cache(parts["paths"])
+    return describe_data(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -509,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-memory-limit", type=size_arg, default="4GiB",
                         help="cluster.memory_limit per worker of the scaling runs (default 4GiB)")
     parser.add_argument("--repeats", type=int, default=2, help="scaling runs with each worker count (default 2)")
-    parser.add_argument("--only", choices=("large", "scaling"), help="run only one of the two parts")
+    parser.add_argument("--only", choices=("large", "scaling", "training"), help="run only one of the three parts")
     parser.add_argument("--until", default="xgb", help="last stage to run (default xgb)")
     parser.add_argument("--large-until", help="last stage of the larger-than-memory run (default: --until)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated data (default 0)")
@@ -587,12 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             md += large_markdown(large_data, run, limit)
 
         if args.only in (None, "scaling"):
-            fit_part_rows = math.ceil(args.fit_rows / args.fit_parts)
-            parts = ensure_parts(args.fit_rows, fit_part_rows, args.seed,
-                                 data_dir / f"scaleout_fit_{args.fit_rows}_p{args.fit_parts}_s{args.seed}",
-                                 args.regenerate, args.jobs)
-            fit_data = describe_data(parts)
-            warm_page_cache(parts["paths"])
+            fit_data = fit_table(args, data_dir)
             runs: list[dict[str, Any]] = []
             for i in range(args.repeats):
                 order = (1, 2) if i % 2 == 0 else (2, 1)
@@ -615,6 +670,32 @@ def main(argv: list[str] | None = None) -> int:
             if md:
                 md.append("")
             md += scaling_markdown(fit_data, runs, summary, args.fit_memory_limit, args.blocksize, args.until)
+
+        if args.only in (None, "training"):
+            fit_data = fit_table(args, data_dir)
+            pairs: list[dict[str, Any]] = []
+            for i in range(args.repeats):
+                order = ("streamed", "held") if i % 2 == 0 else ("held", "streamed")
+                entry = {"index": i, "order": " → ".join(order)}
+                for key in order:
+                    name = f"train-{i}-{key}"
+                    r = run_pipeline(config, fit_data["glob"], n_workers=2, memory_limit=args.fit_memory_limit,
+                                     blocksize=args.blocksize, until=args.until, runs_dir=work / name,
+                                     log_prefix=work / name, interval=args.interval, timeout=args.timeout,
+                                     label=f"training [{i + 1}/{args.repeats}] {key}", env=env,
+                                     extra={f"stages.{args.until}.external_memory": key == "streamed"})
+                    if not r["succeeded"]:
+                        failures.append(f"training run {i + 1}, {key}: {r['failure']}")
+                    if not args.keep:
+                        shutil.rmtree(work / name, ignore_errors=True)
+                    entry[key] = r
+                pairs.append(entry)
+            summary = training_summary(pairs, args.until)
+            results["training"] = {"data": fit_data, "memory_limit": args.fit_memory_limit, "runs": pairs,
+                                   "summary": summary}
+            if md:
+                md.append("")
+            md += training_markdown(fit_data, pairs, summary, args.until, args.fit_memory_limit)
     finally:
         if args.keep:
             print(f"run folders and logs kept in {work}", file=sys.stderr)
@@ -635,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in failures:
             print(f"  - {_one_line(f, 2000)}")
         for key, value in results.items():
-            items = [value["run"]] if key == "large" else [r[s] for r in value["runs"] for s in ("one", "two")]
+            sides = ("streamed", "held") if key == "training" else ("one", "two")
+            items = [value["run"]] if key == "large" else [r[s] for r in value["runs"] for s in sides]
             for r in items:
                 if not r["succeeded"]:
                     print(f"\n--- end of stderr of {r['label']} ---\n{(r['stderr_tail'] or '')[-2500:]}")

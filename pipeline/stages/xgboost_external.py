@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,8 +115,38 @@ def booster_params(estimator: Any) -> tuple[dict[str, Any], int, int | None]:
     return params, estimator.get_num_boosting_rounds(), estimator.early_stopping_rounds
 
 
+class RoundReporter(xgboost.callback.TrainingCallback):
+    """Rank 0's progress: a line at most every ``every`` seconds, and after the last round.
+
+    Lines go out as the stage's worker progress events, which the client prints like the
+    torch stage's epoch lines; outside a Dask worker they are dropped.
+    """
+
+    def __init__(self, stage: str, rounds: int, every: float = 15.0) -> None:
+        from pipeline.execution import WorkerProgress
+
+        self._progress = WorkerProgress(stage)
+        self._rounds = rounds
+        self._every = every
+        self._started = self._last = time.monotonic()
+
+    def message(self, text: str) -> None:
+        self._progress.message(text)
+
+    def after_iteration(self, model: Any, epoch: int, evals_log: dict[str, Any]) -> bool:
+        now = time.monotonic()
+        if now - self._last >= self._every or epoch + 1 == self._rounds:
+            self._last = now
+            metrics = " - ".join(f"{data}-{name}: {values[-1]:.4f}"
+                                 for data, by_name in evals_log.items() for name, values in by_name.items())
+            per_round = (now - self._started) / (epoch + 1)
+            self.message(f"round {epoch + 1}/{self._rounds} - {per_round:.2f}s/round"
+                         + (f" - {metrics}" if metrics else ""))
+        return False
+
+
 def train_rank(shard: Shard, source: BatchSource, params: dict[str, Any], rounds: int,
-               early_stopping: int | None, tracker_args: dict[str, Any]) -> bytes | None:
+               early_stopping: int | None, tracker_args: dict[str, Any], stage: str = "train") -> bytes | None:
     """One worker's part of the training (a Dask task); rank 0 returns the model bytes."""
     from distributed import get_worker
 
@@ -128,17 +159,28 @@ def train_rank(shard: Shard, source: BatchSource, params: dict[str, Any], rounds
     args = {**tracker_args, "dmlc_task_id": f"{shard.rank:06d}",
             "dmlc_timeout": _COLLECTIVE_TIMEOUT_SECONDS}
     try:
-        with xgboost.collective.CommunicatorContext(**args), xgboost.config_context(nthread=threads):
-            booster = _train_shard(shard, source, local, rounds, early_stopping, cache)
+        with xgboost.collective.CommunicatorContext(**args), xgboost.config_context(**_global_config(local)):
+            reporter = RoundReporter(stage, rounds) if shard.rank == 0 else None
+            booster = _train_shard(shard, source, local, rounds, early_stopping, cache, reporter)
         return bytes(booster.save_raw("ubj")) if shard.rank == 0 else None
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
+def _global_config(params: dict[str, Any]) -> dict[str, Any]:
+    """XGBoost's global settings for a rank: its threads; on a GPU, RMM's allocator, so the
+    quantised pages come from the pool dask-cuda set up (``rmm_pool_size``) rather than beside it."""
+    config: dict[str, Any] = {"nthread": params["nthread"]}
+    if str(params.get("device", "cpu")).startswith("cuda") and xgboost.build_info().get("USE_RMM"):
+        config["use_rmm"] = True
+    return config
+
+
 def _train_shard(shard: Shard, source: BatchSource, params: dict[str, Any], rounds: int,
-                 early_stopping: int | None, cache: Path) -> xgboost.Booster:
+                 early_stopping: int | None, cache: Path, reporter: RoundReporter | None) -> xgboost.Booster:
     """Build this rank's DMatrices and train; they (and their cache pages) go on return."""
     threads = params["nthread"]
+    started = time.monotonic()
     train = xgboost.ExtMemQuantileDMatrix(
         ParquetBatches(shard.train_files, source, str(cache / "train")),
         max_bin=params.get("max_bin"), nthread=threads)
@@ -148,8 +190,17 @@ def _train_shard(shard: Shard, source: BatchSource, params: dict[str, Any], roun
             ParquetBatches(shard.valid_files, source, str(cache / "valid")),
             ref=train, max_bin=params.get("max_bin"), nthread=threads)
         evals = [(valid, "validation_0")]
+    if reporter is not None:
+        reporter.message(f"rank 0 of {tracker_size()}: {train.num_row():,} training rows from "
+                         f"{len(shard.train_files)} file(s) quantised in {time.monotonic() - started:.1f}s")
     return xgboost.train(params, train, num_boost_round=rounds, evals=evals,
-                         early_stopping_rounds=early_stopping if evals else None, verbose_eval=False)
+                         early_stopping_rounds=early_stopping if evals else None, verbose_eval=False,
+                         callbacks=[reporter] if reporter is not None else None)
+
+
+def tracker_size() -> int:
+    """Ranks in the collective this process is part of."""
+    return xgboost.collective.get_world_size()
 
 
 def _start_tracker(ranks: int, host: str) -> dict[str, Any]:
@@ -190,7 +241,7 @@ def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: st
     with MultiLock(used, client):
         tracker_args = _start_tracker(len(shards), _tracker_host(client))
         futures = [
-            client.submit(train_rank, shard, source, params, rounds, early_stopping, tracker_args,
+            client.submit(train_rank, shard, source, params, rounds, early_stopping, tracker_args, stage,
                           workers=[shard.worker], allow_other_workers=False, pure=False,
                           key=f"xgboost-extmem-{stage}-rank{shard.rank}-{uuid.uuid4().hex[:8]}")
             for shard in shards
@@ -209,8 +260,9 @@ def _wait_for_ranks(client: Any, futures: list[Any], shards: list[Shard], stage:
     from distributed import wait
 
     while True:
+        running = [future for future in futures if future.status == "pending"]
         try:
-            wait(futures, timeout=_POLL_SECONDS, return_when="FIRST_COMPLETED")
+            wait(running, timeout=_POLL_SECONDS, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
         for future in futures:
