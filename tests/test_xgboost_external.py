@@ -13,6 +13,7 @@ import pytest
 import xgboost
 
 from pipeline.backends import get_backend
+from pipeline.backends.cluster import cluster_workers
 from pipeline.errors import DataError, StageError
 from pipeline.stages.xgboost_external import (
     BatchSource,
@@ -75,6 +76,29 @@ def cluster_client():
         yield client
 
 
+@pytest.mark.slow
+def test_the_worker_list_is_never_the_clients_partial_cache(cluster_client):
+    """Client.scheduler_info() returns a cache that the client's periodic refresh overwrites
+    with a worker-less identity: read at the wrong moment it said a live worker had left and
+    failed a benchmark run. ``cluster_workers`` asks the scheduler each time."""
+    import threading
+
+    stop = threading.Event()
+
+    def refresh() -> None:                    # what the client's periodic callback does
+        while not stop.is_set():
+            cluster_client.sync(cluster_client._update_scheduler_info, n_workers=0)
+
+    thread = threading.Thread(target=refresh)
+    thread.start()
+    try:
+        counts = [len(cluster_workers(cluster_client)) for _ in range(200)]
+    finally:
+        stop.set()
+        thread.join()
+    assert set(counts) == {2}
+
+
 def _sleep(seconds: float) -> str:
     time.sleep(seconds)
     return "slept"
@@ -90,7 +114,7 @@ def _pinned(client, fn, worker, *args):
 
 @pytest.mark.slow
 def test_a_failed_rank_ends_the_training_while_the_others_still_run(cluster_client):
-    workers = sorted(cluster_client.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(cluster_client))
     shards = plan_shards(workers, ["t0", "t1"], [])
     futures = [_pinned(cluster_client, _sleep, workers[0], 60), _pinned(cluster_client, _fail, workers[1])]
     started = time.monotonic()
@@ -102,7 +126,7 @@ def test_a_failed_rank_ends_the_training_while_the_others_still_run(cluster_clie
 
 @pytest.mark.slow
 def test_a_lost_worker_fails_the_stage_naming_it(cluster_client):
-    workers = sorted(cluster_client.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(cluster_client))
     shards = plan_shards(workers, ["t0", "t1"], [])
     futures = [_pinned(cluster_client, _sleep, w, 120) for w in workers]
     time.sleep(1)
@@ -112,3 +136,23 @@ def test_a_lost_worker_fails_the_stage_naming_it(cluster_client):
         _wait_for_ranks(cluster_client, futures, shards, "xgb")
     assert workers[1] in str(info.value) and info.value.stage == "xgb"
     cluster_client.cancel(futures)
+
+
+def test_external_memory_needs_features_written_as_parquet():
+    """Library use: partitioned features built without an output folder have no files to stream."""
+    import dask.dataframe as dd
+
+    from pipeline.features.ops import Categorify, FillMissing
+    from pipeline.stages import build_features, split_frame, train_model
+    from tests.conftest import TELCO
+
+    frame = dd.read_csv(str(TELCO), na_values=[" "], blocksize="256KiB")
+    data = split_frame(frame, "Churn", positive="Yes", test=0.2, valid=0.1, seed=1)
+    text = ["gender", "Partner", "Dependents", "PhoneService", "MultipleLines", "InternetService",
+            "OnlineSecurity", "OnlineBackup", "DeviceProtection", "TechSupport", "StreamingTV",
+            "StreamingMovies", "Contract", "PaperlessBilling", "PaymentMethod"]
+    features = build_features(data, [FillMissing(columns=["TotalCharges"], strategy="mean"),
+                                     Categorify(columns=text)], id_column="customerID")
+    assert features.partitioned and features.parquet_dirs == {}
+    with pytest.raises(DataError, match="cannot stream from Parquet"):
+        train_model(features, "xgboost", external_memory=True)

@@ -29,6 +29,7 @@ from typing import Any
 import xgboost
 
 from pipeline.backends import Backend
+from pipeline.backends.cluster import cluster_workers
 from pipeline.errors import DataError, StageError
 
 # Rank tasks poll at this interval for failures and lost workers.
@@ -230,7 +231,7 @@ def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: st
     """
     from distributed import MultiLock
 
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(client))
     folders = features.parquet_dirs
     shards = plan_shards(workers, parquet_files(folders["train"]),
                          parquet_files(folders["valid"]) if features.rows().get("valid") else [])
@@ -272,7 +273,7 @@ def _wait_for_ranks(client: Any, futures: list[Any], shards: list[Shard], stage:
                 raise StageError(stage, f"external-memory XGBoost training task {future.key} was cancelled")
         if all(future.status == "finished" for future in futures):
             return
-        alive = set(client.scheduler_info()["workers"])
+        alive = set(cluster_workers(client))
         lost = [s.worker for s, f in zip(shards, futures) if f.status != "finished" and s.worker not in alive]
         if lost:
             raise StageError(stage, f"the Dask worker {lost[0]} left the cluster during external-memory "
