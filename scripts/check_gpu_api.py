@@ -773,6 +773,26 @@ def check_distributed(report: Report) -> None:
                 report.record(f"{label}.{method}", check_bind(target, n_args, prepend_self=True))
 
 
+def check_external_memory(report: Report) -> None:
+    """The XGBoost calls of external-memory training (pipeline/stages/xgboost_external.py) in
+    this environment's XGBoost, with the GPU settings it adds (RMM where XGBoost has it)."""
+    report.section("XGBoost external memory (partitioned training)")
+    import xgboost
+
+    report.record("xgboost.ExtMemQuantileDMatrix(data, max_bin=, nthread=, ref=)",
+                  check_bind(xgboost.ExtMemQuantileDMatrix, 1, ("max_bin", "nthread", "ref")))
+    report.record("xgboost.DataIter(cache_prefix=, release_data=)",
+                  check_bind(xgboost.DataIter.__init__, 0, ("cache_prefix", "release_data"), prepend_self=True))
+    report.record("xgboost.collective.CommunicatorContext(**tracker args)",
+                  check_bind(xgboost.collective.CommunicatorContext, 0, ("dmlc_task_id", "dmlc_timeout"),
+                             allow_var_keyword=True))
+    config = xgboost.get_config()
+    for key in ("nthread", "use_rmm"):
+        ok = key in config
+        report.record(f"xgboost.config_context({key}=...)",
+                      BindResult(ok, "a global setting" if ok else f"not in xgboost.get_config(): {sorted(config)}"))
+
+
 # --------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -803,6 +823,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_method_calls(report)
     check_models(report)
     check_distributed(report)
+    check_external_memory(report)
     check_backend(report)
 
     if report.notes:
