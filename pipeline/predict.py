@@ -74,8 +74,9 @@ def predict_batch(
     Output columns: the id column (when the model has one), ``score``, ``prediction``
     (1 when score >= threshold, else 0) and ``model``. ``partitioned``: score partition by
     partition with Dask (on the cluster at ``scheduler``, else local threads) into a Parquet
-    folder at ``output`` (pipeline.predict_partitioned), for input larger than memory. Raises ``UsageError`` (a ``ConfigError``: bad options),
-    ``DataError`` (run, artifacts or input), ``BackendUnavailable`` or ``StorageError``.
+    folder at ``output`` (pipeline.predict_partitioned), for input larger than memory.
+    Raises ``UsageError`` (a ``ConfigError``: bad options), ``DataError`` (run, artifacts or
+    input), ``BackendUnavailable`` or ``StorageError``.
     """
     from pipeline.backends import resolve_backend
     from pipeline.scoring import load_model
@@ -112,17 +113,25 @@ def predict_batch(
                              run_dir=run_dir, device=backend.name, threshold=threshold)
     frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values)
 
-    rows = int(len(frame))
-    scores = np.asarray(saved.score(frame), dtype="float64") if rows else np.empty(0, dtype="float64")
+    table = scores_table(frame, saved, name, threshold, backend)
+    rows = len(table)
+    write_table(table, output, out_format)
+    return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
+                         run_dir=run_dir, device=backend.name, threshold=threshold)
+
+
+def scores_table(frame: Any, saved: Any, name: str, threshold: float, backend: Any) -> pd.DataFrame:
+    """The output rows for ``frame`` (a whole input, or one partition): the id column when the
+    model has one, ``score``, ``prediction`` and ``model``, in the frame's order."""
+    scores = np.asarray(saved.score(frame), dtype="float64") if len(frame) else np.empty(0, dtype="float64")
+    id_column = saved.meta.get("id_column")
     table: dict[str, Any] = {}
     if id_column:
         table[id_column] = backend.to_host(frame[id_column]).reset_index(drop=True)
     table["score"] = scores
     table["prediction"] = (scores >= threshold).astype("int64")
-    table["model"] = pd.Series([name] * rows, dtype="str")
-    write_table(pd.DataFrame(table), output, out_format)
-    return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
-                         run_dir=run_dir, device=backend.name, threshold=threshold)
+    table["model"] = pd.Series([name] * len(scores), dtype="str")
+    return pd.DataFrame(table)
 
 
 def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,

@@ -15,9 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from pipeline.errors import DataError, UsageError
 
 
@@ -38,6 +35,7 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
     ``check(frame, source, format)`` is the in-memory type check, applied to Dask's sample
     partition (its dtypes), so a column of the wrong type is refused before anything is read.
     """
+    from pipeline.predict import scores_table
     from pipeline.store import atomic_folder
 
     formats = {fmt for _, fmt in files}
@@ -49,9 +47,8 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
                                      dtypes=dtypes, na_values=list(na_values) if na_values else None)
     source = files[0][0].parent if len(files) > 1 else files[0][0]
     check(frame._meta_nonempty, source, fmt)
-    id_column = saved.meta.get("id_column")
-    meta = _scored(frame._meta, np.empty(0, dtype="float64"), name, threshold, id_column, backend)
-    scored = frame.map_partitions(_score_partition, saved, name, threshold, id_column, backend, meta=meta)
+    scored = frame.map_partitions(scores_table, saved, name, threshold, backend,
+                                  meta=scores_table(frame._meta, saved, name, threshold, backend))
     with atomic_folder(output) as folder:
         write = scored.to_parquet(str(folder), write_index=False, compute=False)
         try:
@@ -75,21 +72,3 @@ def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any
         return tuple(session.client.gather(session.client.compute(list(collections))))
     finally:
         session.close()
-
-
-def _score_partition(part: Any, saved: Any, name: str, threshold: float, id_column: str | None,
-                     backend: Any) -> pd.DataFrame:
-    scores = np.asarray(saved.score(part), dtype="float64") if len(part) else np.empty(0, dtype="float64")
-    return _scored(part, scores, name, threshold, id_column, backend)
-
-
-def _scored(part: Any, scores: np.ndarray, name: str, threshold: float, id_column: str | None,
-            backend: Any) -> pd.DataFrame:
-    """The output columns of one partition: id, score, prediction, model."""
-    table: dict[str, Any] = {}
-    if id_column:
-        table[id_column] = backend.to_host(part[id_column]).reset_index(drop=True)
-    table["score"] = scores
-    table["prediction"] = (scores >= threshold).astype("int64")
-    table["model"] = pd.Series([name] * len(scores), dtype="str")
-    return pd.DataFrame(table)

@@ -24,9 +24,9 @@ from pipeline.stages.xgboost_external import (
 )
 
 
-def test_files_are_listed_in_partition_order(tmp_path):
-    for n in (10, 2, 0, 1):
-        (tmp_path / f"part.{n}.parquet").write_bytes(b"")
+def test_files_with_rows_are_listed_in_partition_order(tmp_path):
+    for n in (10, 2, 0, 1, 3):
+        pd.DataFrame({"a": [1.0] * (n != 3)}).to_parquet(tmp_path / f"part.{n}.parquet")  # part 3: no rows
     (tmp_path / "_metadata").write_bytes(b"")
     assert [os.path.basename(f) for f in parquet_files(tmp_path)] == [
         "part.0.parquet", "part.1.parquet", "part.2.parquet", "part.10.parquet"]

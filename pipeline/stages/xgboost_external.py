@@ -58,12 +58,16 @@ class BatchSource:
 
 
 def parquet_files(folder: str | Path) -> list[str]:
-    """The Parquet files of a written split, in partition order (part.2 before part.10)."""
+    """The Parquet files of a written split that hold rows, in partition order (part.2 before
+    part.10). A random split can leave a partition empty; a batch of no rows is not dealt."""
+    import pyarrow.parquet as pq
+
     def number(path: Path) -> tuple[int, str]:
         digits = re.findall(r"\d+", path.stem)
         return (int(digits[-1]) if digits else -1, path.name)
 
-    return [str(p) for p in sorted(Path(folder).glob("*.parquet"), key=number)]
+    paths = sorted(Path(folder).glob("*.parquet"), key=number)
+    return [str(p) for p in paths if pq.read_metadata(p).num_rows > 0]
 
 
 def plan_shards(workers: Sequence[str], train_files: Sequence[str],
@@ -192,16 +196,11 @@ def _train_shard(shard: Shard, source: BatchSource, params: dict[str, Any], roun
             ref=train, max_bin=params.get("max_bin"), nthread=threads)
         evals = [(valid, "validation_0")]
     if reporter is not None:
-        reporter.message(f"rank 0 of {tracker_size()}: {train.num_row():,} training rows from "
+        reporter.message(f"rank 0 of {xgboost.collective.get_world_size()}: {train.num_row():,} training rows from "
                          f"{len(shard.train_files)} file(s) quantised in {time.monotonic() - started:.1f}s")
     return xgboost.train(params, train, num_boost_round=rounds, evals=evals,
                          early_stopping_rounds=early_stopping if evals else None, verbose_eval=False,
                          callbacks=[reporter] if reporter is not None else None)
-
-
-def tracker_size() -> int:
-    """Ranks in the collective this process is part of."""
-    return xgboost.collective.get_world_size()
 
 
 def _start_tracker(ranks: int, host: str) -> dict[str, Any]:
