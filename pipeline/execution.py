@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.backends import get_backend
 from pipeline.errors import PipelineError, StageError
-from pipeline.memory import MemorySampler
+from pipeline.memory import MemorySampler, release_freed_memory
 from pipeline.stages import STAGE_KINDS, StageContext
 from pipeline.stages.base import StageProgress
 from pipeline.store import utc_now
@@ -163,7 +163,11 @@ def run_on_worker(task: StageTask, inputs: dict[str, StageOutcome]) -> StageOutc
         # scikit-learn caps n_jobs at 1 in daemon workers and says so on every fit; one thread
         # per worker is what the cluster was sized for.
         warnings.filterwarnings("ignore", message="Inside a Dask worker with daemon=True")
-        return execute_stage(task, values, WorkerProgress(task.name))
+        try:
+            return execute_stage(task, values, WorkerProgress(task.name))
+        finally:
+            # The next task on this worker starts from what it holds, not from this one's peak.
+            release_freed_memory()
 
 
 def outcome_record(outcome: StageOutcome) -> StageOutcome:

@@ -31,6 +31,7 @@ import xgboost
 from pipeline.backends import Backend
 from pipeline.backends.cluster import cluster_workers
 from pipeline.errors import DataError, StageError
+from pipeline.memory import release_freed_memory
 
 # Rank tasks poll at this interval for failures and lost workers.
 _POLL_SECONDS = 1.0
@@ -170,6 +171,7 @@ def train_rank(shard: Shard, source: BatchSource, params: dict[str, Any], rounds
         return bytes(booster.save_raw("ubj")) if shard.rank == 0 else None
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+        release_freed_memory()        # the pages and gradients are freed; give the heap back
 
 
 def _global_config(params: dict[str, Any]) -> dict[str, Any]:
