@@ -97,8 +97,19 @@ def test_partitioned_pipeline_trains_xgboost_on_the_cluster(in_project):
     assert list((parts / "train").glob("*.parquet"))
     assert manifest["stages"]["xgb"]["facts"]["estimator"] == "xgboost.dask.DaskXGBClassifier"
     assert manifest["metrics"]["models"]["xgb"]["roc_auc"] > 0.8
-    predictions = pd.read_parquet(result.run_dir / "export" / "predictions.parquet")
+    # Written partition by partition: a folder of Parquet files, one per test partition.
+    exported = result.run_dir / "export" / "predictions.parquet"
+    assert exported.is_dir()
+    assert len(list(exported.glob("*.parquet"))) == manifest["stages"]["features"]["facts"]["partitions"]["test"]
+    predictions = pd.read_parquet(exported)
     assert len(predictions) == facts["rows"]["test"] and predictions["customerID"].is_unique
+    assert list(predictions.columns) == ["customerID", "split", "Churn", "score_xgb"]
+    # The same scores evaluate ranked the model by.
+    from sklearn.metrics import roc_auc_score
+
+    auc = roc_auc_score(predictions["Churn"], predictions["score_xgb"])
+    assert auc == pytest.approx(manifest["metrics"]["models"]["xgb"]["roc_auc"], abs=1e-9)
+    assert set(manifest["artifacts"]) >= {f"export/predictions.parquet/{p.name}" for p in exported.iterdir()}
 
 
 @pytest.mark.slow

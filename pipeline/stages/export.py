@@ -32,13 +32,19 @@ class ExportSpec(StageSpec):
     min_inputs = 1
 
 
-def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.DataFrame:
-    """One row per scored row: id, split, true label, then one score column per model."""
+def _same_features(models: list[TrainedModel]) -> Any:
+    """The one FeatureSet every model was trained on (one predictions table needs one)."""
     first = models[0].features
     for model in models[1:]:
         if model.features.uid != first.uid:
             raise DataError("export: all models must be trained on the same features stage to share one "
                             f"predictions table ('{models[0].name}' and '{model.name}' differ)")
+    return first
+
+
+def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.DataFrame:
+    """One row per scored row: id, split, true label, then one score column per model."""
+    first = _same_features(models)
     splits = list(first.X) if split == "all" else [split]
     parts = []
     for name in splits:
@@ -99,6 +105,13 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     return written
 
 
+def _write_partitioned(models: list[TrainedModel], split: str, path: Path) -> bool:
+    from pipeline.stages.partitioned import write_predictions
+
+    _same_features(models)
+    return write_predictions(models, split, path)
+
+
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
 
@@ -110,8 +123,11 @@ def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> list[str]:
     models = list(inputs.values())
     written = []
     path = ctx.artifact_path("predictions.parquet")
-    atomic_write_parquet(predictions_frame(models, spec.split), path)
-    written.append(path)
+    if models[0].features.partitioned and _write_partitioned(models, spec.split, path):
+        written += sorted(path.glob("*.parquet"))          # a folder of files, one per partition
+    else:
+        atomic_write_parquet(predictions_frame(models, spec.split), path)
+        written.append(path)
     if spec.models:
         for model in models:
             written += save_model(model, ctx.artifact_path("models", model.name, "x").parent)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from pipeline.backends import Backend, cluster_client, compute_lazy
 from pipeline.errors import DataError
@@ -149,3 +150,71 @@ def fit_distributed(estimator: Any, features: Any, fit_kwargs: dict[str, Any], *
         finally:
             estimator.client = None      # the estimator is pickled to other workers later
     return None
+
+
+@dataclass
+class BoosterScorer:
+    """Positive-class probabilities of one partition from an XGBoost booster (binary:logistic),
+    so predictions can be written partition by partition without gathering a split."""
+
+    booster: Any
+    features: list[str]
+    backend: Backend
+
+    def __call__(self, part: Any) -> np.ndarray:
+        scores = self.booster.inplace_predict(part[self.features])
+        return np.asarray(self.backend.to_host(scores), dtype="float64")
+
+
+def partition_scorer(model: Any) -> BoosterScorer | None:
+    """A per-partition scorer for a model trained on partitioned data, where there is one."""
+    get_booster = getattr(model.estimator, "get_booster", None)
+    if get_booster is None or model.features.backend is None:
+        return None
+    return BoosterScorer(get_booster(), list(model.features.feature_names), model.features.backend)
+
+
+def write_predictions(models: list[Any], split: str, path: Path) -> bool:
+    """Predictions of partitioned features as a folder of Parquet files at ``path``, one per
+    partition of the featurized split(s), computed partition by partition on the cluster.
+
+    Gathering a split into one table is what the in-memory export does; at 5M test rows it put
+    a worker past its limit. Returns False (nothing written) when a model has no per-partition
+    scorer or the features were not written as Parquet: the caller then gathers as before.
+    """
+    import dask.dataframe as dd
+
+    from pipeline.store import atomic_folder
+
+    first = models[0].features
+    scorers = {f"score_{m.name}": partition_scorer(m) for m in models}
+    if not first.parquet_dirs or any(s is None for s in scorers.values()):
+        return False
+    names = list(first.parquet_dirs) if split == "all" else [split]
+    keep = [first.id_column] if first.id_column else []
+    meta = pd.DataFrame({**{c: pd.Series(dtype="str") for c in keep}, "split": pd.Series(dtype="str"),
+                         first.target: pd.Series(dtype="int64"),
+                         **{c: pd.Series(dtype="float64") for c in scorers}})
+    parts = []
+    for name in names:
+        if not first.rows().get(name):
+            continue
+        frame = first.backend.read_partitioned(first.parquet_dirs[name], format="parquet")
+        parts.append(frame.map_partitions(_prediction_rows, name, keep, first.target, scorers,
+                                          first.backend, meta=meta))
+    if not parts:
+        raise DataError(f"export: split '{split}' has no rows")
+    table = parts[0] if len(parts) == 1 else dd.concat(parts)
+    with atomic_folder(path) as folder:
+        compute_lazy(table.to_parquet(str(folder), write_index=False, compute=False))
+    return True
+
+
+def _prediction_rows(part: Any, split: str, keep: list[str], target: str, scorers: dict[str, Any],
+                     backend: Backend) -> pd.DataFrame:
+    out = {c: backend.to_host(part[c]).reset_index(drop=True) for c in keep}
+    out["split"] = pd.Series([split] * len(part), dtype="str")
+    out[target] = np.asarray(backend.to_host(part[target]), dtype="int64")
+    for column, score in scorers.items():
+        out[column] = score(part) if len(part) else np.empty(0, dtype="float64")
+    return pd.DataFrame(out)
