@@ -6,6 +6,7 @@ sampling every few milliseconds can, at a cost too small to see in the run time.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -58,18 +59,24 @@ def release_freed_memory() -> int:
     restarted it, losing the trained model. ``malloc_trim(0)`` returns those pages (136 MiB
     of 429 after a 10-round training here). A no-op where the C library has no malloc_trim.
     """
-    import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
     process = psutil.Process()
     before = process.memory_info().rss
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
     return max(0, before - process.memory_info().rss)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim from the symbols already loaded in this process, looked up once
+    (``ctypes.util.find_library`` would run ``ldconfig`` after every task); None elsewhere."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None

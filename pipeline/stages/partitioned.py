@@ -28,9 +28,9 @@ def featurize_partition(part: Any, workflow: FeatureWorkflow, keep: list[str]) -
     """One partition through the fitted workflow, with the target (and id) columns kept.
 
     Features are float32, as in the in-memory matrices (half the bytes of float64 / int64),
-    except category codes, which keep their one- or two-byte integer type. XGBoost's Dask
-    interface hands each worker all of its training partitions at once, so their size
-    decides whether training fits at all.
+    except category codes, which keep their one- or two-byte integer type: smaller Parquet
+    files and batches for external-memory training, and what each worker must hold when
+    ``xgboost.dask`` trains in memory (``external_memory: false``).
     """
     out = workflow.transform(part.drop(columns=keep))
     out = out.astype({c: "float32" for c in out.columns if not _small_code(out[c].dtype)})
@@ -169,7 +169,7 @@ class BoosterScorer:
 def partition_scorer(model: Any) -> BoosterScorer | None:
     """A per-partition scorer for a model trained on partitioned data, where there is one."""
     get_booster = getattr(model.estimator, "get_booster", None)
-    if get_booster is None or model.features.backend is None:
+    if get_booster is None:
         return None
     return BoosterScorer(get_booster(), list(model.features.feature_names), model.features.backend)
 
