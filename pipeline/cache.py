@@ -4,106 +4,58 @@ A stage's key is a hash of everything its output depends on:
 
 - its resolved params (``description`` aside) and the keys of its input stages, so a change
   reruns the stage and everything downstream of it, nothing else;
-- for ``load``, the *contents* of the files it reads (BLAKE2b over every byte). Size + mtime
-  would be cheaper, but a file rewritten in place within the same second with the same size
-  (a nightly export overwriting yesterday's) would be taken as unchanged. Hashing reads the
-  file once more (about 0.3 s per 100 MB here), which a nightly job can afford;
-- the source of the whole ``pipeline`` package and its version, and for ``python`` stages the
-  source of the user's module: any code change invalidates the cache. Coarse, but it never
-  misses an edit in a helper function the stage calls;
+- what its kind declares beyond that (``register_stage(fingerprint=...)``): a ``load``
+  declares the *contents* of the files it reads (BLAKE2b over every byte; size + mtime would
+  miss a file rewritten in place within the same second), a ``python`` stage the source of
+  the user's module. A kind whose fingerprint is None for a spec is never cached (stages on
+  partitioned Dask data: their outputs are lazy views of files in one run's folder), and
+  neither is anything downstream of it;
+- the source of the whole ``pipeline`` package and its version: any code change
+  invalidates the cache. Coarse, but it never misses an edit in a helper function;
 - the backend and the versions of its libraries, and the run's seed.
 
 An entry is a folder ``<runs_dir>/<pipeline>/.cache/<key>/`` holding the pickled output, a
 copy of the stage's artifact folder and ``record.json`` with the sha256 of each. It is built
 under a temporary name and renamed into place, so an entry is complete or absent; on lookup
 every checksum is verified and an entry that fails is moved aside and recomputed, never
-loaded. Stages on partitioned (Dask) data are not cached: their outputs are lazy views of
-files in the run folder.
+loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
 import pickle
 import secrets
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from glob import glob
 from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline.fingerprints import code_fingerprint
 from pipeline.store import atomic_destination, atomic_write_text, sha256_file, utc_now
 
 log = logging.getLogger("pipeline")
-PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-@cache
-def code_fingerprint() -> str:
-    """Hash of every source file of the ``pipeline`` package (computed once per process)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def files_fingerprint(pattern: str) -> dict[str, str]:
-    """BLAKE2b of each file a path, glob or folder names (a folder: every file below it)."""
-    path = Path(pattern)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    elif any(ch in pattern for ch in "*?["):
-        files = sorted(Path(p) for p in glob(pattern))
-    else:
-        files = [path]
-    out = {}
-    for file in files:
-        digest = hashlib.blake2b(digest_size=16)
-        try:
-            with open(file, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
-        except OSError:
-            out[str(file)] = "missing"          # the load stage itself will report it
-            continue
-        out[str(file)] = digest.hexdigest()
-    return out
-
-
-def _module_source(target: str) -> str:
-    module = target.partition(":")[0]
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return "unresolved"
-    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
-        return "unresolved"
-    return hashlib.blake2b(Path(spec.origin).read_bytes(), digest_size=16).hexdigest()
-
-
-def stage_key(spec: Any, input_keys: dict[str, str | None], *, backend: str, versions: dict[str, str],
-              seed: int) -> str | None:
-    """The cache key of a stage, or None when it cannot be cached (partitioned data upstream)."""
-    if any(key is None for key in input_keys.values()) or getattr(spec, "partitioned", False):
+def stage_key(spec: Any, input_keys: dict[str, str | None], *, fingerprint: Mapping[str, Any] | None,
+              backend: str, versions: dict[str, str], seed: int) -> str | None:
+    """The cache key of a stage, or None when it cannot be cached (its kind's ``fingerprint``
+    is None, or an input cannot be cached)."""
+    if fingerprint is None or any(key is None for key in input_keys.values()):
         return None
     payload: dict[str, Any] = {
         "kind": spec.kind,
         "params": spec.model_dump(mode="json", exclude={"description", "inputs"}),
         "inputs": input_keys,
+        "declared": dict(fingerprint),
         "code": code_fingerprint(), "pipeline": __version__,
         "backend": backend, "versions": versions, "seed": seed,
     }
-    if spec.kind == "load":
-        payload["files"] = files_fingerprint(spec.path)
-    if spec.kind == "python":
-        payload["module"] = _module_source(spec.function)
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

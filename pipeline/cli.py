@@ -7,68 +7,17 @@ the same commands work at a terminal and in cron, systemd or Kubernetes jobs.
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import sys
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from pipeline import __version__
 from pipeline.commands import register as register_commands
-from pipeline.errors import ExitCode, PipelineError, Terminated
-
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-def _split_names(values: Sequence[str]) -> list[str]:
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
-
-
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Map errors to exit codes and one-paragraph messages; tracebacks only with --debug."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        debug = click.get_current_context().find_root().params.get("debug", False)
-        try:
-            return fn(*args, **kwargs)
-        except PipelineError as exc:
-            if debug:
-                stderr.print_exception()
-            stage = getattr(exc, "stage", None)
-            prefix = f"stage '{stage}': " if stage and not str(exc).startswith("stage '") else ""
-            if JSON_ERRORS["on"]:
-                logging.getLogger("pipeline").error("%s%s", prefix, exc, extra={
-                    "event": "error", "stage": stage, "exit_code": exc.exit_code})
-            else:
-                stderr.print(f"[bold red]error:[/] {prefix}{exc}", markup=True, highlight=False)
-            sys.exit(exc.exit_code)
-        except Terminated:
-            stderr.print("[yellow]terminated (SIGTERM)[/]")
-            sys.exit(ExitCode.TERMINATED)
-        except KeyboardInterrupt:
-            stderr.print("[yellow]interrupted[/]")
-            sys.exit(ExitCode.INTERRUPTED)
-        except click.exceptions.Exit:
-            raise
-        except Exception as exc:  # noqa: BLE001 - last resort: a bug, reported as one
-            if debug:
-                stderr.print_exception()
-            else:
-                stderr.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
-                             "(this is a bug; run with --debug for the traceback)")
-            sys.exit(ExitCode.INTERNAL)
-
-    return wrapper
-
-
-JSON_ERRORS = {"on": False}     # --log-format json: errors are JSON lines too
+from pipeline.commands.common import JSON_ERRORS, handle_errors, split_names, stderr, stdout
+from pipeline.errors import ExitCode
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -108,7 +57,7 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
     from pipeline.config import load_config
     from pipeline.logs import setup_logging, stop_on_sigterm
-    from pipeline.progress import ConsoleReporter, LogReporter
+    from pipeline.progress import ConsoleHook, LogHook
     from pipeline.runner import Runner
 
     setup_logging(quiet=quiet, log_format=log_format)
@@ -116,13 +65,13 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     stop_on_sigterm()
     cfg = load_config(config, overrides=overrides)
     interactive = stderr.is_terminal and not quiet and log_format == "text"
-    reporter = ConsoleReporter(stderr) if interactive else LogReporter()
-    forced: bool | list[str] = True if "*" in force else _split_names(force)
-    runner = Runner(cfg, device=device, runs_dir=runs_dir, reporter=reporter, keep_outputs=False,
+    hooks = [ConsoleHook(stderr) if interactive else LogHook()]
+    forced: bool | list[str] = True if "*" in force else split_names(force)
+    runner = Runner(cfg, device=device, runs_dir=runs_dir, hooks=hooks, keep_outputs=False,
                     config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait)
-    result = runner.run(only=_split_names(only), from_=_split_names(from_), until=_split_names(until))
-    if result.manifest.get("metrics"):
-        _print_metrics(result.manifest["metrics"])
+    result = runner.run(only=split_names(only), from_=split_names(from_), until=split_names(until))
+    if result.manifest.metrics:
+        _print_metrics(result.manifest.metrics)
     stdout.print(f"run {result.run_id} {result.status}: {result.run_dir}")
 
 
@@ -169,11 +118,17 @@ def show(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 
 @main.command()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
+              help="Import MODULE first, so the stage kinds and models it registers are in the schema (repeatable; "
+                   "$PIPELINE_PLUGINS and installed plugins are always loaded).")
 @handle_errors
-def schema(output: str | None) -> None:
+def schema(output: str | None, plugins: tuple[str, ...]) -> None:
     """Print the JSON Schema of config files, for editor completion and checks."""
     from pipeline.config import json_schema
+    from pipeline.plugins import load_plugins
     from pipeline.store import atomic_write_text
+
+    load_plugins(plugins, where="--plugin")
 
     text = json.dumps(json_schema(), indent=2)
     if output:

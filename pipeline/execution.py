@@ -1,9 +1,17 @@
-"""Running one stage, the same way in this process or on a Dask worker.
+"""Running stages: one stage the same way in this process or on a Dask worker, and the two
+executors the runner's one scheduling loop drives.
 
-``execute_stage`` wraps a stage function with what the manifest needs (times, peak memory,
-facts, the error if any) and never lets a stage's exception escape as-is: it comes back as a
-failed ``StageOutcome``, so a failure crosses a process boundary as plain data. The runner
-(in-process) and ``DaskExecutor`` (on a cluster) both call it.
+``execute_stage`` wraps a stage function with what the run record needs (times, peak memory,
+facts, the run-record fields its kind declares, the error if any) and never lets a stage's
+exception escape as-is: it comes back as a failed ``StageOutcome``, so a failure crosses a
+process boundary as plain data.
+
+An executor takes stages whose inputs are done (``submit``), hands back their outcomes as
+they finish (``next_finished``), frees outputs no stage needs any more (``release``) and
+returns the outputs a library caller asked to keep (``outputs``). ``InProcessExecutor`` runs
+each stage here when the runner asks for the next outcome, in plan order;
+``DaskExecutor`` submits each to the cluster at once, so stages with ready inputs run
+side by side and data moves worker to worker.
 """
 
 from __future__ import annotations
@@ -15,19 +23,25 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pipeline.backends import get_backend
+from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.errors import PipelineError, StageError
+from pipeline.hooks import StageProgress
 from pipeline.memory import MemorySampler, release_freed_memory
 from pipeline.stages import STAGE_KINDS, StageContext
-from pipeline.stages.base import StageProgress
 from pipeline.store import utc_now
 
-PROGRESS_TOPIC = "pipeline.progress"
+log = logging.getLogger("pipeline")
+
+__all__ = [
+    "PROGRESS_TOPIC", "DaskExecutor", "Executor", "InProcessExecutor", "StageOutcome", "StageTask",
+    "WorkerProgress", "execute_stage", "load_cached",
+]
 
 
 @dataclass
@@ -39,7 +53,8 @@ class StageTask:
     backend: str                            # "cpu" | "gpu"
     seed: int
     artifacts_dir: Path | None
-    import_paths: list[str] = field(default_factory=list)   # config folder, for `python` stages
+    inputs: list[str] = field(default_factory=list)
+    import_paths: list[str] = field(default_factory=list)   # the config's folder: user modules import
     cache_root: Path | None = None          # where to store the output when it succeeds
     cache_key: str | None = None
 
@@ -49,7 +64,7 @@ class StageOutcome:
     """What running a stage produced: its output (None when failed) and the record of it."""
 
     name: str
-    status: str                             # succeeded | failed
+    status: str                             # succeeded | failed | cached
     output: Any = None
     started: str | None = None
     ended: str | None = None
@@ -57,6 +72,7 @@ class StageOutcome:
     peak_rss_bytes: int | None = None
     peak_device_bytes: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    run_record: dict[str, Any] = field(default_factory=dict)
     error: PipelineError | None = None
     traceback: str | None = None
     worker: str | None = None
@@ -71,6 +87,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
         if folder not in sys.path:
             sys.path.append(folder)
     backend = get_backend(task.backend)
+    kind = STAGE_KINDS[task.spec.kind]
     ctx = StageContext(backend=backend, seed=task.seed, stage=task.name, artifacts_dir=task.artifacts_dir,
                        progress=progress)
     outcome = StageOutcome(task.name, "running", started=utc_now(), worker=_worker_address())
@@ -78,7 +95,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     t0 = time.perf_counter()
     try:
         with sampler:
-            outcome.output = STAGE_KINDS[task.spec.kind].run(task.spec, ctx, inputs)
+            outcome.output = kind.run(task.spec, ctx, inputs)
         outcome.status = "succeeded"
     except PipelineError as exc:
         exc.stage = task.name  # type: ignore[attr-defined]
@@ -93,21 +110,31 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome.seconds = round(time.perf_counter() - t0, 4)
     outcome.peak_rss_bytes, outcome.peak_device_bytes = sampler.peak_rss, sampler.peak_device
     outcome.facts = ctx.facts
+    outcome.run_record = _declared(task, kind.records, ctx.run_record)
     if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:
         _store(task, outcome)
     return outcome
+
+
+def _declared(task: StageTask, declared: Sequence[str], fields: dict[str, Any]) -> dict[str, Any]:
+    """The run-record fields the stage's kind declared; others are dropped with a warning."""
+    undeclared = sorted(set(fields) - set(declared))
+    if undeclared:
+        log.warning("stage %s set run-record field(s) %s that its kind '%s' does not declare; ignored",
+                    task.name, undeclared, task.spec.kind)
+    return {key: value for key, value in fields.items() if key in declared}
 
 
 def _store(task: StageTask, outcome: StageOutcome) -> None:
     """Keep a successful output for later runs; a cache that cannot be written only warns."""
     from pipeline.cache import StageCache
 
-    record = {"stage": task.name, "kind": task.spec.kind, "facts": outcome.facts, "seconds": outcome.seconds}
+    record = {"stage": task.name, "kind": task.spec.kind, "facts": outcome.facts, "seconds": outcome.seconds,
+              "run_record": outcome.run_record}
     try:
         StageCache(task.cache_root).store(task.cache_key, outcome.output, task.artifacts_dir, record)
     except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
-        logging.getLogger("pipeline").warning("stage %s: output not cached (%s: %s)", task.name,
-                                              type(exc).__name__, exc)
+        log.warning("stage %s: output not cached (%s: %s)", task.name, type(exc).__name__, exc)
 
 
 def load_cached(cache_root: Path, key: str, name: str) -> StageOutcome:
@@ -119,7 +146,8 @@ def load_cached(cache_root: Path, key: str, name: str) -> StageOutcome:
         error = StageError(name, "its cache entry disappeared or failed verification while the run was "
                                  "using it; rerun to recompute it")
         return StageOutcome(name, "failed", error=error)
-    return StageOutcome(name, "cached", output=entry.load_output(), facts=entry.record.get("facts", {}))
+    return StageOutcome(name, "cached", output=entry.load_output(), facts=entry.record.get("facts", {}),
+                        run_record=entry.record.get("run_record", {}))
 
 
 def _worker_address() -> str | None:
@@ -133,23 +161,63 @@ def _worker_address() -> str | None:
         return None
 
 
-# ----------------------------------------------------------------------- on a Dask worker
-class WorkerProgress:
-    """Epoch lines from a worker, published to the client as Dask events (no bar remotely)."""
+# ----------------------------------------------------------------------- the executor seam
+class Executor(Protocol):
+    """Where the runner's stages run. ``started(name)`` and ``progress(name)`` are callbacks
+    the runner gives the executor: a stage has started; where its progress goes."""
 
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
+    def add_cached(self, name: str, entry: Any) -> None: ...
+    def submit(self, task: StageTask) -> None: ...
+    def next_finished(self) -> StageOutcome: ...
+    def release(self, name: str) -> None: ...
+    def outputs(self, names: Sequence[str]) -> dict[str, Any]: ...
+    def close(self) -> None: ...
 
-    def message(self, text: str) -> None:
-        from distributed import get_worker
 
-        try:
-            get_worker().log_event(PROGRESS_TOPIC, {"stage": self.stage, "text": text})
-        except ValueError:
-            pass
+StartedCallback = Callable[[str], None]
+ProgressCallback = Callable[[str], StageProgress]
 
-    def bar(self, total: int, description: str) -> contextlib.AbstractContextManager[Callable[[int], None]]:
-        return contextlib.nullcontext(lambda n: None)
+
+class InProcessExecutor:
+    """Runs each submitted stage in this process, in submission order, when its outcome is
+    asked for. Cached outputs are unpickled only when a stage that runs needs them."""
+
+    def __init__(self, started: StartedCallback, progress: ProgressCallback) -> None:
+        self._started = started
+        self._progress = progress
+        self._queue: list[StageTask] = []
+        self._outputs: dict[str, Any] = {}
+        self._cached: dict[str, Any] = {}
+
+    def add_cached(self, name: str, entry: Any) -> None:
+        """A stage taken from the cache: ``entry`` (verified by the runner) loads on first use."""
+        self._cached[name] = entry
+
+    def submit(self, task: StageTask) -> None:
+        self._queue.append(task)
+
+    def next_finished(self) -> StageOutcome:
+        task = self._queue.pop(0)
+        self._started(task.name)
+        inputs = {name: self._output(name) for name in task.inputs}
+        outcome = execute_stage(task, inputs, self._progress(task.name))
+        self._outputs[task.name] = outcome.output
+        return outcome.without_output()
+
+    def _output(self, name: str) -> Any:
+        if name not in self._outputs and name in self._cached:
+            self._outputs[name] = self._cached[name].load_output()
+        return self._outputs[name]
+
+    def release(self, name: str) -> None:
+        self._outputs.pop(name, None)
+        self._cached.pop(name, None)
+
+    def outputs(self, names: Sequence[str]) -> dict[str, Any]:
+        return {name: self._output(name) for name in names if name in self._outputs or name in self._cached}
+
+    def close(self) -> None:
+        self._queue.clear()
 
 
 def run_on_worker(task: StageTask, inputs: dict[str, StageOutcome]) -> StageOutcome:
@@ -176,39 +244,94 @@ def outcome_record(outcome: StageOutcome) -> StageOutcome:
 
 
 class DaskExecutor:
-    """Submits stages to a cluster as their inputs finish; the client keeps the bookkeeping.
+    """Submits stages to a cluster; the client keeps the bookkeeping.
 
     Each stage is one task returning a ``StageOutcome`` that stays on its worker; a second,
     tiny task strips the output so only the record travels to the client. Downstream tasks
     take the upstream outcome futures as arguments, so Dask moves data worker to worker.
+    Stages whose kind declares the ``gpu`` resource take one GPU slot on a GPU cluster.
     """
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, started: StartedCallback, progress: ProgressCallback) -> None:
+        from distributed import as_completed
+
         self.session = session
         self.client = session.client
         self.gpu_slots = session.gpu_resources()
+        self._started = started
+        self._progress = progress
+        self._futures: dict[str, Any] = {}
+        self._records: dict[Any, str] = {}
+        self._cached: dict[str, Any] = {}
+        self._finished = as_completed(loop=self.client.loop)
+        self.client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
 
-    def submit(self, task: StageTask, inputs: Mapping[str, Any]) -> tuple[Any, Any]:
-        """(outcome future, record future) for ``task`` on the outcome futures ``inputs``."""
+    def _on_event(self, event: Any) -> None:
+        _, payload = event
+        progress = self._progress(payload.get("stage", "?"))
+        if "metrics" in payload:
+            progress.metrics(int(payload.get("step", 0)), payload["metrics"])
+        else:
+            progress.message(payload.get("text", ""))
+
+    def add_cached(self, name: str, entry: Any) -> None:
+        self._cached[name] = entry
+
+    def _future(self, name: str) -> Any:
+        """The outcome future of ``name``; a cached stage's output is loaded on a worker."""
+        if name not in self._futures:
+            entry = self._cached[name]
+            self._futures[name] = self.client.submit(load_cached, entry.path.parent, entry.key, name,
+                                                     key=f"cached-{name}-{entry.key}", pure=False)
+        return self._futures[name]
+
+    def submit(self, task: StageTask) -> None:
         from pipeline.backends.cluster import GPU_RESOURCE
 
-        heavy = task.spec.kind in ("train", "torch")
-        resources = {GPU_RESOURCE: 1} if heavy and self.gpu_slots else None
-        outcome = self.client.submit(run_on_worker, task, dict(inputs), key=f"stage-{task.name}-{id(task):x}",
+        needs_gpu = "gpu" in STAGE_KINDS[task.spec.kind].resources
+        resources = {GPU_RESOURCE: 1} if needs_gpu and self.gpu_slots else None
+        inputs = {name: self._future(name) for name in task.inputs}
+        outcome = self.client.submit(run_on_worker, task, inputs, key=f"stage-{task.name}-{id(task):x}",
                                      pure=False, resources=resources, retries=0)
         record = self.client.submit(outcome_record, outcome, key=f"record-{task.name}-{id(task):x}", pure=False)
-        return outcome, record
+        self._futures[task.name], self._records[record] = outcome, task.name
+        self._finished.add(record)
+        self._started(task.name)
 
-    @contextlib.contextmanager
-    def progress_events(self, handler: Callable[[str, str], None]) -> Iterator[None]:
-        """Call ``handler(stage, text)`` for each progress line workers publish."""
+    def next_finished(self) -> StageOutcome:
+        record_future = next(self._finished)
+        return _remote_outcome(self._records.pop(record_future), record_future)
 
-        def on_event(event: Any) -> None:
-            _, payload = event
-            handler(payload.get("stage", "?"), payload.get("text", ""))
+    def release(self, name: str) -> None:
+        self._futures.pop(name, None)            # frees the output on its worker
 
-        self.client.subscribe_topic(PROGRESS_TOPIC, on_event)
-        try:
-            yield
-        finally:
+    def outputs(self, names: Sequence[str]) -> dict[str, Any]:
+        wanted = [n for n in names if n in self._futures or n in self._cached]
+        gathered = self.client.gather([self._future(n) for n in wanted])
+        return {name: outcome.output for name, outcome in zip(wanted, gathered)}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(PROGRESS_TOPIC)
+        try:
+            self.client.cancel(list(self._futures.values()))
+        finally:
+            self.session.close()
+
+
+def _remote_outcome(name: str, record_future: Any) -> StageOutcome:
+    """The record of a stage that ran on the cluster; a lost worker becomes a StageError."""
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return record_future.result()
+    except KilledWorker as exc:
+        worker = getattr(exc.last_worker, "address", exc.last_worker)
+        error = StageError(name, f"the Dask worker running it died ({worker}); Dask ran it on "
+                                 f"{exc.allowed_failures + 1} worker(s) and every one died. Check that worker's "
+                                 "log and its memory limit (cluster.memory_limit)")
+    except Exception as exc:  # noqa: BLE001 - lost connections, cancellations, scheduler restarts
+        error = StageError(name, f"lost on the Dask cluster: {type(exc).__name__}: {exc}")
+    error.stage = name  # type: ignore[attr-defined]
+    return StageOutcome(name, "failed", error=error)
+

@@ -2,16 +2,15 @@
 
 Plain functions over the run folders ``<runs_dir>/<pipeline>/<run-id>/`` that ``pipeline run``
 writes (see ``pipeline.store``); ``pipeline.commands.runs`` only renders what they return.
-Nothing here trusts a run folder to be whole: a missing or corrupt manifest is reported as the
-status "unreadable", never raised, because one bad folder must not hide the other runs.
+Nothing here trusts a run folder to be whole: a manifest that ``pipeline.record.read_manifest``
+refuses is reported as the status "unreadable" with its reason, never raised, because one bad
+folder must not hide the other runs. Folder names and run ids are ``pipeline.layout``'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Iterable
@@ -21,15 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, ConfigIssue, DataError, StorageError
+from pipeline.layout import CONFIG, DELETING_PREFIX, LATEST, MANIFEST, is_run_id, started_from_run_id
+from pipeline.record import ManifestError, RunManifest, as_number, read_manifest
 from pipeline.store import host_name
 
-# UTC start stamp with milliseconds, then random hex (pipeline.store.RunStore): sorts by start.
-RUN_ID = re.compile(r"^(\d{8}T\d{6}\.\d{3})Z-[0-9a-f]+$")
-LATEST = "latest"
 FINISHED = ("succeeded", "failed", "interrupted")
 UNREADABLE = "unreadable"
-# Prefix of a run folder being deleted: hidden, so a half-deleted run is never listed as a run.
-DELETING_PREFIX = ".deleting-"
 
 
 @dataclass
@@ -39,7 +35,7 @@ class Run:
     pipeline: str
     run_id: str
     path: Path
-    manifest: dict[str, Any] | None
+    manifest: RunManifest | None
     problem: str | None = None          # why the manifest could not be read
     latest: bool = False                # ``<pipeline>/latest`` points here
 
@@ -47,13 +43,13 @@ class Run:
     def status(self) -> str:
         if self.manifest is None:
             return UNREADABLE
-        return str(self.manifest.get("status"))
+        return self.manifest.status
 
     @property
     def started(self) -> str | None:
         """The manifest's start time, else the one encoded in the run id (unreadable runs)."""
-        if self.manifest is not None and self.manifest.get("started"):
-            return str(self.manifest["started"])
+        if self.manifest is not None and self.manifest.started:
+            return self.manifest.started
         return started_from_run_id(self.run_id)
 
 
@@ -67,31 +63,12 @@ class PrunePlan:
 
 
 # ---------------------------------------------------------------------------- finding runs
-def started_from_run_id(run_id: str) -> str | None:
-    """ISO start time from a run id, so even a run without a manifest has a place in time."""
-    match = RUN_ID.match(run_id)
-    if not match:
-        return None
-    stamp = datetime.strptime(match.group(1), "%Y%m%dT%H%M%S.%f").replace(tzinfo=timezone.utc)
-    return stamp.isoformat(timespec="milliseconds")
-
-
-def load_manifest(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+def load_manifest(run_dir: Path) -> tuple[RunManifest | None, str | None]:
     """``(manifest, None)`` or ``(None, why)``: history commands list broken runs, not crash on them."""
-    path = run_dir / "manifest.json"
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, "no manifest.json"
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot read manifest.json: {getattr(exc, 'strerror', None) or exc}"
-    try:
-        manifest = json.loads(text)
-    except ValueError as exc:
-        return None, f"manifest.json is not valid JSON: {exc}"
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
-        return None, "manifest.json has no status"
-    return manifest, None
+        return read_manifest(run_dir), None
+    except ManifestError as exc:
+        return None, exc.reason
 
 
 def latest_target(pipeline_dir: Path) -> str | None:
@@ -134,7 +111,7 @@ def runs_in(pipeline_dir: Path) -> list[Run]:
     latest = latest_target(pipeline_dir)
     runs = []
     for entry in pipeline_dir.iterdir():
-        if entry.is_symlink() or not entry.is_dir() or not RUN_ID.match(entry.name):
+        if entry.is_symlink() or not entry.is_dir() or not is_run_id(entry.name):
             continue
         manifest, problem = load_manifest(entry)
         runs.append(Run(pipeline_dir.name, entry.name, entry, manifest, problem, latest=entry.name == latest))
@@ -191,11 +168,11 @@ def _not_found(argument: str, message: str) -> ConfigError:
 
 def _run_at(path: Path, argument: str) -> Run:
     folder = path.resolve()
-    looks_like_run = RUN_ID.match(folder.name) or (folder / "manifest.json").exists() or (folder / "config.yaml").exists()
+    looks_like_run = is_run_id(folder.name) or (folder / MANIFEST).exists() or (folder / CONFIG).exists()
     if not looks_like_run:
-        raise _not_found(argument, f"'{path}' is a folder but not a run folder (no manifest.json or config.yaml)")
+        raise _not_found(argument, f"'{path}' is a folder but not a run folder (no {MANIFEST} or {CONFIG})")
     manifest, problem = load_manifest(folder)
-    pipeline = str(manifest.get("pipeline") or folder.parent.name) if manifest else folder.parent.name
+    pipeline = (manifest.pipeline if manifest else "") or folder.parent.name
     latest = latest_target(folder.parent) == folder.name
     return Run(pipeline, folder.name, folder, manifest, problem, latest=latest)
 
@@ -217,7 +194,7 @@ def _latest_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument
     return run
 
 
-def require_manifest(run: Run) -> dict[str, Any]:
+def require_manifest(run: Run) -> RunManifest:
     """The manifest of a run that a command cannot show without one (DataError, exit 3, otherwise)."""
     if run.manifest is None:
         raise DataError(f"run {run.run_id}: {run.problem} in {run.path}")
@@ -228,29 +205,29 @@ def load_run_config(run: Run) -> dict[str, Any]:
     """The resolved config the run used (config.yaml), as plain data for diffing."""
     import yaml
 
-    path = run.path / "config.yaml"
+    path = run.path / CONFIG
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise DataError(f"run {run.run_id}: no config.yaml in {run.path}") from None
+        raise DataError(f"run {run.run_id}: no {CONFIG} in {run.path}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise DataError(f"run {run.run_id}: cannot read {path}: {exc}") from None
     return data if isinstance(data, dict) else {"": data}
 
 
 # ---------------------------------------------------------------------------- summaries
-def is_abandoned(manifest: dict[str, Any], host: str | None = None) -> bool:
+def is_abandoned(manifest: RunManifest, host: str | None = None) -> bool:
     """True for a "running" run whose process is gone: it will never finish, so prune may delete it.
 
     Only decidable on the host that ran it; a run from another host is treated as alive. A pid
     now held by a process that started after the run did is a reused pid, not the run.
     """
-    if manifest.get("status") != "running":
+    if manifest.status != "running":
         return False
-    if manifest.get("host") != (host or host_name()):
+    if manifest.host != (host or host_name()):
         return False
-    pid = manifest.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
+    pid = manifest.pid
+    if pid is None or pid <= 0:
         return False
     import psutil
 
@@ -263,12 +240,12 @@ def is_abandoned(manifest: dict[str, Any], host: str | None = None) -> bool:
         return True
     except psutil.Error:
         return False                     # exists, but we may not look at it: assume it is the run
-    started = _parse_time(manifest.get("started"))
+    started = _parse_time(manifest.started)
     return started is not None and created > started.timestamp() + 1.0
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
+def _parse_time(value: str | None) -> datetime | None:
+    if value is None:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -277,34 +254,21 @@ def _parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def headline(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The metric the run ranks models by, for its best model: one number to compare runs at a glance."""
-    metrics = (manifest or {}).get("metrics")
-    if not isinstance(metrics, dict):
-        return None
-    best, rank_by = metrics.get("best"), metrics.get("rank_by")
-    if best is None or rank_by is None:
-        return None
-    value = _models(metrics).get(best, {}).get(rank_by)
-    return {"metric": rank_by, "model": best, "value": as_number(value)}
-
-
 def summary(run: Run) -> dict[str, Any]:
     """One row of ``runs list`` as plain data (the --json form)."""
-    manifest = run.manifest or {}
-    device = manifest.get("device") if isinstance(manifest.get("device"), dict) else {}
+    manifest = run.manifest
     return {
         "run_id": run.run_id,
         "pipeline": run.pipeline,
         "status": run.status,
-        "abandoned": bool(run.manifest) and is_abandoned(manifest),
+        "abandoned": manifest is not None and is_abandoned(manifest),
         "latest": run.latest,
         "started": run.started,
-        "ended": manifest.get("ended"),
-        "duration_s": manifest.get("duration_s"),
-        "device": device.get("name"),
-        "headline": headline(run.manifest),
-        "error": manifest.get("error") if run.manifest is not None else run.problem,
+        "ended": manifest.ended if manifest else None,
+        "duration_s": manifest.duration_s if manifest else None,
+        "device": manifest.device.name if manifest and manifest.device else None,
+        "headline": manifest.headline() if manifest else None,
+        "error": manifest.error if manifest is not None else run.problem,
         "path": str(run.path),
     }
 
@@ -372,27 +336,25 @@ def _models(metrics: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {name: values for name, values in models.items() if isinstance(values, dict)}
 
 
-def as_number(value: Any) -> float | None:
-    """A finite number as float, else None (missing, NaN, not a number): deltas need real numbers."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 # Manifest fields that explain why two runs differ besides the config: outcome, device, software.
 RUN_FIELDS = ("pipeline", "status", "device.name", "device.requested", "device.reason", "host", "error")
+
+
+def run_field(manifest: RunManifest, key: str) -> Any:
+    """A RUN_FIELDS value by its dotted name (None where a part is absent, e.g. no device)."""
+    value: Any = manifest
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def diff_runs(a: Run, b: Run) -> dict[str, Any]:
     """Everything ``runs diff`` reports: run fields, versions, resolved config, metrics."""
     manifest_a, manifest_b = require_manifest(a), require_manifest(b)
-    flat_a, flat_b = flatten(manifest_a), flatten(manifest_b)
-    run_rows = [{"key": key, "a": flat_a.get(key), "b": flat_b.get(key)}
-                for key in RUN_FIELDS if flat_a.get(key) != flat_b.get(key)]
-    versions = diff_flat(flatten(manifest_a.get("versions") or {}, "versions"),
-                         flatten(manifest_b.get("versions") or {}, "versions"))
-    metrics_a = manifest_a.get("metrics") if isinstance(manifest_a.get("metrics"), dict) else None
-    metrics_b = manifest_b.get("metrics") if isinstance(manifest_b.get("metrics"), dict) else None
+    run_rows = [{"key": key, "a": run_field(manifest_a, key), "b": run_field(manifest_b, key)}
+                for key in RUN_FIELDS if run_field(manifest_a, key) != run_field(manifest_b, key)]
+    versions = diff_flat(flatten(manifest_a.versions, "versions"), flatten(manifest_b.versions, "versions"))
+    metrics_a, metrics_b = manifest_a.metrics, manifest_b.metrics
     settings = [{"key": key, "a": (metrics_a or {}).get(key), "b": (metrics_b or {}).get(key)}
                 for key in ("split", "threshold", "rank_by", "best")]
     return {
@@ -423,7 +385,7 @@ def plan_prune(runs: list[Run], keep: int, *, host: str | None = None) -> PruneP
             continue
         running = run.status not in FINISHED
         if running and not is_abandoned(run.manifest, host):
-            plan.keep.append((run, f"{run.status} (pid {run.manifest.get('pid')} on {run.manifest.get('host')})"))
+            plan.keep.append((run, f"{run.status} (pid {run.manifest.pid} on {run.manifest.host})"))
             continue
         finished += 1
         if finished <= keep:

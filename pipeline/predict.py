@@ -32,7 +32,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline import layout, record
 from pipeline.errors import DataError, StorageError, UsageError
+from pipeline.plugins import load_run_plugins
+from pipeline.record import RunManifest
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
 INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -70,7 +73,7 @@ def predict_batch(
 
     ``run`` is a run id, a run folder or ``"latest"`` (under ``runs_dir``/``pipeline``);
     ``model`` defaults to the run's best model; ``device`` is ``cpu``, ``gpu`` or ``auto``
-    (None: auto); ``threshold`` defaults to the run's evaluate threshold, else 0.5.
+    (None: auto); ``threshold`` defaults to the threshold of the run's reported evaluation, else 0.5.
     Output columns: the id column (when the model has one), ``score``, ``prediction``
     (1 when score >= threshold, else 0) and ``model``. ``partitioned``: score partition by
     partition with Dask (on the cluster at ``scheduler``, else local threads) into a Parquet
@@ -97,10 +100,11 @@ def predict_batch(
 
     run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline)
     manifest = read_manifest(run_dir)
+    load_run_plugins(run_dir, manifest.config_file)     # models a plugin registered load like built-ins
     models = exported_models(run_dir, manifest)
-    metrics = run_metrics(run_dir, manifest)
+    metrics = run_metrics(manifest)
     name = choose_model(models, model, metrics, run_dir)
-    verify_artifacts(run_dir, manifest, models[name])
+    verify_artifacts(run_dir, manifest.model_dump(mode="python"), models[name])   # reads a plain dict
     if threshold is None:
         threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
 
@@ -188,55 +192,37 @@ def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str]
     return find(str(run), runs_dir, pipeline, argument="--run").path.resolve()
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """The run's manifest; only a succeeded run's models are used (a failed or running one
-    may have a partial export and has no complete checksums)."""
-    path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read the run manifest ({exc})") from exc
-    if not isinstance(manifest, dict):
-        raise DataError(f"{path}: not a run manifest")
-    status = manifest.get("status")
-    if status != "succeeded":
-        raise DataError(f"run {run_dir.name} did not succeed (status: {status}); score with a succeeded run")
+def read_manifest(run_dir: Path) -> RunManifest:
+    """The run record (``pipeline.record``: a ManifestError, exit 3, when unreadable) of a
+    succeeded run: a failed or running one may have a partial export and no complete checksums."""
+    manifest = record.read_manifest(run_dir)
+    if manifest.status != "succeeded":
+        raise DataError(f"run {run_dir.name} did not succeed (status: {manifest.status}); "
+                        "score with a succeeded run")
     return manifest
 
 
-def _stage_kinds(manifest: dict[str, Any]) -> dict[str, str]:
-    stages = manifest.get("stages") or {}
-    return {name: str(rec.get("kind")) for name, rec in stages.items() if isinstance(rec, dict)}
+def exported_models(run_dir: Path, manifest: RunManifest) -> dict[str, str]:
+    """Model name -> folder relative to the run, as the run record declares them.
 
-
-def exported_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, str]:
-    """Model name -> folder relative to the run, for each model the manifest lists
-    (``<export stage>/models/<name>/model.json``); files not in the manifest are not offered."""
-    kinds = _stage_kinds(manifest)
-    models: dict[str, str] = {}
-    for key in sorted(manifest.get("artifacts") or {}):
-        parts = Path(key).parts
-        if len(parts) == 4 and parts[1] == "models" and parts[3] == "model.json" \
-                and kinds.get(parts[0], "export") == "export":
-            models.setdefault(parts[2], str(Path(*parts[:3])))
+    Runs recorded before the manifest had ``models`` are read from their artifact list: a
+    listed ``<stage>/models/<name>/model.json`` is an exported model (the first stage, by
+    name, wins a name), so files that are not in the manifest are never offered.
+    """
+    models = dict(manifest.models)
+    if not models:
+        for key in sorted(manifest.artifacts):
+            found = layout.exported_model_of(key)
+            if found is not None:
+                models.setdefault(found[1], layout.model_folder(*found))
     if not models:
         raise DataError(f"run {run_dir.name} exported no models (add an export stage with models: true)")
     return models
 
 
-def run_metrics(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The first evaluate stage's metrics.json (the one the manifest reports), checksum
-    verified; empty when the run has no evaluate stage."""
-    artifacts = manifest.get("artifacts") or {}
-    for stage, kind in _stage_kinds(manifest).items():
-        key = f"{stage}/metrics.json"
-        if kind == "evaluate" and key in artifacts:
-            _verify_file(run_dir, key, artifacts[key], what="metrics")
-            try:
-                return dict(json.loads((run_dir / key).read_text(encoding="utf-8")))
-            except (OSError, ValueError, TypeError) as exc:
-                raise DataError(f"{run_dir / key}: cannot read the run's metrics ({exc})") from exc
-    return {}
+def run_metrics(manifest: RunManifest) -> dict[str, Any]:
+    """The evaluation the run reported (threshold, best model...); empty when it has none."""
+    return dict(manifest.metrics or {})
 
 
 def choose_model(models: dict[str, str], requested: str | None, metrics: dict[str, Any], run_dir: Path) -> str:
@@ -267,10 +253,14 @@ def verify_artifacts(run_dir: Path, manifest: dict[str, Any], folder: str) -> No
                             "cannot verify it")
     for key, digest in sorted(listed.items()):
         _verify_file(run_dir, key, digest, what="model")
+    from pipeline.scoring import model_format_of
+
+    meta_path = run_dir / prefix / "model.json"
     try:
-        meta = json.loads((run_dir / prefix / "model.json").read_text(encoding="utf-8"))
-        needed = [meta["file"]] + ([meta["architecture"]] if meta.get("architecture") else [])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        # The model's format says which files it has (model.json is verified by now).
+        needed = model_format_of(meta, meta_path).files(meta)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{run_dir / prefix / 'model.json'}: not a model description ({exc})") from exc
     unlisted = [name for name in needed if prefix + name not in listed]
     if unlisted:

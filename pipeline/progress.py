@@ -1,7 +1,8 @@
-"""How a run shows progress: a live view on a terminal, plain log lines everywhere else.
+"""How a run shows progress, as run hooks: a live view on a terminal, log lines elsewhere.
 
-Scheduled jobs read the log lines (one per stage event, timestamped, no control characters);
-people at a terminal get a spinner per stage and a summary table.
+Scheduled jobs read the log lines (one per stage event, timestamped, no control characters;
+JSON with ``--log-format json``); people at a terminal get a spinner per stage and a summary
+table. Both are ``RunHook``s (``pipeline.hooks``) like any report or tracker.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pipeline.backends import DeviceChoice
-from pipeline.runner import StageRecord
-from pipeline.stages.base import LogProgress
+from pipeline.hooks import LogProgress, RunEvent, RunHook, RunInfo, StageEvent
 
 log = logging.getLogger("pipeline")
 
@@ -24,31 +23,34 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f} MiB"
 
 
-class LogReporter:
+class LogHook(RunHook):
     """One log line per event, for cron, Kubernetes and CI logs."""
 
-    def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None:
-        log.info("run %s started on %s (%s); %d stage(s)", run_id, device.device, device.reason, total,
-                 extra={"event": "run_started", "run_id": run_id, "device": device.device, "stages": total})
+    def run_started(self, run: RunInfo) -> None:
+        log.info("run %s started on %s (%s); %d stage(s)", run.run_id, run.device, run.device_reason, run.stages,
+                 extra={"event": "run_started", "run_id": run.run_id, "device": run.device, "stages": run.stages})
 
-    def cluster_started(self, description: str) -> None:
+    def cluster_started(self, run: RunInfo, description: str) -> None:
         log.info("cluster: %s", description)
 
-    def stage_started(self, record: StageRecord, index: int, total: int) -> None:
+    def stage_started(self, event: StageEvent) -> None:
+        record, index, total = event.record, event.index, event.run.stages
         log.info("[%d/%d] %s (%s) started", index, total, record.name, record.kind,
                  extra={"event": "stage_started", "stage": record.name, "kind": record.kind})
 
-    def stage_progress(self, record: StageRecord) -> LogProgress:
-        return LogProgress(log, prefix=f"{record.name}: ")
+    def stage_progress(self, event: StageEvent) -> LogProgress:
+        return LogProgress(log, prefix=f"{event.record.name}: ")
 
-    def run_finished(self, run_id: str, status: str, manifest: dict) -> None:
-        metrics = manifest.get("metrics") or {}
-        log.info("run %s %s in %.2fs", run_id, status, manifest.get("duration_s") or 0,
-                 extra={"event": "run_finished", "run_id": run_id, "status": status,
-                        "seconds": manifest.get("duration_s"), "metrics": metrics.get("models"),
+    def run_finished(self, event: RunEvent) -> None:
+        manifest = event.manifest
+        metrics = manifest.metrics or {}
+        log.info("run %s %s in %.2fs", manifest.run_id, event.status, manifest.duration_s or 0,
+                 extra={"event": "run_finished", "run_id": manifest.run_id, "status": event.status,
+                        "seconds": manifest.duration_s, "metrics": metrics.get("models"),
                         "best": metrics.get("best")})
 
-    def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
+    def stage_finished(self, event: StageEvent) -> None:
+        record, index, total = event.record, event.index, event.run.stages
         extra = {"event": "stage_finished", "stage": record.name, "kind": record.kind, "status": record.status,
                  "seconds": record.seconds, "peak_rss_bytes": record.peak_rss_bytes, "worker": record.worker}
         if record.status == "cached":
@@ -67,7 +69,7 @@ class LogReporter:
 class ConsoleProgress:
     """Epoch lines printed above the spinner, and a transient bar within each epoch."""
 
-    def __init__(self, reporter: ConsoleReporter) -> None:
+    def __init__(self, reporter: ConsoleHook) -> None:
         self.reporter = reporter
 
     def message(self, text: str) -> None:
@@ -87,7 +89,7 @@ class ConsoleProgress:
             status.start()
 
 
-class ConsoleReporter:
+class ConsoleHook(RunHook):
     """A spinner while a stage runs and a line with time and memory when it ends."""
 
     def __init__(self, console: Console) -> None:
@@ -95,13 +97,14 @@ class ConsoleReporter:
         self._status = None
         self._running: dict[str, str] = {}     # stages running now (several at once on a cluster)
 
-    def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None:
-        self.console.print(f"[bold]run[/] {run_id} on [bold]{device.device}[/] [dim]({device.reason})[/]")
+    def run_started(self, run: RunInfo) -> None:
+        self.console.print(f"[bold]run[/] {run.run_id} on [bold]{run.device}[/] [dim]({run.device_reason})[/]")
 
-    def cluster_started(self, description: str) -> None:
+    def cluster_started(self, run: RunInfo, description: str) -> None:
         self.console.print(f"[bold]cluster[/] {description}")
 
-    def stage_started(self, record: StageRecord, index: int, total: int) -> None:
+    def stage_started(self, event: StageEvent) -> None:
+        record, index, total = event.record, event.index, event.run.stages
         self._running[record.name] = f"[{index}/{total}] {record.name} [dim]({record.kind})[/]"
         self._show_running()
 
@@ -118,13 +121,15 @@ class ConsoleReporter:
         else:
             self._status.update(text)
 
-    def stage_progress(self, record: StageRecord) -> ConsoleProgress:
+    def stage_progress(self, event: StageEvent) -> ConsoleProgress:
         return ConsoleProgress(self)
 
-    def run_finished(self, run_id: str, status: str, manifest: dict) -> None:
-        pass                                   # the CLI prints the metrics table and the run folder
+    def run_finished(self, event: RunEvent) -> None:
+        self._running.clear()                  # the CLI prints the metrics table and the run folder
+        self._show_running()
 
-    def stage_finished(self, record: StageRecord, index: int, total: int) -> None:
+    def stage_finished(self, event: StageEvent) -> None:
+        record, index, total = event.record, event.index, event.run.stages
         self._running.pop(record.name, None)
         self._show_running()
         if record.status == "cached":

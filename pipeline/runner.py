@@ -1,8 +1,13 @@
-"""Execute a pipeline: plan the DAG, run each stage, time it, measure its memory, record it.
+"""Execute a pipeline: plan the DAG, take what the cache has, run the rest, record the run.
 
-The runner owns the bookkeeping (run folder, manifest, progress); stages own the work. An
-output is dropped as soon as no remaining stage needs it, so a run holds only what is still
-to be consumed (the raw table is gone once it is split).
+The runner owns the bookkeeping (run folder, run record, cache keys, hooks); stages own the
+work; an executor (``pipeline.execution``) decides where a stage runs: in this process or on
+a Dask cluster. There is one scheduling loop for both: a stage is submitted once its inputs
+are done, and an output is released as soon as no remaining stage needs it, so a run holds
+only what is still to be consumed (the raw table is gone once it is split).
+
+Nothing here knows a stage kind: what a stage reads, what it needs, what its output depends
+on and what it adds to the run record are declared by its kind (``pipeline.stages.base``).
 """
 
 from __future__ import annotations
@@ -13,72 +18,36 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pipeline import __version__
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
-from pipeline.config import PipelineConfig, dump_config
-from pipeline.dag import plan, select
-from pipeline.config.schema import ClusterConfig
-from pipeline.errors import ConfigError, PipelineError, StageError, StorageError, Terminated
 from pipeline.cache import CacheEntry, StageCache, stage_key
-from pipeline.execution import StageOutcome, StageTask, execute_stage
+from pipeline.config import PipelineConfig, dump_config
+from pipeline.config.schema import ClusterConfig
+from pipeline.dag import plan, select
+from pipeline.errors import ConfigError, PipelineError, StorageError, Terminated
+from pipeline.execution import Executor, InProcessExecutor, StageOutcome, StageTask
+from pipeline.hooks import (
+    ArtifactEvent, ErrorEvent, HookList, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent,
+    StageProgress,
+)
 from pipeline.locks import RunLock
-from pipeline.stages.base import LogProgress, StageProgress
-from pipeline.stages.evaluate import Evaluation
+from pipeline.record import DeviceRecord, RunManifest, StageRecord
+from pipeline.stages import STAGE_KINDS
 from pipeline.store import RunDir, RunStore, host_name, sha256_file, utc_now
 
-
-@dataclass
-class StageRecord:
-    name: str
-    kind: str
-    selected: bool
-    status: str = "pending"            # pending | running | succeeded | failed
-    started: str | None = None
-    ended: str | None = None
-    seconds: float | None = None
-    peak_rss_bytes: int | None = None
-    peak_device_bytes: int | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    worker: str | None = None            # Dask worker address, on a cluster
-    cache_key: str | None = None         # content key of the stage (None: not cacheable)
+log = logging.getLogger("pipeline")
 
 
-@dataclass
-class CachedOutput:
-    """A stage output still in the cache: loaded only if a stage that runs needs it."""
+class LibraryLogHook(RunHook):
+    """The default for library runs: a stage's lines go to the "pipeline" logger, which the
+    caller configures (the CLI uses the hooks in ``pipeline.progress`` instead)."""
 
-    entry: CacheEntry
-
-    def load(self) -> Any:
-        return self.entry.load_output()
-
-
-class Reporter(Protocol):
-    """Progress callbacks; the CLI renders them on a TTY or as log lines."""
-
-    def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None: ...
-    def cluster_started(self, description: str) -> None: ...
-    def stage_started(self, record: StageRecord, index: int, total: int) -> None: ...
-    def stage_finished(self, record: StageRecord, index: int, total: int) -> None: ...
-    def stage_progress(self, record: StageRecord) -> StageProgress: ...
-    def run_finished(self, run_id: str, status: str, manifest: dict[str, Any]) -> None: ...
-
-
-class SilentReporter:
-    def run_finished(self, run_id: str, status: str, manifest: dict[str, Any]) -> None: ...
-    def run_started(self, run_id: str, device: DeviceChoice, total: int) -> None: ...
-    def cluster_started(self, description: str) -> None: ...
-    def stage_started(self, record: StageRecord, index: int, total: int) -> None: ...
-    def stage_finished(self, record: StageRecord, index: int, total: int) -> None: ...
-
-    def stage_progress(self, record: StageRecord) -> StageProgress:
-        # Library runs: epoch lines go to the "pipeline" logger, which the caller configures.
-        return LogProgress(logging.getLogger("pipeline"), prefix=f"{record.name}: ")
+    def stage_progress(self, event: StageEvent) -> StageProgress:
+        return LogProgress(logging.getLogger("pipeline"), prefix=f"{event.record.name}: ")
 
 
 @dataclass
@@ -86,15 +55,15 @@ class RunResult:
     run_id: str
     run_dir: Path
     status: str
-    manifest: dict[str, Any]
+    manifest: RunManifest
     outputs: dict[str, Any]
 
     @property
-    def evaluation(self) -> Evaluation | None:
-        for value in self.outputs.values():
-            if isinstance(value, Evaluation):
-                return value
-        return None
+    def evaluation(self) -> Any:
+        """The first output that is an evaluation (what ``manifest.metrics`` reports), if kept."""
+        from pipeline.stages.evaluate import Evaluation
+
+        return next((v for v in self.outputs.values() if isinstance(v, Evaluation)), None)
 
 
 class Runner:
@@ -106,7 +75,7 @@ class Runner:
         *,
         device: str | None = None,
         runs_dir: str | os.PathLike[str] | None = None,
-        reporter: Reporter | None = None,
+        hooks: Sequence[RunHook] | None = None,
         keep_outputs: bool = True,
         config_path: str | None = None,
         scheduler: str | None = None,
@@ -126,9 +95,13 @@ class Runner:
             self.cluster = base.model_copy(update={"address": scheduler})
         self.requested_device = device or config.device
         self.store = RunStore(runs_dir or config.runs_dir, config.name)
-        self.reporter = reporter or SilentReporter()
+        self.hooks = HookList(hooks if hooks is not None else [LibraryLogHook()])
         self.keep_outputs = keep_outputs
         self.config_path = config_path
+
+    @property
+    def cache(self) -> StageCache:
+        return StageCache(self.store.layout.cache_dir)
 
     def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
         graph = self.config.inputs_of()
@@ -143,7 +116,7 @@ class Runner:
         forced = self._forced(graph, steps)
         backend, choice = resolve_backend(self.requested_device)
         try:
-            lock = RunLock(self.store.pipeline_dir / ".lock", wait=self.wait)
+            lock = RunLock(self.store.layout.lock_path, wait=self.wait)
             lock.__enter__()
         except OSError as exc:
             raise StorageError(f"cannot create the run lock in {self.store.pipeline_dir}: {exc.strerror or exc}") from exc
@@ -157,38 +130,25 @@ class Runner:
         run = self.store.new_run()
         lock.note(run_id=run.run_id)
         run.write_config(dump_config(self.config))
-        records = {name: StageRecord(name, self.config.stages[name].kind, chosen) for name, chosen in steps}
-        manifest = self._manifest(run, backend, choice, records, selected)
+        manifest = self._manifest(run, backend, choice, steps, selected)
         run.write_manifest(manifest)
-        self.reporter.run_started(run.run_id, choice, len(steps))
-        cached = self._cached_entries(steps, records, backend, forced)
+        info = RunInfo(run.run_id, run.path, self.config.name, backend.name, choice.reason, len(steps), self.config)
+        self.hooks.run_started(info)
+        cached = self._cached_entries(steps, manifest, backend, forced)
 
         started = time.perf_counter()
         try:
-            if self.cluster is not None:
-                outputs = self._on_cluster(steps, records, backend, run, manifest, cached)
-            else:
-                outputs = self._in_process(steps, records, backend, run, manifest, cached)
+            outputs = self._execute(steps, cached, backend, run, manifest, info)
         except KeyboardInterrupt as exc:
             why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted by the user (SIGINT)"
-            self._finish(run, manifest, "interrupted", started, error=why)
-            self.reporter.run_finished(run.run_id, "interrupted", manifest)
+            self._finish(run, manifest, info, "interrupted", started, error=why)
             raise
         except PipelineError as exc:
-            self._finish(run, manifest, "failed", started, error=str(exc))
-            self.reporter.run_finished(run.run_id, "failed", manifest)
+            self.hooks.error(ErrorEvent(info, exc, getattr(exc, "stage", None)))
+            self._finish(run, manifest, info, "failed", started, error=str(exc))
             raise
-        # Cached outputs are unpickled only when asked for (library use) or needed for the
-        # metrics: a fully cached CLI run loads no model and imports no ML library.
-        outputs = {name: value.load() if isinstance(value, CachedOutput) else value
-                   for name, value in outputs.items()
-                   if self.keep_outputs or self.config.stages[name].kind == "evaluate"}
-        evaluation = next((v for v in outputs.values() if isinstance(v, Evaluation)), None)
-        if evaluation is not None:
-            manifest["metrics"] = evaluation.to_dict()
-        self._finish(run, manifest, "succeeded", started)
+        self._finish(run, manifest, info, "succeeded", started)
         self.store.mark_latest(run)
-        self.reporter.run_finished(run.run_id, "succeeded", manifest)
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)
 
     # ------------------------------------------------------------------ the stage cache
@@ -208,7 +168,7 @@ class Runner:
                 forced.add(name)
         return forced
 
-    def _cached_entries(self, steps: list[tuple[str, bool]], records: dict[str, StageRecord], backend: Backend,
+    def _cached_entries(self, steps: list[tuple[str, bool]], manifest: RunManifest, backend: Backend,
                         forced: set[str]) -> dict[str, CacheEntry]:
         """Key every stage; return the verified cache entries of those that need not run."""
         versions = backend.versions()
@@ -216,205 +176,158 @@ class Runner:
         found: dict[str, CacheEntry] = {}
         for name, _ in steps:
             spec = self.config.stages[name]
-            key = stage_key(spec, {i: self.keys.get(i) for i in spec.inputs}, backend=backend.name,
-                            versions=versions, seed=self.config.seed) if self.use_cache else None
-            self.keys[name] = records[name].cache_key = key
+            key = None
+            if self.use_cache:
+                key = stage_key(spec, {i: self.keys.get(i) for i in spec.inputs},
+                                fingerprint=STAGE_KINDS[spec.kind].fingerprint(spec),
+                                backend=backend.name, versions=versions, seed=self.config.seed)
+            self.keys[name] = manifest.stages[name].cache_key = key
             if key is not None and name not in forced:
                 entry = self.cache.lookup(key)
                 if entry is not None:
                     found[name] = entry
         return found
 
-    @property
-    def cache(self) -> StageCache:
-        return StageCache(self.store.pipeline_dir / ".cache")
+    # ------------------------------------------------------------------ the one loop
+    def _execute(self, steps: list[tuple[str, bool]], cached: dict[str, CacheEntry], backend: Backend,
+                 run: RunDir, manifest: RunManifest, info: RunInfo) -> dict[str, Any]:
+        """Submit each stage once its inputs are done; record each as it finishes."""
+        position = {name: i for i, (name, _) in enumerate(steps, start=1)}
+        events: dict[str, StageEvent] = {}
 
-    def _use_cached(self, name: str, entry: CacheEntry, record: StageRecord, index: int, total: int,
-                    run: RunDir, manifest: dict[str, Any]) -> CachedOutput:
-        """Record a stage as taken from the cache and restore its artifacts into this run."""
-        entry.restore_artifacts(run.stage_dir(name))
-        record.status, record.started = "cached", utc_now()
-        record.ended, record.seconds, record.facts = record.started, 0.0, dict(entry.record.get("facts", {}))
-        self.reporter.stage_finished(record, index, total)
-        run.write_manifest(manifest)
-        return CachedOutput(entry)
+        def event(name: str) -> StageEvent:
+            return StageEvent(info, manifest.stages[name], self.config.stages[name], position[name],
+                              run.stage_dir(name))
 
-    # ------------------------------------------------------------------ in this process
-    def _in_process(self, steps: list[tuple[str, bool]], records: dict[str, StageRecord], backend: Backend,
-                    run: RunDir, manifest: dict[str, Any], cached: dict[str, CacheEntry]) -> dict[str, Any]:
-        consumers = self._consumers(steps)
-        outputs: dict[str, Any] = {}
-        for index, (name, _) in enumerate(steps, start=1):
-            record = records[name]
-            if name in cached:
-                outputs[name] = self._use_cached(name, cached[name], record, index, len(steps), run, manifest)
-                for parent in self._release(name, consumers):
-                    outputs.pop(parent, None)
-                continue
+        def started(name: str) -> None:
+            record = manifest.stages[name]
             record.status, record.started = "running", utc_now()
-            self.reporter.stage_started(record, index, len(steps))
-            inputs = {i: outputs[i] for i in self.config.stages[name].inputs}
-            inputs = {i: v.load() if isinstance(v, CachedOutput) else v for i, v in inputs.items()}
-            outcome = execute_stage(self._task(name, backend, run), inputs, self.reporter.stage_progress(record))
-            self._record(record, outcome, index, len(steps), run, manifest)
-            outputs[name] = outcome.output
-            for parent in self._release(name, consumers):
-                outputs.pop(parent, None)
-        return outputs
+            events[name] = event(name)
+            self.hooks.stage_started(events[name])
 
-    # ------------------------------------------------------------------ on a Dask cluster
-    def _on_cluster(self, steps: list[tuple[str, bool]], records: dict[str, StageRecord], backend: Backend,
-                    run: RunDir, manifest: dict[str, Any], cached: dict[str, CacheEntry]) -> dict[str, Any]:
-        """Submit each stage once its inputs are done; stages with ready inputs run at once."""
-        from distributed import as_completed
+        progress: dict[str, StageProgress] = {}
 
+        def progress_of(name: str) -> StageProgress:
+            if name not in progress:
+                progress[name] = self.hooks.stage_progress(events.get(name) or event(name))
+            return progress[name]
+
+        executor = self._executor(backend, manifest, info, started, progress_of)
+        try:
+            consumers = {name: sum(name in self.config.stages[s].inputs for s, _ in steps) for name, _ in steps}
+            done: set[str] = set()
+            for name, entry in cached.items():
+                self._use_cached(name, entry, run, manifest, event(name))
+                executor.add_cached(name, entry)
+                done.add(name)
+                self._release(name, consumers, executor)
+            pending = [name for name, _ in steps if name not in done]
+            running = 0
+            while pending or running:
+                for name in [n for n in pending if all(i in done for i in self.config.stages[n].inputs)]:
+                    pending.remove(name)
+                    executor.submit(self._task(name, backend, run))
+                    running += 1
+                outcome = executor.next_finished()
+                running -= 1
+                self._record(outcome, run, manifest, events.get(outcome.name) or event(outcome.name))
+                done.add(outcome.name)
+                self._release(outcome.name, consumers, executor)
+            return executor.outputs([name for name, _ in steps]) if self.keep_outputs else {}
+        finally:
+            executor.close()
+
+    def _executor(self, backend: Backend, manifest: RunManifest, info: RunInfo, started: Any,
+                  progress_of: Any) -> Executor:
+        if self.cluster is None:
+            return InProcessExecutor(started, progress_of)
         from pipeline.backends.cluster import open_cluster
-        from pipeline.execution import DaskExecutor, load_cached
+        from pipeline.execution import DaskExecutor
 
         session = open_cluster(self.cluster, backend.name)
-        manifest["cluster"] = {"description": session.description, **session.details}
-        self.reporter.cluster_started(session.description)
-        executor = DaskExecutor(session)
-        consumers = self._consumers(steps)
-        futures: dict[str, Any] = {}
-        record_futures: dict[Any, str] = {}
-        done: set[str] = set()
-        pending = [name for name, _ in steps]
-        position = {name: i for i, (name, _) in enumerate(steps, start=1)}
-        finished = as_completed(loop=session.client.loop)
+        manifest.cluster = {"description": session.description, **session.details}
+        self.hooks.cluster_started(info, session.description)
+        return DaskExecutor(session, started, progress_of)
 
-        def input_future(name: str) -> Any:
-            if name not in futures:              # a cached stage: its output is loaded on a worker
-                futures[name] = session.client.submit(load_cached, self.cache.root, cached[name].key, name,
-                                                      key=f"cached-{name}-{cached[name].key}", pure=False)
-            return futures[name]
-
-        for name, entry in cached.items():
-            self._use_cached(name, entry, records[name], position[name], len(steps), run, manifest)
-            pending.remove(name)
-            done.add(name)
-
-        def submit_ready() -> None:
-            for name in list(pending):
-                inputs = self.config.stages[name].inputs
-                if all(i in done for i in inputs):
-                    pending.remove(name)
-                    outcome, record = executor.submit(self._task(name, backend, run),
-                                                      {i: input_future(i) for i in inputs})
-                    futures[name], record_futures[record] = outcome, name
-                    finished.add(record)
-                    records[name].status, records[name].started = "running", utc_now()
-                    self.reporter.stage_started(records[name], position[name], len(steps))
-
-        def progress(stage: str, text: str) -> None:
-            if stage in records:
-                self.reporter.stage_progress(records[stage]).message(text)
-
-        try:
-            with executor.progress_events(progress):
-                submit_ready()
-                for record_future in finished:
-                    name = record_futures[record_future]
-                    outcome = _remote_outcome(name, record_future)
-                    self._record(records[name], outcome, position[name], len(steps), run, manifest)
-                    done.add(name)
-                    for parent in self._release(name, consumers):
-                        futures.pop(parent, None)        # frees the output on its worker
-                    submit_ready()
-            wanted = [n for n, _ in steps if n in futures or n in cached] if self.keep_outputs else \
-                [n for n, _ in steps if self.config.stages[n].kind == "evaluate"]
-            for name in wanted:
-                input_future(name)
-            gathered = session.client.gather([futures[n] for n in wanted])
-            return {name: outcome.output for name, outcome in zip(wanted, gathered)}
-        finally:
-            session.client.cancel(list(futures.values()))
-            session.close()
-
-    # ------------------------------------------------------------------ shared
-    def _task(self, name: str, backend: Backend, run: RunDir) -> StageTask:
-        folder = [str(Path(self.config_path).resolve().parent)] if self.config_path else []
-        key = self.keys.get(name)
-        return StageTask(name=name, spec=self.config.stages[name], backend=backend.name, seed=self.config.seed,
-                         artifacts_dir=run.stage_dir(name), import_paths=folder,
-                         cache_root=self.cache.root if key else None, cache_key=key)
-
-    def _consumers(self, steps: list[tuple[str, bool]]) -> dict[str, int]:
-        return {name: sum(name in self.config.stages[s].inputs for s, _ in steps) for name, _ in steps}
-
-    def _release(self, name: str, consumers: dict[str, int]) -> list[str]:
-        """Inputs of ``name`` that no remaining stage needs (dropped unless keep_outputs)."""
-        freed = []
+    def _release(self, name: str, consumers: dict[str, int], executor: Executor) -> None:
+        """Drop the inputs of ``name`` that no remaining stage needs (unless keep_outputs)."""
         for parent in self.config.stages[name].inputs:
             consumers[parent] -= 1
             if consumers[parent] == 0 and not self.keep_outputs:
-                freed.append(parent)
-        return freed
+                executor.release(parent)
 
-    def _record(self, record: StageRecord, outcome: StageOutcome, index: int, total: int, run: RunDir,
-                manifest: dict[str, Any]) -> None:
-        """Copy an outcome into the manifest record, report it, and raise if the stage failed."""
+    def _task(self, name: str, backend: Backend, run: RunDir) -> StageTask:
+        folder = [str(Path(self.config_path).resolve().parent)] if self.config_path else []
+        key = self.keys.get(name)
+        spec = self.config.stages[name]
+        return StageTask(name=name, spec=spec, backend=backend.name, seed=self.config.seed,
+                         artifacts_dir=run.stage_dir(name), inputs=list(spec.inputs), import_paths=folder,
+                         cache_root=self.cache.root if key else None, cache_key=key)
+
+    # ------------------------------------------------------------------ the run record
+    def _use_cached(self, name: str, entry: CacheEntry, run: RunDir, manifest: RunManifest,
+                    event: StageEvent) -> None:
+        """Record a stage as taken from the cache and restore its artifacts into this run."""
+        entry.restore_artifacts(run.stage_dir(name))
+        record = manifest.stages[name]
+        record.status, record.started = "cached", utc_now()
+        record.ended, record.seconds, record.facts = record.started, 0.0, dict(entry.record.get("facts", {}))
+        self._add_to_record(manifest, event, dict(entry.record.get("run_record") or {}))
+        self.hooks.stage_finished(event)
+        run.write_manifest(manifest)
+
+    def _record(self, outcome: StageOutcome, run: RunDir, manifest: RunManifest, event: StageEvent) -> None:
+        """Copy an outcome into the run record, tell the hooks, and raise if the stage failed."""
+        record = event.record
         record.status, record.started = outcome.status, outcome.started or record.started
         record.ended, record.seconds = outcome.ended, outcome.seconds
         record.peak_rss_bytes, record.peak_device_bytes = outcome.peak_rss_bytes, outcome.peak_device_bytes
         record.facts, record.worker = outcome.facts, outcome.worker
         record.error = str(outcome.error) if outcome.error is not None else None
-        self.reporter.stage_finished(record, index, total)
+        if outcome.error is None:
+            self._add_to_record(manifest, event, outcome.run_record)
+        self.hooks.stage_finished(event)
         run.write_manifest(manifest)
         if outcome.error is not None:
             if outcome.traceback:
-                logging.getLogger("pipeline").debug("stage %s failed:\n%s", record.name, outcome.traceback)
+                log.debug("stage %s failed:\n%s", record.name, outcome.traceback)
             raise outcome.error
 
-    def _manifest(self, run: RunDir, backend: Backend, choice: DeviceChoice,
-                  records: dict[str, StageRecord], selected: set[str]) -> dict[str, Any]:
+    def _add_to_record(self, manifest: RunManifest, event: StageEvent, fields: dict[str, Any]) -> None:
+        """The run-record fields a stage set; the first stage (in plan order) to set one keeps it."""
+        for key, value in fields.items():
+            if getattr(manifest, key, None) in (None, {}, []):
+                setattr(manifest, key, value)
+        models = (fields.get("metrics") or {}).get("models") if isinstance(fields.get("metrics"), dict) else None
+        for model, values in (models or {}).items():
+            numbers = {k: v for k, v in (values or {}).items() if isinstance(v, (int, float))}
+            self.hooks.metric(MetricEvent(event.run, event.record.name, numbers, model=model))
+
+    def _manifest(self, run: RunDir, backend: Backend, choice: DeviceChoice, steps: list[tuple[str, bool]],
+                  selected: set[str]) -> RunManifest:
         config_file = self.config_path
-        return {
-            "pipeline": self.config.name,
-            "run_id": run.run_id,
-            "status": "running",
-            "started": utc_now(),
-            "ended": None,
-            "duration_s": None,
-            "device": {"name": backend.name, "requested": self.requested_device, "reason": choice.reason},
-            "host": host_name(),
-            "pid": os.getpid(),
-            "command": sys.argv,
-            "config_file": config_file,
-            "config_sha256": sha256_file(config_file) if config_file and Path(config_file).is_file() else None,
-            "selected": sorted(selected),
-            "versions": {"pipeline": __version__, "python": platform.python_version(), **backend.versions()},
-            "stages": records,
-            "metrics": None,
-            "artifacts": {},
-            "error": None,
-        }
+        return RunManifest(
+            pipeline=self.config.name, run_id=run.run_id, status="running", started=utc_now(),
+            device=DeviceRecord(name=backend.name, requested=self.requested_device, reason=choice.reason),
+            host=host_name(), pid=os.getpid(), command=list(sys.argv), config_file=config_file,
+            config_sha256=sha256_file(config_file) if config_file and Path(config_file).is_file() else None,
+            selected=sorted(selected),
+            versions={"pipeline": __version__, "python": platform.python_version(), **backend.versions()},
+            stages={name: StageRecord(name=name, kind=self.config.stages[name].kind, selected=chosen)
+                    for name, chosen in steps},
+        )
 
-    @staticmethod
-    def _finish(run: RunDir, manifest: dict[str, Any], status: str, started: float, *, error: str | None = None) -> None:
-        manifest["status"] = status
-        manifest["ended"] = utc_now()
-        manifest["duration_s"] = round(time.perf_counter() - started, 4)
-        manifest["error"] = error
-        manifest["artifacts"] = run.checksums()
+    def _finish(self, run: RunDir, manifest: RunManifest, info: RunInfo, status: str, started: float, *,
+                error: str | None = None) -> None:
+        manifest.status = status
+        manifest.ended = utc_now()
+        manifest.duration_s = round(time.perf_counter() - started, 4)
+        manifest.error = error
+        manifest.artifacts = run.checksums()
         run.write_manifest(manifest)
-
-
-def _remote_outcome(name: str, record_future: Any) -> StageOutcome:
-    """The record of a stage that ran on the cluster; a lost worker becomes a StageError."""
-    from distributed.scheduler import KilledWorker
-
-    try:
-        return record_future.result()
-    except KilledWorker as exc:
-        worker = getattr(exc.last_worker, "address", exc.last_worker)
-        error = StageError(name, f"the Dask worker running it died ({worker}); Dask ran it on "
-                                 f"{exc.allowed_failures + 1} worker(s) and every one died. Check that worker's "
-                                 "log and its memory limit (cluster.memory_limit)")
-    except Exception as exc:  # noqa: BLE001 - lost connections, cancellations, scheduler restarts
-        error = StageError(name, f"lost on the Dask cluster: {type(exc).__name__}: {exc}")
-    error.stage = name  # type: ignore[attr-defined]
-    return StageOutcome(name, "failed", error=error)
+        for path, digest in manifest.artifacts.items():
+            self.hooks.artifact(ArtifactEvent(info, Path(path).parts[0], path, digest))
+        self.hooks.run_finished(RunEvent(info, status, manifest))
 
 
 def run_pipeline(
@@ -426,7 +339,7 @@ def run_pipeline(
     only: Sequence[str] = (),
     from_: Sequence[str] = (),
     until: Sequence[str] = (),
-    reporter: Reporter | None = None,
+    hooks: Sequence[RunHook] | None = None,
     keep_outputs: bool = True,
     scheduler: str | None = None,
     cache: bool = True,
@@ -440,10 +353,10 @@ def run_pipeline(
     if not isinstance(config, PipelineConfig):
         config_path = str(config)
         config = load_config(config, overrides=overrides)
-    runner = Runner(config, device=device, runs_dir=runs_dir, reporter=reporter,
+    runner = Runner(config, device=device, runs_dir=runs_dir, hooks=hooks,
                     keep_outputs=keep_outputs, config_path=config_path, scheduler=scheduler,
                     cache=cache, force=force, wait=wait)
     return runner.run(only=only, from_=from_, until=until)
 
 
-__all__ = ["RunResult", "Runner", "StageRecord", "run_pipeline"]
+__all__ = ["LibraryLogHook", "RunResult", "Runner", "StageRecord", "run_pipeline"]

@@ -7,9 +7,7 @@ Run folders are created once and never reused, so an earlier run is never overwr
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import StorageError
+from pipeline.layout import PipelineLayout, RunLayout, format_run_id
 
 
 @contextmanager
@@ -111,13 +110,14 @@ def utc_now() -> str:
 
 
 class RunStore:
-    """``<root>/<pipeline>/<run-id>/``: the resolved config, manifest.json and stage artifacts."""
+    """Creates run folders of one pipeline (``pipeline.layout`` says where everything goes)."""
 
     _last_stamp: datetime | None = None
 
     def __init__(self, root: str | os.PathLike[str], pipeline_name: str) -> None:
-        self.root = Path(root).absolute()
-        self.pipeline_dir = self.root / pipeline_name
+        self.layout = PipelineLayout(Path(root).absolute(), pipeline_name)
+        self.root = self.layout.runs_dir
+        self.pipeline_dir = self.layout.path
 
     def new_run(self) -> RunDir:
         try:
@@ -135,18 +135,16 @@ class RunStore:
             if RunStore._last_stamp is not None and now <= RunStore._last_stamp:
                 now = RunStore._last_stamp + timedelta(milliseconds=1)
             RunStore._last_stamp = now
-            stamp = now.strftime("%Y%m%dT%H%M%S.") + f"{now.microsecond // 1000:03d}Z"
-            run_id = f"{stamp}-{secrets.token_hex(3)}"
-            path = self.pipeline_dir / run_id
+            run = self.layout.run(format_run_id(now))
             try:
-                path.mkdir()  # fails if it exists: a run folder is never reused
+                run.path.mkdir()  # fails if it exists: a run folder is never reused
             except FileExistsError:
                 continue
-            return RunDir(path)
+            return RunDir(run.path)
 
     def mark_latest(self, run: RunDir) -> None:
         """Point ``latest`` at a finished run, atomically (symlink swap by rename)."""
-        link = self.pipeline_dir / "latest"
+        link = self.layout.latest_link
         tmp = self.pipeline_dir / f".latest.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(run.path.name)
@@ -155,35 +153,27 @@ class RunStore:
 
 class RunDir:
     def __init__(self, path: Path) -> None:
+        self.layout = RunLayout(path)
         self.path = path
         self.run_id = path.name
 
     def stage_dir(self, stage: str) -> Path:
-        return self.path / stage
+        return self.layout.stage_dir(stage)
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic_write_text(self.path / "manifest.json", json.dumps(manifest, indent=2, default=_json_default))
+    def write_manifest(self, manifest: Any) -> None:
+        """Write the run record (a ``pipeline.record.RunManifest``) atomically."""
+        atomic_write_text(self.layout.manifest, manifest.to_json())
 
     def write_config(self, text: str) -> None:
-        atomic_write_text(self.path / "config.yaml", text)
+        atomic_write_text(self.layout.config, text)
 
     def checksums(self) -> dict[str, str]:
         """sha256 of every artifact file, by path relative to the run folder."""
         out = {}
         for file in sorted(self.path.rglob("*")):
-            if file.is_file() and file.name not in ("manifest.json",) and not file.name.startswith("."):
+            if file.is_file() and file != self.layout.manifest and not file.name.startswith("."):
                 out[str(file.relative_to(self.path))] = sha256_file(file)
         return out
-
-
-def _json_default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item"):  # NumPy scalars
-        return value.item()
-    return str(value)
 
 
 def host_name() -> str:

@@ -33,3 +33,85 @@ def test_no_gpu_imports_outside_backends():
 
 def test_the_check_sees_gpu_imports():
     assert any(" cudf" in hit for hit in gpu_imports(PACKAGE / "backends" / "gpu.py"))
+
+
+# ------------------------------------------------------------------ layers and cycles
+def _layer_modules() -> set[str]:
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    (layers,) = [c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    return {name.strip() for layer in layers for name in layer.split("|")}
+
+
+def _top_level_modules() -> set[str]:
+    import pkgutil
+
+    return {f"pipeline.{info.name}" for info in pkgutil.iter_modules([str(PACKAGE)])}
+
+
+def test_every_module_of_the_package_is_in_a_layer():
+    assert _top_level_modules() - _layer_modules() == set()
+    assert _layer_modules() - _top_level_modules() == set()         # no layer names a module that is gone
+
+
+def import_cycles(graph) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan, iterative)."""
+    modules = sorted(m for m in graph.modules if m.startswith("pipeline"))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next((c for c in children if c.startswith("pipeline")), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return cycles
+
+
+def test_the_package_has_no_import_cycle():
+    import grimp
+
+    graph = grimp.build_graph("pipeline", exclude_type_checking_imports=True)
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for name in ("pipeline.a", "pipeline.b", "pipeline.c"):
+        graph.add_module(name)
+    graph.add_import(importer="pipeline.a", imported="pipeline.b")
+    graph.add_import(importer="pipeline.b", imported="pipeline.a")
+    graph.add_import(importer="pipeline.b", imported="pipeline.c")
+    assert import_cycles(graph) == [["pipeline.a", "pipeline.b"]]

@@ -16,8 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline import history
-from pipeline.cli import handle_errors, stderr, stdout
+from pipeline.commands.common import handle_errors, stderr, stdout
 from pipeline.errors import StorageError
+from pipeline.record import RunManifest, StageRecord, as_number
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "running": "cyan",
                 "abandoned": "yellow", history.UNREADABLE: "magenta"}
@@ -80,11 +81,10 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
     found = history.resolve_run(run, runs_dir, pipeline_name)
     manifest = history.require_manifest(found)
     if as_json:
-        _echo_json({**manifest, "path": str(found.path), "latest": found.latest,
+        _echo_json({**manifest.model_dump(mode="python"), "path": str(found.path), "latest": found.latest,
                     "abandoned": history.is_abandoned(manifest)})
         return
     summary = history.summary(found)
-    device = manifest.get("device") if isinstance(manifest.get("device"), dict) else {}
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -95,23 +95,23 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
         ("run", Text(f"{found.pipeline}/{found.run_id}")),
         ("status", status),
         ("folder", Text(str(found.path))),
-        ("started", Text(_time(manifest.get("started")))),
-        ("ended", Text(_time(manifest.get("ended")))),
-        ("duration", Text(_duration(manifest.get("duration_s")))),
-        ("device", Text(f"{device.get('name')} (requested {device.get('requested')}): {device.get('reason')}")),
-        ("host", Text(f"{manifest.get('host')}, pid {manifest.get('pid')}")),
-        ("command", Text(" ".join(map(str, manifest.get("command") or [])))),
-        ("config", Text(str(manifest.get("config_file") or ""))),
-        ("versions", Text(", ".join(f"{k} {v}" for k, v in (manifest.get("versions") or {}).items()))),
+        ("started", Text(_time(manifest.started))),
+        ("ended", Text(_time(manifest.ended))),
+        ("duration", Text(_duration(manifest.duration_s))),
+        ("device", Text(_device(manifest))),
+        ("host", Text(f"{manifest.host}, pid {manifest.pid}")),
+        ("command", Text(" ".join(map(str, manifest.command)))),
+        ("config", Text(manifest.config_file or "")),
+        ("versions", Text(", ".join(f"{k} {v}" for k, v in manifest.versions.items()))),
     ]:
         grid.add_row(key, value)
     _print(grid)
-    _print_stages(manifest.get("stages") or {})
-    metrics = manifest.get("metrics")
-    if isinstance(metrics, dict) and metrics.get("models"):
+    _print_stages(list(manifest.stages.values()))
+    metrics = manifest.metrics or {}
+    if isinstance(metrics.get("models"), dict) and metrics["models"]:
         _print_metrics(metrics)
-    if manifest.get("error"):
-        stdout.print(Text("error: ", style="bold red") + Text(str(manifest["error"])))
+    if manifest.error:
+        stdout.print(Text("error: ", style="bold red") + Text(manifest.error))
 
 
 @runs.command("diff")
@@ -280,12 +280,18 @@ def _value(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def _print_stages(stages: dict[str, Any]) -> None:
-    records = [r for r in stages.values() if isinstance(r, dict)]
+def _device(manifest: RunManifest) -> str:
+    device = manifest.device
+    if device is None:
+        return "—"
+    return f"{device.name} (requested {device.requested}): {device.reason}"
+
+
+def _print_stages(records: list[StageRecord]) -> None:
     if not records:
         return
-    has_worker = any(r.get("worker") for r in records)
-    has_device = any(r.get("peak_device_bytes") for r in records)
+    has_worker = any(r.worker for r in records)
+    has_device = any(r.peak_device_bytes for r in records)
     table = Table(title="stages", title_justify="left")
     for name in ("stage", "kind", "status"):
         table.add_column(name)
@@ -296,23 +302,22 @@ def _print_stages(stages: dict[str, Any]) -> None:
     if has_worker:
         table.add_column("worker")
     for record in records:
-        seconds = record.get("seconds")
-        cells = [Text(str(record.get("name"))), Text(str(record.get("kind"))), _status(str(record.get("status"))),
-                 Text(f"{seconds:.2f}" if isinstance(seconds, (int, float)) else "—"),
-                 Text(_mib(record.get("peak_rss_bytes")))]
+        seconds = record.seconds
+        cells = [Text(record.name), Text(record.kind), _status(record.status),
+                 Text("—" if seconds is None else f"{seconds:.2f}"), Text(_mib(record.peak_rss_bytes))]
         if has_device:
-            cells.append(Text(_mib(record.get("peak_device_bytes"))))
+            cells.append(Text(_mib(record.peak_device_bytes)))
         if has_worker:
-            cells.append(Text(str(record.get("worker") or "")))
+            cells.append(Text(record.worker or ""))
         table.add_row(*cells)
     _print(table)
     for record in records:
-        if record.get("error"):
-            stdout.print(Text(f"stage {record.get('name')}: ", style="bold red") + Text(str(record["error"])))
+        if record.error:
+            stdout.print(Text(f"stage {record.name}: ", style="bold red") + Text(record.error))
 
 
-def _mib(value: Any) -> str:
-    return f"{value / 2**20:,.0f}" if isinstance(value, (int, float)) else "—"
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**20:,.0f}"
 
 
 def _print_metrics(metrics: dict[str, Any]) -> None:
@@ -325,6 +330,6 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
         table.add_column(name, justify="right")
     for model, values in models.items():
         label = f"{model} *" if model == metrics.get("best") else model
-        table.add_row(Text(label), *(Text(_number(history.as_number(values.get(n)))) for n in names))
+        table.add_row(Text(label), *(Text(_number(as_number(values.get(n)))) for n in names))
     _print(table)
     stdout.print(Text(f"* best by {metrics.get('rank_by')}: {metrics.get('best')}"))

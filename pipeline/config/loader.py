@@ -17,15 +17,19 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipeline.config.schema import PipelineConfig
+from pipeline.config.schema import PipelineConfig, config_model
 from pipeline.config.yaml_source import KeyPath, YamlDocument, format_path, parse_yaml
 from pipeline.dag import graph_problems
 from pipeline.errors import ConfigError, ConfigIssue
 from pipeline.features import OPS
+from pipeline.plugins import load_plugins
 from pipeline.stages import STAGE_KINDS
+from pipeline.stages.base import kinds_producing
 
-# Union tags pydantic puts into error locations: stage kinds and feature op names.
-_TAGS = set(STAGE_KINDS) | set(OPS)
+
+def _tags() -> set[str]:
+    """Union tags pydantic puts into error locations: stage kinds and feature op names."""
+    return set(STAGE_KINDS) | set(OPS)
 
 
 def load_config(
@@ -52,9 +56,10 @@ def load_config(
     overridden = apply_overrides(doc.data, overrides, issues)
     if path is not None:
         _allow_local_modules(Path(path))
+    issues += _plugin_issues(doc, Path(path).parent if path is not None else None)
     config = None
     try:
-        config = PipelineConfig.model_validate(doc.data)
+        config = config_model().model_validate(doc.data)
     except ValidationError as exc:
         issues += [_issue_from_error(err, doc, overridden) for err in exc.errors()]
     issues += _graph_issues(doc, overridden)
@@ -63,6 +68,19 @@ def load_config(
         raise ConfigError(sorted(issues, key=lambda i: (i.line or 10**9, i.path)), file=source)
     assert config is not None
     return config
+
+
+def _plugin_issues(doc: YamlDocument, folder: Path | None) -> list[ConfigIssue]:
+    """Import the config's ``plugins`` (and $PIPELINE_PLUGINS) before the schema is built."""
+    modules = doc.data.get("plugins") or []
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        return []                        # the schema reports the wrong type with its line
+    try:
+        load_plugins(modules, search_path=folder)
+    except ConfigError as exc:
+        return [ConfigIssue(i.path, i.message, doc.line_of(("plugins",)) if i.path.startswith("plugins") else None,
+                            i.source) for i in exc.issues]
+    return []
 
 
 # ---------------------------------------------------------------- overrides
@@ -145,12 +163,13 @@ def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
     """
     path: list[str | int] = []
     node = data
+    tags = _tags()
     for part in loc:
         if isinstance(node, dict):
             if part in node:
                 path.append(part)
                 node = node[part]
-            elif isinstance(part, str) and part in _TAGS:
+            elif isinstance(part, str) and part in tags:
                 continue
             else:
                 path.append(part)
@@ -158,7 +177,7 @@ def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             path.append(part)
             node = node[part]
-        elif node is None or not isinstance(part, str) or part not in _TAGS:
+        elif node is None or not isinstance(part, str) or part not in tags:
             path.append(part)
             node = None
     return tuple(path)
@@ -219,12 +238,12 @@ def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIss
         if spec.max_inputs is not None and len(inputs) > spec.max_inputs:
             allowed = "no inputs" if spec.max_inputs == 0 else f"at most {spec.max_inputs} input(s)"
             issues.append(issue(stage, f"a '{kinds[stage]}' stage takes {allowed}"))
-        if spec.accepts is not None:
-            for parent in inputs:
-                parent_kind = kinds.get(parent)
-                if parent_kind and parent_kind not in spec.accepts and parent_kind != "python":
-                    issues.append(issue(stage, f"input '{parent}' is a '{parent_kind}' stage; a '{kinds[stage]}' "
-                                                f"stage reads {' or '.join(repr(k) for k in spec.accepts)} stages"))
+        for parent in inputs:
+            producer = STAGE_KINDS.get(kinds.get(parent, ""))
+            if producer is not None and not kind.accepts_output_of(producer):
+                readers = " or ".join(repr(k) for k in kinds_producing(kind.accepts or ()))
+                issues.append(issue(stage, f"input '{parent}' is a '{producer.kind}' stage; a '{kinds[stage]}' "
+                                           f"stage reads {readers} stages"))
     return issues
 
 
@@ -248,5 +267,7 @@ def _allow_local_modules(config_path: Path) -> None:
 def dump_config(config: PipelineConfig) -> str:
     """The resolved config (defaults filled in, overrides applied) as YAML."""
     data = config.model_dump(mode="json", exclude_none=True)
+    if not data.get("plugins"):
+        data.pop("plugins", None)
     data["stages"] = {name: {"kind": block.pop("kind"), **block} for name, block in data["stages"].items()}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

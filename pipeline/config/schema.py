@@ -1,23 +1,30 @@
 """The pydantic model of a pipeline YAML file.
 
-The stage union is built from the stage registry, so a new stage kind is one module in
-``pipeline.stages`` and nothing here changes.
+The stage union is built from the stage registry when a config is validated
+(``config_model``), so a stage kind registered by a plugin module is validated, listed by
+``pipeline schema`` and drawn by ``pipeline dag`` like a built-in one, with no edit here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from pipeline.stages import STAGE_KINDS
 
 STAGE_NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 
-AnyStage = Annotated[
-    Union[tuple(kind.spec for kind in STAGE_KINDS.values())],  # type: ignore[valid-type]
-    Field(discriminator="kind"),
-]
+
+
+def stage_union() -> Any:
+    """The tagged union of every registered stage kind's params model (``kind`` picks one)."""
+    specs = tuple(kind.spec for kind in STAGE_KINDS.values())
+    return Annotated[Union[specs], Field(discriminator="kind")]  # type: ignore[valid-type]
+
+
+AnyStage = stage_union()          # the built-in kinds; plugins' kinds join in ``config_model``
+STAGES_DESCRIPTION = "Stages by name."
 
 
 class ClusterConfig(BaseModel):
@@ -57,7 +64,11 @@ class PipelineConfig(BaseModel):
     seed: int = Field(42, description="Seed for splits and models.")
     runs_dir: str = Field("runs", description="Where run folders are written (relative to the working directory).")
     description: str = Field("", description="Free text.")
-    stages: dict[str, AnyStage] = Field(min_length=1, description="Stages by name.")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Modules imported before the config is validated, which register stage kinds, models or "
+                    "feature ops (modules beside the config file import too).")
+    stages: dict[str, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
 
@@ -75,9 +86,27 @@ class PipelineConfig(BaseModel):
         return {name: list(stage.inputs) for name, stage in self.stages.items()}
 
 
+_models: dict[tuple[tuple[str, int], ...], type[PipelineConfig]] = {}
+
+
+def config_model() -> type[PipelineConfig]:
+    """``PipelineConfig`` with every stage kind registered now (one class per set of kinds)."""
+    key = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+    if key == _BUILT_IN:
+        return PipelineConfig
+    if key not in _models:
+        _models[key] = create_model(
+            "PipelineConfig", __base__=PipelineConfig, __module__=__name__,
+            stages=(dict[str, stage_union()], Field(min_length=1, description=STAGES_DESCRIPTION)))
+    return _models[key]
+
+
+_BUILT_IN = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+
+
 def json_schema() -> dict:
     """JSON Schema of the config file, for editors (YAML language servers read it)."""
-    schema = PipelineConfig.model_json_schema()
+    schema = config_model().model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "pipeline config"
     return schema

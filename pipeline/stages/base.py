@@ -1,23 +1,44 @@
-"""What every stage kind shares: the params model base, the run context, the registry.
+"""The stage contract: the params model base, the run context, the registry of kinds.
 
 A stage kind is a pydantic model of its YAML block (``kind`` is the discriminator) plus a
-plain function ``run(spec, ctx, inputs) -> output``. Outputs are ordinary Python objects
-(frames, ``SplitData``, ``FeatureSet``, ``TrainedModel``...) so the same functions serve
-the runner and library users.
+plain function ``run(spec, ctx, inputs) -> output``, registered with what the runner, the
+config checks and the cache need to know about it, so none of them names a kind:
+
+- ``produces``: the type of its output; ``accepts``: the output types it reads. A config
+  wiring a ``load`` into a ``train`` stage is refused at validation by type, not by name;
+- ``resources``: what it needs from a worker (``"gpu"``: training stages take a GPU slot
+  on a GPU cluster);
+- ``fingerprint(spec)``: what its output depends on beyond params and inputs (the bytes of
+  the files a ``load`` reads); ``None`` means the output must never be cached;
+- ``records``: the run-record fields it sets through ``ctx.run_record`` (``evaluate`` sets
+  ``metrics``, ``export`` sets ``models``).
+
+Outputs are ordinary Python objects (frames, ``SplitData``, ``FeatureSet``,
+``TrainedModel``...) so the same functions serve the runner and library users. Plugin code
+registers kinds with the same ``register_stage`` (see ``pipeline.plugins``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.backends import Backend
+from pipeline.hooks import LogProgress, StageProgress
+
+__all__ = [
+    "STAGE_KINDS", "LogProgress", "StageContext", "StageKind", "StageProgress", "StageSpec", "Table",
+    "kinds_producing", "only_input", "register_stage",
+]
+
+
+class Table:
+    """The output type of stages that produce a data frame (pandas, cuDF or a Dask frame)."""
 
 
 class StageSpec(BaseModel):
@@ -28,31 +49,9 @@ class StageSpec(BaseModel):
     inputs: list[str] = Field(default_factory=list, description="Names of the stages whose outputs this stage reads.")
     description: str = Field("", description="Free text shown by `pipeline dag`.")
 
-    # Stage kinds this kind accepts as inputs (None = anything), and how many.
-    accepts: ClassVar[tuple[str, ...] | None] = None
+    # How many inputs a stage of this kind takes (what types: see ``register_stage``).
     min_inputs: ClassVar[int] = 0
     max_inputs: ClassVar[int | None] = None
-
-
-class StageProgress(Protocol):
-    """How a long stage reports from inside: lines (one per epoch) and a bar within a step."""
-
-    def message(self, text: str) -> None: ...
-    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]: ...
-
-
-class LogProgress:
-    """Lines as log records and no bar: for log files, scheduled jobs and library use."""
-
-    def __init__(self, logger: logging.Logger, prefix: str = "") -> None:
-        self.logger = logger
-        self.prefix = prefix
-
-    def message(self, text: str) -> None:
-        self.logger.info("%s%s", self.prefix, text)
-
-    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]:
-        return nullcontext(lambda n: None)
 
 
 @dataclass
@@ -67,6 +66,8 @@ class StageContext:
     # Stages record facts for the manifest here (row counts, hand-offs and the bytes they copied).
     facts: dict[str, Any] = field(default_factory=dict)
     progress: StageProgress | None = None
+    # Run-record fields this stage sets (only those its kind declares in ``records``).
+    run_record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.progress is None:
@@ -82,26 +83,63 @@ class StageContext:
 
 
 RunFunction = Callable[[Any, StageContext, Mapping[str, Any]], Any]
+Fingerprint = Callable[[Any], Mapping[str, Any] | None]
+
+
+def _no_fingerprint(spec: Any) -> Mapping[str, Any]:
+    return {}
 
 
 @dataclass(frozen=True)
 class StageKind:
+    """A registered stage kind: its params model, its function and its contract."""
+
     kind: str
     spec: type[StageSpec]
     run: RunFunction
+    produces: type = object                         # object: unknown until it runs (python)
+    accepts: tuple[type, ...] | None = None         # None: any input
+    resources: frozenset[str] = frozenset()
+    fingerprint: Fingerprint = _no_fingerprint
+    records: tuple[str, ...] = ()
+
+    def accepts_output_of(self, other: StageKind) -> bool:
+        """Whether this kind reads what ``other`` produces (unknown outputs are let through)."""
+        if self.accepts is None or other.produces is object:
+            return True
+        return issubclass(other.produces, self.accepts)
 
 
 STAGE_KINDS: dict[str, StageKind] = {}
 
 
-def register_stage(kind: str, spec: type[StageSpec]) -> Callable[[RunFunction], RunFunction]:
-    """Decorator: make ``run`` the implementation of stage ``kind`` configured by ``spec``."""
+def register_stage(
+    kind: str,
+    spec: type[StageSpec],
+    *,
+    produces: type = object,
+    accepts: Iterable[type] | None = None,
+    resources: Iterable[str] = (),
+    fingerprint: Fingerprint | None = None,
+    records: Iterable[str] = (),
+) -> Callable[[RunFunction], RunFunction]:
+    """Decorator: make ``run`` the implementation of stage ``kind`` configured by ``spec``.
+
+    Registering a kind that exists replaces it (a plugin reloaded in a notebook).
+    """
 
     def wrap(run: RunFunction) -> RunFunction:
-        STAGE_KINDS[kind] = StageKind(kind, spec, run)
+        STAGE_KINDS[kind] = StageKind(
+            kind, spec, run, produces=produces, accepts=tuple(accepts) if accepts is not None else None,
+            resources=frozenset(resources), fingerprint=fingerprint or _no_fingerprint, records=tuple(records))
         return run
 
     return wrap
+
+
+def kinds_producing(types: tuple[type, ...]) -> list[str]:
+    """Registered kinds whose output is one of ``types`` (for messages)."""
+    return [name for name, k in STAGE_KINDS.items() if k.produces is not object and issubclass(k.produces, types)]
 
 
 def only_input(inputs: Mapping[str, Any]) -> Any:

@@ -51,7 +51,6 @@ class EvaluateSpec(StageSpec):
     split: Literal["test", "valid", "train"] = Field("test", description="Split to score on.")
     threshold: float = Field(0.5, gt=0, lt=1, description="Score at or above which a row is predicted positive.")
     rank_by: Literal[METRICS] = Field("roc_auc", description="Metric that picks the best model.")  # type: ignore[valid-type]
-    accepts = ("train", "torch")
     min_inputs = 1
 
 
@@ -67,7 +66,7 @@ def evaluate_models(
     return Evaluation(split=split, threshold=threshold, metrics=results, rank_by=rank_by)
 
 
-@register_stage("evaluate", EvaluateSpec)
+@register_stage("evaluate", EvaluateSpec, produces=Evaluation, accepts=(TrainedModel,), records=("metrics",))
 def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
     evaluation = evaluate_models(list(inputs.values()), split=spec.split, threshold=spec.threshold, rank_by=spec.rank_by)
     if ctx.artifacts_dir is not None:
@@ -75,4 +74,5 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
 
         atomic_write_text(ctx.artifact_path("metrics.json"), json.dumps(evaluation.to_dict(), indent=2))
     ctx.facts["best"] = evaluation.best
+    ctx.run_record["metrics"] = evaluation.to_dict()
     return evaluation

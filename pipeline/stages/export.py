@@ -2,10 +2,10 @@
 folder (estimator, fitted feature workflow, metadata) that ``pipeline.scoring.load_model``
 loads later.
 
-XGBoost models are saved in XGBoost's own JSON format and MLPs as a ``state_dict`` of CPU
-tensors plus their architecture, both of which load on either device; other estimators are
-pickled with joblib, and linear models also store their coefficients as plain numbers so a
-GPU-trained one can score on a CPU.
+The model file is written by the registry entry's format (``pipeline.models.formats``:
+XGBoost's JSON, an MLP's ``state_dict``, a joblib pickle...), so this module never asks which
+model it is; ``model.json`` lists the files the format wrote (``files``) for ``predict`` to
+verify.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import joblib
 import numpy as np
 import pandas as pd
 from pydantic import Field
 
 from pipeline.errors import DataError
+from pipeline.layout import model_folder
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
 
@@ -28,7 +28,6 @@ class ExportSpec(StageSpec):
     kind: Literal["export"]
     split: Literal["test", "valid", "train", "all"] = Field("test", description="Rows to write predictions for.")
     models: bool = Field(True, description="Also save each model with its feature workflow.")
-    accepts = ("train", "torch")
     min_inputs = 1
 
 
@@ -65,39 +64,26 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
 
 
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
-    """Write ``folder``/{model file, workflow.json, model.json}; returns the files written."""
-    from pipeline.store import atomic_destination, atomic_write_bytes, atomic_write_text
+    """Write ``folder``/{model files, workflow.json, model.json}; returns the files written."""
+    from pipeline.models import get_model_spec
+    from pipeline.store import atomic_write_text
 
     backend = model.features.backend
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
     meta: dict[str, Any] = {
         "name": model.name, "model": model.model, "device": backend.name,
         "estimator": type(model.estimator).__module__ + "." + type(model.estimator).__name__,
         "params": _jsonable(model.params), "features": model.features.feature_names,
         "target": model.features.target, "id_column": model.features.id_column,
     }
-    if model.model == "mlp":
-        files = model.estimator.save(folder)       # MLPClassifier: model.pt + architecture.json
-        meta["file"], meta["architecture"] = files[0].name, files[1].name
-        meta["categorical_columns"] = model.features.categorical_columns
-        meta["best_epoch"] = getattr(model, "fit_result", {}).get("best_epoch")
-        written += files[1:]
-        path = files[0]
-    elif model.model == "xgboost":
-        path = folder / "model.xgb.json"
-        raw = model.estimator.get_booster().save_raw(raw_format="json")
-        atomic_write_bytes(path, bytes(raw))
-        meta["file"] = path.name
-    else:
-        path = folder / "model.joblib"
-        with atomic_destination(path) as tmp:
-            joblib.dump(model.estimator, tmp)
-        meta["file"] = path.name
-    written.append(path)
-    if hasattr(model.estimator, "coef_"):
-        meta["coef"] = np.asarray(backend.to_host(model.estimator.coef_)).ravel().tolist()
-        meta["intercept"] = np.asarray(backend.to_host(model.estimator.intercept_)).ravel().tolist()
+    try:
+        model_format = get_model_spec(model.model).format
+    except KeyError as exc:
+        raise DataError(f"export: cannot save '{model.name}': {exc.args[0]}") from None
+    written, extra = model_format.save(model.estimator, folder, backend=backend)
+    meta.update(extra)
+    meta["files"] = [path.relative_to(folder).as_posix() for path in written]
+    meta.update(model.export_meta())
     model.features.workflow.save(folder / "workflow.json")
     written.append(folder / "workflow.json")
     atomic_write_text(folder / "model.json", json.dumps(meta, indent=2))
@@ -116,7 +102,11 @@ def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
 
 
-@register_stage("export", ExportSpec)
+class ExportedFiles(list):
+    """The export stage's output: the paths of the files it wrote."""
+
+
+@register_stage("export", ExportSpec, produces=ExportedFiles, accepts=(TrainedModel,), records=("models",))
 def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> list[str]:
     from pipeline.store import atomic_write_parquet
 
@@ -131,5 +121,7 @@ def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> list[str]:
     if spec.models:
         for model in models:
             written += save_model(model, ctx.artifact_path("models", model.name, "x").parent)
+    if spec.models:
+        ctx.run_record["models"] = {model.name: model_folder(ctx.stage, model.name) for model in models}
     ctx.facts["files"] = len(written)
-    return [str(p) for p in written]
+    return ExportedFiles(str(p) for p in written)

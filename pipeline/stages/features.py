@@ -68,7 +68,6 @@ class FeaturesSpec(StageSpec):
         default_factory=list,
         description="Feature ops in order, each {op_name: {params}}; fitted on the training split only.",
     )
-    accepts = ("split",)
     min_inputs = 1
     max_inputs = 1
 
@@ -119,7 +118,7 @@ def build_features(
     )
 
 
-@register_stage("features", FeaturesSpec)
+@register_stage("features", FeaturesSpec, produces=FeatureSet, accepts=(SplitData,))
 def run_features(spec: FeaturesSpec, ctx: StageContext, inputs) -> FeatureSet:
     data = only_input(inputs)
     output_dir = ctx.artifact_path("partitions", "x").parent if data.partitioned and ctx.artifacts_dir else None

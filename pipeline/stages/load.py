@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
-from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.fingerprints import files_fingerprint
+from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
 
 
 class LoadSpec(StageSpec):
@@ -52,7 +53,13 @@ def load_table(
     return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters)
 
 
-@register_stage("load", LoadSpec)
+def load_fingerprint(spec: LoadSpec) -> dict[str, Any] | None:
+    """The bytes of every file read (not size and mtime: a file rewritten in place within the
+    same second keeps both). Partitioned reads are never cached: their output is a lazy view."""
+    return None if spec.partitioned else {"files": files_fingerprint(spec.path)}
+
+
+@register_stage("load", LoadSpec, produces=Table, fingerprint=load_fingerprint)
 def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
     if spec.partitioned:
         frame = ctx.backend.read_partitioned(

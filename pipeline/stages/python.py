@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from pipeline.fingerprints import module_fingerprint
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -43,6 +44,11 @@ def resolve_function(target: str) -> Any:
     return fn
 
 
-@register_stage("python", PythonSpec)
+def python_fingerprint(spec: PythonSpec) -> dict[str, Any]:
+    """The source of the user's module: an edit to the function reruns the stage."""
+    return {"module": module_fingerprint(spec.function)}
+
+
+@register_stage("python", PythonSpec, fingerprint=python_fingerprint)
 def run_python(spec: PythonSpec, ctx: StageContext, inputs) -> Any:
     return resolve_function(spec.function)(ctx, dict(inputs), **spec.params)

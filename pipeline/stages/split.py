@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.errors import DataError
-from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.base import StageContext, StageSpec, Table, only_input, register_stage
 
 SPLITS = ("train", "valid", "test")
 
@@ -133,7 +133,7 @@ def _label_partition(part: Any, target: str, positive: Any) -> Any:
     return part.assign(**{target: labels.astype("int8")})
 
 
-@register_stage("split", SplitSpec)
+@register_stage("split", SplitSpec, produces=SplitData, accepts=(Table,))
 def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
     data = split_frame(
         only_input(inputs), spec.target, positive=spec.positive, test=spec.test, valid=spec.valid,

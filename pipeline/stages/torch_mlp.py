@@ -51,7 +51,6 @@ class TorchSpec(StageSpec):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: where the features are (cuda for the GPU backend).")
     pin_memory: bool = Field(True, description="Pinned, prefetched batches when host data trains on a GPU.")
-    accepts = ("features",)
     min_inputs = 1
     max_inputs = 1
 
@@ -63,6 +62,11 @@ class TorchTrainedModel(TrainedModel):
     history: list[dict[str, float]] = field(default_factory=list)
     fit_result: dict[str, Any] = field(default_factory=dict)
     handoffs: list[Handoff] = field(default_factory=list)
+
+    def export_meta(self) -> dict[str, Any]:
+        """Scoring needs the categorified columns' codes beside the matrix (the embeddings)."""
+        return {"categorical_columns": self.features.categorical_columns,
+                "best_epoch": self.fit_result.get("best_epoch")}
 
 
 def train_torch(
@@ -170,7 +174,7 @@ def _torch_device(requested: str, features: FeatureSet) -> Any:
     return torch.device(requested)
 
 
-@register_stage("torch", TorchSpec)
+@register_stage("torch", TorchSpec, produces=TorchTrainedModel, accepts=(FeatureSet,), resources=("gpu",))
 def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
     from pipeline.store import atomic_write_text
     from pipeline.tensors.history import history_csv, plot_learning_curve

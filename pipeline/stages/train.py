@@ -6,6 +6,7 @@ so ``evaluate`` and ``export`` share one prediction pass.
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends import Backend
 from pipeline.errors import DataError
-from pipeline.models import MODELS, get_model_spec
+from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.features import FeatureSet
 
@@ -83,14 +84,25 @@ class TrainedModel:
     # Set when training streamed partition files (xgboost_external): ranks and files per worker.
     external_memory: dict[str, Any] | None = None
 
+    def export_meta(self) -> dict[str, Any]:
+        """Keys ``export`` adds to model.json beyond the estimator's files (none here; models
+        trained by other stages add what scoring them needs)."""
+        return {}
 
-# Models that can train from partition files through external memory.
-EXTERNAL_MEMORY_MODELS = ("xgboost",)
+
+def external_memory_models() -> list[str]:
+    """Registry models that can train from partition files through external memory."""
+    return sorted(name for name, spec in MODELS.items() if spec.external_memory)
+
+
+def _model_schema(schema: dict[str, Any]) -> None:
+    # Computed when the schema is generated, so models registered by plugins are listed.
+    schema["enum"] = trainable_models()
 
 
 class TrainSpec(StageSpec):
     kind: Literal["train"]
-    model: Literal[tuple(sorted(MODELS))] = Field(description="Registry model name.")  # type: ignore[valid-type]
+    model: str = Field(description="Registry model name.", json_schema_extra=_model_schema)
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="Estimator parameters with scikit-learn names; translated for cuML on GPU.",
@@ -101,15 +113,26 @@ class TrainSpec(StageSpec):
                     "through XGBoost's external memory (true), or hold it in memory with xgboost.dask "
                     "(false). Default: external memory whenever the features were written as Parquet.",
     )
-    accepts = ("features",)
     min_inputs = 1
     max_inputs = 1
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        """Checked against the registry now, not at import: plugins register models later."""
+        known = trainable_models()
+        if model not in known:
+            close = difflib.get_close_matches(model, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"unknown model '{model}' (known: {', '.join(known)}){hint}")
+        return model
 
     @field_validator("external_memory")
     @classmethod
     def _external_memory_model(cls, value: bool | None, info: ValidationInfo) -> bool | None:
-        if value and info.data.get("model") not in EXTERNAL_MEMORY_MODELS:
-            raise ValueError(f"external_memory applies to {', '.join(EXTERNAL_MEMORY_MODELS)} only")
+        model = info.data.get("model")
+        if value and model is not None and model not in external_memory_models():
+            raise ValueError(f"external_memory applies to {', '.join(external_memory_models())} only")
         return value
 
     @field_validator("params")
@@ -137,6 +160,9 @@ def train_model(
     """
     backend: Backend = features.backend
     spec = get_model_spec(model)
+    if not spec.trainable:
+        raise ValueError(f"model '{model}' has no estimator to fit here (it is trained by its own stage kind); "
+                         f"train fits {', '.join(trainable_models())}")
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
@@ -168,15 +194,15 @@ def train_model(
 
 def _use_external_memory(model: str, features: FeatureSet, requested: bool | None) -> bool:
     """Whether partitioned training streams the Parquet files (the default where it can)."""
-    possible = model in EXTERNAL_MEMORY_MODELS and bool(features.parquet_dirs)
+    possible = get_model_spec(model).external_memory and bool(features.parquet_dirs)
     if requested and not possible:
         raise DataError(f"external_memory: {model} on these features cannot stream from Parquet "
-                        f"(it needs model {', '.join(EXTERNAL_MEMORY_MODELS)} and partitioned features "
+                        f"(it needs model {', '.join(external_memory_models())} and partitioned features "
                         "written by a features stage)")
     return possible if requested is None else requested
 
 
-@register_stage("train", TrainSpec)
+@register_stage("train", TrainSpec, produces=TrainedModel, accepts=(FeatureSet,), resources=("gpu",))
 def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     trained = train_model(only_input(inputs), spec.model, spec.params, seed=ctx.seed, name=ctx.stage,
                           external_memory=spec.external_memory)

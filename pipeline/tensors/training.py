@@ -32,6 +32,7 @@ class Progress(Protocol):
 
     def message(self, text: str) -> None: ...
     def bar(self, total: int, description: str) -> ContextManager[Callable[[int], None]]: ...
+    def metrics(self, step: int, values: dict[str, float]) -> None: ...
 
 
 class NoProgress:
@@ -40,6 +41,9 @@ class NoProgress:
 
     def bar(self, total: int, description: str) -> ContextManager[Callable[[int], None]]:
         return contextlib.nullcontext(lambda n: None)
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,9 @@ def fit(
         row["seconds"] = time.perf_counter() - t0
         history.append(row)
         progress.message(epoch_line(row, options.epochs))
+        report_metrics = getattr(progress, "metrics", None)      # a caller's own progress may lack it
+        if report_metrics is not None:
+            report_metrics(epoch, {k: v for k, v in row.items() if k != "epoch"})
         if monitor is None:
             continue
         value = row[monitor]

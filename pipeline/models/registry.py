@@ -1,9 +1,14 @@
-"""Model registry: one name → the GPU estimator, the CPU estimator and how parameters translate.
+"""Model registry: one name → the GPU estimator, the CPU estimator, how parameters translate
+and the file format its exported model is saved in.
 
 Users write scikit-learn's parameter names once; the registry renames them for cuML
 (``criterion`` → ``split_criterion``), drops ones that do not exist on the device (and says
 so), and fills device defaults. Estimator classes are named as ``module:Class`` strings so this
 module never imports a GPU library; the backend imports them.
+
+Everything that depends on which model it is (what ``train`` offers, what can stream from
+Parquet, how ``export`` writes it and ``predict`` reads it back) is a field of the entry, so
+plugin code adds a model with ``register_model`` and no module here names it.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
+
+from pipeline.models.formats import JOBLIB, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
@@ -20,10 +26,13 @@ ParamMap = Mapping[str, tuple[str | None, str | None]]
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """One registry entry. ``cpu_class``/``gpu_class`` None: no estimator there (the MLP is
+    trained by its own stage and is an entry only for its file format)."""
+
     name: str
-    cpu_class: str
-    gpu_class: str
-    params: ParamMap
+    cpu_class: str | None = None
+    gpu_class: str | None = None
+    params: ParamMap = field(default_factory=dict)
     cpu_defaults: Mapping[str, Any] = field(default_factory=dict)
     gpu_defaults: Mapping[str, Any] = field(default_factory=dict)
     seed_param: str | None = "random_state"
@@ -32,6 +41,15 @@ class ModelSpec:
     # Estimators for partitioned (Dask) data; None = this model cannot train distributed there.
     dask_cpu_class: str | None = None
     dask_gpu_class: str | None = None
+    # How ``export`` writes the fitted estimator and ``load_model`` reads it back.
+    format: ModelFormat = JOBLIB
+    # Can train from partition files through XGBoost-style external memory.
+    external_memory: bool = False
+
+    @property
+    def trainable(self) -> bool:
+        """Whether a ``train`` stage can fit it (it has an estimator class somewhere)."""
+        return self.cpu_class is not None or self.gpu_class is not None
 
     def class_path(self, device: str, *, distributed: bool = False) -> str | None:
         if distributed:
@@ -148,13 +166,40 @@ MODELS: dict[str, ModelSpec] = {
             description="gradient-boosted trees (XGBoost; device='cuda' on GPU)",
             dask_cpu_class="xgboost.dask:DaskXGBClassifier",
             dask_gpu_class="xgboost.dask:DaskXGBClassifier",
+            format=XGBOOST_JSON,
+            external_memory=True,
+        ),
+        ModelSpec(
+            name="mlp",
+            seed_param=None,
+            description="tabular MLP with categorical embeddings (PyTorch; trained by the torch stage)",
+            format=TORCH_STATE_DICT,
         ),
     )
 }
 
 
-@cache
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Add ``spec`` to the registry (plugin code calls this); an existing name is replaced, so a
+    plugin reloaded in a notebook does not fail. Returns ``spec``."""
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"register_model takes a ModelSpec, not {type(spec).__name__}")
+    if not isinstance(spec.format, ModelFormat):
+        raise TypeError(f"model '{spec.name}': format must be a ModelFormat, not {type(spec.format).__name__}")
+    MODELS[spec.name] = spec
+    return spec
+
+
+def trainable_models() -> list[str]:
+    """Names a ``train`` stage accepts, read now (so models registered later are included)."""
+    return sorted(name for name, spec in MODELS.items() if spec.trainable)
+
+
 def get_model_spec(name: str) -> ModelSpec:
+    """The entry called ``name``; KeyError with the closest known name otherwise.
+
+    Not cached: a dict lookup is cheap, and a cache would hide models registered later.
+    """
     try:
         return MODELS[name]
     except KeyError:
