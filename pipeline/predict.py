@@ -35,6 +35,7 @@ import pandas as pd
 from pipeline import layout, record
 from pipeline.errors import DataError, StorageError, UsageError
 from pipeline.plugins import load_run_plugins
+from pipeline.scoring import scores_table
 from pipeline.record import RunManifest
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
@@ -122,20 +123,6 @@ def predict_batch(
     write_table(table, output, out_format)
     return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
                          run_dir=run_dir, device=backend.name, threshold=threshold)
-
-
-def scores_table(frame: Any, saved: Any, name: str, threshold: float, backend: Any) -> pd.DataFrame:
-    """The output rows for ``frame`` (a whole input, or one partition): the id column when the
-    model has one, ``score``, ``prediction`` and ``model``, in the frame's order."""
-    scores = np.asarray(saved.score(frame), dtype="float64") if len(frame) else np.empty(0, dtype="float64")
-    id_column = saved.meta.get("id_column")
-    table: dict[str, Any] = {}
-    if id_column:
-        table[id_column] = backend.to_host(frame[id_column]).reset_index(drop=True)
-    table["score"] = scores
-    table["prediction"] = (scores >= threshold).astype("int64")
-    table["model"] = pd.Series([name] * len(scores), dtype="str")
-    return pd.DataFrame(table)
 
 
 def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,

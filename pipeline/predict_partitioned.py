@@ -35,7 +35,7 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
     ``check(frame, source, format)`` is the in-memory type check, applied to Dask's sample
     partition (its dtypes), so a column of the wrong type is refused before anything is read.
     """
-    from pipeline.predict import scores_table
+    from pipeline.scoring import scores_table
     from pipeline.store import atomic_folder
 
     formats = {fmt for _, fmt in files}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from pipeline.backends import Backend, backend_for, get_backend
 from pipeline.errors import DataError
@@ -92,3 +93,17 @@ def model_format_of(meta: dict[str, Any], where: Path | str) -> ModelFormat:
             "registers it, load that plugin: list its module under plugins: in the config or in the "
             "PIPELINE_PLUGINS environment variable (comma-separated module names)")
     return get_model_spec(name).format
+
+
+def scores_table(frame: Any, saved: Any, name: str, threshold: float, backend: Any) -> pd.DataFrame:
+    """The output rows for ``frame`` (a whole input, or one partition): the id column when the
+    model has one, ``score``, ``prediction`` and ``model``, in the frame's order."""
+    scores = np.asarray(saved.score(frame), dtype="float64") if len(frame) else np.empty(0, dtype="float64")
+    id_column = saved.meta.get("id_column")
+    table: dict[str, Any] = {}
+    if id_column:
+        table[id_column] = backend.to_host(frame[id_column]).reset_index(drop=True)
+    table["score"] = scores
+    table["prediction"] = (scores >= threshold).astype("int64")
+    table["model"] = pd.Series([name] * len(scores), dtype="str")
+    return pd.DataFrame(table)

@@ -115,3 +115,40 @@ def test_the_cycle_check_finds_a_cycle():
     graph.add_import(importer="pipeline.b", imported="pipeline.a")
     graph.add_import(importer="pipeline.b", imported="pipeline.c")
     assert import_cycles(graph) == [["pipeline.a", "pipeline.b"]]
+
+
+# ------------------------------------------------------------------ the seams
+NAME_BLIND = ("runner.py", "execution.py", "cache.py", "predict.py", "predict_partitioned.py", "scoring.py")
+
+
+def compared_names(path: Path) -> list[str]:
+    """String constants a module compares against (``x == "a"``, ``x in ("a", "b")``) or looks
+    up (``table["a"]``, ``table.get("a")``): where a name would decide behaviour."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        operands: list[ast.AST] = []
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Subscript):
+            operands = [node.slice]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get":
+            operands = node.args[:1]
+        for operand in operands:
+            values = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            found += [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    return found
+
+
+def test_no_stage_kind_or_model_name_decides_behaviour_in_the_run_and_predict_modules():
+    from pipeline.models import MODELS
+    from pipeline.stages import STAGE_KINDS
+
+    names = set(STAGE_KINDS) | set(MODELS)
+    offenders = {module: sorted(set(compared_names(PACKAGE / module)) & names) for module in NAME_BLIND}
+    assert {module: hits for module, hits in offenders.items() if hits} == {}
+
+
+def test_the_name_check_sees_a_comparison(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('def f(kind, table):\n    return kind in ("train", "torch") or table.get("export")\n')
+    assert compared_names(module) == ["train", "torch", "export"]

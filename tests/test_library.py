@@ -40,3 +40,22 @@ def test_load_a_config_and_run_it(project):
     assert result.status == "succeeded"
     assert result.evaluation.metrics[result.evaluation.best]["roc_auc"] > 0.83
     assert result.outputs["xgb"].scores["test"].shape == (1409,)
+
+
+def test_a_hook_watches_a_run(in_project, capsys):
+    from pipeline import run_pipeline
+    from pipeline.hooks import MetricEvent, RunEvent, RunHook
+
+    class PrintMetrics(RunHook):
+        def metric(self, event: MetricEvent) -> None:          # per epoch (step) and per model
+            print(event.stage, event.step or event.model, dict(event.values))
+
+        def run_finished(self, event: RunEvent) -> None:       # run folder + typed run record
+            print(event.run.run_dir, event.status, event.manifest.metrics["best"])
+
+    result = run_pipeline("configs/churn.yaml", hooks=[PrintMetrics()],
+                          overrides=["device=cpu", "stages.mlp.epochs=2", "stages.forest.params.n_estimators=20"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{result.run_dir} succeeded {result.manifest.metrics['best']}"
+    assert any(line.startswith("mlp 2 {'loss'") for line in out)
+    assert any(line.startswith("evaluate xgb {'roc_auc'") for line in out)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from functools import cache
 
-from pipeline.backends.base import FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, is_partitioned
+from pipeline.backends.base import (
+    FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, instance_of, is_partitioned,
+)
 from pipeline.backends.detect import DeviceChoice, choose_device
 from pipeline.errors import BackendUnavailable
 
@@ -24,13 +26,13 @@ def get_backend(name: str) -> Backend:
     if name == "cpu":
         from pipeline.backends.cpu import CpuBackend
 
-        return CpuBackend()
+        return instance_of(CpuBackend)
     if name == "gpu":
         try:
             from pipeline.backends.gpu import GpuBackend
         except Exception as exc:  # noqa: BLE001 - RAPIDS import errors come in many types
             raise BackendUnavailable(f"the GPU backend cannot load: {type(exc).__name__}: {exc}") from exc
-        return GpuBackend()
+        return instance_of(GpuBackend)
     raise BackendUnavailable(f"unknown device '{name}' (expected cpu or gpu)")
 
 

@@ -181,19 +181,11 @@ class Backend(ABC):
 
     # ------------------------------------------------------------- models
     def estimator_class_path(self, spec: Any, *, distributed: bool = False) -> str:
-        """``module:Class`` of the estimator this backend uses for a model spec."""
+        """``module:Class`` of the estimator this backend uses for a model spec (a registry
+        entry); the entry says why when it has none here."""
         path = spec.class_path(self.name, distributed=distributed)
         if path is None:
-            from pipeline.models import MODELS
-
-            others = ", ".join(name for name, s in MODELS.items() if s.class_path(self.name, distributed=True))
-            raise DataError(
-                f"model '{spec.name}' cannot train on partitioned data on the {self.name.upper()} "
-                f"(no distributed {spec.name} there). Use one that can ({others}), or load the data "
-                "without partitioned: true if it fits in one process"
-                + (", or run on GPUs, where cuML trains it with cuml.dask"
-                   if spec.class_path("gpu", distributed=True) and self.name == "cpu" else "")
-            )
+            raise DataError(spec.unavailable(self.name, distributed=distributed))
         return path
 
     def estimator(self, spec: Any, params: Mapping[str, Any], *, distributed: bool = False) -> Any:
@@ -231,10 +223,19 @@ class Backend(ABC):
         return f"<{type(self).__name__} {self.name}>"
 
     def __reduce__(self):
-        # Backends travel to Dask workers by name: modules do not pickle.
-        from pipeline.backends import get_backend
+        # Backends travel to Dask workers as their class: modules do not pickle, and the
+        # receiving process uses its one instance of that class.
+        return (instance_of, (type(self),))
 
-        return (get_backend, (self.name,))
+
+_INSTANCES: dict[type, Backend] = {}
+
+
+def instance_of(cls: type[Backend]) -> Backend:
+    """The one instance of a backend class in this process."""
+    if cls not in _INSTANCES:
+        _INSTANCES[cls] = cls()
+    return _INSTANCES[cls]
 
 
 def is_partitioned(data: object) -> bool:

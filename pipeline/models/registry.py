@@ -56,6 +56,18 @@ class ModelSpec:
             return self.dask_cpu_class if device == "cpu" else self.dask_gpu_class
         return self.cpu_class if device == "cpu" else self.gpu_class
 
+    def unavailable(self, device: str, *, distributed: bool = False) -> str:
+        """Why this model has no estimator on ``device`` (and what to use instead)."""
+        if not distributed:
+            return (f"model '{self.name}' has no estimator on the {device.upper()}"
+                    + ("; it is trained by its own stage kind" if not self.trainable else ""))
+        others = ", ".join(name for name, s in MODELS.items() if s.class_path(device, distributed=True))
+        return (f"model '{self.name}' cannot train on partitioned data on the {device.upper()} "
+                f"(no distributed {self.name} there). Use one that can ({others}), or load the data "
+                "without partitioned: true if it fits in one process"
+                + (", or run on GPUs, where cuML trains it with cuml.dask"
+                   if self.class_path("gpu", distributed=True) and device == "cpu" else ""))
+
     def allowed_params(self) -> list[str]:
         return sorted(self.params)
 
