@@ -4,7 +4,7 @@ Library use::
 
     from pipeline import load_config, run_pipeline
     result = run_pipeline("configs/churn.yaml", overrides=["device=cpu"])
-    print(result.evaluation.best, result.manifest["metrics"])
+    print(result.evaluation.best, result.manifest.metrics)
 
     from pipeline import FeatureWorkflow
     from pipeline.features import OneHot, Standardize

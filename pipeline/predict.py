@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pipeline import layout, record
@@ -105,7 +104,7 @@ def predict_batch(
     models = exported_models(run_dir, manifest)
     metrics = run_metrics(manifest)
     name = choose_model(models, model, metrics, run_dir)
-    verify_artifacts(run_dir, manifest.model_dump(mode="python"), models[name])   # reads a plain dict
+    verify_artifacts(run_dir, manifest.artifacts, models[name])
     if threshold is None:
         threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
 
@@ -228,10 +227,9 @@ def choose_model(models: dict[str, str], requested: str | None, metrics: dict[st
     raise UsageError(f"run {run_dir.name} names no best model; pass --model (available: {available})")
 
 
-def verify_artifacts(run_dir: Path, manifest: dict[str, Any], folder: str) -> None:
-    """Every file of the model folder must match its sha256 in the manifest before anything
-    is loaded: a corrupt pickle or state_dict is never deserialised."""
-    artifacts = manifest.get("artifacts") or {}
+def verify_artifacts(run_dir: Path, artifacts: Mapping[str, str], folder: str) -> None:
+    """Every file of the model folder must match its sha256 in the run record (``artifacts``)
+    before anything is loaded: a corrupt pickle or state_dict is never deserialised."""
     prefix = folder.rstrip("/") + "/"
     listed = {key: digest for key, digest in artifacts.items() if key.startswith(prefix)}
     for required in ("model.json", "workflow.json"):

@@ -25,7 +25,7 @@ from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
 
-__all__ = ["Predictor", "SavedModel", "load_model", "model_format_of"]
+__all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table"]
 
 
 @dataclass

@@ -46,7 +46,7 @@ of 25M collide); no stage needs them unique.
 
 Training streams too: ``xgb`` trains through XGBoost's external memory by default (each worker
 reads its share of the featurized Parquet files one at a time into an ExtMemQuantileDMatrix;
-pipeline/stages/xgboost_external.py), so the large run goes through ``xgb`` at 3x the workers'
+pipeline/distributed/xgboost_external.py), so the large run goes through ``xgb`` at 3x the workers'
 memory. ``xgboost.dask`` (``external_memory: false``) instead fits each worker on all of its
 partitions at once and, with 1 GiB workers, fails there: the nanny restarts the workers and the
 stage fails naming one (the failure and the stderr tail are in the output).

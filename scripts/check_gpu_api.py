@@ -458,7 +458,7 @@ CUDF_METHOD_CALLS: tuple[MethodCall, ...] = (
     _m(_S, "__invert__", 0, where="base.apply_filters / ops.OneHot: ~mask"),
     _m(_S, "dtype", where="base.is_numeric: series.dtype", attribute=True),
     # features/ops.py
-    _m(_S, "value_counts", 0, ("dropna",), where="ops._host_counts: value_counts(dropna=True)"),
+    _m(_S, "value_counts", 0, ("dropna",), where="ops.FillMissing/OneHot/Categorify statistics: value_counts(dropna=True)"),
     _m(_S, "isna", where="ops.FillMissing/OneHot, split.binary_labels"),
     _m(_S, "median", where="ops.FillMissing: series.median()"),
     _m(_S, "mean", where="ops.FillMissing/Standardize: series.mean()"),
@@ -779,7 +779,7 @@ def check_distributed(report: Report) -> None:
 
 
 def check_external_memory(report: Report) -> None:
-    """The XGBoost calls of external-memory training (pipeline/stages/xgboost_external.py) in
+    """The XGBoost calls of external-memory training (pipeline/distributed/xgboost_external.py) in
     this environment's XGBoost, with the GPU settings it adds (RMM where XGBoost has it)."""
     report.section("XGBoost external memory (partitioned training)")
     import xgboost

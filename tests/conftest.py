@@ -59,3 +59,34 @@ def in_project(project: Path):
     """``project`` as the working directory (config paths are relative to it)."""
     with working_directory(project):
         yield project
+
+
+def assert_nested_close(a, b, *, rel: float) -> None:
+    """Equal nested dicts / lists, floats to ``rel`` (fitted states of two fitting paths)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_nested_close(a[key], b[key], rel=rel)
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_nested_close(x, y, rel=rel)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=rel)
+    else:
+        assert a == b
+
+
+CHURN_CATEGORICAL = ["Contract", "PaymentMethod", "InternetService"]
+
+
+def churn_ops() -> list:
+    """The churn features with embeddings: categorify for the MLP, one-hot and standardize."""
+    from pipeline.features import Categorify, FillMissing, OneHot, Standardize
+
+    return [
+        FillMissing(columns=["TotalCharges"]),
+        Categorify(columns=CHURN_CATEGORICAL),
+        OneHot(columns=["gender", "Partner", "Dependents", "PhoneService", "PaperlessBilling"], drop_binary=True),
+        Standardize(columns=["tenure", "MonthlyCharges", "TotalCharges"]),
+    ]

@@ -21,6 +21,7 @@ import pytest
 from pipeline import run_pipeline
 from pipeline.errors import ExitCode
 from pipeline.locks import RunLock
+from pipeline.record import read_manifest
 from pipeline.store import sha256_file
 
 pytestmark = pytest.mark.slow
@@ -29,8 +30,7 @@ FAST = ["device=cpu", "stages.forest.params.n_estimators=20", "stages.xgb.params
 
 
 def statuses(result) -> dict[str, str]:
-    manifest = json.loads((result.run_dir / "manifest.json").read_text())
-    return {name: record["status"] for name, record in manifest["stages"].items()}
+    return {name: record.status for name, record in read_manifest(result.run_dir).stages.items()}
 
 
 def cli(project: Path, *args: str, **kw) -> subprocess.Popen | subprocess.CompletedProcess:
@@ -44,9 +44,9 @@ def test_rerun_with_nothing_changed_runs_no_stage(in_project):
     second = run_pipeline("configs/churn.yaml", overrides=FAST)
     assert set(statuses(first).values()) == {"succeeded"}
     assert set(statuses(second).values()) == {"cached"}
-    assert second.manifest["metrics"] == first.manifest["metrics"]
-    a = json.loads((first.run_dir / "manifest.json").read_text())["artifacts"]
-    b = json.loads((second.run_dir / "manifest.json").read_text())["artifacts"]
+    assert second.manifest.metrics == first.manifest.metrics
+    a = read_manifest(first.run_dir).artifacts
+    b = read_manifest(second.run_dir).artifacts
     assert {k: v for k, v in a.items() if k != "config.yaml"} == {k: v for k, v in b.items() if k != "config.yaml"}
     assert second.outputs["xgb"].scores["test"].tolist() == first.outputs["xgb"].scores["test"].tolist()
 
@@ -77,14 +77,14 @@ def test_input_rewritten_in_place_with_same_size_and_mtime_is_noticed(in_project
 
 def test_a_truncated_cache_entry_is_recomputed_never_loaded(in_project, caplog):
     first = run_pipeline("configs/churn.yaml", overrides=FAST)
-    key = json.loads((first.run_dir / "manifest.json").read_text())["stages"]["features"]["cache_key"]
+    key = read_manifest(first.run_dir).stages["features"].cache_key
     pickle_file = in_project / "runs" / "churn" / ".cache" / key / "output.pkl"
     pickle_file.write_bytes(pickle_file.read_bytes()[:100])
     with caplog.at_level("WARNING", logger="pipeline"):
         second = run_pipeline("configs/churn.yaml", overrides=FAST)
     assert "failed verification" in caplog.text
     assert statuses(second)["features"] == "succeeded" and statuses(second)["xgb"] == "cached"
-    assert second.manifest["metrics"] == first.manifest["metrics"]
+    assert second.manifest.metrics == first.manifest.metrics
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_result(project):
@@ -108,11 +108,11 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_result(pro
 
 
 def _result_of(run_dir: Path) -> tuple:
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = read_manifest(run_dir)
     predictions = pd.read_parquet(run_dir / "export" / "predictions.parquet")
-    for file, digest in manifest["artifacts"].items():          # every artifact is whole
+    for file, digest in manifest.artifacts.items():             # every artifact is whole
         assert sha256_file(run_dir / file) == digest, file
-    return json.dumps(manifest["metrics"], sort_keys=True), predictions.round(12).to_json()
+    return json.dumps(manifest.metrics, sort_keys=True), predictions.round(12).to_json()
 
 
 def test_a_second_run_waits_then_exits_7_naming_the_holder(project):
@@ -142,12 +142,12 @@ def test_two_concurrent_runs_never_interleave(project):
     for proc in procs:
         assert proc.wait(timeout=600) == 0, proc.stderr.read()
     runs = sorted(p for p in (project / "runs" / "churn").iterdir() if p.name[0].isdigit())
-    manifests = [json.loads((r / "manifest.json").read_text()) for r in runs]
+    manifests = [read_manifest(r) for r in runs]
     assert len(manifests) == 2
-    first, second = sorted(manifests, key=lambda m: m["started"])
-    assert first["ended"] <= second["started"], "the second run started only after the first ended"
+    first, second = sorted(manifests, key=lambda m: m.started)
+    assert first.ended <= second.started, "the second run started only after the first ended"
     for run_dir, manifest in zip(runs, manifests):
-        for file, digest in manifest["artifacts"].items():
+        for file, digest in manifest.artifacts.items():
             assert sha256_file(run_dir / file) == digest
 
 
@@ -162,8 +162,8 @@ def test_sigterm_records_an_interrupted_run_and_exits_143(project):
     assert proc.wait(timeout=120) == ExitCode.TERMINATED
     runs = project / "runs" / "churn"
     newest = max(p for p in runs.iterdir() if p.name[0].isdigit())
-    manifest = json.loads((newest / "manifest.json").read_text())
-    assert manifest["status"] == "interrupted" and manifest["error"] == "terminated (SIGTERM)"
+    manifest = read_manifest(newest)
+    assert manifest.status == "interrupted" and manifest.error == "terminated (SIGTERM)"
     assert os.readlink(runs / "latest") != newest.name
 
 
@@ -183,7 +183,8 @@ def test_json_logs_are_one_object_per_line(project):
 
 def test_a_cached_run_loads_only_what_it_reports(in_project):
     """The CLI keeps no outputs: a fully cached run must not unpickle models (that imports
-    PyTorch and costs seconds); only the evaluation, for the metrics table."""
+    PyTorch and costs seconds). The metrics table comes from the run record the evaluate stage
+    cached with its output, so no output at all is unpickled."""
     from pipeline.config import load_config
     from pipeline.runner import Runner
 
@@ -191,7 +192,7 @@ def test_a_cached_run_loads_only_what_it_reports(in_project):
     runner = Runner(load_config("configs/churn.yaml", overrides=FAST), keep_outputs=False)
     result = runner.run()
     assert set(statuses(result).values()) == {"cached"}
-    assert set(result.outputs) == {"evaluate"} and result.manifest["metrics"]["best"]
+    assert result.outputs == {} and result.manifest.metrics["best"]
 
 
 def test_a_stage_whose_input_could_not_be_loaded_fails_instead_of_running_on_nothing(tmp_path):

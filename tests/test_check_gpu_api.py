@@ -184,3 +184,33 @@ def test_cpu_model_checks_pass_here(check, capsys):
     check.check_models(report, devices=("cpu",))
     assert report.failed == [], report.failed
     assert report.passed >= 5 * 3
+
+
+# Short module names the table's ``where=`` notes use, and the files they mean.
+WHERE_MODULES = {
+    "base": "backends/base.py", "gpu": "backends/gpu.py", "cpu": "backends/cpu.py", "ops": "features/ops.py",
+    "workflow": "features/workflow.py", "fitting": "features/fitting.py", "split": "stages/split.py",
+    "handoff": "tensors/handoff.py",
+}
+
+
+def _defined_names(path: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | {
+        target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+        for target in node.targets if isinstance(target, ast.Name)}
+
+
+def test_every_place_the_call_table_names_exists(check):
+    """The table of cuDF calls says where each call is made; a renamed or moved function
+    leaves a note pointing nowhere, so the table would drift from the code unnoticed."""
+    import re
+
+    stale = []
+    for call in check.CUDF_METHOD_CALLS:
+        for module, name in re.findall(r"\b([a-z_]+)\.(\w+)", call.where):
+            if module in WHERE_MODULES and name not in _defined_names(ROOT / "pipeline" / WHERE_MODULES[module]):
+                stale.append(f"{module}.{name} ({call.member})")
+    assert stale == []

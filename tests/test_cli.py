@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ExitCode
+from pipeline.record import read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +26,7 @@ def test_run_shipped_config_reaches_target_auc(project):
     proc = cli("run", "configs/churn.yaml", "--device", "cpu", cwd=project)
     assert proc.returncode == 0, proc.stderr
     latest = project / "runs" / "churn" / "latest"
-    manifest = json.loads((latest / "manifest.json").read_text())
-    metrics = manifest["metrics"]
+    metrics = read_manifest(latest).metrics
     best = metrics["models"][metrics["best"]]
     assert best["roc_auc"] >= 0.84, metrics
     assert "roc_auc" in proc.stdout and metrics["best"] in proc.stdout
@@ -55,8 +55,7 @@ def test_shipped_torch_stage_trains_zero_copy_and_keeps_its_curve(project):
     proc = cli("run", "configs/churn.yaml", "--until", "mlp", "--device", "cpu", cwd=project)
     assert proc.returncode == 0, proc.stderr
     latest = project / "runs" / "churn" / "latest"
-    manifest = json.loads((latest / "manifest.json").read_text())
-    facts = manifest["stages"]["mlp"]["facts"]
+    facts = read_manifest(latest).stages["mlp"].facts
     assert facts["bytes_copied"] == 0 and all(h["zero_copy"] for h in facts["handoffs"])
     assert {h["name"] for h in facts["handoffs"]} == {f"{s}.{t}" for s in ("train", "valid", "test") for t in "Xy"}
     import re
@@ -128,8 +127,8 @@ def test_doctor_reports_what_auto_would_choose(project):
 def test_until_runs_a_prefix(project):
     proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    manifest = json.loads((project / "runs" / "churn" / "latest" / "manifest.json").read_text())
-    assert list(manifest["stages"]) == ["raw", "split", "features"]
+    manifest = read_manifest(project / "runs" / "churn" / "latest")
+    assert list(manifest.stages) == ["raw", "split", "features"]
 
 
 def test_terminal_gets_live_progress(project):

@@ -3,7 +3,6 @@ the test (``dask scheduler`` + two ``dask worker`` processes), never mocked."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 from pipeline import run_pipeline
 from pipeline.config import load_config
 from pipeline.errors import ClusterUnavailable, ExitCode, StageError
+from pipeline.record import RunManifest, read_manifest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -63,8 +63,8 @@ def scheduler(tmp_path_factory):
         proc.wait(timeout=30)
 
 
-def manifest_of(result) -> dict:
-    return json.loads((result.run_dir / "manifest.json").read_text())
+def manifest_of(result) -> RunManifest:
+    return read_manifest(result.run_dir)
 
 
 def test_local_cluster_gives_the_in_process_results(in_project):
@@ -72,14 +72,14 @@ def test_local_cluster_gives_the_in_process_results(in_project):
     # force: the in-process run just filled the stage cache, which the cluster run would use.
     there = run_pipeline("configs/churn.yaml", overrides=[*FAST, "cluster.n_workers=2"], force=True)
     local, remote = manifest_of(here), manifest_of(there)
-    assert remote["cluster"]["started_here"] and remote["cluster"]["workers"] == 2
-    assert {r["worker"] for r in remote["stages"].values()} - {None}, "stages ran on workers"
-    for model, metrics in local["metrics"]["models"].items():
+    assert remote.cluster["started_here"] and remote.cluster["workers"] == 2
+    assert {r.worker for r in remote.stages.values()} - {None}, "stages ran on workers"
+    for model, metrics in local.metrics["models"].items():
         for name, value in metrics.items():
             tolerance = 1e-4 if model == "mlp" else 1e-12     # the MLP: float reductions differ by thread count
-            assert remote["metrics"]["models"][model][name] == pytest.approx(value, abs=tolerance), (model, name)
+            assert remote.metrics["models"][model][name] == pytest.approx(value, abs=tolerance), (model, name)
     # Every artifact the in-process run wrote, the cluster run wrote too.
-    assert set(remote["artifacts"]) == set(local["artifacts"])
+    assert set(remote.artifacts) == set(local.artifacts)
 
 
 PARALLEL = """\
@@ -118,7 +118,7 @@ def test_independent_stages_run_at_once_on_different_workers(in_project, schedul
     assert a["pid"] != b["pid"] and a["pid"] != os.getpid()
     assert a["start"] < b["end"] and b["start"] < a["end"], "the two stages overlapped in time"
     manifest = manifest_of(result)
-    assert manifest["cluster"]["started_here"] is False and manifest["cluster"]["address"] == scheduler
+    assert manifest.cluster["started_here"] is False and manifest.cluster["address"] == scheduler
 
 
 def test_the_cli_runs_on_an_existing_cluster_and_leaves_it_running(in_project, scheduler):
@@ -158,9 +158,9 @@ def test_a_stage_that_keeps_killing_workers_fails_naming_stage_and_worker(in_pro
     assert "stage 'doomed'" in message and "worker running it died (tcp://127.0.0.1:" in message
     runs = in_project / "runs" / "doom"
     (run_dir,) = [p for p in runs.iterdir() if p.name[0].isdigit()]
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and manifest["stages"]["doomed"]["status"] == "failed"
-    assert manifest["stages"]["ok"]["status"] == "succeeded"
+    manifest = read_manifest(run_dir)
+    assert manifest.status == "failed" and manifest.stages["doomed"].status == "failed"
+    assert manifest.stages["ok"].status == "succeeded"
     assert not (runs / "latest").exists()
 
 

@@ -3,8 +3,6 @@ memory, Parquet outputs, distributed training on a real local cluster."""
 
 from __future__ import annotations
 
-import json
-
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -14,8 +12,9 @@ from pipeline import run_pipeline
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.features.ops import Categorify, FillMissing, Log1p, OneHot, Standardize
-from pipeline.features.phases import op_phases
-from tests.conftest import TELCO
+from pipeline.features.fitting import op_phases
+from pipeline.record import RunManifest, read_manifest
+from tests.conftest import TELCO, assert_nested_close
 
 ONE_HOT = ["gender", "Partner", "Dependents", "PhoneService", "PaperlessBilling", "MultipleLines",
            "InternetService", "OnlineSecurity", "OnlineBackup", "DeviceProtection", "TechSupport",
@@ -57,18 +56,7 @@ def test_partitioned_fit_matches_the_in_memory_fit(telco_features):
 
 
 def _assert_close(a, b) -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            _assert_close(a[key], b[key])
-    elif isinstance(a, list):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_close(x, y)
-    elif isinstance(a, float):
-        assert a == pytest.approx(b, rel=1e-12)
-    else:
-        assert a == b
+    assert_nested_close(a, b, rel=1e-12)
 
 
 def test_a_workflow_fitted_on_partitions_saves_and_scores_in_memory(telco_features, tmp_path):
@@ -80,27 +68,27 @@ def test_a_workflow_fitted_on_partitions_saves_and_scores_in_memory(telco_featur
     assert list(out.columns) == lazy.output_columns_ and not out.isna().any().any()
 
 
-def _manifest(result) -> dict:
-    return json.loads((result.run_dir / "manifest.json").read_text())
+def _manifest(result) -> RunManifest:
+    return read_manifest(result.run_dir)
 
 
 @pytest.mark.slow
 def test_partitioned_pipeline_trains_xgboost_on_the_cluster(in_project):
     result = run_pipeline("configs/churn_partitioned.yaml", overrides=["stages.xgb.params.n_estimators=60"])
     manifest = _manifest(result)
-    assert manifest["status"] == "succeeded" and manifest["cluster"]["workers"] == 2
-    assert manifest["stages"]["raw"]["facts"]["partitions"] >= 3          # 1 MB at 256 KiB blocks
-    facts = manifest["stages"]["features"]["facts"]
+    assert manifest.status == "succeeded" and manifest.cluster["workers"] == 2
+    assert manifest.stages["raw"].facts["partitions"] >= 3                # 1 MB at 256 KiB blocks
+    facts = manifest.stages["features"].facts
     assert facts["passes"] == 1 and sum(facts["rows"].values()) == 7043      # fill + categorify: one phase
     parts = result.run_dir / "features" / "partitions"
     assert sorted(p.name for p in parts.iterdir()) == ["test", "train", "valid"]      # nothing half-written
     assert list((parts / "train").glob("*.parquet"))
-    assert manifest["stages"]["xgb"]["facts"]["estimator"] == "xgboost.dask.DaskXGBClassifier"
-    assert manifest["metrics"]["models"]["xgb"]["roc_auc"] > 0.8
+    assert manifest.stages["xgb"].facts["estimator"] == "xgboost.dask.DaskXGBClassifier"
+    assert manifest.metrics["models"]["xgb"]["roc_auc"] > 0.8
     # Written partition by partition: a folder of Parquet files, one per test partition.
     exported = result.run_dir / "export" / "predictions.parquet"
     assert exported.is_dir()
-    assert len(list(exported.glob("*.parquet"))) == manifest["stages"]["features"]["facts"]["partitions"]["test"]
+    assert len(list(exported.glob("*.parquet"))) == manifest.stages["features"].facts["partitions"]["test"]
     predictions = pd.read_parquet(exported)
     assert len(predictions) == facts["rows"]["test"] and predictions["customerID"].is_unique
     assert list(predictions.columns) == ["customerID", "split", "Churn", "score_xgb"]
@@ -108,8 +96,8 @@ def test_partitioned_pipeline_trains_xgboost_on_the_cluster(in_project):
     from sklearn.metrics import roc_auc_score
 
     auc = roc_auc_score(predictions["Churn"], predictions["score_xgb"])
-    assert auc == pytest.approx(manifest["metrics"]["models"]["xgb"]["roc_auc"], abs=1e-9)
-    assert set(manifest["artifacts"]) >= {f"export/predictions.parquet/{p.name}" for p in exported.iterdir()}
+    assert auc == pytest.approx(manifest.metrics["models"]["xgb"]["roc_auc"], abs=1e-9)
+    assert set(manifest.artifacts) >= {f"export/predictions.parquet/{p.name}" for p in exported.iterdir()}
 
 
 @pytest.mark.slow
@@ -129,7 +117,7 @@ def test_metrics_agree_between_one_and_two_workers(in_project):
     fast = ["stages.xgb.params.n_estimators=60"]
     one = _manifest(run_pipeline("configs/churn_partitioned.yaml", overrides=[*fast, "cluster.n_workers=1"]))
     two = _manifest(run_pipeline("configs/churn_partitioned.yaml", overrides=fast))
-    auc1, auc2 = (m["metrics"]["models"]["xgb"]["roc_auc"] for m in (one, two))
+    auc1, auc2 = (m.metrics["models"]["xgb"]["roc_auc"] for m in (one, two))
     assert abs(auc1 - auc2) < 0.01, (auc1, auc2)
 
 
@@ -186,11 +174,11 @@ def test_external_memory_training_agrees_with_in_memory_training(in_project):
     streamed = _manifest(run_pipeline("configs/churn_partitioned.yaml", overrides=fast))
     held = _manifest(run_pipeline("configs/churn_partitioned.yaml",
                                   overrides=[*fast, "stages.xgb.external_memory=false"]))
-    plan = streamed["stages"]["xgb"]["facts"]["external_memory"]
-    files = streamed["stages"]["features"]["facts"]["partitions"]["train"]
+    plan = streamed.stages["xgb"].facts["external_memory"]
+    files = streamed.stages["features"].facts["partitions"]["train"]
     assert plan["ranks"] == 2 and sum(plan["train_files"].values()) == files
-    assert held["stages"]["xgb"]["facts"]["external_memory"] is False
-    auc_streamed, auc_held = (m["metrics"]["models"]["xgb"]["roc_auc"] for m in (streamed, held))
+    assert held.stages["xgb"].facts["external_memory"] is False
+    auc_streamed, auc_held = (m.metrics["models"]["xgb"]["roc_auc"] for m in (streamed, held))
     assert auc_streamed > 0.8 and abs(auc_streamed - auc_held) < 0.01, (auc_streamed, auc_held)
 
 

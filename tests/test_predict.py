@@ -20,6 +20,7 @@ import pytest
 
 from pipeline.errors import ConfigError, DataError, ExitCode
 from pipeline.predict import predict_batch
+from pipeline.record import read_manifest
 from pipeline.store import sha256_file
 from tests.conftest import copy_project, working_directory
 
@@ -242,8 +243,8 @@ def test_latest_resolves_through_the_cli(churn_run, tmp_path):
     # A newer run folder that failed: 'latest' is the link, not the newest name.
     newer = runs / "churn" / "29991231T235959.999Z-ffffff"
     shutil.copytree(churn_run["run_dir"], newer)
-    manifest = json.loads((newer / "manifest.json").read_text())
-    (newer / "manifest.json").write_text(json.dumps({**manifest, "status": "failed"}))
+    manifest = read_manifest(newer).model_copy(update={"status": "failed"})
+    (newer / "manifest.json").write_text(manifest.to_json())
     source = write_rows(churn_run["test_rows"].head(50), tmp_path / "new.csv")
     out = tmp_path / "out.parquet"
     proc = cli("--run", "latest", "--runs-dir", str(runs), "--input", str(source), "--output", str(out),
@@ -271,9 +272,9 @@ def test_unknown_model_and_bad_output_are_usage_errors(churn_run, tmp_path):
 
 def test_a_failed_run_is_refused(churn_run, tmp_path):
     run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
-    manifest = json.loads((run_copy / "manifest.json").read_text())
-    manifest["status"] = "failed"
-    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest = read_manifest(run_copy)
+    manifest.status = "failed"
+    (run_copy / "manifest.json").write_text(manifest.to_json())
     source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
     with pytest.raises(DataError, match="did not succeed"):
         predict_batch(run_copy, source, tmp_path / "out.csv", na_values=[" "])
@@ -298,15 +299,42 @@ def test_a_gpu_model_that_cannot_load_here_says_what_it_needs(churn_run, tmp_pat
     meta = json.loads((folder / "model.json").read_text())
     meta.update(device="gpu", estimator="cuml.ensemble.randomforestclassifier.RandomForestClassifier")
     (folder / "model.json").write_text(json.dumps(meta))
-    manifest = json.loads((run_copy / "manifest.json").read_text())
+    manifest = read_manifest(run_copy)
     for name in ("model.joblib", "model.json"):
-        manifest["artifacts"][f"export/models/forest/{name}"] = sha256_file(folder / name)
-    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+        manifest.artifacts[f"export/models/forest/{name}"] = sha256_file(folder / name)
+    (run_copy / "manifest.json").write_text(manifest.to_json())
 
     source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
     with pytest.raises(DataError, match=r"trained on the GPU and needs cuml.*NVIDIA GPU"):
         predict_batch(run_copy, source, tmp_path / "out.csv", model="forest", device="cpu", na_values=[" "])
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_exported_models_come_from_the_run_record_else_from_old_artifact_lists(tmp_path):
+    from pipeline.predict import exported_models, run_metrics
+    from pipeline.record import RunManifest
+
+    record = RunManifest(pipeline="churn", run_id="r", status="succeeded",
+                         models={"xgb": "ship/models/xgb"},
+                         artifacts={"ship/models/xgb/model.json": "0", "ship/models/old/model.json": "0"})
+    assert exported_models(tmp_path, record) == {"xgb": "ship/models/xgb"}
+    # Written before manifests had `models`: any stage's listed models/<name>/model.json counts.
+    old = record.model_copy(update={"models": {}})
+    assert exported_models(tmp_path, old) == {"old": "ship/models/old", "xgb": "ship/models/xgb"}
+    with pytest.raises(DataError, match="exported no models"):
+        exported_models(tmp_path, old.model_copy(update={"artifacts": {"ship/models/x/model.joblib": "0"}}))
+    assert run_metrics(record) == {}
+    assert run_metrics(record.model_copy(update={"metrics": {"best": "xgb"}})) == {"best": "xgb"}
+
+
+def test_a_run_recorded_before_manifests_listed_models_still_scores(churn_run, tmp_path):
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    data = json.loads((run_copy / "manifest.json").read_text())
+    assert data.pop("models")
+    (run_copy / "manifest.json").write_text(json.dumps(data))
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    result = predict_batch(run_copy, source, tmp_path / "out.csv", na_values=[" "])
+    assert result.model == churn_run["metrics"]["best"] and result.rows == 5
 
 
 # ---------------------------------------------------------------- partitioned input (Dask)

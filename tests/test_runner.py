@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 from pipeline import ConfigError, DataError, StageError, load_config, run_pipeline
+from pipeline.record import read_manifest
 
 FAST = ["stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=20", "stages.mlp.epochs=3",
         "device=cpu"]
@@ -17,18 +17,18 @@ def test_run_writes_manifest_config_and_artifacts(in_project):
     result = run_pipeline("configs/churn.yaml", overrides=FAST)
     run_dir = result.run_dir
     assert run_dir.parent == in_project / "runs" / "churn"
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "succeeded" and manifest["device"]["name"] == "cpu"
-    assert set(manifest["stages"]) == {"raw", "split", "features", "logreg", "forest", "xgb", "mlp", "evaluate", "export"}
-    for record in manifest["stages"].values():
-        assert record["status"] == "succeeded" and record["seconds"] >= 0 and record["peak_rss_bytes"] > 0
-    assert manifest["versions"]["scikit-learn"] and manifest["versions"]["pandas"]
-    assert manifest["metrics"]["best"] in ("logreg", "forest", "xgb", "mlp")
-    assert "export/predictions.parquet" in manifest["artifacts"]
+    manifest = read_manifest(run_dir)
+    assert manifest.status == "succeeded" and manifest.device.name == "cpu"
+    assert set(manifest.stages) == {"raw", "split", "features", "logreg", "forest", "xgb", "mlp", "evaluate", "export"}
+    for record in manifest.stages.values():
+        assert record.status == "succeeded" and record.seconds >= 0 and record.peak_rss_bytes > 0
+    assert manifest.versions["scikit-learn"] and manifest.versions["pandas"]
+    assert manifest.metrics["best"] in ("logreg", "forest", "xgb", "mlp")
+    assert "export/predictions.parquet" in manifest.artifacts
     assert (run_dir / "evaluate" / "metrics.json").exists()
     assert load_config(run_dir / "config.yaml").stages["forest"].params["n_estimators"] == 20
     assert os.readlink(run_dir.parent / "latest") == run_dir.name
-    assert result.evaluation is not None and result.evaluation.best == manifest["metrics"]["best"]
+    assert result.evaluation is not None and result.evaluation.best == manifest.metrics["best"]
 
 
 def test_runs_never_overwrite_each_other(in_project):
@@ -39,7 +39,7 @@ def test_runs_never_overwrite_each_other(in_project):
 
 def test_selection_runs_needed_upstream_stages(in_project):
     result = run_pipeline("configs/churn.yaml", overrides=FAST, only=["xgb"])
-    stages = result.manifest["stages"]
+    stages = result.manifest.stages
     assert list(stages) == ["raw", "split", "features", "xgb"]
     assert stages["xgb"].selected and not stages["features"].selected
     with pytest.raises(ConfigError, match="unknown stage"):
@@ -52,10 +52,10 @@ def test_failed_stage_is_recorded_and_latest_untouched(in_project):
         run_pipeline("configs/churn.yaml", overrides=[*FAST, "stages.split.target=Nope"])
     assert info.value.stage == "split"
     runs = sorted(p for p in (in_project / "runs" / "churn").iterdir() if p.name[0].isdigit())
-    failed = json.loads((runs[-1] / "manifest.json").read_text())
-    assert failed["status"] == "failed" and "Nope" in failed["error"]
+    failed = read_manifest(runs[-1])
+    assert failed.status == "failed" and "Nope" in failed.error
     # raw is unchanged since the first run: it comes from the stage cache.
-    assert failed["stages"]["split"]["status"] == "failed" and failed["stages"]["raw"]["status"] == "cached"
+    assert failed.stages["split"].status == "failed" and failed.stages["raw"].status == "cached"
     assert os.readlink(in_project / "runs" / "churn" / "latest") == ok.run_dir.name
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from pipeline import history
 from pipeline.errors import DataError, ExitCode, StorageError
+from pipeline.layout import DELETING_PREFIX, is_run_id
+from pipeline.record import RunManifest, read_manifest
 from pipeline.store import host_name, utc_now
 from tests.conftest import copy_project, working_directory
 
@@ -32,8 +34,8 @@ class Runs:
     def runs_dir(self) -> Path:
         return self.root / "runs"
 
-    def manifest(self, run_id: str) -> dict:
-        return json.loads((self.runs_dir / "churn" / run_id / "manifest.json").read_text())
+    def manifest(self, run_id: str) -> RunManifest:
+        return read_manifest(self.runs_dir / "churn" / run_id)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def made(tmp_path_factory) -> Runs:
                          overrides=[*SMALL, "seed=7", "stages.logreg.params.C=2.0"]).run_id
         with pytest.raises(DataError):
             run_pipeline("configs/churn.yaml", runs_dir="runs", overrides=[*SMALL, "stages.split.target=Nope"])
-    failed = max(p.name for p in (root / "runs" / "churn").iterdir() if history.RUN_ID.match(p.name))
+    failed = max(p.name for p in (root / "runs" / "churn").iterdir() if is_run_id(p.name))
     assert a < b < failed
     return Runs(root, a, b, failed)
 
@@ -69,8 +71,8 @@ def clone(runs: Runs, source: str, run_id: str, pipeline: str = "churn", **chang
     """A copy of a real run folder under another id, with manifest fields changed."""
     target = runs.runs_dir / pipeline / run_id
     shutil.copytree(runs.runs_dir / "churn" / source, target)
-    manifest = {**runs.manifest(source), "run_id": run_id, "pipeline": pipeline, **changes}
-    (target / "manifest.json").write_text(json.dumps(manifest))
+    manifest = runs.manifest(source).model_copy(update={"run_id": run_id, "pipeline": pipeline, **changes})
+    (target / "manifest.json").write_text(manifest.to_json())
     return target
 
 
@@ -86,7 +88,7 @@ def run_ids(runs: Runs, pipeline: str = "churn") -> set[str]:
 
 
 def deleting(runs: Runs, pipeline: str = "churn") -> list[Path]:
-    return [p for p in (runs.runs_dir / pipeline).iterdir() if p.name.startswith(history.DELETING_PREFIX)]
+    return [p for p in (runs.runs_dir / pipeline).iterdir() if p.name.startswith(DELETING_PREFIX)]
 
 
 # ---------------------------------------------------------------------------- list
@@ -97,11 +99,11 @@ def test_list_json_is_newest_first_with_latest_and_headline(made):
     assert [r["run_id"] for r in rows] == [made.failed, made.b, made.a]
     assert [r["status"] for r in rows] == ["failed", "succeeded", "succeeded"]
     assert [r["latest"] for r in rows] == [False, True, False]
-    metrics = made.manifest(made.b)["metrics"]
+    metrics = made.manifest(made.b).metrics
     assert rows[1]["headline"] == {"metric": metrics["rank_by"], "model": metrics["best"],
                                    "value": metrics["models"][metrics["best"]][metrics["rank_by"]]}
     assert rows[0]["headline"] is None and "Nope" in rows[0]["error"]
-    assert rows[1]["duration_s"] == made.manifest(made.b)["duration_s"] and rows[1]["device"] == "cpu"
+    assert rows[1]["duration_s"] == made.manifest(made.b).duration_s and rows[1]["device"] == "cpu"
 
 
 def test_list_table_limit_and_unknown_pipeline(made):
@@ -109,7 +111,7 @@ def test_list_table_limit_and_unknown_pipeline(made):
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:] if line.strip()}
     assert list(lines) == [made.failed, made.b, made.a]
-    metrics = made.manifest(made.b)["metrics"]
+    metrics = made.manifest(made.b).metrics
     best = metrics["models"][metrics["best"]]["roc_auc"]
     assert f"roc_auc {best:.4f} ({metrics['best']})" in lines[made.b]
     assert lines[made.b].rstrip().endswith("latest") and "latest" not in lines[made.a]
@@ -165,14 +167,14 @@ def test_show_by_prefix_path_and_latest(made):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert made.a in out and "succeeded" in out and "(latest)" not in out
-    assert manifest["device"]["reason"] in out and manifest["host"] in out
-    assert f"scikit-learn {manifest['versions']['scikit-learn']}" in out
+    assert manifest.device.reason in out and manifest.host in out
+    assert f"scikit-learn {manifest.versions['scikit-learn']}" in out
     assert "peak RSS MiB" in out
-    for name, record in manifest["stages"].items():
+    for name, record in manifest.stages.items():
         row = next(line for line in out.splitlines() if line.startswith(f"│ {name} "))
-        assert record["status"] in row and f"{record['seconds']:.2f}" in row
-    best = manifest["metrics"]["best"]
-    assert f"{best} *" in out and f"{manifest['metrics']['models'][best]['roc_auc']:.4f}" in out
+        assert record.status in row and f"{record.seconds:.2f}" in row
+    best = manifest.metrics["best"]
+    assert f"{best} *" in out and f"{manifest.metrics['models'][best]['roc_auc']:.4f}" in out
 
     by_path = cli("show", "--json", str(made.runs_dir / "churn" / made.a), cwd=made.root)
     assert by_path.returncode == 0, by_path.stderr
@@ -181,7 +183,7 @@ def test_show_by_prefix_path_and_latest(made):
     latest = cli("show", "latest", "--json", cwd=made.root)
     assert latest.returncode == 0, latest.stderr
     data = json.loads(latest.stdout)
-    assert data["run_id"] == made.b and data["latest"] is True and data["metrics"] == made.manifest(made.b)["metrics"]
+    assert data["run_id"] == made.b and data["latest"] is True and data["metrics"] == made.manifest(made.b).metrics
 
 
 def test_show_failed_run_gives_the_error(made):
@@ -238,7 +240,7 @@ def test_diff_config_and_metrics(made):
         {"key": "stages.logreg.params.C", "change": "changed", "a": 0.5, "b": 2.0},
     ]
     assert diff["run"] == []                      # same status, device, host and versions
-    models_a, models_b = made.manifest(made.a)["metrics"]["models"], made.manifest(made.b)["metrics"]["models"]
+    models_a, models_b = made.manifest(made.a).metrics["models"], made.manifest(made.b).metrics["models"]
     rows = {(r["model"], r["metric"]): r for r in diff["metrics"]["models"]}
     assert set(rows) == {(m, k) for m, values in models_a.items() for k in values}
     for (model, metric), row in rows.items():
@@ -375,10 +377,14 @@ def test_delete_refuses_the_latest_run(copy):
 def test_abandoned_means_running_here_with_the_process_gone():
     here = host_name()
     now = utc_now()
-    assert history.is_abandoned({"status": "running", "host": here, "pid": dead_pid(), "started": now})
-    assert not history.is_abandoned({"status": "running", "host": here, "pid": os.getpid(), "started": now})
-    assert not history.is_abandoned({"status": "running", "host": "elsewhere", "pid": dead_pid(), "started": now})
-    assert not history.is_abandoned({"status": "failed", "host": here, "pid": dead_pid(), "started": now})
+
+    def record(**fields) -> RunManifest:
+        return RunManifest(pipeline="churn", run_id="20260101T000000.000Z-000001", **fields)
+
+    assert history.is_abandoned(record(status="running", host=here, pid=dead_pid(), started=now))
+    assert not history.is_abandoned(record(status="running", host=here, pid=os.getpid(), started=now))
+    assert not history.is_abandoned(record(status="running", host="elsewhere", pid=dead_pid(), started=now))
+    assert not history.is_abandoned(record(status="failed", host=here, pid=dead_pid(), started=now))
     # A live pid whose process started after the run did is a reused pid: the run's process is gone.
-    assert history.is_abandoned({"status": "running", "host": here, "pid": os.getpid(),
-                                 "started": "2000-01-01T00:00:00.000+00:00"})
+    assert history.is_abandoned(record(status="running", host=here, pid=os.getpid(),
+                                       started="2000-01-01T00:00:00.000+00:00"))

@@ -5,6 +5,7 @@ import os
 import pandas as pd
 import pytest
 
+from pipeline.record import RunManifest
 from pipeline.store import RunStore, atomic_destination, atomic_write_parquet, atomic_write_text, sha256_file
 
 
@@ -38,6 +39,6 @@ def test_run_folders_are_unique_sorted_and_latest_moves(tmp_path):
 def test_checksums_cover_artifacts_not_the_manifest(tmp_path):
     run = RunStore(tmp_path, "p").new_run()
     atomic_write_text(run.path / "a" / "x.txt", "hello")
-    run.write_manifest({"status": "running"})
+    run.write_manifest(RunManifest(pipeline="p", run_id=run.run_id, status="running"))
     sums = run.checksums()
     assert sums == {"a/x.txt": sha256_file(run.path / "a" / "x.txt")}

@@ -11,19 +11,14 @@ import pytest
 from pipeline import run_pipeline
 from pipeline.config import load_config
 from pipeline.errors import BackendUnavailable, ConfigError, DataError
-from pipeline.features import Categorify, FillMissing, OneHot, Standardize
+from pipeline.record import read_manifest
 from pipeline.scoring import load_model
 from pipeline.stages import build_features, evaluate_models, load_table, predictions_frame, save_model, split_frame
 from pipeline.stages.torch_mlp import train_torch
-from tests.conftest import TELCO
+from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops
 
-CATEGORICAL = ["Contract", "PaymentMethod", "InternetService"]
-OPS = [
-    FillMissing(columns=["TotalCharges"]),
-    Categorify(columns=CATEGORICAL),
-    OneHot(columns=["gender", "Partner", "Dependents", "PhoneService", "PaperlessBilling"], drop_binary=True),
-    Standardize(columns=["tenure", "MonthlyCharges", "TotalCharges"]),
-]
+CATEGORICAL = CHURN_CATEGORICAL
+OPS = churn_ops()
 FAST = dict(hidden=[32], epochs=6, batch_size=256)
 
 
@@ -119,19 +114,19 @@ stages:
 def test_torch_stage_in_a_pipeline_records_handoffs_and_artifacts(tmp_path):
     config = load_config(text=CONFIG % {"data": TELCO})
     result = run_pipeline(config, runs_dir=tmp_path)
-    manifest = json.loads((result.run_dir / "manifest.json").read_text())
-    facts = manifest["stages"]["mlp"]["facts"]
+    manifest = read_manifest(result.run_dir)
+    facts = manifest.stages["mlp"].facts
     assert facts["bytes_copied"] == 0 and facts["epochs_run"] == 3 and facts["precision"] == "fp32"
-    feature_copies = manifest["stages"]["features"]["facts"]["handoffs"]
+    feature_copies = manifest.stages["features"].facts["handoffs"]
     assert {h["name"] for h in feature_copies} >= {"train.X", "train.codes"}
-    assert set(manifest["metrics"]["models"]) == {"mlp", "xgb"}
+    assert set(manifest.metrics["models"]) == {"mlp", "xgb"}
     arch = json.loads((result.run_dir / "export" / "models" / "mlp" / "architecture.json").read_text())
-    categorical = manifest["stages"]["features"]["facts"]["categorical"]
+    categorical = manifest.stages["features"].facts["categorical"]
     dims = dict(zip(categorical, arch["embedding_dims"]))
     assert dims["Contract"] == 2 and sorted(arch["cardinalities"]) == [4, 4, 5]
     history = pd.read_csv(result.run_dir / "mlp" / "history.csv")
     assert list(history["epoch"]) == [1, 2, 3] and history["val_auc"].between(0, 1).all()
-    assert "mlp/learning_curve.png" in manifest["artifacts"]
+    assert "mlp/learning_curve.png" in manifest.artifacts
 
 
 def test_torch_stage_config_errors_name_key_and_line():

@@ -15,7 +15,7 @@ import xgboost
 from pipeline.backends import get_backend
 from pipeline.backends.cluster import cluster_workers
 from pipeline.errors import DataError, StageError
-from pipeline.stages.xgboost_external import (
+from pipeline.distributed.xgboost_external import (
     BatchSource,
     ParquetBatches,
     _wait_for_ranks,

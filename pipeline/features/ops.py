@@ -1,14 +1,20 @@
 """Feature ops with scikit-learn semantics: ``fit`` on the training split, ``transform`` anywhere.
 
 An op is a frozen pydantic model of its parameters (the same model validates the YAML). Its
-fitted state is returned, not stored, and is plain JSON (numbers, category lists), so a
-workflow fitted on a GPU transforms on a CPU and back. Ops read frames through the backend's
-``frame`` module, so one implementation serves pandas and cuDF.
+fitted state is a second pydantic model, declared by the op (``state_model``): returned by
+``fit``, not stored, and plain JSON when dumped (numbers, category lists), so a workflow
+fitted on a GPU transforms on a CPU and back, and a hand-edited workflow.json is validated
+field by field when it loads. An op also declares what the workflow needs to know about it
+without asking which op it is: the columns it writes before fitting (``written_columns``,
+for dependency phases) and the embedding sizes of its outputs (``categorical_cardinalities``).
+Ops read frames through the backend's ``frame`` module, so one implementation serves pandas
+and cuDF.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import numpy as np
@@ -17,21 +23,52 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_mo
 from pipeline.backends import Backend
 from pipeline.errors import DataError
 
-State = dict[str, Any]
+# A category or fill value as JSON holds it (the exact type is kept: 1, 1.0, "1", True).
+Scalar = Union[float, int, str, bool]
+
+
+class OpState(BaseModel):
+    """Base of the fitted states: frozen values, unknown keys refused (a typo in a hand-edited
+    workflow.json is an error, not an ignored field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EmptyState(OpState):
+    """The state of an op that learns nothing (log1p checks its domain; drop just drops)."""
+
+
+class FillMissingState(OpState):
+    fill: dict[str, Scalar]
+
+
+class OneHotState(OpState):
+    categories: dict[str, list[Scalar]]
+    rare: dict[str, bool]
+
+
+class CategorifyState(OpState):
+    categories: dict[str, list[Scalar]]
+
+
+class StandardizeState(OpState):
+    mean_std: dict[str, tuple[float, float]]
 
 
 class FeatureOp(BaseModel):
-    """Base of every op: a list of columns and the fit/transform pair."""
+    """Base of every op: a list of columns, the fit/transform pair and its state model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     op: ClassVar[str]
+    state_model: ClassVar[type[OpState]] = EmptyState
     columns: list[str] = Field(min_length=1, description="Columns this op applies to.")
 
-    def fit(self, frame: Any, backend: Backend) -> State:
-        """Statistics from the training frame, as JSON-able data."""
+    def fit(self, frame: Any, backend: Backend) -> OpState:
+        """The fitted state from the training frame (in memory; the workflow's fit driver
+        does the same phase by phase for whole workflows and partitioned frames)."""
         self.check_columns(frame)
         wanted = self.statistics(frame, backend)
-        return self.fit_from({key: backend.to_host(value) for key, value in wanted.items()}, frame, backend)
+        return self.fit_from({key: backend.to_host(value) for key, value in wanted.items()}, backend)
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         """The aggregates ``fit`` needs, as expressions on ``frame``.
@@ -41,16 +78,29 @@ class FeatureOp(BaseModel):
         """
         return {}
 
-    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> OpState:
         """The fitted state from computed ``statistics`` (host values)."""
-        return {}
+        return self.state_model()
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         raise NotImplementedError
 
-    def output_columns(self, columns: list[str], state: State) -> list[str]:
+    def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         """Column names after this op, given the names before it."""
         return columns
+
+    def written_columns(self) -> set[str]:
+        """Columns this op replaces, removes or adds under a name known before fitting: an op
+        reading one of them must be fitted after this one (a dependency phase later)."""
+        return set(self.columns)
+
+    def categorical_cardinalities(self, state: OpState) -> dict[str, int]:
+        """Embedding table sizes of the integer-code columns this op outputs (none by default)."""
+        return {}
+
+    def load_state(self, data: Mapping[str, Any]) -> OpState:
+        """A saved state (workflow.json) validated into this op's state model."""
+        return self.state_model.model_validate(data)
 
     def check_columns(self, frame: Any) -> None:
         missing = [c for c in self.columns if c not in frame.columns]
@@ -94,6 +144,7 @@ class FillMissing(FeatureOp):
     """Replace missing values with a constant or a statistic of the training split."""
 
     op: ClassVar[str] = "fill_missing"
+    state_model: ClassVar[type[OpState]] = FillMissingState
     strategy: Literal["constant", "median", "mean", "most_frequent"] = Field("median", description="Statistic of the training split, or a constant.")
     value: float | int | str | None = Field(None, description="Fill value for strategy: constant.")
     indicator: bool = Field(False, description="Add a <column>_missing 0/1 column before filling.")
@@ -117,7 +168,7 @@ class FillMissing(FeatureOp):
                 wanted[col] = _median(series) if self.strategy == "median" else series.mean()
         return wanted
 
-    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> FillMissingState:
         fills: dict[str, Any] = {}
         for col in self.columns:
             if self.strategy == "constant":
@@ -130,20 +181,20 @@ class FillMissing(FeatureOp):
                 fills[col] = None if _missing_value(stat) else float(stat)
             if fills[col] is None:
                 raise DataError(f"fill_missing: column '{col}' has no non-missing value in the training split")
-        return {"fill": fills}
+        return FillMissingState(fill=fills)
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: FillMissingState) -> Any:
         self.check_columns(frame)
         new, drop = {}, []
         for col in self.columns:
             if self.indicator:
                 new[f"{col}_missing"] = frame[col].isna().astype("float32")
-            new[col] = frame[col].fillna(state["fill"][col])
+            new[col] = frame[col].fillna(state.fill[col])
             drop.append(col)
         out = _replace_columns(frame, backend, new, drop)
         return out[self.output_columns(list(frame.columns), state)]
 
-    def output_columns(self, columns: list[str], state: State) -> list[str]:
+    def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         if not self.indicator:
             return columns
         out = []
@@ -153,11 +204,19 @@ class FillMissing(FeatureOp):
                 out.append(f"{c}_missing")
         return out
 
+    def written_columns(self) -> set[str]:
+        """The filled columns and, with ``indicator``, their ``<column>_missing`` columns."""
+        written = set(self.columns)
+        if self.indicator:
+            written |= {f"{c}_missing" for c in self.columns}
+        return written
+
 
 class OneHot(FeatureOp):
     """One 0/1 column per category seen in training; unseen values get all zeros."""
 
     op: ClassVar[str] = "one_hot"
+    state_model: ClassVar[type[OpState]] = OneHotState
     min_frequency: int = Field(1, ge=1, description="Categories rarer than this share one '<col>=__rare__' column.")
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent categories.")
     drop_binary: bool = Field(False, description="For a two-category column keep only the second column.")
@@ -165,7 +224,7 @@ class OneHot(FeatureOp):
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         return {col: frame[col].value_counts(dropna=True) for col in self.columns}
 
-    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> OneHotState:
         cats, rare = {}, {}
         for col in self.columns:
             counts = _count_pairs(stats[col])
@@ -175,26 +234,26 @@ class OneHot(FeatureOp):
             if self.drop_binary and len(kept) == 2 and not rare[col]:
                 kept = kept[1:]
             cats[col] = kept
-        return {"categories": cats, "rare": rare}
+        return OneHotState(categories=cats, rare=rare)
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: OneHotState) -> Any:
         self.check_columns(frame)
         new = {}
         for col in self.columns:
             series = frame[col]
-            cats = state["categories"][col]
+            cats = state.categories[col]
             for cat in cats:
                 new[f"{col}={cat}"] = (series == cat).fillna(False).astype("float32")
-            if state["rare"][col]:
+            if state.rare[col]:
                 known = series.isin(cats) | series.isna()
                 new[f"{col}=__rare__"] = (~known).astype("float32")
         return _replace_columns(frame, backend, new, list(self.columns))
 
-    def output_columns(self, columns: list[str], state: State) -> list[str]:
+    def output_columns(self, columns: list[str], state: OneHotState) -> list[str]:
         out = [c for c in columns if c not in self.columns]
         for col in self.columns:
-            out += [f"{col}={cat}" for cat in state["categories"][col]]
-            if state["rare"][col]:
+            out += [f"{col}={cat}" for cat in state.categories[col]]
+            if state.rare[col]:
                 out.append(f"{col}=__rare__")
         return out
 
@@ -207,29 +266,30 @@ class Categorify(FeatureOp):
     """
 
     op: ClassVar[str] = "categorify"
+    state_model: ClassVar[type[OpState]] = CategorifyState
     min_frequency: int = Field(1, ge=1, description="Values seen fewer times than this go to code 0.")
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent values.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         return {col: frame[col].value_counts(dropna=True) for col in self.columns}
 
-    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> CategorifyState:
         cats = {}
         for col in self.columns:
             counts = _count_pairs(stats[col])
             cats[col] = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
-        return {"categories": cats}
+        return CategorifyState(categories=cats)
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: CategorifyState) -> Any:
         self.check_columns(frame)
-        new = {col: backend.category_codes(frame[col], state["categories"][col]).astype(
-                   code_dtype(len(state["categories"][col]))) for col in self.columns}
+        new = {col: backend.category_codes(frame[col], state.categories[col]).astype(
+                   code_dtype(len(state.categories[col]))) for col in self.columns}
         out = _replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
-    def cardinality(self, state: State) -> dict[str, int]:
+    def categorical_cardinalities(self, state: CategorifyState) -> dict[str, int]:
         """Embedding table sizes: known categories plus the 0 bucket."""
-        return {c: len(v) + 1 for c, v in state["categories"].items()}
+        return {c: len(v) + 1 for c, v in state.categories.items()}
 
 
 def code_dtype(categories: int) -> str:
@@ -246,6 +306,7 @@ class Standardize(FeatureOp):
     """Zero mean, unit variance with the training split's statistics (population std)."""
 
     op: ClassVar[str] = "standardize"
+    state_model: ClassVar[type[OpState]] = StandardizeState
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         wanted = {}
@@ -256,18 +317,18 @@ class Standardize(FeatureOp):
             wanted[f"{col}.mean"], wanted[f"{col}.std"] = series.mean(), series.std(ddof=0)
         return wanted
 
-    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> StandardizeState:
         mean_std = {}
         for col in self.columns:
             mean, std = float(stats[f"{col}.mean"]), float(stats[f"{col}.std"])
-            mean_std[col] = [mean, std if std > 0 and not math.isnan(std) else 1.0]
-        return {"mean_std": mean_std}
+            mean_std[col] = (mean, std if std > 0 and not math.isnan(std) else 1.0)
+        return StandardizeState(mean_std=mean_std)
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: StandardizeState) -> Any:
         self.check_columns(frame)
         new = {}
         for col in self.columns:
-            mean, std = state["mean_std"][col]
+            mean, std = state.mean_std[col]
             new[col] = (frame[col].astype("float64") - mean) / std
         out = _replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
@@ -281,14 +342,14 @@ class Log1p(FeatureOp):
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         return {col: frame[col].min() for col in self.columns}
 
-    def fit_from(self, stats: dict[str, Any], frame: Any, backend: Backend) -> State:
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> EmptyState:
         for col in self.columns:
             low = _plain(stats[col])
             if not _missing_value(low) and low <= -1:
                 raise DataError(f"log1p: column '{col}' has values <= -1 (min {low})")
-        return {}
+        return EmptyState()
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
         new = {col: np.log1p(frame[col].astype("float64")) for col in self.columns}
         out = _replace_columns(frame, backend, new, list(self.columns))
@@ -300,11 +361,11 @@ class Drop(FeatureOp):
 
     op: ClassVar[str] = "drop"
 
-    def transform(self, frame: Any, backend: Backend, state: State) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
         return frame.drop(columns=list(self.columns))
 
-    def output_columns(self, columns: list[str], state: State) -> list[str]:
+    def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         return [c for c in columns if c not in self.columns]
 
 

@@ -8,7 +8,8 @@ Use it as a library on a frame you already have::
     wf.save("workflow.json")          # JSON: numbers and category lists only
 
 The fitted state is backend-neutral, so ``FeatureWorkflow.load(path).transform(df)`` works on
-pandas or cuDF whichever device fitted it.
+pandas or cuDF whichever device fitted it. Fitting goes through one driver for in-memory and
+partitioned frames (``pipeline.features.fitting``); nothing here asks which op it holds.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.errors import DataError
-from pipeline.features.ops import OPS, Categorify, FeatureOp, State
+from pipeline.features.fitting import apply_ops, fit_ops
+from pipeline.features.ops import OPS, FeatureOp, OpState
 
 FORMAT_VERSION = 1
 
@@ -40,7 +43,12 @@ def op_from_spec(spec: FeatureOp | Mapping[str, Any]) -> FeatureOp:
 
 
 class FeatureWorkflow:
-    """Ops applied in order; each op is fitted on the output of the ops before it."""
+    """Ops applied in order; each op is fitted on the output of the ops before it.
+
+    Fitted attributes: ``op_states_`` (each op's typed state), ``states_`` (the same as JSON,
+    as workflow.json holds them), ``passes_`` (dependency phases: passes over partitioned
+    data), ``input_columns_`` and ``output_columns_``.
+    """
 
     def __init__(self, ops: Sequence[FeatureOp | Mapping[str, Any]], *, backend: Backend | str | None = None) -> None:
         self.ops = [op_from_spec(o) for o in ops]
@@ -52,20 +60,22 @@ class FeatureWorkflow:
         return self
 
     def fit_transform(self, frame: Any) -> Any:
+        """Fit on ``frame`` and return it transformed (lazily for a partitioned frame)."""
         backend = self._backend_for(frame)
-        if is_partitioned(frame):
-            return self._fit_transform_partitioned(frame, backend)
-        frame = self._as_frame(frame, backend)
-        self.input_columns_ = {str(c): str(frame[c].dtype) for c in frame.columns}
-        states: list[State] = []
-        for op in self.ops:
-            state = op.fit(frame, backend)
-            frame = op.transform(frame, backend, state)
-            states.append(state)
-        self.states_ = states
-        self._set_output_columns(frame, backend)
-        self._check_no_missing(frame, backend, "training split")
-        return frame
+        lazy = is_partitioned(frame)
+        if not lazy:
+            frame = self._as_frame(frame, backend)
+        self.input_columns_ = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
+        fitted = fit_ops(self.ops, frame, backend)
+        self.op_states_, self.passes_ = fitted.states, fitted.passes
+        if lazy:
+            # Each partition goes through ``transform``; missing values are checked there.
+            self._set_output_columns(apply_ops(frame._meta, self.ops, self.op_states_, backend), backend)
+            return self.transform(frame)
+        out = fitted.transformed(self.ops)
+        self._set_output_columns(out, backend)
+        self._check_no_missing(out, backend, "training split")
+        return out
 
     # ------------------------------------------------------------ applying
     def transform(self, frame: Any) -> Any:
@@ -78,24 +88,10 @@ class FeatureWorkflow:
         missing = [c for c in self.input_columns_ if c not in frame.columns]
         if missing:
             raise DataError(f"input is missing column(s) {missing} that the workflow was fitted with")
-        frame = frame[list(self.input_columns_)]
-        for op, state in zip(self.ops, self.states_):
-            frame = op.transform(frame, backend, state)
+        frame = apply_ops(frame[list(self.input_columns_)], self.ops, self.op_states_, backend)
         frame = frame[self.output_columns_]
         self._check_no_missing(frame, backend, "input")
         return frame
-
-    def _fit_transform_partitioned(self, frame: Any, backend: Backend) -> Any:
-        """Fit on a Dask frame, one pass over the data per dependency phase; transform lazily."""
-        from pipeline.features.phases import fit_partitioned
-
-        self.input_columns_ = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
-        self.states_, self.passes_ = fit_partitioned(self.ops, frame, backend)
-        meta = frame._meta
-        for op, state in zip(self.ops, self.states_):
-            meta = op.transform(meta, backend, state)
-        self._set_output_columns(meta, backend)
-        return self.transform(frame)
 
     def _set_output_columns(self, frame: Any, backend: Backend) -> None:
         """Record the output columns; every one must be numeric by now."""
@@ -111,12 +107,20 @@ class FeatureWorkflow:
         """Embedding sizes of categorified columns (known values + the 0 bucket)."""
         self._check_fitted()
         sizes: dict[str, int] = {}
-        for op, state in zip(self.ops, self.states_):
-            if isinstance(op, Categorify):
-                sizes.update(op.cardinality(state))
+        for op, state in zip(self.ops, self.op_states_):
+            sizes.update(op.categorical_cardinalities(state))
         return sizes
 
     # ------------------------------------------------------------ state
+    @property
+    def states_(self) -> list[dict[str, Any]]:
+        """The fitted states as JSON data, as workflow.json holds them."""
+        return [state.model_dump(mode="json") for state in self.op_states_]
+
+    @states_.setter
+    def states_(self, states: Sequence[Mapping[str, Any]]) -> None:
+        self.op_states_ = [_load_state(i, op, state) for i, (op, state) in enumerate(zip(self.ops, states))]
+
     def to_dict(self) -> dict[str, Any]:
         self._check_fitted()
         return {
@@ -135,7 +139,7 @@ class FeatureWorkflow:
             raise DataError(f"feature workflow format {data.get('format_version')!r} is not supported "
                             f"(this version reads {FORMAT_VERSION})")
         wf = cls([{d["op"]: d["params"]} for d in data["ops"]], backend=backend)
-        wf.states_ = [d["state"] for d in data["ops"]]
+        wf.states_ = [d.get("state") for d in data["ops"]]
         wf.input_columns_ = dict(data["input_columns"])
         wf.output_columns_ = list(data["output_columns"])
         return wf
@@ -159,7 +163,7 @@ class FeatureWorkflow:
         return backend.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "states_"):
+        if not hasattr(self, "op_states_"):
             raise RuntimeError("this FeatureWorkflow is not fitted yet; call fit() first")
 
     @staticmethod
@@ -174,5 +178,15 @@ class FeatureWorkflow:
 
     def __repr__(self) -> str:
         ops = ", ".join(op.op for op in self.ops)
-        fitted = "fitted" if hasattr(self, "states_") else "not fitted"
+        fitted = "fitted" if hasattr(self, "op_states_") else "not fitted"
         return f"FeatureWorkflow([{ops}], {fitted})"
+
+
+def _load_state(position: int, op: FeatureOp, data: Any) -> OpState:
+    """A saved op state validated into the op's state model; a bad one names the op."""
+    try:
+        return op.load_state(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'state'}: {e['msg']}" for e in exc.errors())
+        raise DataError(f"feature workflow: op {position + 1} ('{op.op}') has an invalid fitted state: "
+                        f"{problems}") from None

@@ -61,8 +61,8 @@ def evaluate_models(
     for model in models:
         if split not in model.scores:
             raise DataError(f"model '{model.name}' has no '{split}' split to evaluate (is it empty?)")
-        y = model.features.backend.to_host(model.features.y[split])
-        results[model.name] = binary_metrics(y, model.scores[split], threshold=threshold)
+        results[model.name] = binary_metrics(model.features.labels(split), model.scores[split],
+                                             threshold=threshold)
     return Evaluation(split=split, threshold=threshold, metrics=results, rank_by=rank_by)
 
 

@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 from pydantic import Field
 
 from pipeline.errors import DataError
+from pipeline.featuresets import FeatureSet
 from pipeline.layout import model_folder
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
@@ -31,7 +31,7 @@ class ExportSpec(StageSpec):
     min_inputs = 1
 
 
-def _same_features(models: list[TrainedModel]) -> Any:
+def _same_features(models: list[TrainedModel]) -> FeatureSet:
     """The one FeatureSet every model was trained on (one predictions table needs one)."""
     first = models[0].features
     for model in models[1:]:
@@ -43,24 +43,7 @@ def _same_features(models: list[TrainedModel]) -> Any:
 
 def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.DataFrame:
     """One row per scored row: id, split, true label, then one score column per model."""
-    first = _same_features(models)
-    splits = list(first.X) if split == "all" else [split]
-    parts = []
-    for name in splits:
-        rows = first.rows()[name]
-        if not rows:
-            continue
-        part: dict[str, Any] = {}
-        if first.id_column:
-            part[first.id_column] = first.ids[name].reset_index(drop=True)
-        part["split"] = [name] * rows
-        part[first.target] = np.asarray(first.backend.to_host(first.y[name]))
-        for model in models:
-            part[f"score_{model.name}"] = model.scores[name]
-        parts.append(pd.DataFrame(part))
-    if not parts:
-        raise DataError(f"export: split '{split}' has no rows")
-    return pd.concat(parts, ignore_index=True)
+    return _same_features(models).predictions_frame(models, split)
 
 
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
@@ -91,13 +74,6 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     return written
 
 
-def _write_partitioned(models: list[TrainedModel], split: str, path: Path) -> bool:
-    from pipeline.stages.partitioned import write_predictions
-
-    _same_features(models)
-    return write_predictions(models, split, path)
-
-
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
 
@@ -108,16 +84,9 @@ class ExportedFiles(list):
 
 @register_stage("export", ExportSpec, produces=ExportedFiles, accepts=(TrainedModel,), records=("models",))
 def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> list[str]:
-    from pipeline.store import atomic_write_parquet
-
     models = list(inputs.values())
-    written = []
-    path = ctx.artifact_path("predictions.parquet")
-    if models[0].features.partitioned and _write_partitioned(models, spec.split, path):
-        written += sorted(path.glob("*.parquet"))          # a folder of files, one per partition
-    else:
-        atomic_write_parquet(predictions_frame(models, spec.split), path)
-        written.append(path)
+    # One Parquet file in memory; a folder of files, one per partition, for partitioned data.
+    written = _same_features(models).write_predictions(models, spec.split, ctx.artifact_path("predictions.parquet"))
     if spec.models:
         for model in models:
             written += save_model(model, ctx.artifact_path("models", model.name, "x").parent)

@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from pipeline.errors import BackendUnavailable, DataError
+from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.stages.base import StageContext, StageProgress, StageSpec, only_input, register_stage
-from pipeline.stages.features import FeatureSet
 from pipeline.stages.train import SplitScores, TrainedModel
 from pipeline.tensors.handoff import Handoff
 
@@ -86,9 +86,9 @@ def train_torch(
     from pipeline.tensors.training import FitOptions, Split, fit
 
     spec = TorchSpec(kind="torch", **params)
-    if features.partitioned:
-        raise DataError("the torch stage trains in one process and cannot take partitioned data; use "
-                        "model: xgboost in a train stage (xgboost.dask), or load without partitioned: true")
+    features = features.in_memory(
+        "the torch stage trains in one process and cannot take partitioned data; use model: xgboost in "
+        "a train stage (xgboost.dask), or load without partitioned: true")
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
     device = _torch_device(spec.device, features)
@@ -150,7 +150,7 @@ class TorchScorer:
     not carry a second copy of every split."""
 
     classifier: Any
-    features: FeatureSet
+    features: InMemoryFeatures
 
     def __call__(self, split: str) -> Any:
         from pipeline.tensors.handoff import to_torch

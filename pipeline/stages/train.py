@@ -1,7 +1,8 @@
 """``train``: fit a registry model on the training matrix.
 
-Scores are host vectors per split, computed from the device matrices on first read and kept,
-so ``evaluate`` and ``export`` share one prediction pass.
+Scores are host vectors per split, computed on first read and kept, so ``evaluate`` and
+``export`` share one prediction pass. How the estimator is fitted and scored (on device
+matrices, or through the Dask cluster for partitioned data) is the feature set's to say.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends import Backend
 from pipeline.errors import DataError
+from pipeline.featuresets import FeatureSet
 from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
-from pipeline.stages.features import FeatureSet
 
 
 class SplitScores(Mapping[str, np.ndarray]):
@@ -36,8 +37,8 @@ class SplitScores(Mapping[str, np.ndarray]):
 
     @classmethod
     def of_estimator(cls, estimator: Any, features: FeatureSet) -> SplitScores:
-        """Scores from ``predict_proba`` of a registry estimator on the split's matrix."""
-        return cls(EstimatorScorer(estimator, features), features)
+        """Scores of a registry estimator fitted on ``features``, as the features score it."""
+        return cls(features.scorer(estimator), features)
 
     def __getitem__(self, split: str) -> np.ndarray:
         if split not in self._cache:
@@ -55,18 +56,6 @@ class SplitScores(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
-
-
-@dataclass
-class EstimatorScorer:
-    """``predict_proba`` of one split's matrix; a class, not a closure, so models pickle
-    (they travel between Dask workers)."""
-
-    estimator: Any
-    features: FeatureSet
-
-    def __call__(self, split: str) -> np.ndarray:
-        return self.features.backend.predict_scores(self.estimator, self.features.X[split])
 
 
 @dataclass
@@ -166,40 +155,22 @@ def train_model(
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
-    distributed = features.partitioned
-    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=distributed)
+    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=features.distributed)
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
-    estimator = backend.estimator(spec, kwargs, distributed=distributed)
+    estimator = backend.estimator(spec, kwargs, distributed=features.distributed)
     fit_kwargs: dict[str, Any] = {}
     if spec.supports_eval_set and features.rows().get("valid"):
         fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
     started = time.perf_counter()
-    streamed: dict[str, Any] | None = None
-    if distributed:
-        from pipeline.stages.partitioned import DistributedScorer, fit_distributed
-
-        streamed = fit_distributed(estimator, features, fit_kwargs, stage=name or model,
-                                   external_memory=_use_external_memory(model, features, external_memory))
-        scores = SplitScores(DistributedScorer(estimator, features), features)
-    else:
-        estimator.fit(features.X["train"], features.y["train"], **fit_kwargs)
-        scores = SplitScores.of_estimator(estimator, features)
+    streamed = features.fit(estimator, fit_kwargs, stage=name or model, model=model,
+                            external_memory=external_memory)
+    scores = SplitScores.of_estimator(estimator, features)
     fit_seconds = time.perf_counter() - started
     return TrainedModel(
         name=name or model, model=model, estimator=estimator, features=features, scores=scores,
         params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
     )
-
-
-def _use_external_memory(model: str, features: FeatureSet, requested: bool | None) -> bool:
-    """Whether partitioned training streams the Parquet files (the default where it can)."""
-    possible = get_model_spec(model).external_memory and bool(features.parquet_dirs)
-    if requested and not possible:
-        raise DataError(f"external_memory: {model} on these features cannot stream from Parquet "
-                        f"(it needs model {', '.join(external_memory_models())} and partitioned features "
-                        "written by a features stage)")
-    return possible if requested is None else requested
 
 
 @register_stage("train", TrainSpec, produces=TrainedModel, accepts=(FeatureSet,), resources=("gpu",))
@@ -210,8 +181,7 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
         ctx.logger.warning("%s: %s has no %s on %s; ignored", ctx.stage, spec.model,
                            ", ".join(trained.ignored_params), ctx.backend.name)
     ctx.facts["fit_seconds"] = round(trained.fit_seconds, 3)
-    if trained.features.partitioned:
-        ctx.facts["external_memory"] = trained.external_memory or False
+    ctx.facts.update(trained.features.fit_facts(trained.external_memory))
     ctx.facts["estimator"] = type(trained.estimator).__module__ + "." + type(trained.estimator).__name__
     if trained.ignored_params:
         ctx.facts["ignored_params"] = trained.ignored_params

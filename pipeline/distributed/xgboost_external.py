@@ -30,6 +30,7 @@ import xgboost
 
 from pipeline.backends import Backend
 from pipeline.backends.cluster import cluster_workers
+from pipeline.distributed.worker_progress import WorkerProgress
 from pipeline.errors import DataError, StageError
 from pipeline.memory import release_freed_memory
 
@@ -129,8 +130,6 @@ class RoundReporter(xgboost.callback.TrainingCallback):
     """
 
     def __init__(self, stage: str, rounds: int, every: float = 15.0) -> None:
-        from pipeline.execution import WorkerProgress
-
         self._progress = WorkerProgress(stage)
         self._rounds = rounds
         self._every = every

@@ -1,0 +1,88 @@
+"""Predictions of partitioned features written partition by partition on the cluster.
+
+Gathering a split into one table is what the in-memory export does; at 5M test rows it put a
+worker past its limit. Here each partition of the featurized split's Parquet files is scored
+where it lies, by a per-partition scorer (an XGBoost booster's ``inplace_predict``), and
+written as one Parquet file of a folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.backends import Backend, compute_lazy
+from pipeline.distributed.training import PartitionedData
+from pipeline.errors import DataError
+
+
+@dataclass
+class BoosterScorer:
+    """Positive-class probabilities of one partition from an XGBoost booster (binary:logistic),
+    so predictions can be written partition by partition without gathering a split."""
+
+    booster: Any
+    features: list[str]
+    backend: Backend
+
+    def __call__(self, part: Any) -> np.ndarray:
+        scores = self.booster.inplace_predict(part[self.features])
+        return np.asarray(self.backend.to_host(scores), dtype="float64")
+
+
+def partition_scorer(estimator: Any, feature_names: Sequence[str], backend: Backend) -> BoosterScorer | None:
+    """A per-partition scorer for an estimator trained on partitioned data, where there is one."""
+    get_booster = getattr(estimator, "get_booster", None)
+    if get_booster is None:
+        return None
+    return BoosterScorer(get_booster(), list(feature_names), backend)
+
+
+def write_predictions(features: PartitionedData, models: Sequence[Any], split: str, path: Path) -> bool:
+    """Predictions of ``models`` (each with a ``name`` and an ``estimator``) as a folder of
+    Parquet files at ``path``, one per partition of the featurized split(s).
+
+    Returns False (nothing written) when a model has no per-partition scorer or the features
+    were not written as Parquet: the caller then gathers the split as the in-memory path does.
+    """
+    import dask.dataframe as dd
+
+    from pipeline.store import atomic_folder
+
+    scorers = {f"score_{m.name}": partition_scorer(m.estimator, features.feature_names, features.backend)
+               for m in models}
+    if not features.parquet_dirs or any(s is None for s in scorers.values()):
+        return False
+    names = list(features.parquet_dirs) if split == "all" else [split]
+    keep = [features.id_column] if features.id_column else []
+    meta = pd.DataFrame({**{c: pd.Series(dtype="str") for c in keep}, "split": pd.Series(dtype="str"),
+                         features.target: pd.Series(dtype="int64"),
+                         **{c: pd.Series(dtype="float64") for c in scorers}})
+    parts = []
+    for name in names:
+        if not features.rows().get(name):
+            continue
+        frame = features.backend.read_partitioned(features.parquet_dirs[name], format="parquet")
+        parts.append(frame.map_partitions(_prediction_rows, name, keep, features.target, scorers,
+                                          features.backend, meta=meta))
+    if not parts:
+        raise DataError(f"export: split '{split}' has no rows")
+    table = parts[0] if len(parts) == 1 else dd.concat(parts)
+    with atomic_folder(path) as folder:
+        compute_lazy(table.to_parquet(str(folder), write_index=False, compute=False))
+    return True
+
+
+def _prediction_rows(part: Any, split: str, keep: list[str], target: str, scorers: dict[str, Any],
+                     backend: Backend) -> pd.DataFrame:
+    out = {c: backend.to_host(part[c]).reset_index(drop=True) for c in keep}
+    out["split"] = pd.Series([split] * len(part), dtype="str")
+    out[target] = np.asarray(backend.to_host(part[target]), dtype="int64")
+    for column, score in scorers.items():
+        out[column] = score(part) if len(part) else np.empty(0, dtype="float64")
+    return pd.DataFrame(out)

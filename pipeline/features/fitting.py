@@ -1,0 +1,119 @@
+"""The one fit driver of a feature workflow: statistics phase by phase, in memory or on Dask.
+
+Ops run in order, and an op's statistics must be taken after the ops it depends on have
+been applied. An op depends on an earlier one when it reads a column that one writes (or a
+column not in the input at all, which only an earlier op can have made). Ops are grouped
+into dependency phases, and the statistics of one phase are taken together:
+
+- on a Dask frame they are lazy and computed in one ``dask.compute``, which reads the data
+  once per phase (as NVTabular does); the four ops of configs/churn.yaml take three passes;
+- on a pandas or cuDF frame they are plain values, computed as they are asked for.
+
+Either way an op's statistics are taken on the frame after the earlier-phase ops before it
+(a "view"), which holds the same values in the columns it reads as the frame after every op
+before it: an op left out writes none of them, or the op would be in a later phase. Views
+are built on the previous one when they extend it, so in memory each op is applied about
+once during the fit, not once per later op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from pipeline.backends import Backend, compute_lazy, is_partitioned
+from pipeline.features.ops import FeatureOp, OpState
+
+
+def op_phases(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[int]:
+    """Phase number per op: 0 for ops on untouched input columns, else 1 + their deepest input."""
+    present = set(input_columns)
+    phases: list[int] = []
+    for k, op in enumerate(ops):
+        needs = set(op.columns)
+        earlier = range(k)
+        known = present.union(*(ops[j].written_columns() for j in earlier))
+        if needs - known:                         # made by an earlier op under a fitted name (one-hot)
+            deps = list(earlier)
+        else:
+            deps = [j for j in earlier if ops[j].written_columns() & needs]
+        phases.append(1 + max((phases[j] for j in deps), default=-1))
+    return phases
+
+
+def apply_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], backend: Backend) -> Any:
+    """Transform one partition (or frame) with fitted ops, in order."""
+    for op, state in zip(ops, states):
+        frame = op.transform(frame, backend, state)
+    return frame
+
+
+@dataclass
+class Views:
+    """The input frame after a list of fitted ops (by position), built on the last view asked
+    for when the new list extends it, else from the input again."""
+
+    frame: Any
+    backend: Backend
+    applied: list[int] = field(default_factory=list)
+    view: Any = None
+
+    def after(self, chosen: list[int], ops: Sequence[FeatureOp], states: Sequence[OpState | None]) -> Any:
+        if self.view is None or chosen[:len(self.applied)] != self.applied:
+            self.applied, self.view = [], self.frame
+        extra = chosen[len(self.applied):]
+        if extra:
+            self.view = self._apply(self.view, [ops[j] for j in extra], [states[j] for j in extra])
+            self.applied = list(chosen)
+        return self.view
+
+    def _apply(self, frame: Any, ops: list[FeatureOp], states: list[Any]) -> Any:
+        if not is_partitioned(frame):
+            return apply_ops(frame, ops, states, self.backend)
+        return frame.map_partitions(apply_ops, ops, states, self.backend,
+                                    meta=apply_ops(frame._meta, ops, states, self.backend))
+
+
+@dataclass
+class FittedOps:
+    """The fitted state of every op, the passes it took, and the views built on the way."""
+
+    states: list[OpState]
+    passes: int
+    views: Views
+
+    def transformed(self, ops: Sequence[FeatureOp]) -> Any:
+        """The input frame after every op (in memory: mostly the fit's last view, extended)."""
+        return self.views.after(list(range(len(ops))), ops, self.states)
+
+
+def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend) -> FittedOps:
+    """Fit ``ops`` in order on ``frame`` (pandas, cuDF or Dask), one dependency phase at a time."""
+    phases = op_phases(ops, [str(c) for c in frame.columns])
+    lazy = is_partitioned(frame)
+    states: list[OpState | None] = [None] * len(ops)
+    views = Views(frame, backend)
+    for phase in sorted(set(phases)):
+        members = [k for k, p in enumerate(phases) if p == phase]
+        wanted: dict[int, dict[str, Any]] = {}
+        for k in members:
+            view = views.after([j for j in range(k) if phases[j] < phase], ops, states)
+            ops[k].check_columns(view)
+            wanted[k] = ops[k].statistics(view, backend)
+        for k, stats in _host_values(wanted, backend, lazy=lazy).items():
+            states[k] = ops[k].fit_from(stats, backend)
+    return FittedOps(cast(list[OpState], states), len(set(phases)), views)
+
+
+def _host_values(wanted: dict[int, dict[str, Any]], backend: Backend, *, lazy: bool) -> dict[int, dict[str, Any]]:
+    """Host values of one phase's statistics: lazy ones computed together (one pass over the
+    data), plain ones as they are."""
+    keys = [(k, name) for k, stats in wanted.items() for name in stats]
+    values = [wanted[k][name] for k, name in keys]
+    if lazy and values:
+        values = list(compute_lazy(*values))
+    out: dict[int, dict[str, Any]] = {k: {} for k in wanted}
+    for (k, name), value in zip(keys, values):
+        out[k][name] = backend.to_host(value)
+    return out

@@ -1,0 +1,104 @@
+"""``InMemoryFeatures``: one dense float32 matrix per split on the run's device.
+
+``to_matrix`` runs once per split when the features are built; every model reads that same
+buffer (estimators fit on it, PyTorch takes it through DLPack), so the copies listed in
+``handoffs`` are the only ones.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.backends import Backend
+from pipeline.errors import DataError
+from pipeline.features import FeatureOp, FeatureWorkflow
+from pipeline.featuresets.base import FeatureSet, Scorer
+from pipeline.tensors.handoff import Handoff, matrix_handoff
+
+
+@dataclass
+class InMemoryFeatures(FeatureSet):
+    """Model-ready data: X (n x d float32) and y (0/1) per split, on the run's device."""
+
+    X: dict[str, Any]
+    y: dict[str, Any]
+    ids: dict[str, Any]               # host pandas Series per split, or None without an id column
+    feature_names: list[str]
+    workflow: FeatureWorkflow
+    target: str
+    id_column: str | None
+    backend: Backend
+    categorical_columns: list[str] = field(default_factory=list)
+    # The categorified columns' int64 code matrix per split (embeddings); empty without any.
+    codes: dict[str, Any] = field(default_factory=dict)
+    # What each frame -> matrix conversion copied, for the manifest.
+    handoffs: list[Handoff] = field(default_factory=list)
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def rows(self) -> dict[str, int]:
+        return {name: int(x.shape[0]) for name, x in self.X.items()}
+
+    def in_memory(self, refusal: str) -> InMemoryFeatures:
+        return self
+
+    def fit(self, estimator: Any, fit_kwargs: dict[str, Any], *, stage: str, model: str = "",
+            external_memory: bool | None = None) -> dict[str, Any] | None:
+        """``estimator.fit`` on the training matrix; there are no files to stream here, so
+        ``external_memory`` does not apply."""
+        estimator.fit(self.X["train"], self.y["train"], **fit_kwargs)
+        return None
+
+    def scorer(self, estimator: Any) -> Scorer:
+        return MatrixScorer(estimator, self)
+
+    def matrix_handoffs(self) -> list[Handoff]:
+        return self.handoffs
+
+
+@dataclass
+class MatrixScorer:
+    """``predict_proba`` of one split's matrix; a class, not a closure, so models pickle
+    (they travel between Dask workers)."""
+
+    estimator: Any
+    features: InMemoryFeatures
+
+    def __call__(self, split: str) -> np.ndarray:
+        return self.features.backend.predict_scores(self.estimator, self.features.X[split])
+
+
+def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
+                    id_column: str | None = None) -> InMemoryFeatures:
+    """Fit ``ops`` on ``data``'s training split (``SplitData`` of frames) and build the
+    matrices of every split."""
+    backend = data.backend
+    workflow = FeatureWorkflow(ops, backend=backend)
+    X, y, ids, codes, handoffs = {}, {}, {}, {}, []
+    categorical: list[str] = []
+    for name, frame in data.frames.items():
+        if id_column is not None and id_column not in frame.columns:
+            raise DataError(f"id column '{id_column}' not in the data")
+        ids[name] = backend.to_host(frame[id_column]) if id_column else None
+        y[name] = backend.to_vector(frame[data.target], dtype="int32")
+        drop = [data.target] + ([id_column] if id_column else [])
+        features = frame.drop(columns=drop)
+        out = workflow.fit_transform(features) if name == "train" else workflow.transform(features)
+        X[name] = backend.to_matrix(out, dtype="float32")
+        handoffs.append(matrix_handoff(f"{name}.X", out, X[name], backend))
+        if name == "train":
+            sizes = workflow.categorical_cardinalities()
+            categorical = [c for c in workflow.output_columns_ if c in sizes]
+        if categorical:
+            codes[name] = backend.to_matrix(out, columns=categorical, dtype="int64")
+            handoffs.append(matrix_handoff(f"{name}.codes", out[categorical], codes[name], backend))
+        del out, features
+    return InMemoryFeatures(
+        X=X, y=y, ids=ids, feature_names=list(workflow.output_columns_), workflow=workflow,
+        target=data.target, id_column=id_column, backend=backend,
+        categorical_columns=categorical, codes=codes, handoffs=handoffs,
+    )
