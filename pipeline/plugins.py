@@ -1,4 +1,4 @@
-"""Plugins: modules outside the package that register stage kinds, models or feature ops.
+"""Plugins: modules outside the package that register stage kinds and models.
 
 A plugin is an ordinary module that calls the registries when it is imported
 (``pipeline.stages.register_stage``, ``pipeline.models.register_model``). It is loaded from

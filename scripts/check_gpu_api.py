@@ -691,7 +691,9 @@ def check_model(report: Report, spec: Any, device: str) -> None:
 
 def check_models(report: Report, devices: Sequence[str] = ("gpu", "cpu")) -> None:
     from pipeline.models import get_model_spec, trainable_models
+    from pipeline.plugins import load_plugins
 
+    load_plugins()            # models of $PIPELINE_PLUGINS and installed plugins are checked too
     # Only entries with estimator classes: the MLP is an entry for its file format alone.
     names = trainable_models()
     report.section(f"Registry models ({', '.join(names)}) on {' and '.join(devices)}")

@@ -90,3 +90,20 @@ def churn_ops() -> list:
         OneHot(columns=["gender", "Partner", "Dependents", "PhoneService", "PaperlessBilling"], drop_binary=True),
         Standardize(columns=["tenure", "MonthlyCharges", "TotalCharges"]),
     ]
+
+
+def dump_unloadable(path: Path, module: str, class_name: str, tmp_path: Path, monkeypatch) -> None:
+    """joblib-pickle an instance of ``module.class_name`` to ``path``, then make the module
+    unimportable: a model pickled where a library (cuML) exists, loaded where it does not."""
+    import importlib
+    import sys
+
+    import joblib
+
+    lib = tmp_path / f"lib-{module}"
+    lib.mkdir()
+    (lib / f"{module}.py").write_text(f"class {class_name}:\n    pass\n")
+    monkeypatch.syspath_prepend(str(lib))
+    joblib.dump(getattr(importlib.import_module(module), class_name)(), path)
+    monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(lib)])

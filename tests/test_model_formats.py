@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import pickle
-import sys
 from pathlib import Path
 from typing import Any
 
-import joblib
 import numpy as np
 import pytest
 
@@ -33,7 +31,7 @@ from pipeline.stages import build_features, load_table, save_model, split_frame,
 from pipeline.stages.torch_mlp import train_torch
 from pipeline.stages.train import TrainSpec, external_memory_models
 from pipeline.store import atomic_write_text, sha256_file
-from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops
+from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops, dump_unloadable
 
 CATEGORICAL = CHURN_CATEGORICAL
 OPS = churn_ops()
@@ -191,15 +189,7 @@ def test_a_cuml_pickle_without_cuml_scores_from_its_coefficients(features, tmp_p
     trained = _train("logistic_regression", features)
     folder = tmp_path / "m"
     save_model(trained, folder)
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fake_gpu_linear.py").write_text("class LogisticRegression:\n    pass\n")
-    monkeypatch.syspath_prepend(str(lib))
-    import fake_gpu_linear
-
-    joblib.dump(fake_gpu_linear.LogisticRegression(), folder / "model.joblib")
-    monkeypatch.delitem(sys.modules, "fake_gpu_linear")
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(lib)])
+    dump_unloadable(folder / "model.joblib", "fake_gpu_linear", "LogisticRegression", tmp_path, monkeypatch)
     meta = json.loads((folder / "model.json").read_text())
     predictor = JOBLIB.load(folder, meta, backend=None)
     # The estimator scores the float32 matrix in float32; the coefficients score it in float64.

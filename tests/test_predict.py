@@ -22,7 +22,7 @@ from pipeline.errors import ConfigError, DataError, ExitCode
 from pipeline.predict import predict_batch
 from pipeline.record import read_manifest
 from pipeline.store import sha256_file
-from tests.conftest import copy_project, working_directory
+from tests.conftest import copy_project, dump_unloadable, working_directory
 
 OVERRIDES = ["device=cpu", "stages.forest.params.n_estimators=10", "stages.xgb.params.n_estimators=10",
              "stages.mlp.epochs=2"]
@@ -283,19 +283,9 @@ def test_a_failed_run_is_refused(churn_run, tmp_path):
 def test_a_gpu_model_that_cannot_load_here_says_what_it_needs(churn_run, tmp_path, monkeypatch):
     """A model pickled by a GPU library that is not installed: the message names the device
     and the library (stand-in: a module that exists only while the pickle is written)."""
-    import joblib
-
     run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
     folder = run_copy / "export" / "models" / "forest"
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fake_gpu_forest.py").write_text("class RandomForestClassifier:\n    pass\n")
-    monkeypatch.syspath_prepend(str(lib))
-    import fake_gpu_forest
-
-    joblib.dump(fake_gpu_forest.RandomForestClassifier(), folder / "model.joblib")
-    monkeypatch.delitem(sys.modules, "fake_gpu_forest")
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(lib)])
+    dump_unloadable(folder / "model.joblib", "fake_gpu_forest", "RandomForestClassifier", tmp_path, monkeypatch)
     meta = json.loads((folder / "model.json").read_text())
     meta.update(device="gpu", estimator="cuml.ensemble.randomforestclassifier.RandomForestClassifier")
     (folder / "model.json").write_text(json.dumps(meta))

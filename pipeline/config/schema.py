@@ -66,8 +66,8 @@ class PipelineConfig(BaseModel):
     description: str = Field("", description="Free text.")
     plugins: list[str] = Field(
         default_factory=list,
-        description="Modules imported before the config is validated, which register stage kinds, models or "
-                    "feature ops (modules beside the config file import too).")
+        description="Modules imported before the config is validated, which register stage kinds and models "
+                    "(modules beside the config file import too).")
     stages: dict[str, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
