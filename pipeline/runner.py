@@ -98,10 +98,7 @@ class Runner:
         self.hooks = HookList(hooks if hooks is not None else [LibraryLogHook()])
         self.keep_outputs = keep_outputs
         self.config_path = config_path
-
-    @property
-    def cache(self) -> StageCache:
-        return StageCache(self.store.layout.cache_dir)
+        self.cache = StageCache(self.store.layout.cache_dir)
 
     def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
         graph = self.config.inputs_of()

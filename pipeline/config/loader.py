@@ -56,7 +56,7 @@ def load_config(
     overridden = apply_overrides(doc.data, overrides, issues)
     if path is not None:
         _allow_local_modules(Path(path))
-    issues += _plugin_issues(doc, Path(path).parent if path is not None else None)
+    issues += _plugin_issues(doc)
     config = None
     try:
         config = config_model().model_validate(doc.data)
@@ -70,13 +70,14 @@ def load_config(
     return config
 
 
-def _plugin_issues(doc: YamlDocument, folder: Path | None) -> list[ConfigIssue]:
-    """Import the config's ``plugins`` (and $PIPELINE_PLUGINS) before the schema is built."""
+def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:
+    """Import the config's ``plugins`` (and $PIPELINE_PLUGINS) before the schema is built;
+    modules beside the config file import (``_allow_local_modules`` ran first)."""
     modules = doc.data.get("plugins") or []
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
         return []                        # the schema reports the wrong type with its line
     try:
-        load_plugins(modules, search_path=folder)
+        load_plugins(modules)
     except ConfigError as exc:
         return [ConfigIssue(i.path, i.message, doc.line_of(("plugins",)) if i.path.startswith("plugins") else None,
                             i.source) for i in exc.issues]

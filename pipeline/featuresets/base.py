@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pipeline.tensors.handoff import Handoff
 
 Scorer = Callable[[str], np.ndarray]
+# The split a workflow is fitted on and estimators are trained on (``SplitData`` names it so).
+TRAIN = "train"
 
 
 class ScoredModel(Protocol):

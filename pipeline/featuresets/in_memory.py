@@ -17,7 +17,7 @@ import numpy as np
 from pipeline.backends import Backend
 from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import FeatureSet, Scorer
+from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer
 from pipeline.tensors.handoff import Handoff, matrix_handoff
 
 
@@ -50,7 +50,7 @@ class InMemoryFeatures(FeatureSet):
             external_memory: bool | None = None) -> dict[str, Any] | None:
         """``estimator.fit`` on the training matrix; there are no files to stream here, so
         ``external_memory`` does not apply."""
-        estimator.fit(self.X["train"], self.y["train"], **fit_kwargs)
+        estimator.fit(self.X[TRAIN], self.y[TRAIN], **fit_kwargs)
         return None
 
     def scorer(self, estimator: Any) -> Scorer:
@@ -77,26 +77,26 @@ def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
     """Fit ``ops`` on ``data``'s training split (``SplitData`` of frames) and build the
     matrices of every split."""
     backend = data.backend
+    if id_column is not None and id_column not in data.frames[TRAIN].columns:
+        raise DataError(f"id column '{id_column}' not in the data")
+    drop = [data.target] + ([id_column] if id_column else [])
     workflow = FeatureWorkflow(ops, backend=backend)
+    fitted = {TRAIN: workflow.fit_transform(data.frames[TRAIN].drop(columns=drop))}
+    sizes = workflow.categorical_cardinalities()
+    categorical = [c for c in workflow.output_columns_ if c in sizes]
     X, y, ids, codes, handoffs = {}, {}, {}, {}, []
-    categorical: list[str] = []
-    for name, frame in data.frames.items():
-        if id_column is not None and id_column not in frame.columns:
-            raise DataError(f"id column '{id_column}' not in the data")
+    for name, frame in data.frames.items():       # every split has the training split's columns
         ids[name] = backend.to_host(frame[id_column]) if id_column else None
         y[name] = backend.to_vector(frame[data.target], dtype="int32")
-        drop = [data.target] + ([id_column] if id_column else [])
-        features = frame.drop(columns=drop)
-        out = workflow.fit_transform(features) if name == "train" else workflow.transform(features)
+        out = fitted.pop(name, None)
+        if out is None:
+            out = workflow.transform(frame.drop(columns=drop))
         X[name] = backend.to_matrix(out, dtype="float32")
         handoffs.append(matrix_handoff(f"{name}.X", out, X[name], backend))
-        if name == "train":
-            sizes = workflow.categorical_cardinalities()
-            categorical = [c for c in workflow.output_columns_ if c in sizes]
         if categorical:
             codes[name] = backend.to_matrix(out, columns=categorical, dtype="int64")
             handoffs.append(matrix_handoff(f"{name}.codes", out[categorical], codes[name], backend))
-        del out, features
+        del out
     return InMemoryFeatures(
         X=X, y=y, ids=ids, feature_names=list(workflow.output_columns_), workflow=workflow,
         target=data.target, id_column=id_column, backend=backend,

@@ -23,7 +23,7 @@ from pipeline.distributed.predictions import write_predictions as write_partitio
 from pipeline.distributed.training import DistributedScorer, fit_distributed, use_external_memory
 from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import FeatureSet, Scorer, ScoredModel
+from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, ScoredModel
 from pipeline.featuresets.in_memory import InMemoryFeatures
 
 
@@ -104,7 +104,7 @@ def build_partitioned(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *, i
     with ``output_dir``, written there as Parquet that the features read."""
     backend: Backend = data.backend
     keep = [data.target] + ([id_column] if id_column else [])
-    train = data.frames["train"]
+    train = data.frames[TRAIN]
     missing = [c for c in keep if c not in train.columns]
     if missing:
         raise DataError(f"column(s) {missing} not in the data")
@@ -147,9 +147,6 @@ def _take(part: Any, columns: list[str] | str) -> Any:
 def _write_parquet(frames: dict[str, Any], folder: Path, backend: Backend) -> tuple[dict[str, Any], dict[str, int]]:
     """Write every split in one pass; a split's folder appears only once it is complete.
     Returns the splits read back from their files, and their row counts."""
-    import dask
-    import dask.dataframe as dd
-
     folder.mkdir(parents=True, exist_ok=True)
     temporary = {name: folder / f".{name}.partial" for name in frames}
     for path in temporary.values():
@@ -160,10 +157,9 @@ def _write_parquet(frames: dict[str, Any], folder: Path, backend: Backend) -> tu
     results = compute_lazy(*writes, *lengths)
     rows = dict(zip(frames, results[len(writes):]))
     out: dict[str, Any] = {}
-    with dask.config.set({"dataframe.backend": backend.dask_backend}):
-        for name in frames:
-            final = folder / name
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(temporary[name], final)
-            out[name] = dd.read_parquet(str(final))
+    for name in frames:
+        final = folder / name
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(temporary[name], final)
+        out[name] = backend.read_partitioned(final, format="parquet")
     return out, rows

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from pipeline.errors import DataError
 from pipeline.featuresets import FeatureSet
-from pipeline.layout import model_folder
+from pipeline.layout import MODEL_DESCRIPTION, MODELS_DIR, model_folder
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
 
@@ -83,14 +83,13 @@ class ExportedFiles(list):
 
 
 @register_stage("export", ExportSpec, produces=ExportedFiles, accepts=(TrainedModel,), records=("models",))
-def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> list[str]:
+def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> ExportedFiles:
     models = list(inputs.values())
     # One Parquet file in memory; a folder of files, one per partition, for partitioned data.
     written = _same_features(models).write_predictions(models, spec.split, ctx.artifact_path("predictions.parquet"))
     if spec.models:
         for model in models:
-            written += save_model(model, ctx.artifact_path("models", model.name, "x").parent)
-    if spec.models:
+            written += save_model(model, ctx.artifact_path(MODELS_DIR, model.name, MODEL_DESCRIPTION).parent)
         ctx.run_record["models"] = {model.name: model_folder(ctx.stage, model.name) for model in models}
     ctx.facts["files"] = len(written)
     return ExportedFiles(str(p) for p in written)
