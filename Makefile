@@ -4,15 +4,18 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench clean resolve-gpu
 
+# A new pyproject.toml gets a new virtualenv: a package dropped or renamed there (xgboost became
+# xgboost-cpu) must not linger beside its replacement, which installs the same files.
 $(STAMP): pyproject.toml
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[cpu,dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)            ## create .venv and install the package with test tools
+setup: $(STAMP)            ## create .venv and install the package (CPU extra) with test tools
 
 run: setup                 ## run the example pipeline on the bundled Telco churn data
 	$(BIN)/pipeline run configs/churn.yaml
@@ -26,6 +29,9 @@ bench: setup               ## framework overhead vs hand-written code; PyTorch h
 	$(BIN)/python scripts/bench_torch.py
 	$(BIN)/python scripts/bench_cache.py
 	$(BIN)/python scripts/bench_scaleout.py
+
+resolve-gpu: setup         ## re-resolve each GPU extra for a GPU host from package metadata (network), then check
+	$(BIN)/python scripts/resolve_gpu_extras.py refresh --python $(BIN)/python
 
 clean:
 	rm -rf $(VENV) .venv-gpu runs .pytest_cache bench-data

@@ -156,7 +156,7 @@ def dag(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--require-gpu", is_flag=True, help=f"Exit {ExitCode.BACKEND} unless device: auto would pick the GPU.")
+@click.option("--require-gpu", is_flag=True, help=f"Exit {ExitCode.BACKEND} unless device: auto would pick the GPU and the GPU wheels fit the driver and each other.")
 @handle_errors
 def doctor(as_json: bool, require_gpu: bool) -> None:
     """Report driver, CUDA, GPUs, GPU libraries and what device: auto would choose."""
@@ -167,7 +167,7 @@ def doctor(as_json: bool, require_gpu: bool) -> None:
         click.echo(json.dumps(report, indent=2))
     else:
         render(report, stdout)
-    if require_gpu and report["auto_device"] != "gpu":
+    if require_gpu and not report["gpu_ready"]:
         sys.exit(ExitCode.BACKEND)
 
 

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 
 RAPIDS_MODULES = ("cudf", "cuml", "cupy")
 REPORTED_MODULES = ("cudf", "cuml", "cupy", "dask_cuda", "dask_cudf", "xgboost", "torch")
-_DISTRIBUTIONS = {
-    "cudf": "cudf-cu12", "cuml": "cuml-cu12", "cupy": "cupy-cuda12x", "dask_cuda": "dask-cuda",
-    "dask_cudf": "dask-cudf-cu12", "xgboost": "xgboost", "torch": "torch",
+# Modules whose wheels are built for one CUDA major (what ``doctor`` checks against the driver).
+CUDA_WHEEL_MODULES = ("torch", "cupy", "cudf", "cuml", "xgboost", "rmm", "dask_cudf", "raft_dask")
+# One module, several distributions: the CUDA flavours (cpu / gpu = CUDA 13 / gpu-cu12 extras)
+# publish each build under its own name. Tried by name where the installed metadata does not
+# list a distribution's files (packages_distributions() then misses it).
+_KNOWN_DISTRIBUTIONS = {
+    "cudf": ("cudf-cu13", "cudf-cu12"), "cuml": ("cuml-cu13", "cuml-cu12"),
+    "cupy": ("cupy-cuda13x", "cupy-cuda12x"), "dask_cuda": ("dask-cuda",),
+    "dask_cudf": ("dask-cudf-cu13", "dask-cudf-cu12"), "raft_dask": ("raft-dask-cu13", "raft-dask-cu12"),
+    "rmm": ("rmm-cu13", "rmm-cu12"), "torch": ("torch",),
+    "xgboost": ("xgboost", "xgboost-cpu", "xgboost-cu13", "xgboost-cu12"),
 }
 
 
@@ -83,12 +93,13 @@ class ModuleStatus:
     detail: str = ""
 
 
-def import_status(module: str) -> ModuleStatus:
-    """Import a module for real and report its version, or the import error."""
-    try:
-        dist_version = version(_DISTRIBUTIONS.get(module, module))
-    except PackageNotFoundError:
-        dist_version = None
+def import_status(module: str, provided: Mapping[str, Sequence[str]] | None = None) -> ModuleStatus:
+    """Import a module for real and report its version, or the import error.
+
+    ``provided`` is ``packages_distributions()``, passed in when asking about several modules.
+    """
+    dists = module_distributions(module, provided)
+    dist_version = dists[0].version if dists else None
     if importlib.util.find_spec(module) is None:
         return ModuleStatus(module, dist_version, False, "not installed")
     try:
@@ -99,7 +110,141 @@ def import_status(module: str) -> ModuleStatus:
     if module == "torch":
         built = getattr(mod.version, "cuda", None)
         detail = f"built for CUDA {built}" if built else "CPU build"
+    if len(dists) > 1:
+        detail = "; ".join(filter(None, [detail, "installed by " + " and ".join(d.name for d in dists)]))
     return ModuleStatus(module, getattr(mod, "__version__", dist_version), True, detail)
+
+
+# --------------------------------------------------------------------------- CUDA needs of wheels
+@dataclass(frozen=True)
+class DistMeta:
+    """An installed distribution's metadata: all a wheel's CUDA need is read from."""
+
+    name: str
+    version: str
+    requires: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CudaNeed:
+    """Which CUDA a wheel is built for, read from its metadata (no import, no GPU).
+
+    ``needs_cuda``: True (a CUDA build), False (a CPU build) or None (cannot tell);
+    ``cuda_major`` is set when the metadata says which major; ``basis`` says how we know.
+    """
+
+    module: str
+    distribution: str
+    version: str
+    needs_cuda: bool | None
+    cuda_major: int | None
+    basis: str
+
+
+# cudf-cu13, cupy-cuda12x, nvidia-nccl-cu12, nvidia-cuda-runtime-cu12 ...
+_CUDA_NAME_SUFFIX = re.compile(r"-(?:cu|cuda)(?P<major>\d{2})x?$")
+# torch's local version label: +cu130, +cu128, +cu118 (major, then one minor digit).
+_CUDA_LOCAL_LABEL = re.compile(r"^cu(?P<major>\d+)\d$")
+# Distributions versioned by the CUDA release they carry: their version's major is the CUDA major.
+_CUDA_VERSIONED = ("cuda-toolkit", "cuda-bindings", "cuda-runtime")
+_REQUIREMENT_NAME = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)")
+_REQUIREMENT_FLOOR = re.compile(r"(?:===|==|>=|~=)\s*(?P<major>\d+)")
+_EXTRA_MARKER = re.compile(r"\bextra\s*==")
+# The build part of a distribution name: xgboost-cpu, cudf-cu13, cupy-cuda12x, cupy-rocm-6-0.
+_BUILD_SUFFIX = re.compile(r"-(?:cpu|cu\d{2}|cuda\d{2}x|rocm-\d+-\d+)$")
+
+
+def canonical_name(name: str) -> str:
+    """A distribution name as installers compare them (PEP 503): ``Cudf_CU12`` is ``cudf-cu12``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def cuda_need(module: str, meta: DistMeta) -> CudaNeed:
+    """The CUDA major ``meta`` (the distribution providing ``module``) is built for."""
+    name = canonical_name(meta.name)
+    if module == "torch":
+        needs, major, basis = _torch_cuda(meta.version, meta.requires)
+    elif module == "xgboost":
+        needs, major, basis = _xgboost_cuda(name)
+    else:
+        needs, major, basis = _suffix_cuda(name)
+    return CudaNeed(module, name, meta.version, needs, major, basis)
+
+
+def _torch_cuda(version: str, requires: Sequence[str]) -> tuple[bool | None, int | None, str]:
+    """torch: the local label (``+cu130``, ``+cpu``), else the CUDA libraries it requires."""
+    label = version.partition("+")[2]
+    if label:
+        cuda = _CUDA_LOCAL_LABEL.match(label)
+        if cuda:
+            return True, int(cuda["major"]), f"version label +{label}"
+        return False, None, f"version label +{label}: no CUDA"
+    for line in requires:
+        major = _requirement_cuda_major(line)
+        if major is not None:
+            return True, major, f"requires {line.split(';')[0].strip()}"
+    return False, None, "no CUDA libraries among its requirements: a CPU build"
+
+
+def _requirement_cuda_major(line: str) -> int | None:
+    """The CUDA major a Requires-Dist line pins (``cuda-toolkit[...]==13.0.3``, ``...-cu12``)."""
+    requirement, _, marker = line.partition(";")
+    if _EXTRA_MARKER.search(marker):
+        return None                     # an optional extra: not installed with the package
+    named = _REQUIREMENT_NAME.match(requirement)
+    if not named:
+        return None
+    name = canonical_name(named["name"])
+    suffix = _CUDA_NAME_SUFFIX.search(name)
+    if suffix and name.startswith("nvidia-"):
+        return int(suffix["major"])
+    if name in _CUDA_VERSIONED:
+        floor = _REQUIREMENT_FLOOR.search(requirement[named.end():])
+        return int(floor["major"]) if floor else None
+    return None
+
+
+def _xgboost_cuda(name: str) -> tuple[bool | None, int | None, str]:
+    """xgboost: one distribution per build; plain ``xgboost`` is the CUDA 12 one."""
+    if name == "xgboost-cpu":
+        return False, None, "xgboost-cpu: the CPU build"
+    if name == "xgboost":
+        return True, 12, "plain xgboost is the CUDA 12 build (requires nvidia-nccl-cu12)"
+    return _suffix_cuda(name)
+
+
+def _suffix_cuda(name: str) -> tuple[bool | None, int | None, str]:
+    """RAPIDS and CuPy: the major is in the name (``-cu13``, ``-cuda12x``)."""
+    suffix = _CUDA_NAME_SUFFIX.search(name)
+    if suffix:
+        return True, int(suffix["major"]), f"distribution name {name}"
+    if "rocm" in name:
+        return False, None, f"{name}: a ROCm build"
+    return True, None, f"{name}: no CUDA suffix (a conda or source build; CUDA major unknown)"
+
+
+def module_distributions(module: str, provided: Mapping[str, Sequence[str]] | None = None) -> list[DistMeta]:
+    """Every installed distribution that provides ``module`` (two when builds overwrite each other)."""
+    provided = packages_distributions() if provided is None else provided
+    # Builds of the module itself, not plugins that add files inside its folder.
+    names = dict.fromkeys(n for n in map(canonical_name, provided.get(module, ()))
+                          if _BUILD_SUFFIX.sub("", n) == canonical_name(module))
+    names.update(dict.fromkeys(_KNOWN_DISTRIBUTIONS.get(module, ())))
+    found = []
+    for name in names:
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        found.append(DistMeta(canonical_name(dist.metadata["Name"] or name), dist.version, tuple(dist.requires or ())))
+    return list({d.name: d for d in found}.values())
+
+
+def installed_cuda_needs(provided: Mapping[str, Sequence[str]] | None = None) -> list[CudaNeed]:
+    """The CUDA need of every installed GPU wheel (torch, CuPy, RAPIDS, XGBoost), from metadata."""
+    provided = packages_distributions() if provided is None else provided
+    return [cuda_need(module, meta) for module in CUDA_WHEEL_MODULES
+            for meta in module_distributions(module, provided)]
 
 
 @dataclass(frozen=True)
