@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.backends import get_backend
+from pipeline.backends.device_memory import ProcessDeviceMemory
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.errors import PipelineError, StageError
 from pipeline.hooks import StageProgress
@@ -71,6 +72,7 @@ class StageOutcome:
     seconds: float = 0.0
     peak_rss_bytes: int | None = None
     peak_device_bytes: int | None = None
+    peak_device_source: str | None = None   # the allocators peak_device_bytes adds up (StageRecord)
     facts: dict[str, Any] = field(default_factory=dict)
     run_record: dict[str, Any] = field(default_factory=dict)
     error: PipelineError | None = None
@@ -91,7 +93,9 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     ctx = StageContext(backend=backend, seed=task.seed, stage=task.name, artifacts_dir=task.artifacts_dir,
                        progress=progress)
     outcome = StageOutcome(task.name, "running", started=utc_now(), worker=_worker_address())
-    sampler = MemorySampler(backend.device_memory_used)
+    # This process's own allocations (RMM, PyTorch, CuPy), whichever backend: a CPU-backend
+    # torch stage can train on a GPU too.
+    sampler = MemorySampler(device_meter=ProcessDeviceMemory())
     t0 = time.perf_counter()
     try:
         with sampler:
@@ -109,6 +113,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome.ended = utc_now()
     outcome.seconds = round(time.perf_counter() - t0, 4)
     outcome.peak_rss_bytes, outcome.peak_device_bytes = sampler.peak_rss, sampler.peak_device
+    outcome.peak_device_source = sampler.peak_device_source
     outcome.facts = ctx.facts
     outcome.run_record = _declared(task, kind.records, ctx.run_record)
     if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:

@@ -1,7 +1,10 @@
 """Peak memory of a stage: host RSS and device memory, sampled on a background thread.
 
 ``ru_maxrss`` only ever grows over the whole process, so it cannot give a per-stage peak;
-sampling every few milliseconds can, at a cost too small to see in the run time.
+sampling every few milliseconds can, at a cost too small to see in the run time. Device memory
+is this process's own allocations, read from each allocator's counters by a ``DeviceMeter``
+(``backends.device_memory``), not the device-wide free memory, which counts other processes
+and the unused part of a memory pool.
 """
 
 from __future__ import annotations
@@ -9,25 +12,48 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import psutil
 
+if TYPE_CHECKING:
+    from pipeline.backends.device_memory import DevicePeak
+
+
+class DeviceMeter(Protocol):
+    """Per-stage device memory: ``begin`` as the stage starts, ``sample`` from the sampler's
+    thread, ``finish`` for the peak (None where no device allocator was in use)."""
+
+    def begin(self) -> None: ...
+    def sample(self) -> None: ...
+    def finish(self) -> DevicePeak | None: ...
+
 
 class MemorySampler:
-    """Context manager recording the highest RSS (and device use) seen while it is open."""
+    """Context manager recording the highest RSS (and device use) seen while it is open.
 
-    def __init__(self, device_used: Callable[[], int | None] | None = None, interval: float = 0.01) -> None:
+    ``device_meter`` gives the stage's own device peak and what it counts
+    (``peak_device_source``); a plain ``device_used`` callable is polled instead, its meaning
+    its own (``peak_device_source`` stays None).
+    """
+
+    def __init__(self, device_used: Callable[[], int | None] | None = None, interval: float = 0.01, *,
+                 device_meter: DeviceMeter | None = None) -> None:
         self._process = psutil.Process()
         self._device_used = device_used
+        self._meter = device_meter
         self._interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.peak_rss = 0
         self.peak_device: int | None = None
+        self.peak_device_source: str | None = None
 
     def _sample(self) -> None:
         rss = self._process.memory_info().rss
         self.peak_rss = max(self.peak_rss, rss)
+        if self._meter is not None:
+            self._meter.sample()
         if self._device_used is not None:
             used = self._device_used()
             if used is not None:
@@ -38,6 +64,8 @@ class MemorySampler:
             self._sample()
 
     def __enter__(self) -> MemorySampler:
+        if self._meter is not None:
+            self._meter.begin()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
         self._thread.start()
@@ -48,6 +76,10 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join()
         self._sample()
+        if self._meter is not None:
+            peak = self._meter.finish()
+            if peak is not None:
+                self.peak_device, self.peak_device_source = peak.bytes, peak.source
 
 
 def release_freed_memory() -> int:

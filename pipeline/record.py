@@ -46,7 +46,12 @@ class StageRecord(BaseModel):
     ended: str | None = None
     seconds: float | None = None
     peak_rss_bytes: int | None = None
+    # The peak of the device memory this process allocated while the stage ran, per allocator
+    # (exact for PyTorch, and for RMM when the stage set a new high; else sampled every 10 ms),
+    # added up; ``peak_device_source`` names them: "rmm", "torch", "cupy" joined by "+". Not
+    # other processes, a pool's unused part or the CUDA context. None: no device allocator used.
     peak_device_bytes: int | None = None
+    peak_device_source: str | None = None
     facts: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     worker: str | None = None            # Dask worker address, on a cluster

@@ -279,6 +279,7 @@ class Runner:
         record.status, record.started = outcome.status, outcome.started or record.started
         record.ended, record.seconds = outcome.ended, outcome.seconds
         record.peak_rss_bytes, record.peak_device_bytes = outcome.peak_rss_bytes, outcome.peak_device_bytes
+        record.peak_device_source = outcome.peak_device_source
         record.facts, record.worker = outcome.facts, outcome.worker
         record.error = str(outcome.error) if outcome.error is not None else None
         if outcome.error is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ def check():
 def test_importing_the_script_does_not_import_rapids(check):
     for name in ("cudf", "cuml", "cupy", "dask_cuda", "dask_cudf"):
         assert name not in vars(check)
+
+
+def test_scanning_the_package_imports_no_gpu_library(check):
+    check.scan_package()
+    assert not {"cudf", "cuml", "cupy", "dask_cudf", "rmm"} & set(sys.modules)
 
 
 def test_scan_finds_read_csv_in_the_gpu_backend_with_its_keywords(check):
@@ -186,31 +192,240 @@ def test_cpu_model_checks_pass_here(check, capsys):
     assert report.passed >= 5 * 3
 
 
-# Short module names the table's ``where=`` notes use, and the files they mean.
-WHERE_MODULES = {
-    "base": "backends/base.py", "gpu": "backends/gpu.py", "cpu": "backends/cpu.py", "ops": "features/ops.py",
-    "workflow": "features/workflow.py", "fitting": "features/fitting.py", "split": "stages/split.py",
-    "handoff": "tensors/handoff.py",
-}
+
+# --------------------------------------------------------------------------- the derived scan
+@pytest.fixture(scope="module")
+def facts(check):
+    return check.read_gpu_facts()
 
 
-def _defined_names(path: Path) -> set[str]:
+@pytest.fixture(scope="module")
+def package(check, facts):
+    return {scan.path: scan for scan in check.scan_package(facts=facts)}
+
+
+def _flow(check, facts, source: str):
+    return check.scan_flow_source(textwrap.dedent(source), "t.py", facts)
+
+
+def _members(scan) -> set[tuple[str, str]]:
+    """(receiver type, member) pairs of a module's sites on GPU-library objects."""
+    return {(kind, site.member) for site in scan.members for kind in site.receivers}
+
+
+def test_gpu_facts_are_read_from_the_gpu_backend_source(facts):
+    assert facts.module_attrs == {"frame": "cudf", "array": "cupy"}
+    assert facts.dask_module == "dask_cudf"
+    assert "GpuBackend" in facts.backend_classes and "CpuBackend" in facts.other_backend_classes
+    returns = {name: set(kinds.types) for name, kinds in facts.method_returns.items()}
+    assert returns["to_matrix"] == {"cupy.ndarray"}                 # annotated in gpu.py
+    assert returns["read"] == {"cudf.DataFrame"}                    # followed through base.read
+    assert returns["read_partitioned"] == {"dask_cudf.DataFrame"}   # dd.read_* under the cudf Dask backend
+    assert returns["asarray"] == {"cupy.ndarray"}                   # self.array.asarray
+
+
+def test_every_module_that_imports_a_gpu_library_has_checked_call_sites(package):
+    importing = [path for path, scan in package.items() if scan.imports_library]
+    assert {"pipeline/backends/gpu.py", "pipeline/backends/cluster.py",
+            "pipeline/distributed/xgboost_external.py"} <= set(importing)
+    assert [path for path in importing if not package[path].total] == []
+
+
+def test_shared_code_on_backend_values_is_covered(package):
+    """The modules the old check never read: Dask training, Dask-cuDF paths, tensors/."""
+    for path in ("pipeline/features/ops.py", "pipeline/stages/split.py", "pipeline/features/workflow.py",
+                 "pipeline/tensors/handoff.py", "pipeline/featuresets/partitioned.py",
+                 "pipeline/distributed/predictions.py"):
+        assert package[path].members, path
+
+
+def test_the_derived_method_list_holds_the_calls_shared_code_makes(package):
+    ops = package["pipeline/features/ops.py"]
+    value_counts = [s for s in ops.members if s.member == "value_counts"]
+    assert value_counts and all(s.keywords == ("dropna",) for s in value_counts)
+    assert {"cudf.Series", "dask_cudf.Series"} <= {k for s in value_counts for k in s.receivers}
+    assert ("cudf.Series", "__array_ufunc__") in _members(ops)                  # np.log1p(series)
+    assert {c.dotted for c in ops.via_backend} >= {"cudf.DataFrame", "cudf.concat", "cupy.log1p"}
+    assert ("cudf.Series", "assign") not in _members(package["pipeline/stages/split.py"])
+    assert ("cudf.DataFrame", "assign") in _members(package["pipeline/stages/split.py"])
+    assert ("dask_cudf.DataFrame", "random_split") in _members(package["pipeline/stages/split.py"])
+    gpu = _members(package["pipeline/backends/gpu.py"])
+    assert {("cudf.Series", "to_cupy"), ("cudf.Series->cat", "codes"), ("cupy.cuda.MemoryPointer", "ptr"),
+            ("cudf.DataFrame->iloc", "__getitem__")} <= gpu
+
+
+def test_dask_readers_dlpack_subclasses_and_registry_strings_are_found(package):
+    base = package["pipeline/backends/base.py"]
+    reads = {r.function: r.keywords for r in base.dask_reads}
+    assert set(reads["read_csv"]) == {"usecols", "dtype", "na_values", "blocksize"}
+    assert {d.path for scan in package.values() for d in scan.dlpack} >= {"pipeline/backends/gpu.py"}
+    subclasses = package["pipeline/distributed/xgboost_external.py"].subclasses
+    init = next(s for s in subclasses if s.method == "__init__")
+    assert init.base == "xgboost.DataIter" and set(init.keywords) == {"cache_prefix", "release_data"}
+    assert {"next", "reset", "after_iteration"} <= {s.method for s in subclasses}
+    targets = {c.target for c in package["pipeline/models/registry.py"].class_paths}
+    assert "cuml.dask.ensemble:RandomForestClassifier" in targets
+
+
+def test_keywords_built_by_a_helper_are_expanded(package):
+    cluster = next(s for s in package["pipeline/backends/cluster.py"].direct if s.dotted == "dask_cuda.LocalCUDACluster")
+    assert {"rmm_pool_size", "resources", "enable_cudf_spill", "n_workers", "protocol"} <= set(cluster.keywords)
+    assert not cluster.star_kwargs                                          # every key is known
+    config = next(s for s in package["pipeline/distributed/xgboost_external.py"].direct
+                  if s.dotted == "xgboost.config_context")
+    assert set(config.keywords) == {"nthread", "use_rmm"}
+
+
+def test_a_module_added_later_is_scanned(check, facts, tmp_path):
+    """A temporary source tree: modules importing any GPU library, and shared code on frames."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "pool.py").write_text("import rmm\n\ndef setup():\n    rmm.reinitialize(pool_allocator=True)\n")
+    (tmp_path / "pkg" / "comms.py").write_text("from raft_dask.common import Comms\n\ndef c():\n    return Comms(verbose=True)\n")
+    (tmp_path / "pkg" / "plain.py").write_text("import json\n\ndef f(x):\n    return json.dumps(x)\n")
+    (tmp_path / "pkg" / "shared.py").write_text(textwrap.dedent("""
+        def top(frame, backend, n):
+            best = frame.nlargest(n, columns="score")
+            return backend.frame.concat([best, frame.tail(2)], ignore_index=True)
+    """))
+    targets = check.default_scan_targets([tmp_path])
+    assert {p.name for p in targets} >= {"pool.py", "comms.py"} and "plain.py" not in {p.name for p in targets}
+    scans = {Path(s.path).name: s for s in check.scan_package(check.package_files([tmp_path]), facts)}
+    assert [s.dotted for s in scans["pool.py"].direct] == ["rmm.reinitialize"]
+    assert [s.dotted for s in scans["comms.py"].direct] == ["raft_dask.common.Comms"]
+    assert scans["plain.py"].total == 0
+    nlargest = [s for s in scans["shared.py"].members if s.member == "nlargest"]
+    assert nlargest and nlargest[0].n_args == 1 and nlargest[0].keywords == ("columns",)
+    assert not nlargest[0].certain                        # typed by its name: in memory or partitioned
+    assert [c.dotted for c in scans["shared.py"].via_backend] == ["cudf.concat"]
+
+
+def test_flow_follows_partition_guards_callbacks_and_isinstance(check, facts):
+    flow = _flow(check, facts, """
+        import numpy as np
+        import cudf
+        from pipeline.backends import is_partitioned
+
+        def fit(frame, backend):
+            if is_partitioned(frame):
+                return frame.map_partitions(part_fn, 3, meta=frame._meta)
+            return frame.iloc[backend.asarray([0])]
+
+        def part_fn(part, k):
+            return part.head(k)
+
+        def host(x):
+            if isinstance(x, cudf.Series):
+                return x.to_arrow()
+            return np.log1p(x)
+    """)
+    by_member = {s.member: s for s in flow.members}
+    assert by_member["map_partitions"].receivers == ("dask_cudf.DataFrame",) and by_member["map_partitions"].certain
+    assert by_member["iloc"].receivers == ("cudf.DataFrame",) and by_member["iloc"].certain
+    assert by_member["head"].receivers == ("cudf.DataFrame",)      # the callback's partition, in memory
+    assert by_member["to_arrow"].receivers == ("cudf.Series",)     # narrowed by isinstance
+    assert "__array_ufunc__" not in by_member                      # x is not a device value there
+
+
+def test_flow_records_dlpack_dask_readers_and_optional_members(check, facts):
+    flow = _flow(check, facts, """
+        import dask
+        import dask.dataframe as dd
+        import torch
+
+        def read(backend, path):
+            with dask.config.set({"dataframe.backend": backend.dask_backend}):
+                frame = dd.read_csv(path, usecols=["a"], blocksize=None)
+            return frame.astype("float32")
+
+        def hand(backend, frame):
+            matrix = backend.to_matrix(frame)
+            return torch.from_dlpack(matrix, copy=False)
+
+        def median(series, backend):
+            return series.median_approximate() if hasattr(series, "median_approximate") else series.median()
+    """)
+    assert [(r.function, r.keywords) for r in flow.dask_reads] == [("read_csv", ("usecols", "blocksize"))]
+    assert {s.receivers for s in flow.members if s.member == "astype"} == {("dask_cudf.DataFrame",)}
+    assert [(d.producer, d.keywords) for d in flow.dlpack] == [("cupy.ndarray", ("copy",))]
+    optional = next(s for s in flow.members if s.member == "median_approximate")
+    assert optional.guarded and not next(s for s in flow.members if s.member == "median").guarded
+
+
+def test_a_host_frame_is_not_taken_for_a_device_frame(check, facts):
+    flow = _flow(check, facts, """
+        import pandas as pd
+
+        def report(backend, rows):
+            frame = pd.DataFrame(rows)
+            return frame.to_markdown()
+    """)
+    assert flow.members == []
+
+
+# --------------------------------------------------------------------------- checking derived sites
+def _site(check, member, receivers, *, certain=True, **kw):
+    return check.MemberSite(path="t.py", line=1, receivers=tuple(receivers), certain=certain, member=member,
+                            written=member, **kw)
+
+
+def test_member_checks_proven_types_on_each_and_guessed_ones_on_one(check):
+    most_common = _site(check, "most_common", ["collections.Counter", "collections.OrderedDict"], n_args=1)
+    assert not check.check_member_site(most_common).ok
+    guessed = _site(check, "most_common", ["collections.Counter", "collections.OrderedDict"], certain=False, n_args=1)
+    assert check.check_member_site(guessed).ok
+    typo = _site(check, "most_commn", ["collections.Counter", "collections.OrderedDict"], certain=False)
+    result = check.check_member_site(typo)
+    assert not result.ok and "most_common" in result.detail              # close match named
+    optional = _site(check, "most_common", ["collections.OrderedDict"], guarded=True)
+    assert check.check_member_site(optional).ok
+
+
+def test_member_keywords_only_kwargs_takes_fail_on_strict_modules(check):
+    site = _site(check, "update", ["collections.Counter"], n_args=1, keywords=("extra",))
+    assert check.check_member_site(site, strict_modules=("collections",)).ok is False
+    lenient = check.check_member_site(site, strict_modules=())
+    assert lenient.ok and "extra" in lenient.detail
+
+
+def test_instance_attributes_are_read_from_the_source(check):
+    class Cluster:
+        def __init__(self):
+            self.workers = {}
+
+    assert check.instance_attribute_setter(Cluster, "workers")
+    assert check.instance_attribute_setter(Cluster, "scheduler") is None
+
+
+def test_calls_with_constant_arguments_are_made_for_real(check):
+    class Frame:
+        def reset_index(self, drop=False):
+            return self
+
+    good = _site(check, "reset_index", ["t.Frame"], keywords=("drop",), literal=((), (("drop", "True"),)))
+    assert check.call_on_empty_frame(Frame, good)[0] is True
+    bad = _site(check, "reset_index", ["t.Frame"], keywords=("drops",), literal=((), (("drops", "True"),)))
+    refused = check.call_on_empty_frame(Frame, bad)
+    assert refused[0] is False and "drops" in refused[1]
+
+
+def test_torch_tells_which_keywords_from_dlpack_passes(check):
+    pytest.importorskip("torch")
+    kwargs, _ = check.dlpack_keywords(("copy",))
+    assert {"stream", "max_version", "copy"} <= set(kwargs) and kwargs["copy"] is False
+
+
+def test_an_override_must_take_what_the_library_passes(check):
+    class Base:
+        def after_iteration(self, model, epoch, evals_log):
+            return False
+
+    assert check.check_override(Base.after_iteration, "self, model, epoch, evals_log").ok
+    assert not check.check_override(Base.after_iteration, "self, model, epoch").ok
+
+
+def test_distribution_names_with_alternatives(check):
     import ast
 
-    tree = ast.parse(path.read_text())
-    return {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | {
-        target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
-        for target in node.targets if isinstance(target, ast.Name)}
-
-
-def test_every_place_the_call_table_names_exists(check):
-    """The table of cuDF calls says where each call is made; a renamed or moved function
-    leaves a note pointing nowhere, so the table would drift from the code unnoticed."""
-    import re
-
-    stale = []
-    for call in check.CUDF_METHOD_CALLS:
-        for module, name in re.findall(r"\b([a-z_]+)\.(\w+)", call.where):
-            if module in WHERE_MODULES and name not in _defined_names(ROOT / "pipeline" / WHERE_MODULES[module]):
-                stale.append(f"{module}.{name} ({call.member})")
-    assert stale == []
+    tree = ast.parse('NAMES = {"cudf": ("cudf-cu13", "cudf-cu12"), "torch": "torch", "other": "x"}')
+    sites = check.scan_distribution_names(tree, "t.py", ("cudf", "torch"))
+    assert [s.target for s in sites] == ["cudf-cu13|cudf-cu12", "torch"]

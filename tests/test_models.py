@@ -39,3 +39,23 @@ def test_every_model_constructs_on_cpu_with_translated_params(name):
     got = estimator.get_params()
     for key, value in params.items():
         assert got[key] == value
+
+
+def test_a_model_whose_package_is_not_installed_names_the_install_extra():
+    """XGBoost comes with an install extra, not the base requirements: without it, training says
+    which package is missing and how to install it (exit code 5), not an ImportError."""
+    from pipeline.backends import get_backend
+    from pipeline.errors import BackendUnavailable, ExitCode
+
+    class Spec:
+        name = "boosted"
+
+        def class_path(self, device, *, distributed=False):
+            return "no_such_boosting_package.sklearn:Classifier"
+
+    with pytest.raises(BackendUnavailable) as caught:
+        get_backend("cpu").estimator(Spec(), {})
+    message = str(caught.value)
+    assert "model 'boosted' needs the Python package 'no_such_boosting_package'" in message
+    assert "pip install -e '.[cpu]'" in message
+    assert caught.value.exit_code == ExitCode.BACKEND

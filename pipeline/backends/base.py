@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import DataError
+from pipeline.errors import BackendUnavailable, DataError
 
 # Row filters, in the pyarrow form [column, op, value]; see ``apply_filters``.
 Filter = tuple[str, str, Any]
@@ -179,6 +179,12 @@ class Backend(ABC):
     def is_numeric(self, series: Any) -> bool:
         return pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
 
+    def is_integral(self, series: Any) -> bool:
+        """Integer or boolean dtype, nullable ones included (pandas ``Int64``, any cuDF int):
+        such a column refuses a fill value with a fraction, where NumPy-backed pandas has
+        already turned it into float64 if it had a gap."""
+        return pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+
     # ------------------------------------------------------------- models
     def estimator_class_path(self, spec: Any, *, distributed: bool = False) -> str:
         """``module:Class`` of the estimator this backend uses for a model spec (a registry
@@ -189,9 +195,18 @@ class Backend(ABC):
         return path
 
     def estimator(self, spec: Any, params: Mapping[str, Any], *, distributed: bool = False) -> Any:
-        """Construct the estimator for a registry model with already-translated params."""
+        """Construct the estimator for a registry model with already-translated params.
+
+        A Dask estimator whose constructor takes ``client`` (cuml.dask's) is built inside
+        ``cluster_client()`` and given it: the constructor submits a task to every worker and
+        waits, so inside a one-thread worker's task it must run after the task seceded, and
+        without ``client=`` it asks for a default client that a fresh worker does not have.
+        """
         module_name, _, class_name = self.estimator_class_path(spec, distributed=distributed).partition(":")
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = getattr(_import_estimator_module(spec.name, module_name), class_name)
+        if distributed and _takes_client(cls):
+            with cluster_client() as client:
+                return cls(**dict(params), client=client)
         return cls(**dict(params))
 
     def predict_scores(self, estimator: Any, X: Any) -> np.ndarray:
@@ -206,18 +221,15 @@ class Backend(ABC):
         return None
 
     def versions(self) -> dict[str, str]:
-        """Versions of the libraries this backend runs on, for the run manifest."""
-        from importlib.metadata import PackageNotFoundError, version
+        """Versions of the libraries this backend runs on, for the run manifest, under the name
+        of the distribution that installed each (``cudf-cu13``, ``xgboost-cpu``): the build is
+        part of the answer."""
+        from pipeline.backends.detect import module_distributions
 
-        found: dict[str, str] = {}
-        for dist in self._distributions:
-            try:
-                found[dist] = version(dist)
-            except PackageNotFoundError:
-                continue
-        return found
+        return {dist.name: dist.version
+                for module in self._distributions for dist in module_distributions(module, provided={})}
 
-    _distributions: tuple[str, ...] = ()
+    _distributions: tuple[str, ...] = ()     # import names; detect knows their builds
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -229,6 +241,29 @@ class Backend(ABC):
 
 
 _INSTANCES: dict[type, Backend] = {}
+
+
+def _import_estimator_module(model: str, module_name: str) -> Any:
+    """The estimator's module, or a clear word on which install flavour brings it (XGBoost is
+    in the `cpu`, `gpu` and `gpu-cu12` extras, not the base requirements)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise BackendUnavailable(
+            f"model '{model}' needs the Python package '{exc.name}', which is not installed here; "
+            "install pipeline with the extra for this machine, in its checkout: pip install -e '.[cpu]' "
+            "(or '.[gpu]' for CUDA 13, '.[gpu-cu12]' for CUDA 12); `make setup` does the first") from exc
+
+
+def _takes_client(cls: type) -> bool:
+    """Whether ``cls(...)`` names a ``client`` parameter (``**kwargs`` does not count: XGBoost's
+    would take it for a booster parameter)."""
+    import inspect
+
+    try:
+        return "client" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):         # no signature to read (a builtin or extension type)
+        return False
 
 
 def instance_of(cls: type[Backend]) -> Backend:
@@ -284,6 +319,29 @@ def cluster_client() -> Iterator[Any]:
         return
     with worker_client() as client:
         yield client
+
+
+def row_major_matrix(
+    xp: ModuleType,
+    n_rows: int,
+    names: Sequence[Any],
+    column_values: Callable[[Any], Any],
+    dtype: Any,
+) -> Any:
+    """A C-contiguous (row-major) ``n_rows x len(names)`` matrix of ``xp`` (numpy or cupy),
+    filled one column at a time.
+
+    Every consumer reads rows (batch gathers, XGBoost, cuML's forest inference), but NumPy and
+    cuDF both build a column-major matrix from a frame. Filling a preallocated row-major one
+    is the single copy; the assignment converts each column's dtype on the way in, so the
+    peak is the matrix plus at most one column (``column_values`` returns a column as a 1-D
+    array, a view where the frame allows one). Converting a column-major matrix afterwards
+    would hold both matrices at once.
+    """
+    out = xp.empty((n_rows, len(names)), dtype=dtype, order="C")
+    for j, name in enumerate(names):
+        out[:, j] = column_values(name)
+    return out
 
 
 def _infer_format(path: Path) -> str:

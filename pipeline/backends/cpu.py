@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import Backend, compute_lazy, is_partitioned
+from pipeline.backends.base import Backend, compute_lazy, is_partitioned, row_major_matrix
 
 
 class CpuBackend(Backend):
@@ -17,7 +17,7 @@ class CpuBackend(Backend):
     frame = pd
     array = np
     dask_backend = "pandas"
-    _distributions = ("pandas", "numpy", "pyarrow", "scikit-learn", "xgboost")
+    _distributions = ("pandas", "numpy", "pyarrow", "sklearn", "xgboost")
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
         return pd.read_csv(
@@ -57,13 +57,14 @@ class CpuBackend(Backend):
         are read-only).
         """
         names = list(columns) if columns is not None else list(frame.columns)
-        out = np.empty((len(frame), len(names)), dtype=dtype)
-        for j, name in enumerate(names):
+
+        def column_values(name: str) -> np.ndarray:
             values = frame[name].to_numpy()          # a view for NumPy-backed columns
             if values.dtype == object:               # nullable extension column: NA -> NaN
                 values = frame[name].to_numpy(dtype=dtype, na_value=np.nan)
-            out[:, j] = values
-        return out
+            return values
+
+        return row_major_matrix(np, len(frame), names, column_values, dtype)
 
     def to_vector(self, series: pd.Series, dtype: str = "float32") -> np.ndarray:
         return series.to_numpy(dtype=dtype, copy=True)

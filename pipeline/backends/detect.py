@@ -27,6 +27,7 @@ _KNOWN_DISTRIBUTIONS = {
     "dask_cudf": ("dask-cudf-cu13", "dask-cudf-cu12"), "raft_dask": ("raft-dask-cu13", "raft-dask-cu12"),
     "rmm": ("rmm-cu13", "rmm-cu12"), "torch": ("torch",),
     "xgboost": ("xgboost", "xgboost-cpu", "xgboost-cu13", "xgboost-cu12"),
+    "pandas": ("pandas",), "numpy": ("numpy",), "pyarrow": ("pyarrow",), "sklearn": ("scikit-learn",),
 }
 
 

@@ -17,7 +17,13 @@ import cupy as cp
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import Backend, compute_lazy, is_partitioned
+from pipeline.backends.base import Backend, compute_lazy, is_partitioned, row_major_matrix
+
+
+def _column_array(series: cudf.Series) -> cp.ndarray:
+    """One column as a 1-D CuPy array in its own dtype: a view of the column's buffer when it
+    is numeric without nulls (ints with nulls come out float64 with NaN, as on the CPU)."""
+    return series.to_cupy()
 
 
 class GpuBackend(Backend):
@@ -25,9 +31,7 @@ class GpuBackend(Backend):
     frame = cudf
     array = cp
     dask_backend = "cudf"
-    _distributions = (
-        "cudf-cu12", "cuml-cu12", "cupy-cuda12x", "dask-cuda", "pandas", "pyarrow", "xgboost",
-    )
+    _distributions = ("cudf", "cuml", "cupy", "dask_cuda", "pandas", "pyarrow", "xgboost")
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> cudf.DataFrame:
         return cudf.read_csv(
@@ -63,12 +67,18 @@ class GpuBackend(Backend):
         return x
 
     def to_matrix(self, frame: cudf.DataFrame, columns: Sequence[str] | None = None, dtype: str = "float32") -> cp.ndarray:
-        # cuDF's to_cupy() raises on nulls and strings: the feature workflow guarantees neither
-        # reaches here. For more than one column it builds a new matrix: the one allowed copy.
-        selected = frame[list(columns)] if columns is not None else frame
-        # to_cupy converts each column while filling the matrix: no astype() first, which
-        # would make a second full-size copy of the frame.
-        return selected.to_cupy(dtype=np.dtype(dtype))
+        """A row-major CuPy matrix filled column by column: the one allowed copy.
+
+        ``DataFrame.to_cupy()`` always allocates column-major, which makes every batch
+        gather and XGBoost read strided (and cuML's forest inference copies it to row-major).
+        Preallocating the row-major matrix and assigning each column (a zero-copy view of a
+        numeric column without nulls; CuPy converts the dtype during the assignment) peaks
+        at the matrix itself; ``to_cupy()`` followed by ``cp.ascontiguousarray`` would hold
+        two full matrices and copy twice. Strings raise; the feature workflow lets neither
+        strings nor nulls reach here.
+        """
+        names = list(columns) if columns is not None else list(frame.columns)
+        return row_major_matrix(cp, len(frame), names, lambda name: _column_array(frame[name]), np.dtype(dtype))
 
     def to_vector(self, series: cudf.Series, dtype: str = "float32") -> cp.ndarray:
         return series.to_cupy(dtype=np.dtype(dtype), copy=True)
@@ -98,5 +108,11 @@ class GpuBackend(Backend):
 
 
     def device_memory_used(self) -> int | None:
-        free, total = cp.cuda.runtime.memGetInfo()
-        return int(total - free)
+        """Bytes this process has allocated on the device through RMM, PyTorch and CuPy's pool.
+
+        Not ``memGetInfo``'s total - free: that is device-wide (other processes, CUDA contexts,
+        the whole of an RMM pool). ``backends.device_memory`` says what each allocator counts.
+        """
+        from pipeline.backends.device_memory import process_device_bytes
+
+        return process_device_bytes()

@@ -174,8 +174,10 @@ def train_rank(shard: Shard, source: BatchSource, params: dict[str, Any], rounds
 
 
 def _global_config(params: dict[str, Any]) -> dict[str, Any]:
-    """XGBoost's global settings for a rank: its threads; on a GPU, RMM's allocator, so the
-    quantised pages come from the pool dask-cuda set up (``rmm_pool_size``) rather than beside it."""
+    """XGBoost's global settings for a rank: its threads; on a GPU with an XGBoost built with RMM,
+    RMM's allocator, so its device memory comes from the pool dask-cuda set up (``rmm_pool_size``).
+    The PyPI build has no RMM and allocates beside the pool (the cluster leaves it room:
+    ``backends.cluster.plan_gpu_memory``); the quantised pages live in host memory either way."""
     config: dict[str, Any] = {"nthread": params["nthread"]}
     if str(params.get("device", "cpu")).startswith("cuda") and xgboost.build_info().get("USE_RMM"):
         config["use_rmm"] = True
@@ -252,8 +254,21 @@ def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: st
             raw = futures[0].result()
         finally:
             client.cancel(futures)
-    estimator.load_model(bytearray(raw))
+    load_trained_model(estimator, raw)
     return {"ranks": len(shards), "train_files": {s.worker: len(s.train_files) for s in shards}}
+
+
+def load_trained_model(estimator: Any, raw: bytes) -> None:
+    """Load the ranks' model into ``estimator``, its booster on the estimator's device.
+
+    XGBoost's ``load_model`` leaves the booster on the CPU whatever ``device`` the estimator
+    was built with; a CPU booster given cuDF partitions (``inplace_predict``, xgboost.dask's
+    predict) copies them to the host and predicts there.
+    """
+    estimator.load_model(bytearray(raw))
+    device = estimator.get_params().get("device")
+    if device:
+        estimator.get_booster().set_param({"device": device})
 
 
 def _wait_for_ranks(client: Any, futures: list[Any], shards: list[Shard], stage: str) -> None:

@@ -39,6 +39,9 @@ class EmptyState(OpState):
 
 
 class FillMissingState(OpState):
+    """Fill value per column. Its JSON type is part of the state: a float fill (mean and
+    median always are) makes an integer column float64 on every device (see ``FillMissing``)."""
+
     fill: dict[str, Scalar]
 
 
@@ -131,6 +134,13 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _as_fillable(series: Any, fill: Any, backend: Backend) -> Any:
+    """``series`` as float64 when ``fill`` is a float and the column is integer or boolean."""
+    if isinstance(fill, float) and backend.is_integral(series):
+        return series.astype("float64")
+    return series
+
+
 def _replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: list[str]) -> Any:
     """Drop ``drop`` and append ``new`` columns in one concat (no per-column fragmentation)."""
     kept = frame.drop(columns=drop) if drop else frame
@@ -141,7 +151,14 @@ def _replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: li
 
 
 class FillMissing(FeatureOp):
-    """Replace missing values with a constant or a statistic of the training split."""
+    """Replace missing values with a constant or a statistic of the training split.
+
+    A float fill (mean, median, a constant such as 0.5) turns an integer column into float64
+    first, whether or not it has a gap: pandas already holds NumPy ints with a gap as float64,
+    but pandas' nullable ``Int64`` and cuDF keep them integer and refuse a fill with a
+    fraction. Deciding by the fitted value's type, not the data, gives one dtype on both
+    devices and for every split and scoring batch. An integer fill keeps integer columns.
+    """
 
     op: ClassVar[str] = "fill_missing"
     state_model: ClassVar[type[OpState]] = FillMissingState
@@ -189,7 +206,7 @@ class FillMissing(FeatureOp):
         for col in self.columns:
             if self.indicator:
                 new[f"{col}_missing"] = frame[col].isna().astype("float32")
-            new[col] = frame[col].fillna(state.fill[col])
+            new[col] = _as_fillable(frame[col], state.fill[col], backend).fillna(state.fill[col])
             drop.append(col)
         out = _replace_columns(frame, backend, new, drop)
         return out[self.output_columns(list(frame.columns), state)]

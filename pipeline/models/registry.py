@@ -3,8 +3,11 @@ and the file format its exported model is saved in.
 
 Users write scikit-learn's parameter names once; the registry renames them for cuML
 (``criterion`` → ``split_criterion``), drops ones that do not exist on the device (and says
-so), and fills device defaults. Estimator classes are named as ``module:Class`` strings so this
-module never imports a GPU library; the backend imports them.
+so), and fills device defaults. Where a name-by-name mapping is not enough, an entry adds
+rules over combinations (a parameter that only acts together with another is refused
+alone, never passed on to be ignored) and a per-device rewrite of values. Estimator classes
+are named as ``module:Class`` strings so this module never imports a GPU library; the backend
+imports them.
 
 Everything that depends on which model it is (what ``train`` offers, what can stream from
 Parquet, how ``export`` writes it and ``predict`` reads it back) is a field of the entry, so
@@ -14,7 +17,8 @@ plugin code adds a model with ``register_model`` and no module here names it.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,10 @@ from pipeline.models.formats import JOBLIB, TORCH_STATE_DICT, XGBOOST_JSON, Mode
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
+# The user's params (known names only) -> problems, each naming the keys involved.
+ParamRules = Callable[[Mapping[str, Any]], list[str]]
+# (device, translated kwargs, the user's params) -> the kwargs that device's estimator takes.
+ParamAdapter = Callable[[str, dict[str, Any], Mapping[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,11 @@ class ModelSpec:
     format: ModelFormat = JOBLIB
     # Can train from partition files through XGBoost-style external memory.
     external_memory: bool = False
+    # Checks over combinations of params, for what the name mapping cannot see (a parameter
+    # that only acts together with another); run by ``check_params``, so at validation.
+    param_rules: ParamRules | None = None
+    # Rewrites translated kwargs whose meaning lies in values, not names; run by ``translate``.
+    adapt_params: ParamAdapter | None = None
 
     @property
     def trainable(self) -> bool:
@@ -80,6 +93,8 @@ class ModelSpec:
                 close = difflib.get_close_matches(key, allowed, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(allowed)}"
                 problems.append(f"unknown parameter '{key}' for model '{self.name}'{hint}")
+        if self.param_rules is not None:
+            problems += self.param_rules({k: v for k, v in params.items() if k in self.params})
         return problems
 
     def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None,
@@ -98,6 +113,8 @@ class ModelSpec:
                 dropped.append(key)
             else:
                 out[target] = value
+        if self.adapt_params is not None:
+            out = self.adapt_params(device, out, params)
         return out, dropped
 
 
@@ -111,6 +128,60 @@ def _cpu_only(*names: str) -> dict[str, tuple[str, None]]:
 
 def _gpu_only(*names: str) -> dict[str, tuple[None, str]]:
     return {n: (None, n) for n in names}
+
+
+# Logistic regression's penalty. cuML 26.10 takes ``penalty`` and ``l1_ratio`` as scikit-learn
+# 1.7 did and applies ``l1_ratio`` only with ``penalty="elasticnet"`` (silently, otherwise).
+# scikit-learn 1.8 deprecated ``penalty`` (gone in 1.10): there ``l1_ratio`` alone chooses it.
+# A lone ``l1_ratio`` therefore means elasticnet on a new CPU and nothing on the GPU, so it is
+# refused; ``penalty`` is what users write, and the CPU gets it in its installed spelling.
+_PENALTIES = ("l1", "l2", "elasticnet")
+# scikit-learn solvers that handle an L1 term (lbfgs, the default, does not).
+_L1_SOLVERS = {"l1": ("saga", "liblinear"), "elasticnet": ("saga",)}
+
+
+def _logistic_param_rules(params: Mapping[str, Any]) -> list[str]:
+    """``penalty`` / ``l1_ratio`` / ``solver`` combinations that would be ignored or refused."""
+    penalty = params.get("penalty", "l2")
+    if penalty not in _PENALTIES:
+        return [f"penalty must be one of {', '.join(map(repr, _PENALTIES))}, not {penalty!r}"]
+    problems = []
+    ratio = params.get("l1_ratio")
+    if "l1_ratio" in params and penalty != "elasticnet":
+        problems.append(f"l1_ratio only takes effect with penalty: elasticnet (penalty is {penalty}; cuML would "
+                        "ignore it): add penalty: elasticnet, or remove l1_ratio")
+    elif penalty == "elasticnet" and ratio is None:
+        problems.append("penalty: elasticnet needs l1_ratio (the L1 share: 0 is pure L2, 1 pure L1)")
+    elif penalty == "elasticnet" and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                                      or not 0 <= ratio <= 1):
+        problems.append(f"l1_ratio must be a number between 0 and 1, not {ratio!r}")
+    solver = params.get("solver")
+    if solver is not None and penalty in _L1_SOLVERS and solver not in _L1_SOLVERS[penalty]:
+        needed = " or ".join(repr(s) for s in _L1_SOLVERS[penalty])
+        problems.append(f"penalty: {penalty} needs solver {needed} on the CPU, not {solver!r}; leave solver out "
+                        "to get saga")
+    return problems
+
+
+def _logistic_for_device(device: str, kwargs: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """scikit-learn's spelling of ``penalty`` on the CPU; cuML takes penalty and l1_ratio as given."""
+    penalty = kwargs.get("penalty")
+    if device != "cpu" or penalty not in _PENALTIES:
+        return kwargs                 # the GPU, no penalty, or a value validation refuses
+    if penalty != "l2" and "solver" not in params:
+        kwargs["solver"] = "saga"     # the one scikit-learn solver for both L1 and elasticnet
+    if _sklearn_version() >= (1, 8):
+        del kwargs["penalty"]
+        kwargs["l1_ratio"] = {"l1": 1.0, "l2": 0.0}.get(penalty, kwargs.get("l1_ratio"))
+    return kwargs
+
+
+def _sklearn_version() -> tuple[int, int]:
+    """(major, minor) of the installed scikit-learn, read without importing it."""
+    from importlib.metadata import version
+
+    found = re.match(r"(\d+)\.(\d+)", version("scikit-learn"))
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
 # XGBoost's sklearn API is the same on both devices; only `device` differs.
@@ -131,7 +202,7 @@ MODELS: dict[str, ModelSpec] = {
             cpu_class="sklearn.linear_model:LogisticRegression",
             gpu_class="cuml.linear_model:LogisticRegression",
             params={
-                **_same("C", "max_iter", "tol", "fit_intercept", "class_weight", "l1_ratio", "verbose"),
+                **_same("C", "max_iter", "tol", "fit_intercept", "class_weight", "penalty", "l1_ratio", "verbose"),
                 **_cpu_only("solver", "n_jobs", "warm_start"),
                 **_gpu_only("linesearch_max_iter"),
                 "random_state": ("random_state", None),
@@ -139,7 +210,10 @@ MODELS: dict[str, ModelSpec] = {
             cpu_defaults={"max_iter": 1000},
             gpu_defaults={"max_iter": 1000, "output_type": "cupy"},
             seed_param=None,
-            description="L2-regularised logistic regression (cuML's only solver is 'qn')",
+            param_rules=_logistic_param_rules,
+            adapt_params=_logistic_for_device,
+            description="logistic regression, L2 by default; penalty: l1, or elasticnet with l1_ratio "
+                        "(cuML's only solver is 'qn'; scikit-learn's saga on the CPU)",
             # cuml.dask.linear_model.LogisticRegression exists but has no predict_proba
             # (make check-gpu, cuML 26.10), so it cannot be scored like the others.
         ),

@@ -4,15 +4,27 @@ No ``Dataset.__getitem__`` per row and no collate: one ``randperm`` per epoch, t
 is one ``index_select`` per tensor, on the device where the tensors already are. When the
 tensors are on the host but training runs on a GPU, batches are gathered into pinned buffers
 and copied with ``non_blocking=True`` on a side stream one batch ahead, so the copy of batch
-k+1 overlaps the compute on batch k.
+k+1 overlaps the compute on batch k. A copied batch stays referenced here until an event
+recorded on the compute stream after its use has completed (``InFlightBatches``): its memory
+is never back in the allocator while the GPU may still read it, whatever the allocator.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+
+Batch = list[torch.Tensor | None]
+
+
+class Marker(Protocol):
+    """A point in a stream's work (``torch.cuda.Event`` is one)."""
+
+    def query(self) -> bool: ...
+    def synchronize(self) -> None: ...
 
 
 class TensorBatches:
@@ -75,7 +87,7 @@ class TensorBatches:
                 return
             yield index
 
-    def __iter__(self) -> Iterator[list[torch.Tensor | None]]:
+    def __iter__(self) -> Iterator[Batch]:
         if self.crosses_devices and self.source.type == "cpu":
             yield from self._prefetched()
             return
@@ -84,7 +96,7 @@ class TensorBatches:
             yield [None if b is None else b.to(self.device) for b in batch] if self.crosses_devices else batch
 
     # ------------------------------------------------------- host -> GPU
-    def _prefetched(self) -> Iterator[list[torch.Tensor | None]]:
+    def _prefetched(self) -> Iterator[Batch]:
         """Gather on the host, copy ahead on a side stream, hand over on the compute stream."""
         cuda = self.device.type == "cuda"
         pin = self.pin_memory and cuda
@@ -94,7 +106,7 @@ class TensorBatches:
                    for _ in range(2)]
         copied: list[Any] = [None, None]     # CUDA event per buffer: its last copy has finished
 
-        def stage(k: int, index: torch.Tensor) -> list[torch.Tensor | None]:
+        def stage(k: int, index: torch.Tensor) -> Batch:
             slot = k % 2
             if copied[slot] is not None:
                 copied[slot].synchronize()
@@ -111,22 +123,100 @@ class TensorBatches:
                 copied[slot] = event
             return moved
 
+        in_flight = InFlightBatches()
+        compute = None
+        handed: Batch | None = None
         slices = self._slices()
         index = next(slices, None)
         ahead = stage(0, index) if index is not None else None
         k = 0
-        while ahead is not None:
-            current = ahead
-            if copy_stream is not None:
-                compute = torch.cuda.current_stream(self.device)
-                compute.wait_stream(copy_stream)
-                for t in current:
-                    if t is not None:
-                        t.record_stream(compute)     # the allocator must not reuse it early
-            index = next(slices, None)
-            k += 1
-            ahead = stage(k, index) if index is not None else None
-            yield current
+        try:
+            while ahead is not None:
+                compute = None if copy_stream is None else torch.cuda.current_stream(self.device)
+                handed = _hand_over(ahead, copy_stream, compute)
+                index = next(slices, None)
+                k += 1
+                ahead = stage(k, index) if index is not None else None
+                yield handed
+                # Asked for the next batch: whatever the consumer does with this one is queued.
+                in_flight.retire(handed, _compute_done(compute))
+                handed = None
+        finally:
+            if handed is not None:           # the consumer stopped with a batch in hand
+                in_flight.retire(handed, _compute_done(compute))
+            in_flight.drain()
+            for event in copied:             # a batch copied ahead and never handed over
+                if event is not None:
+                    event.synchronize()
+
+
+class InFlightBatches:
+    """Batches the consumer has moved past, each kept until the compute stream is done with it.
+
+    ``record_stream`` asks PyTorch's caching allocator to hold a freed block until the streams
+    that used it finish, but RMM's PyTorch allocator (Dask-CUDA's
+    ``rmm_allocator_external_lib_list``) ignores it: a batch freed when the consumer drops it
+    went back to the pool at once, and the next copy on the side stream could overwrite it
+    while the compute stream still read it. Holding the tensors until the event recorded after
+    their use completes makes the lifetime explicit under any allocator. At most ``limit``
+    batches wait; past that the host waits for the oldest, which bounds the memory held (the
+    compute stream still has ``limit`` batches of work queued, so it does not idle).
+    """
+
+    def __init__(self, limit: int = 2) -> None:
+        self.limit = limit
+        self._held: deque[tuple[Batch, Marker]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def retire(self, batch: Batch, done: Marker) -> None:
+        """Keep ``batch`` until ``done`` completes; let go of the batches already finished."""
+        self._held.append((batch, done))
+        while self._held:
+            oldest = self._held[0][1]
+            if not oldest.query():
+                if len(self._held) <= self.limit:
+                    return
+                oldest.synchronize()
+            self._held.popleft()
+
+    def drain(self) -> None:
+        """Wait for every held batch's work, then let go of them all."""
+        while self._held:
+            self._held[0][1].synchronize()
+            self._held.popleft()
+
+
+class _Done:
+    """The marker of work that ran as it was called (the CPU path): already complete."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _compute_done(stream: Any) -> Marker:
+    """A marker after the work queued on the compute ``stream`` so far (None: the CPU path)."""
+    if stream is None:
+        return _Done()
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
+
+
+def _hand_over(batch: Batch, copy_stream: Any, compute: Any) -> Batch:
+    """Order the ``compute`` stream after the copy of ``batch`` (no-op on the CPU path)."""
+    if copy_stream is None:
+        return batch
+    compute.wait_stream(copy_stream)
+    for t in batch:
+        if t is not None:
+            # PyTorch's own allocator then also guards a batch the consumer keeps past the next one.
+            t.record_stream(compute)
+    return batch
 
 
 def _host_buffer(t: torch.Tensor, rows: int, pin: bool) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """The training loop of the tabular MLP: AdamW, mixed precision, early stopping, a history.
 
 Written once for both devices. On a GPU it trains under ``torch.autocast`` (bf16 where the
-card supports it, else fp16 with a ``GradScaler``); on the CPU in fp32 unless asked. Batches
-come from ``TensorBatches``; losses are summed on the device and read once per epoch, so the
-loop never waits for the GPU between batches.
+card computes it natively, else fp16 with a ``GradScaler``); on the CPU in fp32 unless asked.
+Batches come from ``TensorBatches``; losses are summed on the device and read once per epoch,
+so the loop never waits for the GPU between batches.
 """
 
 from __future__ import annotations
@@ -100,8 +100,29 @@ def autocast_dtype(precision: Precision, device: torch.device) -> torch.dtype | 
     if precision == "fp16":
         return torch.float16
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if native_bf16(device) else torch.float16
     return None    # auto on CPU: fp32, the fastest and most exact there
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 in hardware (Ampere, sm_80, and newer).
+
+    ``torch.cuda.is_bf16_supported()`` counts emulation by default: a T4 or V100 answers yes
+    because it can hold bf16 tensors, then runs bf16 matmuls far slower than fp16. PyTorch 2.10
+    to 2.13 take ``including_emulation``; a build without it falls back to the compute
+    capability.
+    """
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:
+        return torch.cuda.get_device_capability(device)[0] >= 8
+
+
+def mixed_precision(precision: Precision, device: torch.device) -> tuple[torch.dtype | None, torch.amp.GradScaler]:
+    """The autocast dtype and its gradient scaler: fp16 needs one (small gradients underflow
+    its range), bf16 and fp32 do not."""
+    dtype = autocast_dtype(precision, device)
+    return dtype, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
 def fit(
@@ -117,8 +138,7 @@ def fit(
     progress = progress or NoProgress()
     device = torch.device(device) if device is not None else train.x.device
     module.to(device)
-    dtype = autocast_dtype(options.precision, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    dtype, scaler = mixed_precision(options.precision, device)
     step = torch.compile(module, mode=None if options.compile is True else options.compile) \
         if options.compile else module
     optimizer = make_optimizer(module, options, device)
