@@ -34,6 +34,6 @@ resolve-gpu: setup         ## re-resolve each GPU extra for a GPU host from pack
 	$(BIN)/python scripts/resolve_gpu_extras.py refresh --python $(BIN)/python
 
 clean:
-	rm -rf $(VENV) .venv-gpu runs .pytest_cache bench-data
+	rm -rf $(VENV) .venv-gpu .venv-gpu-* runs .pytest_cache bench-data gpu-kit
 
 -include scripts/check-gpu.mk
