@@ -31,14 +31,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -47,19 +45,14 @@ REPO = Path(__file__).resolve().parents[1]
 SNAPSHOTS = REPO / "tests" / "data" / "gpu_resolution"
 GPU_EXTRAS = ("gpu", "gpu-cu12")
 
-# The host a GPU install targets: CPython 3.12 on x86-64 Linux (the RAPIDS wheels are
-# manylinux_2_24 to _2_28; pip matches a manylinux tag's glibc version exactly, so list them).
-TARGET_PYTHON = "3.12"
-TARGET_PLATFORMS = (
-    *(f"manylinux_2_{n}_x86_64" for n in range(17, 40)),
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
-)
-TARGET_MARKERS = {
-    "implementation_name": "cpython", "implementation_version": "3.12.0", "os_name": "posix",
-    "platform_machine": "x86_64", "platform_python_implementation": "CPython",
-    "platform_release": "", "platform_system": "Linux", "platform_version": "",
-    "python_full_version": "3.12.0", "python_version": TARGET_PYTHON, "sys_platform": "linux",
-}
+# The host a GPU install targets (CPython 3.12 on x86-64 Linux) is the GPU kit's target.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_kit import target  # noqa: E402
+from gpu_kit.resolve import ResolveError  # noqa: E402
+from gpu_kit.resolve import resolve as pip_resolve  # noqa: E402
+
+TARGET_PYTHON = target.PYTHON_VERSION
+TARGET_MARKERS = target.MARKERS
 
 # Requirements an extra leaves to the user, resolved without them (README "Install": torch for
 # CUDA 12 comes from PyTorch's own index, which this check cannot reach).
@@ -322,25 +315,11 @@ def resolve(extra: str, python: str) -> Snapshot:
 
 def _pip_resolve(python: str, requirements: Sequence[str], what: str, *, no_deps: bool = False) -> dict[str, Resolved]:
     """pip's resolution of ``requirements`` for the target, from package metadata alone."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        command = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                   *(["--no-deps"] if no_deps else []),
-                   "--report", str(report), "--only-binary=:all:", "--python-version", TARGET_PYTHON,
-                   "--implementation", "cp", *(a for p in TARGET_PLATFORMS for a in ("--platform", p)),
-                   "--target", str(Path(tmp) / "target"), *requirements]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if not line.startswith("WARNING")]
-            raise SystemExit(f"{what} does not resolve:\n" + "\n".join(errors[-15:]))
-        data = json.loads(report.read_text())
-    resolved = {}
-    for item in data["install"]:
-        meta, download = item["metadata"], item["download_info"]
-        resolved[canonicalize_name(meta["name"])] = Resolved(
-            meta["name"], meta["version"], tuple(meta.get("requires_dist") or ()),
-            download["url"].rsplit("/", 1)[-1], download.get("archive_info", {}).get("hashes", {}).get("sha256", ""))
-    return resolved
+    try:
+        dists = pip_resolve(requirements, python=python, no_deps=no_deps)
+    except ResolveError as exc:
+        raise SystemExit(f"{what} does not resolve:\n{exc}") from exc
+    return {key: Resolved(d.name, d.version, d.requires, d.filename, d.sha256) for key, d in dists.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,6 +39,23 @@ def copy_project(folder: Path) -> Path:
 
 
 @contextmanager
+def script_module(name: str) -> Iterator[object]:
+    """``scripts/<name>.py`` imported as a module for its unit tests; dataclasses look their
+    module up by name, so it sits in ``sys.modules`` while in use."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+
+
+@contextmanager
 def working_directory(path: Path) -> Iterator[Path]:
     cwd = os.getcwd()
     os.chdir(path)

@@ -6,7 +6,6 @@ CPU half of the model checks do not, and are tested here so the check itself sta
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import sys
 import textwrap
@@ -14,20 +13,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "check_gpu_api.py"
+from tests.conftest import script_module
+
 
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("check_gpu_api", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # dataclasses look their module up by name
-    try:
-        spec.loader.exec_module(module)
+    with script_module("check_gpu_api") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_importing_the_script_does_not_import_rapids(check):

@@ -9,26 +9,17 @@ catches the defect that shipped: the CUDA 12 RAPIDS wheels beside torch 2.13.0, 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "resolve_gpu_extras.py"
+from tests.conftest import script_module
+
 
 
 @pytest.fixture(scope="module")
 def res():
-    spec = importlib.util.spec_from_file_location("resolve_gpu_extras", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # dataclasses look their module up by name
-    try:
-        spec.loader.exec_module(module)
+    with script_module("resolve_gpu_extras") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def snapshot(res, extra: str):

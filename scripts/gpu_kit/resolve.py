@@ -77,11 +77,13 @@ def pip_target_options() -> list[str]:
     return options
 
 
-def resolve(requirements: Sequence[str], *, python: str = sys.executable) -> dict[str, Dist]:
-    """pip's resolution of ``requirements`` for the host, from metadata (no wheel downloads)."""
+def resolve(requirements: Sequence[str], *, python: str = sys.executable, no_deps: bool = False) -> dict[str, Dist]:
+    """pip's resolution of ``requirements`` for the host, from metadata (no wheel downloads);
+    ``no_deps`` gives just the named distributions."""
     with tempfile.TemporaryDirectory(prefix="gpu-kit-resolve-") as scratch:
         report = Path(scratch) / "report.json"
         command = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                   *(["--no-deps"] if no_deps else []),
                    "--disable-pip-version-check", "--report", str(report), *pip_target_options(),
                    "--target", str(Path(scratch) / "never-written"), *requirements]
         done = subprocess.run(command, capture_output=True, text=True)
