@@ -6,6 +6,7 @@ a traceback is shown only with ``--debug``. Library users catch ``PipelineError`
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 
@@ -136,3 +137,18 @@ class LockTimeout(PipelineError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so the run is recorded as interrupted and stops."""
+
+
+_termination = threading.Event()
+
+
+def request_termination() -> Terminated:
+    """Note that SIGTERM arrived and return the exception to raise. The note outlives the
+    exception: a library that catches it inside its own loop (XGBoost in a training callback)
+    and raises an error of its own must not turn a termination into a stage failure."""
+    _termination.set()
+    return Terminated()
+
+
+def termination_requested() -> bool:
+    return _termination.is_set()

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from pipeline.backends import get_backend
 from pipeline.backends.device_memory import ProcessDeviceMemory
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
-from pipeline.errors import PipelineError, StageError
+from pipeline.errors import PipelineError, StageError, Terminated, termination_requested
 from pipeline.hooks import StageProgress
 from pipeline.memory import MemorySampler, release_freed_memory
 from pipeline.stages import STAGE_KINDS, StageContext
@@ -106,6 +106,8 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
         outcome.status, outcome.error = "failed", exc
         outcome.traceback = traceback.format_exc()
     except Exception as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
+        if termination_requested():         # a library turned our SIGTERM into its own error
+            raise Terminated() from exc
         error = StageError(task.name, f"{type(exc).__name__}: {exc}")
         error.__cause__ = exc
         outcome.status, outcome.error = "failed", error

@@ -14,7 +14,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from pipeline.errors import Terminated
+from pipeline.errors import request_termination
 
 # Extra fields the reporters attach to records (logging's ``extra=``).
 EVENT_FIELDS = ("event", "run_id", "stage", "kind", "status", "seconds", "peak_rss_bytes", "worker",
@@ -57,6 +57,6 @@ def stop_on_sigterm() -> None:
     the run records itself as interrupted, releases its lock and exits 143."""
 
     def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
+        raise request_termination()
 
     signal.signal(signal.SIGTERM, handler)

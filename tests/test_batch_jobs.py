@@ -215,3 +215,29 @@ def test_a_stage_whose_input_could_not_be_loaded_fails_instead_of_running_on_not
     lost = StageOutcome("raw", "failed", error=StageError("raw", "its cache entry disappeared"))
     outcome = run_on_worker(task, {"raw": lost})
     assert outcome.status == "failed" and "input 'raw' is unavailable" in str(outcome.error)
+
+
+SWALLOWS_SIGTERM = '''\
+import os, signal
+
+def wrapped(ctx, inputs):
+    # A library that catches the interrupt inside its own loop and raises its own error
+    # (XGBoost does this from inside a training callback).
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except KeyboardInterrupt as exc:
+        raise RuntimeError("library: training aborted") from exc
+    return {}
+'''
+
+
+def test_sigterm_that_a_library_turns_into_its_own_error_still_exits_143(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "swallow.py").write_text(SWALLOWS_SIGTERM)
+    (tmp_path / "configs" / "p.yaml").write_text(
+        'name: p\ndevice: cpu\nstages:\n  s: {kind: python, function: "swallow:wrapped"}\n')
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "configs/p.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == ExitCode.TERMINATED, proc.stderr
+    manifest = read_manifest(max(p for p in (tmp_path / "runs" / "p").iterdir() if p.name[0].isdigit()))
+    assert manifest.status == "interrupted" and manifest.error == "terminated (SIGTERM)"
