@@ -33,14 +33,11 @@ class MemorySampler:
     """Context manager recording the highest RSS (and device use) seen while it is open.
 
     ``device_meter`` gives the stage's own device peak and what it counts
-    (``peak_device_source``); a plain ``device_used`` callable is polled instead, its meaning
-    its own (``peak_device_source`` stays None).
+    (``peak_device_source``); without one only the host is measured.
     """
 
-    def __init__(self, device_used: Callable[[], int | None] | None = None, interval: float = 0.01, *,
-                 device_meter: DeviceMeter | None = None) -> None:
+    def __init__(self, interval: float = 0.01, *, device_meter: DeviceMeter | None = None) -> None:
         self._process = psutil.Process()
-        self._device_used = device_used
         self._meter = device_meter
         self._interval = interval
         self._stop = threading.Event()
@@ -54,10 +51,6 @@ class MemorySampler:
         self.peak_rss = max(self.peak_rss, rss)
         if self._meter is not None:
             self._meter.sample()
-        if self._device_used is not None:
-            used = self._device_used()
-            if used is not None:
-                self.peak_device = max(self.peak_device or 0, used)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +50,8 @@ from gpu_kit import target  # noqa: E402
 from gpu_kit.resolve import ResolveError  # noqa: E402
 from gpu_kit.resolve import resolve as pip_resolve  # noqa: E402
 
+from pipeline.backends.detect import CUDA_VERSIONED, DistMeta, build_stem, distribution_cuda_major  # noqa: E402
+
 TARGET_PYTHON = target.PYTHON_VERSION
 TARGET_MARKERS = target.MARKERS
 
@@ -60,13 +61,6 @@ LEFT_TO_USER = {"gpu-cu12": ("torch",)}
 # What pip would take from the public index for those instead, kept in the snapshot so the check
 # shows why it cannot be used (and notices the day it can).
 REJECTED = {"gpu-cu12": ("torch==2.10.0",)}
-
-# Distribution names that carry a CUDA major: cudf-cu13, cupy-cuda12x, nvidia-nccl-cu12, ...
-_CUDA_SUFFIX = re.compile(r"-(?:cu|cuda)(?P<major>\d{2})x?$")
-# Builds of one package published under several names that all install the same module.
-_BUILD_SUFFIX = re.compile(r"-(?:cpu|cu\d{2}|cuda\d{2}x)$")
-# Packages versioned by the CUDA release they carry (their major is their version's major).
-_CUDA_VERSIONED = {"cuda-toolkit", "cuda-bindings"}
 
 
 # --------------------------------------------------------------------------- requirements
@@ -182,36 +176,9 @@ def unmet_requirements(roots: Iterable[str], resolved: Mapping[str, Resolved]) -
     return sorted(set(problems))
 
 
-def _required_cuda_major(requirement: Requirement) -> int | None:
-    """The CUDA major a requirement line pins: ``nvidia-nccl-cu13``, ``cuda-toolkit==13.0.3``."""
-    name = canonicalize_name(requirement.name)
-    if suffix := _CUDA_SUFFIX.search(name):
-        return int(suffix["major"])
-    if name in _CUDA_VERSIONED:
-        floors = [s.version for s in requirement.specifier if s.operator in ("==", ">=", "~=")]
-        return Version(floors[0].removesuffix(".*")).major if floors else None
-    return None
-
-
 def cuda_major(dist: Resolved) -> int | None:
-    """The CUDA major a distribution is built for, from its name, version or requirements.
-
-    torch names none of it: its CUDA build shows in a local label (``+cu129``) on PyTorch's own
-    index, and in the CUDA libraries it requires on the public one.
-    """
-    if suffix := _CUDA_SUFFIX.search(dist.key):
-        return int(suffix["major"])
-    if dist.key in _CUDA_VERSIONED:
-        return Version(dist.version).major
-    if dist.key == "torch":
-        local = str(Version(dist.version).local or "")
-        if local.startswith("cu"):
-            return int(local[2:4])
-        for line in dist.requires:
-            requirement = Requirement(line)
-            if _applies(requirement, "") and (major := _required_cuda_major(requirement)) is not None:
-                return major
-    return None
+    """The CUDA major a distribution is built for (``pipeline doctor`` reads installed ones alike)."""
+    return distribution_cuda_major(DistMeta(dist.name, dist.version, dist.requires))
 
 
 def mixed_cuda_majors(resolved: Mapping[str, Resolved]) -> list[str]:
@@ -230,9 +197,9 @@ def same_package_twice(resolved: Mapping[str, Resolved]) -> list[str]:
     """Groups of distributions that are builds of one package and install the same files."""
     builds: dict[str, list[str]] = defaultdict(list)
     for dist in resolved.values():
-        if dist.key.startswith("nvidia-") or dist.key in _CUDA_VERSIONED:
+        if dist.key.startswith("nvidia-") or dist.key in CUDA_VERSIONED:
             continue      # CUDA component wheels of different majors live in separate folders
-        builds[_BUILD_SUFFIX.sub("", dist.key)].append(dist.name)
+        builds[build_stem(dist.key)].append(dist.name)
     return [" and ".join(sorted(names)) for names in builds.values() if len(names) > 1]
 
 

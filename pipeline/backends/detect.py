@@ -147,7 +147,13 @@ _CUDA_NAME_SUFFIX = re.compile(r"-(?:cu|cuda)(?P<major>\d{2})x?$")
 # torch's local version label: +cu130, +cu128, +cu118 (major, then one minor digit).
 _CUDA_LOCAL_LABEL = re.compile(r"^cu(?P<major>\d+)\d$")
 # Distributions versioned by the CUDA release they carry: their version's major is the CUDA major.
-_CUDA_VERSIONED = ("cuda-toolkit", "cuda-bindings", "cuda-runtime")
+CUDA_VERSIONED = ("cuda-toolkit", "cuda-bindings", "cuda-runtime")
+# Builds whose name says nothing of CUDA: XGBoost's CPU build, and plain `xgboost`, which is its
+# CUDA 12 build (it requires nvidia-nccl-cu12).
+_BUILD_OF_NAME = {
+    "xgboost-cpu": (False, None, "xgboost-cpu: the CPU build"),
+    "xgboost": (True, 12, "plain xgboost is the CUDA 12 build (requires nvidia-nccl-cu12)"),
+}
 _REQUIREMENT_NAME = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)")
 _REQUIREMENT_FLOOR = re.compile(r"(?:===|==|>=|~=)\s*(?P<major>\d+)")
 _EXTRA_MARKER = re.compile(r"\bextra\s*==")
@@ -160,13 +166,34 @@ def canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def build_stem(name: str) -> str:
+    """A distribution name without its build: ``cudf-cu13`` and ``xgboost-cpu`` give ``cudf``,
+    ``xgboost``; two installed distributions of one stem overwrite each other's files."""
+    return _BUILD_SUFFIX.sub("", canonical_name(name))
+
+
+def distribution_cuda_major(meta: DistMeta) -> int | None:
+    """The CUDA major any distribution is built for, where it says so: its name (``-cu13``,
+    ``-cuda12x``), the CUDA release it carries (``cuda-toolkit 13.0.3``), torch's label or
+    requirements, the builds named above; None for everything else (numpy, dask, ...)."""
+    name = canonical_name(meta.name)
+    if name in CUDA_VERSIONED:
+        return int(meta.version.split(".")[0])
+    if name == "torch":
+        return _torch_cuda(meta.version, meta.requires)[1]
+    if name in _BUILD_OF_NAME:
+        return _BUILD_OF_NAME[name][1]
+    suffix = _CUDA_NAME_SUFFIX.search(name)
+    return int(suffix["major"]) if suffix else None
+
+
 def cuda_need(module: str, meta: DistMeta) -> CudaNeed:
     """The CUDA major ``meta`` (the distribution providing ``module``) is built for."""
     name = canonical_name(meta.name)
     if module == "torch":
         needs, major, basis = _torch_cuda(meta.version, meta.requires)
-    elif module == "xgboost":
-        needs, major, basis = _xgboost_cuda(name)
+    elif name in _BUILD_OF_NAME:
+        needs, major, basis = _BUILD_OF_NAME[name]
     else:
         needs, major, basis = _suffix_cuda(name)
     return CudaNeed(module, name, meta.version, needs, major, basis)
@@ -199,19 +226,10 @@ def _requirement_cuda_major(line: str) -> int | None:
     suffix = _CUDA_NAME_SUFFIX.search(name)
     if suffix and name.startswith("nvidia-"):
         return int(suffix["major"])
-    if name in _CUDA_VERSIONED:
+    if name in CUDA_VERSIONED:
         floor = _REQUIREMENT_FLOOR.search(requirement[named.end():])
         return int(floor["major"]) if floor else None
     return None
-
-
-def _xgboost_cuda(name: str) -> tuple[bool | None, int | None, str]:
-    """xgboost: one distribution per build; plain ``xgboost`` is the CUDA 12 one."""
-    if name == "xgboost-cpu":
-        return False, None, "xgboost-cpu: the CPU build"
-    if name == "xgboost":
-        return True, 12, "plain xgboost is the CUDA 12 build (requires nvidia-nccl-cu12)"
-    return _suffix_cuda(name)
 
 
 def _suffix_cuda(name: str) -> tuple[bool | None, int | None, str]:
@@ -229,7 +247,7 @@ def module_distributions(module: str, provided: Mapping[str, Sequence[str]] | No
     provided = packages_distributions() if provided is None else provided
     # Builds of the module itself, not plugins that add files inside its folder.
     names = dict.fromkeys(n for n in map(canonical_name, provided.get(module, ()))
-                          if _BUILD_SUFFIX.sub("", n) == canonical_name(module))
+                          if build_stem(n) == canonical_name(module))
     names.update(dict.fromkeys(_KNOWN_DISTRIBUTIONS.get(module, ())))
     found = []
     for name in names:
