@@ -1,26 +1,31 @@
 """The ``pipeline`` command.
 
-Every PipelineError becomes a one-paragraph message on stderr and its documented exit code
-(see ``errors.ExitCode``); tracebacks appear only with ``--debug``. Nothing here prompts, so
-the same commands work at a terminal and in cron, systemd or Kubernetes jobs.
+Every exception that escapes a command becomes a one-paragraph message on stderr and its
+documented exit code (``commands.common.failure_of``; see ``errors.ExitCode``); click's usage
+errors are one paragraph with exit 2; tracebacks appear only with ``--debug``. With
+``--log-format json`` every line the command writes, on stdout and stderr, is a JSON object.
+Nothing here prompts, so the same commands work at a terminal and in cron, systemd or
+Kubernetes jobs.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from pipeline import __version__
 from pipeline.commands import register as register_commands
-from pipeline.commands.common import JSON_ERRORS, handle_errors, split_names, stderr, stdout
-from pipeline.errors import ExitCode
+from pipeline.commands.common import (
+    JSON_ERRORS, PipelineGroup, declare_outputs, handle_errors, print_wide, split_names, stderr, stdout,
+)
+from pipeline.errors import BackendUnavailable, ExitCode
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PipelineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pipeline")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def main(debug: bool) -> None:
@@ -45,6 +50,9 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH
 @click.option("--force", is_flag=False, flag_value="*", multiple=True, metavar="[STAGES]",
               help="Rerun stages even if cached: all (--force after CONFIG), or the named ones and what depends on them.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the stage cache.")
+@click.option("--cache-max-size", metavar="SIZE",
+              help="Stage cache budget for this run (5GiB, 500MB, 0, none); overrides $PIPELINE_CACHE_MAX_SIZE "
+                   "and cache.max_size.")
 @click.option("--wait", type=click.FloatRange(min=0), default=600, show_default=True, metavar="SECONDS",
               help="How long to wait for another run of this pipeline to finish (then exit 7).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -53,8 +61,10 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH
 @handle_errors
 def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple[str, ...],
         from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, scheduler: str | None,
-        force: tuple[str, ...], no_cache: bool, wait: float, log_format: str, quiet: bool) -> None:
+        force: tuple[str, ...], no_cache: bool, cache_max_size: str | None, wait: float, log_format: str,
+        quiet: bool) -> None:
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
+    from pipeline.backends.cluster import check_scheduler_address
     from pipeline.config import load_config
     from pipeline.logs import setup_logging, stop_on_sigterm
     from pipeline.progress import ConsoleHook, LogHook
@@ -63,29 +73,51 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     setup_logging(quiet=quiet, log_format=log_format)
     JSON_ERRORS["on"] = log_format == "json"
     stop_on_sigterm()
+    if scheduler is not None:
+        check_scheduler_address(scheduler, where="--scheduler")
     cfg = load_config(config, overrides=overrides)
+    declare_outputs(runs_dir or cfg.runs_dir)
     interactive = stderr.is_terminal and not quiet and log_format == "text"
     hooks = [ConsoleHook(stderr) if interactive else LogHook()]
     forced: bool | list[str] = True if "*" in force else split_names(force)
     runner = Runner(cfg, device=device, runs_dir=runs_dir, hooks=hooks, keep_outputs=False,
-                    config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait)
+                    config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait,
+                    cache_max_size=cache_max_size)
     result = runner.run(only=split_names(only), from_=split_names(from_), until=split_names(until))
+    if log_format == "json":
+        _echo_result_json(result)
+        return
     if result.manifest.metrics:
         _print_metrics(result.manifest.metrics)
-    stdout.print(f"run {result.run_id} {result.status}: {result.run_dir}")
+    stdout.print(Text(f"run {result.run_id} {result.status}: {result.run_dir}"))
 
 
 def _print_metrics(metrics: dict[str, Any]) -> None:
+    """The metrics table; headers are never cut (each column is at least its name's width, and
+    off a terminal the table takes its full width whatever COLUMNS says)."""
     names = ["roc_auc", "pr_auc", "log_loss", "accuracy", "precision", "recall", "f1"]
     table = Table(title=f"{metrics['split']} split, threshold {metrics['threshold']}", title_justify="left")
-    table.add_column("model")
+    table.add_column("model", min_width=len("model"))
     for name in names:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", min_width=len(name))
     for model, values in metrics["models"].items():
         label = f"{model} *" if model == metrics["best"] else model
-        table.add_row(label, *(f"{values[n]:.4f}" for n in names))
-    stdout.print(table)
-    stdout.print(f"* best by {metrics['rank_by']}: {metrics['best']}")
+        table.add_row(Text(label), *(f"{values[n]:.4f}" for n in names))
+    print_wide(table)
+    stdout.print(Text(f"* best by {metrics['rank_by']}: {metrics['best']}"))
+
+
+def _echo_result_json(result: Any) -> None:
+    """--log-format json: the metrics and the run's outcome as JSON lines on stdout, where the
+    table and the final line go in text mode."""
+    from pipeline.logs import json_line
+
+    metrics = result.manifest.metrics
+    if metrics:
+        click.echo(json_line(f"metrics: best by {metrics.get('rank_by')}: {metrics.get('best')}", event="metrics",
+                             run_id=result.run_id, metrics=metrics))
+    click.echo(json_line(f"run {result.run_id} {result.status}: {result.run_dir}", event="run_result",
+                         run_id=result.run_id, status=result.status, run_dir=str(result.run_dir)))
 
 
 @main.command()
@@ -160,7 +192,7 @@ def dag(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 @handle_errors
 def doctor(as_json: bool, require_gpu: bool) -> None:
     """Report driver, CUDA, GPUs, GPU libraries and what device: auto would choose."""
-    from pipeline.doctor import collect, render
+    from pipeline.doctor import collect, not_ready_reason, render
 
     report = collect()
     if as_json:
@@ -168,7 +200,7 @@ def doctor(as_json: bool, require_gpu: bool) -> None:
     else:
         render(report, stdout)
     if require_gpu and not report["gpu_ready"]:
-        sys.exit(ExitCode.BACKEND)
+        raise BackendUnavailable(f"--require-gpu: {not_ready_reason(report)}")
 
 
 register_commands(main)        # `runs`, `predict`... (pipeline/commands); run as `python -m pipeline`

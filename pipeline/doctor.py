@@ -207,6 +207,14 @@ def gpu_ready(report: dict[str, Any]) -> bool:
     return report["auto_device"] == "gpu" and report["cuda"]["status"] != "mismatch"
 
 
+def not_ready_reason(report: dict[str, Any]) -> str:
+    """Why ``gpu_ready`` is False, in one sentence for stderr (the report says the rest)."""
+    if report["auto_device"] != "gpu":
+        return f"no usable GPU: {report['auto_reason']}"
+    cuda = report["cuda"]
+    return f"{cuda['summary']}; fix: {cuda['fix']}" if cuda.get("fix") else cuda["summary"]
+
+
 def cuda_section(needs: Sequence[CudaNeed], driver_cuda: str | None) -> dict[str, Any]:
     """The report's ``cuda`` key: each wheel with its need and verdict, and the overall verdict."""
     verdict = cuda_verdict(needs, driver_cuda)

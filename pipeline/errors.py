@@ -21,7 +21,9 @@ class ExitCode:
     BACKEND = 5           # the requested device/backend or Dask cluster is not available
     STORAGE = 6           # the run folder cannot be created or written (permissions, disk full)
     LOCKED = 7            # another run of the same pipeline held the lock past --wait
+    OUT_OF_MEMORY = 8     # the process could not allocate memory outside a stage (MemoryError)
     INTERRUPTED = 130     # SIGINT / Ctrl-C
+    BROKEN_PIPE = 141     # stdout's reader went away (`pipeline runs list | head`): nothing to report
     TERMINATED = 143      # SIGTERM (Kubernetes, systemd, cron timeouts): recorded, then stopped
 
 
@@ -127,6 +129,13 @@ class StorageError(PipelineError):
     """The run folder or an artifact cannot be written (permissions, a full disk...)."""
 
     exit_code = ExitCode.STORAGE
+
+
+class OutOfMemory(PipelineError):
+    """The process could not allocate the memory the input or the work needs (outside a stage,
+    where a MemoryError is that stage's failure)."""
+
+    exit_code = ExitCode.OUT_OF_MEMORY
 
 
 class LockTimeout(PipelineError):

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import pickle
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 from pipeline.backends import get_backend
 from pipeline.backends.device_memory import ProcessDeviceMemory
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
-from pipeline.errors import PipelineError, StageError, Terminated, termination_requested
+from pipeline.errors import PipelineError, StageError, StorageError, Terminated, termination_requested
 from pipeline.hooks import StageProgress
 from pipeline.memory import MemorySampler, release_freed_memory
 from pipeline.stages import STAGE_KINDS, StageContext
@@ -83,8 +84,13 @@ class StageOutcome:
         return replace(self, output=None)
 
 
-def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StageProgress | None = None) -> StageOutcome:
-    """Run ``task`` on ``inputs`` here; failures come back in the outcome, not as exceptions."""
+def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StageProgress | None = None, *,
+                  cache_writer: BackgroundCacheWriter | None = None) -> StageOutcome:
+    """Run ``task`` on ``inputs`` here; failures come back in the outcome, not as exceptions.
+
+    A successful output is stored in the stage cache before this returns, or, with a
+    ``cache_writer``, finished on its thread while the next stage runs (its owner waits for it).
+    """
     for folder in task.import_paths:
         if folder not in sys.path:
             sys.path.append(folder)
@@ -105,10 +111,12 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
         exc.stage = task.name  # type: ignore[attr-defined]
         outcome.status, outcome.error = "failed", exc
         outcome.traceback = traceback.format_exc()
-    except Exception as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
         if termination_requested():         # a library turned our SIGTERM into its own error
             raise Terminated() from exc
-        error = StageError(task.name, f"{type(exc).__name__}: {exc}")
+        # sys.exit() in user code ends the stage, not the process: exit 1 is kept for bugs.
+        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        error = StageError(task.name, what)
         error.__cause__ = exc
         outcome.status, outcome.error = "failed", error
         outcome.traceback = traceback.format_exc()
@@ -119,7 +127,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome.facts = ctx.facts
     outcome.run_record = _declared(task, kind.records, ctx.run_record)
     if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:
-        _store(task, outcome)
+        _store(task, outcome, cache_writer)
     return outcome
 
 
@@ -132,23 +140,81 @@ def _declared(task: StageTask, declared: Sequence[str], fields: dict[str, Any]) 
     return {key: value for key, value in fields.items() if key in declared}
 
 
-def _store(task: StageTask, outcome: StageOutcome) -> None:
-    """Keep a successful output for later runs; a cache that cannot be written only warns."""
+CACHE_WRITE_ERRORS = (OSError, StorageError, pickle.PicklingError, TypeError, AttributeError)
+
+
+def _store(task: StageTask, outcome: StageOutcome, writer: BackgroundCacheWriter | None = None) -> None:
+    """Keep a successful output for later runs; a cache that cannot be written only warns.
+
+    What reads the output (its pickle stream, the checksums of its buffers) happens here; writing
+    the buffer files, the artifacts and the record happens on ``writer``'s thread when given.
+    """
     from pipeline.cache import StageCache
 
     record = {"stage": task.name, "kind": task.spec.kind, "facts": outcome.facts, "seconds": outcome.seconds,
               "run_record": outcome.run_record}
     try:
-        StageCache(task.cache_root).store(task.cache_key, outcome.output, task.artifacts_dir, record)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
-        log.warning("stage %s: output not cached (%s: %s)", task.name, type(exc).__name__, exc)
+        pending = StageCache(task.cache_root).prepare(task.cache_key, outcome.output)
+    except CACHE_WRITE_ERRORS as exc:
+        _not_cached(task.name, exc)
+        return
+    if writer is None:
+        _finish_entry(task.name, pending, task.artifacts_dir, record)
+    else:
+        writer.submit(task.name, pending, task.artifacts_dir, record)
+
+
+def _finish_entry(name: str, pending: Any, artifacts_dir: Path | None, record: dict[str, Any]) -> None:
+    try:
+        pending.finish(artifacts_dir, record)
+    except CACHE_WRITE_ERRORS as exc:
+        _not_cached(name, exc)
+
+
+def _not_cached(name: str, exc: BaseException) -> None:
+    log.warning("stage %s: output not cached (%s: %s)", name, type(exc).__name__, exc)
+
+
+class BackgroundCacheWriter:
+    """Finishes cache entries on a thread of their own while the next stage runs.
+
+    At most one entry is in flight: ``submit`` waits for the previous one first, so the outputs
+    held for writing stay bounded (one stage's, at most, beyond when the run frees it). ``wait``
+    must be called before the run ends: an entry is absent until it is finished, and one a
+    killed process was writing stays a hidden ``.tmp-`` folder. The thread stops at SIGTERM,
+    leaving nothing. Only in this process: a Dask worker stores before its task returns.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+
+    def submit(self, name: str, pending: Any, artifacts_dir: Path | None, record: dict[str, Any]) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._finish, args=(name, pending, artifacts_dir, record),
+                                        name=f"pipeline-cache-{name}", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _finish(name: str, pending: Any, artifacts_dir: Path | None, record: dict[str, Any]) -> None:
+        try:
+            _finish_entry(name, pending, artifacts_dir, record)
+        except Terminated:
+            pass                                    # the run is stopping; the entry is left out
+        except Exception as exc:  # noqa: BLE001 - a thread's error would only print; the cache only warns
+            _not_cached(name, exc)
+
+    def wait(self) -> None:
+        """Until the entry in flight is finished (or left out)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def load_cached(cache_root: Path, key: str, name: str) -> StageOutcome:
     """A cached stage's output as an outcome (a Dask task on a cluster, a call in process)."""
     from pipeline.cache import StageCache
 
-    entry = StageCache(cache_root).lookup(key)
+    entry = StageCache(cache_root).lookup(key, stage=name)
     if entry is None:
         error = StageError(name, "its cache entry disappeared or failed verification while the run was "
                                  "using it; rerun to recompute it")
@@ -195,6 +261,7 @@ class InProcessExecutor:
         self._queue: list[StageTask] = []
         self._outputs: dict[str, Any] = {}
         self._cached: dict[str, Any] = {}
+        self._cache_writer = BackgroundCacheWriter()
 
     def add_cached(self, name: str, entry: Any) -> None:
         """A stage taken from the cache: ``entry`` (verified by the runner) loads on first use."""
@@ -207,7 +274,7 @@ class InProcessExecutor:
         task = self._queue.pop(0)
         self._started(task.name)
         inputs = {name: self._output(name) for name in task.inputs}
-        outcome = execute_stage(task, inputs, self._progress(task.name))
+        outcome = execute_stage(task, inputs, self._progress(task.name), cache_writer=self._cache_writer)
         self._outputs[task.name] = outcome.output
         return outcome.without_output()
 
@@ -224,7 +291,9 @@ class InProcessExecutor:
         return {name: self._output(name) for name in names if name in self._outputs or name in self._cached}
 
     def close(self) -> None:
+        """The run's cache entries are written (or left out) once this returns."""
         self._queue.clear()
+        self._cache_writer.wait()
 
 
 def run_on_worker(task: StageTask, inputs: dict[str, StageOutcome]) -> StageOutcome:

@@ -27,7 +27,11 @@ def code_fingerprint() -> str:
 
 
 def files_fingerprint(pattern: str) -> dict[str, str]:
-    """BLAKE2b of each file a path, glob or folder names (a folder: every file below it)."""
+    """SHA-256 of each file a path, glob or folder names (a folder: every file below it).
+
+    SHA-256, not BLAKE2b: with the SHA extensions of current x86 and ARM CPUs (which OpenSSL
+    uses) it hashes 2-2.5x faster, and a large input is hashed on every run, cached or not.
+    """
     path = Path(pattern)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -37,15 +41,11 @@ def files_fingerprint(pattern: str) -> dict[str, str]:
         files = [path]
     out = {}
     for file in files:
-        digest = hashlib.blake2b(digest_size=16)
         try:
             with open(file, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
+                out[str(file)] = hashlib.file_digest(fh, "sha256").hexdigest()
         except OSError:
             out[str(file)] = "missing"          # the stage itself will report it
-            continue
-        out[str(file)] = digest.hexdigest()
     return out
 
 

@@ -4,7 +4,9 @@ Plain functions over the run folders ``<runs_dir>/<pipeline>/<run-id>/`` that ``
 writes (see ``pipeline.store``); ``pipeline.commands.runs`` only renders what they return.
 Nothing here trusts a run folder to be whole: a manifest that ``pipeline.record.read_manifest``
 refuses is reported as the status "unreadable" with its reason, never raised, because one bad
-folder must not hide the other runs. Folder names and run ids are ``pipeline.layout``'s.
+folder must not hide the other runs; a "running" run that will never finish (its process died,
+or its record could not be finished) is reported as "abandoned", with its pid, host and why.
+Folder names and run ids are ``pipeline.layout``'s.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, ConfigIssue, DataError, StorageError
-from pipeline.layout import CONFIG, DELETING_PREFIX, LATEST, MANIFEST, is_run_id, started_from_run_id
+from pipeline.layout import CONFIG, DELETING_PREFIX, LATEST, LOCK_FILE, MANIFEST, is_run_id, started_from_run_id
 from pipeline.record import ManifestError, RunManifest, as_number, read_manifest
-from pipeline.store import host_name
+from pipeline.store import LockState, host_name, probe_lock
 
 FINISHED = ("succeeded", "failed", "interrupted")
 UNREADABLE = "unreadable"
+ABANDONED = "abandoned"             # shown for a "running" run that will never finish (``why_abandoned``)
 
 
 @dataclass
@@ -182,8 +185,13 @@ def _latest_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument
     if not folders:
         raise _not_found(argument, f"no runs under '{runs_dir}' (the folder is missing or empty), so no latest run")
     if len(folders) > 1:
-        names = ", ".join(f.name for f in folders)
-        raise _not_found(argument, f"'latest' needs --pipeline: '{runs_dir}' holds several pipelines ({names})")
+        succeeded = [f.name for f in folders if latest_target(f) is not None]
+        if not succeeded:
+            names = ", ".join(f.name for f in folders)
+            raise _not_found(argument, f"no latest run under '{runs_dir}': no run has succeeded yet in any of "
+                                       f"its pipelines ({names})")
+        raise _not_found(argument, f"'latest' needs --pipeline: '{runs_dir}' holds several pipelines; "
+                                   f"those with a latest (succeeded) run: {', '.join(succeeded)}")
     folder = folders[0]
     target = latest_target(folder)
     if target is None:
@@ -203,45 +211,86 @@ def require_manifest(run: Run) -> RunManifest:
 
 def load_run_config(run: Run) -> dict[str, Any]:
     """The resolved config the run used (config.yaml), as plain data for diffing."""
-    import yaml
+    from pipeline.config.yaml_source import parse_yaml
 
     path = run.path / CONFIG
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = parse_yaml(path.read_text(encoding="utf-8"), source=str(path)).data   # bounded, standard tags only
     except FileNotFoundError:
         raise DataError(f"run {run.run_id}: no {CONFIG} in {run.path}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise DataError(f"run {run.run_id}: cannot read {path}: {exc}") from None
+    except (OSError, UnicodeDecodeError, ConfigError) as exc:
+        raise DataError(f"run {run.run_id}: cannot read {path}: {' '.join(str(exc).split())}") from None
     return data if isinstance(data, dict) else {"": data}
 
 
 # ---------------------------------------------------------------------------- summaries
-def is_abandoned(manifest: RunManifest, host: str | None = None) -> bool:
-    """True for a "running" run whose process is gone: it will never finish, so prune may delete it.
+def why_abandoned(manifest: RunManifest, host: str | None = None, *, lock: LockState | None = None,
+                  run_id: str | None = None) -> str | None:
+    """Why a "running" run will never finish (so it is shown as abandoned and prune may delete
+    it), or None while it may still be going. A running run holds its pipeline's lock from
+    before its record is first written until after it is last written, and notes its run id
+    in the lock; so it is over when:
 
-    Only decidable on the host that ran it; a run from another host is treated as alive. A pid
-    now held by a process that started after the run did is a reused pid, not the run.
+    - it ran here and its process is gone (a pid now held by a process that started after the
+      run did is a reused pid, not the run);
+    - a later run of the pipeline has taken the lock since (from any host: runs of a pipeline
+      are serialised, by the lock on one machine and by the scheduler across machines);
+    - it ran here, the lock still names it and nobody holds it: its process let go of the lock
+      without finishing the record (a library caller whose disk filled up, say).
+
+    ``lock``: the pipeline's lock as ``pipeline.store.probe_lock`` saw it; None to judge by
+    the process alone. ``run_id``: the run folder's name (the manifest's run id by default).
     """
     if manifest.status != "running":
-        return False
-    if manifest.host != (host or host_name()):
-        return False
+        return None
+    run_id = run_id or manifest.run_id
+    here = manifest.host == (host or host_name())
+    if here:
+        gone = _process_gone(manifest)
+        if gone:
+            return gone
+    holder = lock.holder if lock is not None else {}
+    owner = holder.get("run_id")
+    if isinstance(owner, str) and owner != run_id and owner > run_id:
+        return f"run {owner} has taken the pipeline's lock since"
+    if here and lock is not None and lock.held is False and owner == run_id:
+        return f"process {manifest.pid} let go of the run lock without finishing the record"
+    return None
+
+
+def is_abandoned(manifest: RunManifest, host: str | None = None, *, lock: LockState | None = None,
+                 run_id: str | None = None) -> bool:
+    """True for a "running" run that will never finish (see ``why_abandoned``)."""
+    return why_abandoned(manifest, host, lock=lock, run_id=run_id) is not None
+
+
+def run_abandoned(run: Run, host: str | None = None) -> str | None:
+    """``why_abandoned`` for a run folder, with its pipeline's lock looked at (only for "running" runs)."""
+    if run.manifest is None or run.manifest.status != "running":
+        return None
+    return why_abandoned(run.manifest, host, lock=probe_lock(run.path.parent / LOCK_FILE), run_id=run.run_id)
+
+
+def _process_gone(manifest: RunManifest) -> str | None:
+    """Why the process of a run that ran on this host is not running it any more, or None."""
     pid = manifest.pid
     if pid is None or pid <= 0:
-        return False
+        return None
     import psutil
 
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
-            return True
+            return f"process {pid} has exited"
         created = process.create_time()
     except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False                     # exists, but we may not look at it: assume it is the run
+        return f"process {pid} is gone"
+    except (psutil.Error, OverflowError, ValueError):
+        return None                      # exists, but we may not look at it: assume it is the run
     started = _parse_time(manifest.started)
-    return started is not None and created > started.timestamp() + 1.0
+    if started is not None and created > started.timestamp() + 1.0:
+        return f"process {pid} is gone (the pid now belongs to a newer process)"
+    return None
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -249,26 +298,36 @@ def _parse_time(value: str | None) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        parsed.timestamp()
+    except (ValueError, OverflowError):
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed
 
 
 def summary(run: Run) -> dict[str, Any]:
-    """One row of ``runs list`` as plain data (the --json form)."""
+    """One row of ``runs list`` as plain data (the --json form).
+
+    ``status`` is the manifest's, except "abandoned" for a run that will never finish and
+    "unreadable" for a folder whose manifest cannot be read; ``error`` says why for both.
+    """
     manifest = run.manifest
+    abandoned = run_abandoned(run)
+    error = manifest.error if manifest is not None else run.problem
     return {
         "run_id": run.run_id,
         "pipeline": run.pipeline,
-        "status": run.status,
-        "abandoned": manifest is not None and is_abandoned(manifest),
+        "status": ABANDONED if abandoned else run.status,
+        "abandoned": abandoned is not None,
         "latest": run.latest,
         "started": run.started,
         "ended": manifest.ended if manifest else None,
         "duration_s": manifest.duration_s if manifest else None,
         "device": manifest.device.name if manifest and manifest.device else None,
+        "host": manifest.host if manifest else None,
+        "pid": manifest.pid if manifest else None,
         "headline": manifest.headline() if manifest else None,
-        "error": manifest.error if manifest is not None else run.problem,
+        "error": f"abandoned: {abandoned}" if abandoned else error,
         "path": str(run.path),
     }
 
@@ -384,7 +443,7 @@ def plan_prune(runs: list[Run], keep: int, *, host: str | None = None) -> PruneP
             plan.keep.append((run, f"manifest unreadable ({run.problem}); remove it by hand if it is junk"))
             continue
         running = run.status not in FINISHED
-        if running and not is_abandoned(run.manifest, host):
+        if running and run_abandoned(run, host) is None:
             plan.keep.append((run, f"{run.status} (pid {run.manifest.pid} on {run.manifest.host})"))
             continue
         finished += 1
@@ -430,3 +489,14 @@ def remove_leftover(path: Path) -> None:
         shutil.rmtree(path)
     except OSError as exc:
         raise StorageError(f"cannot remove {path}: {exc.strerror or exc}") from exc
+
+
+def cache_keys(runs: Iterable[Run]) -> dict[str, list[str]]:
+    """Stage-cache key -> ids of the runs whose manifest names it (``stages[*].cache_key``)."""
+    used: dict[str, list[str]] = {}
+    for run in runs:
+        if run.manifest is None:
+            continue
+        for key in dict.fromkeys(s.cache_key for s in run.manifest.stages.values() if isinstance(s.cache_key, str)):
+            used.setdefault(key, []).append(run.run_id)
+    return used

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import LockTimeout
-from pipeline.store import host_name, utc_now
+from pipeline.store import host_name, read_lock_note, utc_now
 
 
 class RunLock:
@@ -33,35 +33,48 @@ class RunLock:
     def __enter__(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = self.holder()
-                    os.close(fd)
-                    raise LockTimeout(self._message(holder)) from None
-                time.sleep(self.poll)
+        try:
+            self._take(fd)
+        except BaseException:
+            os.close(fd)                        # also drops the lock if it was taken
+            raise
         self._fd = fd
         self.note(run_id=None)
         return self
 
+    def _take(self, fd: int) -> None:
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(self._message(self.holder())) from None
+                time.sleep(self.poll)
+
     def note(self, **extra: Any) -> None:
-        """Write who holds the lock (read by runs that wait for it)."""
+        """Write who holds the lock (read by runs that wait for it, and by ``pipeline.history``
+        to tell a run that ended without finishing its record from one still going).
+
+        Best effort: on a full disk the note is left empty rather than naming an earlier holder,
+        and an empty note means "unknown" to every reader.
+        """
         if self._fd is None:
             return
         info = {"pid": os.getpid(), "host": host_name(), "since": utc_now(), **extra}
         data = json.dumps(info).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
 
     def holder(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.path.read_text(encoding="utf-8") or "{}")
-        except (OSError, ValueError):
-            return {}
+        return read_lock_note(self.path)
 
     def _message(self, holder: dict[str, Any]) -> str:
         who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, running since {holder.get('since', '?')}"

@@ -8,9 +8,11 @@ is checked before anything expensive happens, and nothing is written until every
 been scored:
 
 1. the output format (from the suffix) and the threshold;
-2. the run (id, folder or ``latest``) and that it succeeded;
-3. the model's files against the sha256 checksums in the run's manifest, so a truncated or
-   edited artifact is reported as corrupt instead of being unpickled or half-loaded;
+2. the run (id, folder or ``latest``), its manifest's signature when a signing key is set
+   (``pipeline.signing``), and that it succeeded;
+3. the run's config (it names the plugins to import) and the model's files against the sha256
+   checksums in the run's manifest, so a truncated or edited artifact is reported as corrupt
+   instead of being half-loaded (no format loads code from a file: ``pipeline.models.formats``);
 4. the input's columns and types against those the feature workflow was fitted on, file by
    file, so a schema problem names the file and every offending column at once;
 5. scoring, then one atomic write: on any error the output path is left as it was.
@@ -36,6 +38,7 @@ from pipeline.errors import DataError, StorageError, UsageError
 from pipeline.plugins import load_run_plugins
 from pipeline.scoring import scores_table
 from pipeline.record import RunManifest
+from pipeline.signing import signing_key, verify_run
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
 INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -72,6 +75,9 @@ def predict_batch(
     """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
 
     ``run`` is a run id, a run folder or ``"latest"`` (under ``runs_dir``/``pipeline``);
+    ``na_values`` defaults to the strings the run's load read as missing (and the run's
+    ``dtypes`` always apply): new rows are read as the training rows were (a given list, even
+    an empty one, replaces the run's).
     ``model`` defaults to the run's best model; ``device`` is ``cpu``, ``gpu`` or ``auto``
     (None: auto); ``threshold`` defaults to the threshold of the run's reported evaluation, else 0.5.
     Output columns: the id column (when the model has one), ``score``, ``prediction``
@@ -100,6 +106,7 @@ def predict_batch(
 
     run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline)
     manifest = read_manifest(run_dir)
+    verify_run_config(run_dir, manifest)                 # it names the plugins imported next
     load_run_plugins(run_dir, manifest.config_file)     # models a plugin registered load like built-ins
     models = exported_models(run_dir, manifest)
     metrics = run_metrics(manifest)
@@ -108,6 +115,10 @@ def predict_batch(
     if threshold is None:
         threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
 
+    read = training_read_options(run_dir, manifest, name)
+    if na_values is None:                                # the run's own unless the caller says otherwise
+        na_values = read["na_values"] or None
+
     backend, _ = resolve_backend(device or "auto")
     saved = load_model(run_dir / models[name], device=backend.name)
     id_column = saved.meta.get("id_column")
@@ -115,7 +126,8 @@ def predict_batch(
         rows = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values, scheduler)
         return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
                              run_dir=run_dir, device=backend.name, threshold=threshold)
-    frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values)
+    frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values,
+                       dtypes=read["dtypes"])
 
     table = scores_table(frame, saved, name, threshold, backend)
     rows = len(table)
@@ -180,7 +192,11 @@ def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str]
 
 def read_manifest(run_dir: Path) -> RunManifest:
     """The run record (``pipeline.record``: a ManifestError, exit 3, when unreadable) of a
-    succeeded run: a failed or running one may have a partial export and no complete checksums."""
+    succeeded run: a failed or running one may have a partial export and no complete checksums.
+
+    With a signing key set (``pipeline.signing``) the manifest's signature is checked first, so
+    nothing in it (status, checksums, plugins) is believed before it is known to be the run's."""
+    verify_run(run_dir)
     manifest = record.read_manifest(run_dir)
     if manifest.status != "succeeded":
         raise DataError(f"run {run_dir.name} did not succeed (status: {manifest.status}); "
@@ -227,9 +243,20 @@ def choose_model(models: dict[str, str], requested: str | None, metrics: dict[st
     raise UsageError(f"run {run_dir.name} names no best model; pass --model (available: {available})")
 
 
+def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:
+    """The run's config.yaml against its checksum before the plugins it names are imported.
+    One the manifest does not list is accepted (older runs), unless runs must be signed."""
+    digest = manifest.artifacts.get(layout.CONFIG)
+    if digest is not None:
+        _verify_file(run_dir, layout.CONFIG, digest, what="run config")
+    elif signing_key() is not None and (run_dir / layout.CONFIG).exists():
+        raise DataError(f"{run_dir / layout.CONFIG} is not in run {run_dir.name}'s signed manifest; "
+                        "its plugins were not imported")
+
+
 def verify_artifacts(run_dir: Path, artifacts: Mapping[str, str], folder: str) -> None:
     """Every file of the model folder must match its sha256 in the run record (``artifacts``)
-    before anything is loaded: a corrupt pickle or state_dict is never deserialised."""
+    before anything is loaded: a corrupt model file or state_dict is never deserialised."""
     prefix = folder.rstrip("/") + "/"
     listed = {key: digest for key, digest in artifacts.items() if key.startswith(prefix)}
     for required in ("model.json", "workflow.json"):
@@ -285,21 +312,24 @@ def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
 
 
 def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,
-               id_column: str | None = None, na_values: Sequence[str] | None = None) -> Any:
+               id_column: str | None = None, na_values: Sequence[str] | None = None,
+               dtypes: Mapping[str, str] | None = None) -> Any:
     """Read and check every file, then concatenate them (in order).
 
     All headers are checked before any file is read in full, then each file's types, so a
     schema problem is reported before any scoring and names the file. Only the columns the
-    workflow needs (and the id) are read; extra columns are ignored.
+    workflow needs (and the id) are read; extra columns are ignored. ``dtypes``: the run's
+    load dtypes (those of columns read here apply).
     """
     needed = check_headers(files, fitted, id_column)
     text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
+    run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
     frames = []
     for path, fmt in files:
         # Text columns are read as text from CSV, as at training: digits-only categories would
         # otherwise become numbers and silently match no category.
-        dtypes = {c: "str" for c in text_columns} if fmt == "csv" else None
-        frame = backend.read(path, format=fmt, columns=needed, dtypes=dtypes,
+        types = {**run_dtypes, **({c: "str" for c in text_columns} if fmt == "csv" else {})} or None
+        frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
                              na_values=list(na_values) if na_values else None)
         frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
     if len(frames) == 1:
@@ -320,14 +350,10 @@ def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_colu
 
 
 def _header(path: Path, fmt: str) -> list[str]:
-    try:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
+    """The names as the file has them (a repeated name is refused when the file is read)."""
+    from pipeline.backends.base import read_header
 
-            return list(pq.read_schema(path).names)
-        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read {path} as {fmt}: {exc}") from exc
+    return read_header(path, fmt)
 
 
 def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Path, fmt: str) -> Any:
@@ -351,7 +377,64 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
         hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
                 if text_now and fmt == "csv" else "")
         raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
+    check_finite(frame, [c for c, dtype in fitted.items() if _numeric_dtype_name(dtype)], backend, source=source)
     return frame
+
+
+def check_finite(frame: Any, columns: list[str], backend: Any, *, source: Path) -> None:
+    """No infinity in a numeric column ("inf", "-Infinity" in a CSV read as numbers): training
+    refused them too, and a model scores them as nonsense or not at all."""
+    from pipeline.features.workflow import first_infinite_row, infinite_columns
+
+    for column in infinite_columns(frame, columns, backend):
+        row = first_infinite_row(frame[column], backend)
+        raise DataError(f"{source}: column '{column}' holds infinite values (first at row {row}); the model was "
+                        "trained on finite numbers: replace them, or leave them blank where the features fill "
+                        "missing values")
+
+
+def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> dict[str, Any]:
+    """How the run read the rows ``model`` was trained on: the ``read_options`` its reading
+    stages recorded (``na_values``, ``dtypes``), taken from the stages upstream of the model's
+    in the run's config (every stage when that cannot be told), merged in name order. Values
+    that are not the expected types are ignored: the manifest is data, not trusted code."""
+    upstream = _upstream_stages(run_dir, model) or set(manifest.stages)
+    na_values: list[str] = []
+    dtypes: dict[str, str] = {}
+    for stage in sorted(upstream):
+        record_ = manifest.stages.get(stage)
+        options = record_.facts.get("read_options") if record_ is not None else None
+        if not isinstance(options, dict):
+            continue
+        values = options.get("na_values")
+        na_values += [v for v in values if isinstance(v, str) and v not in na_values] if isinstance(values, list) else []
+        types = options.get("dtypes")
+        if isinstance(types, dict):
+            dtypes.update({k: v for k, v in types.items() if isinstance(k, str) and isinstance(v, str)})
+    return {"na_values": na_values, "dtypes": dtypes}
+
+
+def _upstream_stages(run_dir: Path, stage: str) -> set[str]:
+    """``stage`` and every stage it reads from, directly or not, in the run's config.yaml;
+    empty when the config cannot be read or does not name ``stage``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((run_dir / layout.CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return set()
+    stages = data.get("stages") if isinstance(data, dict) else None
+    if not isinstance(stages, dict) or stage not in stages:
+        return set()
+    seen, todo = set(), [stage]
+    while todo:
+        name = todo.pop()
+        if name in seen or not isinstance(stages.get(name), dict):
+            continue
+        seen.add(name)
+        inputs = stages[name].get("inputs")
+        todo += [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
+    return seen
 
 
 def _numeric_dtype_name(name: str) -> bool:

@@ -64,9 +64,10 @@ def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any
 
     if scheduler is None:
         return tuple(dask.compute(*collections))
-    from pipeline.backends.cluster import open_cluster
+    from pipeline.backends.cluster import check_scheduler_address, open_cluster
     from pipeline.config.schema import ClusterConfig
 
+    check_scheduler_address(scheduler, where="--scheduler")
     session = open_cluster(ClusterConfig(address=scheduler), device)
     try:
         return tuple(session.client.gather(session.client.compute(list(collections))))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -24,20 +25,21 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
-from pipeline.cache import CacheEntry, StageCache, stage_key
+from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
 from pipeline.dag import plan, select
-from pipeline.errors import ConfigError, PipelineError, StorageError, Terminated
+from pipeline.errors import ConfigError, PipelineError, StageError, StorageError, Terminated
 from pipeline.execution import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.hooks import (
     ArtifactEvent, ErrorEvent, HookList, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent,
     StageProgress,
 )
 from pipeline.locks import RunLock
-from pipeline.record import DeviceRecord, RunManifest, StageRecord
+from pipeline.record import DeviceRecord, RunManifest, StageRecord, check_metrics
+from pipeline.signing import check_signing_key, sign_run
 from pipeline.stages import STAGE_KINDS
-from pipeline.store import RunDir, RunStore, host_name, sha256_file, utc_now
+from pipeline.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
 
 log = logging.getLogger("pipeline")
 
@@ -82,6 +84,7 @@ class Runner:
         cache: bool = True,
         force: bool | Sequence[str] = False,
         wait: float = 600.0,
+        cache_max_size: int | str | None = None,
     ) -> None:
         self.config = config
         self.use_cache = cache
@@ -99,8 +102,14 @@ class Runner:
         self.keep_outputs = keep_outputs
         self.config_path = config_path
         self.cache = StageCache(self.store.layout.cache_dir)
+        # Bytes the cache may keep after a run (None: no limit): this argument (--cache-max-size),
+        # else $PIPELINE_CACHE_MAX_SIZE, else the config's cache.max_size.
+        self.cache_limit = resolve_max_size(config.cache.max_size, cache_max_size)
 
     def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
+        from pipeline.backends.cluster import refuse_run_in_worker_bootstrap
+
+        refuse_run_in_worker_bootstrap()        # a worker re-importing an unguarded script: fail now, not at the lock
         graph = self.config.inputs_of()
         try:
             selected = select(graph, only=only, from_=from_, until=until)
@@ -111,6 +120,7 @@ class Runner:
             raise ConfigError("the stage selection (--only/--from/--until) is empty")
         steps = plan(graph, selected)
         forced = self._forced(graph, steps)
+        check_signing_key()              # a key that is set but unusable fails before any work
         backend, choice = resolve_backend(self.requested_device)
         try:
             lock = RunLock(self.store.layout.lock_path, wait=self.wait)
@@ -118,35 +128,79 @@ class Runner:
         except OSError as exc:
             raise StorageError(f"cannot create the run lock in {self.store.pipeline_dir}: {exc.strerror or exc}") from exc
         try:
-            return self._run_locked(lock, steps, selected, forced, backend, choice)
+            result = self._run_locked(lock, steps, selected, forced, backend, choice)
+        except PipelineError:
+            self._trim_cache()            # a failed run may have stored the stages that succeeded
+            raise
+        else:
+            self._trim_cache()
+            return result
         finally:
             lock.__exit__()
 
+    def _trim_cache(self) -> None:
+        """Keep the cache within its limit (under the lock); the entries this run wrote or used stay."""
+        if self.use_cache:
+            self.cache.trim(self.cache_limit, keep={key for key in self.keys.values() if key})
+
     def _run_locked(self, lock: RunLock, steps: list[tuple[str, bool]], selected: set[str], forced: set[str],
                     backend: Backend, choice: DeviceChoice) -> RunResult:
-        run = self.store.new_run()
-        lock.note(run_id=run.run_id)
-        run.write_config(dump_config(self.config))
-        manifest = self._manifest(run, backend, choice, steps, selected)
-        run.write_manifest(manifest)
+        run, manifest = self._open_run(lock, backend, choice, steps, selected)
         info = RunInfo(run.run_id, run.path, self.config.name, backend.name, choice.reason, len(steps), self.config)
-        self.hooks.run_started(info)
-        cached = self._cached_entries(steps, manifest, backend, forced)
-
         started = time.perf_counter()
+        # From here on the run ends with a final status and, unless it succeeded, why: whatever
+        # is raised (a stage, the cache, the cluster, a hook, a full disk, a signal, a bug).
         try:
+            self.hooks.run_started(info)
+            cached = self._cached_entries(steps, manifest, backend, forced)
             outputs = self._execute(steps, cached, backend, run, manifest, info)
-        except KeyboardInterrupt as exc:
-            why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted by the user (SIGINT)"
-            self._finish(run, manifest, info, "interrupted", started, error=why)
-            raise
-        except PipelineError as exc:
-            self.hooks.error(ErrorEvent(info, exc, getattr(exc, "stage", None)))
-            self._finish(run, manifest, info, "failed", started, error=str(exc))
-            raise
-        self._finish(run, manifest, info, "succeeded", started)
-        self.store.mark_latest(run)
+            self._finish(run, manifest, info, "succeeded", started)
+        except BaseException as exc:
+            error = self._end_unsuccessfully(run, manifest, info, started, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        try:
+            self.store.mark_latest(run)
+        except StorageError as exc:
+            raise StorageError(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
+                               "run before it") from exc
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)
+
+    def _open_run(self, lock: RunLock, backend: Backend, choice: DeviceChoice, steps: list[tuple[str, bool]],
+                  selected: set[str]) -> tuple[RunDir, RunManifest]:
+        """The run folder with its config and first record. If that record cannot be written
+        (a full disk) the folder goes again: a run that never recorded its start has nothing
+        to keep, and a folder without a manifest would be left for someone to clean up."""
+        run = self.store.new_run()
+        try:
+            lock.note(run_id=run.run_id)
+            run.write_config(dump_config(self.config))
+            manifest = self._manifest(run, backend, choice, steps, selected)
+            run.write_manifest(manifest)
+        except BaseException:
+            shutil.rmtree(run.path, ignore_errors=True)
+            raise
+        return run, manifest
+
+    # ------------------------------------------------------------------ how a run ends
+    def _end_unsuccessfully(self, run: RunDir, manifest: RunManifest, info: RunInfo, started: float,
+                            exc: BaseException) -> BaseException:
+        """Record a run that did not succeed (status, why, the stages it stopped); return what to raise.
+
+        When even that record cannot be written, the manifest keeps saying "running" with this
+        process's pid and host, which ``pipeline runs list`` shows as abandoned once this
+        process has gone or has let go of the run lock; the error raised then says so.
+        """
+        status, why, raised = _ending(exc)
+        if isinstance(raised, PipelineError):
+            self.hooks.error(ErrorEvent(info, raised, getattr(raised, "stage", None)))
+        _stop_unfinished_stages(manifest, status, why)
+        try:
+            self._finish(run, manifest, info, status, started, error=why)
+        except Exception as write_error:  # noqa: BLE001 - the record failing must not hide why the run ended
+            return _unrecorded(raised, write_error, run, manifest)
+        return raised
 
     # ------------------------------------------------------------------ the stage cache
     def _forced(self, graph: dict[str, list[str]], steps: list[tuple[str, bool]]) -> set[str]:
@@ -180,7 +234,7 @@ class Runner:
                                 backend=backend.name, versions=versions, seed=self.config.seed)
             self.keys[name] = manifest.stages[name].cache_key = key
             if key is not None and name not in forced:
-                entry = self.cache.lookup(key)
+                entry = self.cache.lookup(key, stage=name)
                 if entry is not None:
                     found[name] = entry
         return found
@@ -285,17 +339,33 @@ class Runner:
         if outcome.error is None:
             self._add_to_record(manifest, event, outcome.run_record)
         self.hooks.stage_finished(event)
-        run.write_manifest(manifest)
-        if outcome.error is not None:
-            if outcome.traceback:
-                log.debug("stage %s failed:\n%s", record.name, outcome.traceback)
-            raise outcome.error
+        if outcome.error is None:
+            run.write_manifest(manifest)
+            return
+        if outcome.traceback:
+            log.debug("stage %s failed:\n%s", record.name, outcome.traceback)
+        try:
+            run.write_manifest(manifest)
+        except StorageError as exc:      # the stage's failure is why the run ends; its end writes again
+            log.debug("could not record the failure of stage %s: %s", record.name, exc)
+        raise outcome.error
 
     def _add_to_record(self, manifest: RunManifest, event: StageEvent, fields: dict[str, Any]) -> None:
         """The run-record fields a stage set; the first stage (in plan order) to set one keeps it."""
         for key, value in fields.items():
             if getattr(manifest, key, None) in (None, {}, []):
                 setattr(manifest, key, value)
+        metrics = fields.get("metrics")
+        try:
+            if metrics is not None and not isinstance(metrics, dict):
+                raise ValueError(f"metrics must be a mapping, not {type(metrics).__name__}")
+            check_metrics(metrics)
+        except ValueError as exc:        # recorded, it would make the run record unreadable
+            record = event.record
+            record.status, record.error = "failed", f"the metrics it reported cannot be recorded: {exc}"
+            if manifest.metrics is metrics:
+                manifest.metrics = None
+            raise StageError(record.name, record.error) from None
         models = (fields.get("metrics") or {}).get("models") if isinstance(fields.get("metrics"), dict) else None
         for model, values in (models or {}).items():
             numbers = {k: v for k, v in (values or {}).items() if isinstance(v, (int, float))}
@@ -321,11 +391,72 @@ class Runner:
         manifest.ended = utc_now()
         manifest.duration_s = round(time.perf_counter() - started, 4)
         manifest.error = error
-        manifest.artifacts = run.checksums()
+        manifest.artifacts = self._checksums(run, required=status == "succeeded")
         run.write_manifest(manifest)
+        if status == "succeeded":
+            sign_run(run.path)           # manifest.json.sig, with PIPELINE_SIGNING_KEY set (pipeline.signing)
         for path, digest in manifest.artifacts.items():
             self.hooks.artifact(ArtifactEvent(info, Path(path).parts[0], path, digest))
         self.hooks.run_finished(RunEvent(info, status, manifest))
+
+    @staticmethod
+    def _checksums(run: RunDir, *, required: bool) -> dict[str, str]:
+        """The artifacts' sha256; a run that did not succeed is recorded even if they cannot be read."""
+        try:
+            return run.checksums()
+        except StorageError as exc:
+            if required:
+                raise
+            log.warning("%s", exc)
+            return {}
+
+
+def _ending(exc: BaseException) -> tuple[str, str, BaseException]:
+    """``(status, why, exception to raise)`` for what ended a run early."""
+    if isinstance(exc, Terminated):
+        return "interrupted", "terminated (SIGTERM)", exc
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", "interrupted by the user (SIGINT)", exc
+    if isinstance(exc, PipelineError):
+        return "failed", str(exc), exc
+    storage = as_storage_error(exc)
+    if storage is not None:
+        return "failed", str(storage), storage
+    if isinstance(exc, SystemExit):
+        return "failed", f"a stage or hook ended the process (SystemExit: {exc.code})", exc
+    if isinstance(exc, Exception):
+        return "failed", f"internal error: {type(exc).__name__}: {exc}", exc
+    return "failed", f"{type(exc).__name__}: {exc}", exc
+
+
+def _stop_unfinished_stages(manifest: RunManifest, status: str, why: str) -> None:
+    """Stages still going when the run ended are recorded as interrupted, never left "running"."""
+    now = utc_now()
+    for record in manifest.stages.values():
+        if record.status == "running":
+            record.status, record.ended = "interrupted", now
+            record.error = record.error or f"the run ended ({status}) before this stage finished: {why}"
+
+
+def _unrecorded(raised: BaseException, write_error: BaseException, run: RunDir,
+                manifest: RunManifest) -> BaseException:
+    """What to raise when the end of a run could not be recorded: a StorageError (exit 6) that
+    says why the run ended, that its record still says "running", and how it will be shown."""
+    problem = str(write_error)
+    ended = str(raised) or type(raised).__name__
+    same = problem == ended
+    record = "so the run record cannot be finished" if same else \
+        f"the run record {run.layout.manifest} could not be finished ({problem})"
+    note = (f"{record} and still says 'running': `pipeline runs list` shows the run as abandoned "
+            f"(pid {manifest.pid} on {manifest.host})")
+    if isinstance(raised, (KeyboardInterrupt, SystemExit)):
+        log.error("%s", note)            # the signal (or the exit) stays what ends the process
+        return raised
+    error = StorageError(f"{ended}; {note}" if same else f"{ended}; and {note}")
+    stage = getattr(raised, "stage", None)
+    if stage is not None:
+        error.stage = stage  # type: ignore[attr-defined]
+    return error
 
 
 def run_pipeline(
@@ -343,6 +474,7 @@ def run_pipeline(
     cache: bool = True,
     force: bool | Sequence[str] = False,
     wait: float = 600.0,
+    cache_max_size: int | str | None = None,
 ) -> RunResult:
     """Load (if given a path) and run a pipeline: the library twin of ``pipeline run``."""
     from pipeline.config import load_config
@@ -353,7 +485,7 @@ def run_pipeline(
         config = load_config(config, overrides=overrides)
     runner = Runner(config, device=device, runs_dir=runs_dir, hooks=hooks,
                     keep_outputs=keep_outputs, config_path=config_path, scheduler=scheduler,
-                    cache=cache, force=force, wait=wait)
+                    cache=cache, force=force, wait=wait, cache_max_size=cache_max_size)
     return runner.run(only=only, from_=from_, until=until)
 
 

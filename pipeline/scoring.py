@@ -24,6 +24,7 @@ from pipeline.backends import Backend, backend_for, get_backend
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
+from pipeline.signing import verify_model_folder
 
 __all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table"]
 
@@ -63,6 +64,7 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None) -> 
     meta_path = folder / "model.json"
     if not meta_path.is_file():
         raise DataError(f"{folder} is not an exported model folder (no model.json)")
+    verify_model_folder(folder)         # with a signing key set: a signed run's files, unchanged
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         kind = meta["model"]

@@ -2337,6 +2337,38 @@ def check_model(report: Report, spec: Any, device: str) -> None:
             continue
         report.record(label, check_bind(getattr(cls, method), n_args, keywords,
                                         prepend_self=_needs_self(cls, method)))
+    if device == "gpu" and getattr(spec.format, "name", None) == "skops":
+        check_portable_estimator(report, spec, cls, prefix)
+
+
+def check_portable_estimator(report: Report, spec: Any, cls: type, prefix: str) -> None:
+    """What the skops format asks of the GPU backend: the estimator converts to its scikit-learn
+    twin (``as_sklearn``) at export and back (``from_sklearn``) for scoring, and the backend finds
+    this class as the twin of the registry's CPU class (through cuML's ``_cpu_class_path``)."""
+    from cuml.internals import interop
+
+    from pipeline.backends.gpu import _cuml_twin
+
+    # What GpuBackend imports from there: the mixin and the exceptions around the two conversions.
+    missing = [name for name in ("InteropMixin", "UnsupportedOnCPU", "UnsupportedOnGPU") if not hasattr(interop, name)]
+    if missing:
+        report.fail(f"{prefix} cuml.internals.interop", f"has no {', '.join(missing)}")
+        return
+    if not issubclass(cls, interop.InteropMixin):
+        report.fail(f"{prefix} converts to scikit-learn", "not a cuML InteropMixin: no as_sklearn/from_sklearn, so "
+                                                          "its model file cannot be stored in the skops format")
+        return
+    report.record(f"{prefix}.as_sklearn()", check_bind(cls.as_sklearn, 0, prepend_self=True))
+    report.record(f"{prefix}.from_sklearn(<model>)", check_bind(cls.from_sklearn, 1))
+    cpu = _import_class(report, spec.cpu_class, f"{spec.name} [cpu] {spec.cpu_class}") if spec.cpu_class else None
+    if cpu is None:
+        return
+    twin = _cuml_twin(cpu)
+    if twin is cls:
+        report.ok(f"{prefix} is the backend's twin of {cpu.__module__}.{cpu.__name__}")
+    else:
+        report.fail(f"{prefix} is the backend's twin of {cpu.__module__}.{cpu.__name__}",
+                    f"GpuBackend.from_portable_estimator finds {twin!r}")
 
 
 def check_models(report: Report, devices: Sequence[str] = ("gpu", "cpu")) -> None:

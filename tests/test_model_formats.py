@@ -16,7 +16,9 @@ import pytest
 from pipeline.errors import DataError, ExitCode
 from pipeline.models import (
     JOBLIB,
+    LINEAR_COEFFICIENTS,
     MODELS,
+    SKOPS,
     TORCH_STATE_DICT,
     XGBOOST_JSON,
     ModelFormat,
@@ -84,8 +86,9 @@ def test_every_built_in_entry_is_covered_here_and_has_its_format():
     assert set(MODELS) >= BUILT_IN
     assert get_model_spec("xgboost").format == XGBOOST_JSON
     assert get_model_spec("mlp").format == TORCH_STATE_DICT
-    assert get_model_spec("logistic_regression").format == JOBLIB
-    assert get_model_spec("random_forest").format == JOBLIB
+    assert get_model_spec("logistic_regression").format == LINEAR_COEFFICIENTS
+    assert get_model_spec("random_forest").format == SKOPS
+    assert JOBLIB is SKOPS                  # the old name, for plugins that used it
     # The MLP is an entry for its format, not something a train stage fits.
     assert "mlp" not in trainable_models() and set(trainable_models()) == BUILT_IN - {"mlp"}
     assert external_memory_models() == ["xgboost"]
@@ -115,8 +118,8 @@ def test_each_format_round_trips_to_the_estimators_scores(name, features, tmp_pa
 
 
 @pytest.mark.parametrize("name,files,keys", [
-    ("logistic_regression", ["model.joblib"], {"coef", "intercept"}),
-    ("random_forest", ["model.joblib"], set()),
+    ("logistic_regression", ["coefficients.json"], {"coef", "intercept", "dtype"}),
+    ("random_forest", ["model.skops"], set()),
     ("xgboost", ["model.xgb.json"], set()),
     ("mlp", ["model.pt", "architecture.json"], {"architecture", "categorical_columns", "best_epoch"}),
 ])
@@ -128,9 +131,11 @@ def test_save_model_writes_the_files_and_keys_as_before_and_load_model_scores_ra
     assert sorted(p.name for p in written) == sorted([*files, "workflow.json", "model.json"])
     assert sorted(p.name for p in folder.iterdir()) == sorted([*files, "workflow.json", "model.json"])
     meta = json.loads((folder / "model.json").read_text())
-    common = {"name", "model", "device", "estimator", "params", "features", "target", "id_column", "file", "files"}
+    common = {"name", "model", "device", "estimator", "params", "features", "target", "id_column", "file", "files",
+              "format"}
     assert set(meta) == common | keys
     assert meta["file"] == files[0] and meta["files"] == files and meta["model"] == name
+    assert meta["format"] == get_model_spec(name).format.name
     if name == "mlp":
         assert meta["architecture"] == "architecture.json"
         assert meta["categorical_columns"] == features.categorical_columns
@@ -183,20 +188,25 @@ def test_a_file_name_outside_the_folder_is_refused():
         TORCH_STATE_DICT.files({"file": "/etc/passwd", "architecture": "architecture.json"})
 
 
-def test_a_cuml_pickle_without_cuml_scores_from_its_coefficients(features, tmp_path, monkeypatch):
-    """JoblibFormat's fallback: a linear model that will not unpickle here scores from the
-    coefficients model.json keeps (stand-in: a module that exists only while it is written)."""
+def test_an_old_pickled_linear_model_scores_from_its_coefficients_without_being_unpickled(
+        features, tmp_path, monkeypatch):
+    """A folder written before skops (model.joblib): the pickle is never loaded; a linear model
+    scores from the coefficients model.json keeps, anything else is refused with what to do
+    (stand-in pickle: a module that exists only while it is written, so unpickling would fail)."""
     trained = _train("logistic_regression", features)
     folder = tmp_path / "m"
     save_model(trained, folder)
+    (folder / "coefficients.json").unlink()
     dump_unloadable(folder / "model.joblib", "fake_gpu_linear", "LogisticRegression", tmp_path, monkeypatch)
     meta = json.loads((folder / "model.json").read_text())
-    predictor = JOBLIB.load(folder, meta, backend=None)
+    meta.update(file="model.joblib")
+    del meta["files"], meta["format"]
+    predictor = SKOPS.load(folder, meta, backend=None)
     # The estimator scores the float32 matrix in float32; the coefficients score it in float64.
     np.testing.assert_allclose(predictor(features.X["test"], None), trained.scores["test"], rtol=0, atol=1e-6)
     del meta["coef"], meta["intercept"]
-    with pytest.raises(DataError, match="cannot load this"):
-        JOBLIB.load(folder, meta, backend=None)
+    with pytest.raises(DataError, match="not in a safe model format.*pickles are never loaded.*again"):
+        SKOPS.load(folder, meta, backend=None)
 
 
 def test_xgboost_loads_onto_the_backends_device(features, tmp_path):

@@ -160,8 +160,9 @@ def test_wrong_dtype_exit_3_names_the_column(churn_run, tmp_path):
 
 def test_blank_placeholders_without_na_values_name_the_column_and_the_option(churn_run, tmp_path):
     source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")   # TotalCharges holds " "
+    # The run's own na_values ([" "]) apply by default; a list given replaces them.
     with pytest.raises(DataError, match=r"'TotalCharges'.*float64.*--na-values"):
-        predict_batch(churn_run["run_dir"], source, tmp_path / "out.parquet")
+        predict_batch(churn_run["run_dir"], source, tmp_path / "out.parquet", na_values=["?"])
 
 
 def test_an_unseen_category_scores(churn_run, tmp_path):
@@ -280,22 +281,26 @@ def test_a_failed_run_is_refused(churn_run, tmp_path):
         predict_batch(run_copy, source, tmp_path / "out.csv", na_values=[" "])
 
 
-def test_a_gpu_model_that_cannot_load_here_says_what_it_needs(churn_run, tmp_path, monkeypatch):
-    """A model pickled by a GPU library that is not installed: the message names the device
-    and the library (stand-in: a module that exists only while the pickle is written)."""
+def test_an_old_pickled_model_is_refused_with_what_to_do(churn_run, tmp_path, monkeypatch):
+    """A model folder written before skops (a joblib pickle, here of a GPU library that is not
+    installed): the pickle is never loaded, and the message says to export it again."""
     run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
     folder = run_copy / "export" / "models" / "forest"
+    (folder / "model.skops").unlink()
     dump_unloadable(folder / "model.joblib", "fake_gpu_forest", "RandomForestClassifier", tmp_path, monkeypatch)
     meta = json.loads((folder / "model.json").read_text())
-    meta.update(device="gpu", estimator="cuml.ensemble.randomforestclassifier.RandomForestClassifier")
+    meta.update(device="gpu", estimator="cuml.ensemble.randomforestclassifier.RandomForestClassifier",
+                file="model.joblib")
+    del meta["files"], meta["format"]
     (folder / "model.json").write_text(json.dumps(meta))
     manifest = read_manifest(run_copy)
+    del manifest.artifacts["export/models/forest/model.skops"]
     for name in ("model.joblib", "model.json"):
         manifest.artifacts[f"export/models/forest/{name}"] = sha256_file(folder / name)
     (run_copy / "manifest.json").write_text(manifest.to_json())
 
     source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
-    with pytest.raises(DataError, match=r"trained on the GPU and needs cuml.*NVIDIA GPU"):
+    with pytest.raises(DataError, match=r"model.joblib is not in a safe model format.*pickles are never loaded.*again"):
         predict_batch(run_copy, source, tmp_path / "out.csv", model="forest", device="cpu", na_values=[" "])
     assert not (tmp_path / "out.csv").exists()
 

@@ -42,3 +42,29 @@ def test_checksums_cover_artifacts_not_the_manifest(tmp_path):
     run.write_manifest(RunManifest(pipeline="p", run_id=run.run_id, status="running"))
     sums = run.checksums()
     assert sums == {"a/x.txt": sha256_file(run.path / "a" / "x.txt")}
+
+
+def test_json_artifacts_are_strict_json(tmp_path):
+    """NaN/Infinity are not JSON: an undefined number is written as null, and the file parses
+    with a strict reader."""
+    import json as json_module
+
+    from pipeline.store import atomic_write_json
+
+    path = tmp_path / "metrics.json"
+    atomic_write_json(path, {"roc_auc": float("nan"), "nested": [1.0, float("inf"), {"x": -float("inf")}], "n": 3})
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    value = json_module.loads(path.read_text(), parse_constant=refuse)
+    assert value == {"roc_auc": None, "nested": [1.0, None, {"x": None}], "n": 3}
+
+
+def test_export_refuses_a_model_with_non_finite_coefficients():
+    from pipeline.errors import DataError
+    from pipeline.stages.export import _refuse_non_finite
+
+    _refuse_non_finite({"coef": [0.5, 1.0], "intercept": [0.0]}, "logreg")
+    with pytest.raises(DataError, match="logreg.*coef"):
+        _refuse_non_finite({"coef": [0.5, float("nan")], "intercept": [0.0]}, "logreg")

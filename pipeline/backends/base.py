@@ -9,9 +9,12 @@ and never imports a GPU library.
 from __future__ import annotations
 
 import contextlib
+import csv
+import glob
 import importlib
 import os
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -52,9 +55,10 @@ class Backend(ABC):
         for CSV, so both formats give the same rows.
         """
         path = Path(path)
-        fmt = (format or _infer_format(path)).lower()
         if not path.exists():
             raise DataError(f"input file not found: {path}")
+        fmt = (format or _infer_format(path)).lower()
+        check_source(path, fmt)
         try:
             if fmt == "csv":
                 frame = self._read_csv(path, columns=columns, dtypes=dtypes, na_values=na_values)
@@ -66,8 +70,8 @@ class Backend(ABC):
                 raise DataError(f"{path}: unknown format '{fmt}' (expected csv or parquet)")
         except DataError:
             raise
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            raise DataError(f"cannot read {path} as {fmt}: {exc}") from exc
+        except read_errors() as exc:
+            raise DataError(f"cannot read {path} as {fmt}: {one_line(exc)}") from exc
         missing = [c for c in (columns or []) if c not in frame.columns]
         if missing:
             raise DataError(f"{path}: missing columns {missing}")
@@ -95,7 +99,10 @@ class Backend(ABC):
         import dask.dataframe as dd
 
         text: str | list[str] = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
-        fmt = (format or _infer_format(Path(text if isinstance(text, str) else text[0]))).lower()
+        first = partitioned_sources(text)[0]
+        fmt = (format or _infer_format(first)).lower()
+        if first.exists():                  # a local file or folder (a remote URL is the reader's)
+            check_source(first, fmt)
         try:
             with dask.config.set({"dataframe.backend": self.dask_backend}):
                 if fmt == "parquet":
@@ -109,8 +116,8 @@ class Backend(ABC):
                     raise DataError(f"{text}: unknown format '{fmt}' (expected csv or parquet)")
         except DataError:
             raise
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            raise DataError(f"cannot read {text} as partitioned {fmt}: {exc}") from exc
+        except read_errors() as exc:
+            raise DataError(f"cannot read {text} as partitioned {fmt}: {one_line(exc)}") from exc
         if dtypes and fmt == "parquet":
             frame = frame.astype(dict(dtypes))
         if filters and fmt == "csv":
@@ -214,6 +221,15 @@ class Backend(ABC):
         proba = self.to_host(estimator.predict_proba(X))
         proba = np.asarray(proba, dtype="float64")
         return proba[:, 1] if proba.ndim == 2 else proba
+
+    def to_portable_estimator(self, estimator: Any) -> Any:
+        """The fitted estimator as the CPU library's own (what a model file stores, so it loads
+        on any machine): scikit-learn's and XGBoost's already are."""
+        return estimator
+
+    def from_portable_estimator(self, estimator: Any) -> Any:
+        """A loaded scikit-learn estimator as one that scores this backend's data."""
+        return estimator
 
     # ------------------------------------------------------------- status
     def device_memory_used(self) -> int | None:
@@ -344,6 +360,100 @@ def row_major_matrix(
     return out
 
 
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What a reader raises on a file it cannot read (pyarrow's errors only when it imports;
+    cuDF reports parse failures as RuntimeError). Evaluated only when something was raised."""
+    errors: tuple[type[BaseException], ...] = (
+        ValueError, KeyError, TypeError, OSError, OverflowError, RuntimeError, csv.Error)
+    try:
+        from pyarrow.lib import ArrowException
+    except ImportError:
+        return errors
+    return (*errors, ArrowException)
+
+
+def one_line(exc: BaseException) -> str:
+    """A library's message as one line (pandas ends its parser errors with a newline)."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+
+
+def check_source(path: Path, fmt: str) -> None:
+    """Refuse what the readers accept quietly or report without naming the file.
+
+    A folder without data files reads as a table with no columns; a CSV header that names
+    a column twice is renamed by pandas and cuDF alike (``tenure``, ``tenure.1``) and both
+    would be trained on. Both readers get the same answer because it is decided here, from
+    the raw header, before either reads.
+    """
+    if path.is_dir():
+        if fmt != "parquet":
+            raise DataError(f"{path} is a folder; a {fmt} input is one file (name the file, or read a folder "
+                            f"of CSV files with partitioned: true and a glob such as {path}/*.csv)")
+        files = parquet_files(path)
+        if not files:
+            csvs = sorted(p.name for p in path.glob("*.csv"))
+            hint = (f"; it holds CSV files ({', '.join(csvs[:3])}): name one, or use partitioned: true with "
+                    f"{path}/*.csv") if csvs else ""
+            raise DataError(f"no .parquet files in {path}{hint}")
+        path = files[0]
+    names = read_header(path, fmt)
+    repeated = sorted(str(n) for n, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise DataError(f"{path}: column name(s) {repeated} appear more than once in the header; rename them "
+                        f"(pandas and cuDF would read the second '{repeated[0]}' as '{repeated[0]}.1')")
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """The Parquet files of a dataset folder as pyarrow lists them (hidden ``.``/``_`` names
+    skipped, partition subfolders included)."""
+    return sorted(p for p in folder.rglob("*")
+                  if p.suffix.lower() in (".parquet", ".pq") and p.is_file()
+                  and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts))
+
+
+def read_header(path: Path, fmt: str) -> list[str]:
+    """Column names exactly as the file holds them (pandas renames a repeated name; this does
+    not): the first non-blank line of a CSV, the schema of a Parquet file."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return [str(n) for n in pq.read_schema(path).names]
+        except read_errors() as exc:
+            raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            row = next((r for r in csv.reader(fh) if r), None)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not a text CSV file ({one_line(exc)})") from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if row is None:
+        raise DataError(f"{path} is empty: a CSV file needs a header line")
+    return row
+
+
+def partitioned_sources(text: str | list[str]) -> list[Path]:
+    """The files a partitioned read names (globs expanded, in name order); nothing matching is
+    an error naming the pattern. Remote URLs pass through unchecked."""
+    found: list[Path] = []
+    for item in [text] if isinstance(text, str) else text:
+        if "://" in item:
+            found.append(Path(item.split("://", 1)[1]))
+        elif any(ch in item for ch in "*?["):
+            matched = sorted(glob.glob(item))
+            if not matched:
+                raise DataError(f"no files match {item}")
+            found += [Path(m) for m in matched]
+        elif not Path(item).exists():
+            raise DataError(f"input file not found: {item}")
+        else:
+            found.append(Path(item))
+    if not found:
+        raise DataError("no input files given")
+    return found
+
+
 def _infer_format(path: Path) -> str:
     if path.is_dir():
         return "parquet"
@@ -361,25 +471,29 @@ def apply_filters(frame: Any, filters: Sequence[Filter], *, source: str = "") ->
     for column, op, value in filters:
         if column not in frame.columns:
             raise DataError(f"{source}: filter on unknown column '{column}'")
-        col = frame[column]
-        if op == "==":
-            cond = col == value
-        elif op == "!=":
-            cond = col != value
-        elif op == "<":
-            cond = col < value
-        elif op == "<=":
-            cond = col <= value
-        elif op == ">":
-            cond = col > value
-        elif op == ">=":
-            cond = col >= value
-        elif op == "in":
-            cond = col.isin(list(value))
-        elif op == "not in":
-            cond = ~col.isin(list(value))
-        else:
-            raise DataError(f"{source}: unknown filter operator '{op}' (use one of {', '.join(FILTER_OPS)})")
+        try:
+            cond = _filter_condition(frame[column], op, value)
+        except (TypeError, ValueError) as exc:       # a text column compared with a number...
+            raise DataError(f"{source}: filter [{column!r}, {op!r}, {value!r}] cannot compare column '{column}' "
+                            f"({frame[column].dtype}) with {value!r}: {one_line(exc)}") from exc
         mask = cond if mask is None else (mask & cond)
     return frame[mask.fillna(False)].reset_index(drop=True) if mask is not None else frame
+
+
+def _filter_condition(col: Any, op: str, value: Any) -> Any:
+    """The row mask of one ``[column, op, value]`` filter."""
+    if op == "in":
+        return col.isin(list(value))
+    if op == "not in":
+        return ~col.isin(list(value))
+    compare = _COMPARISONS.get(op)
+    if compare is None:
+        raise ValueError(f"unknown filter operator '{op}' (use one of {', '.join(FILTER_OPS)})")
+    return compare(col, value)
+
+
+_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": lambda col, v: col == v, "!=": lambda col, v: col != v, "<": lambda col, v: col < v,
+    "<=": lambda col, v: col <= v, ">": lambda col, v: col > v, ">=": lambda col, v: col >= v,
+}
 

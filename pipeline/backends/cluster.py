@@ -14,12 +14,19 @@ is full, and says when the configured sizes leave XGBoost too little room.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import logging
 import os
+import re
+import socket
+import struct
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import ClusterUnavailable
+from pipeline.errors import ClusterUnavailable, UsageError
 
 GPU_RESOURCE = "GPU"
 log = logging.getLogger("pipeline")
@@ -87,16 +94,16 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
     # P2P shuffles (value_counts of the feature ops) report every start and stop as a warning.
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     if config.address:
+        client = connect_client(config.address, float(config.connect_timeout))
         try:
-            client = Client(config.address, timeout=f"{config.connect_timeout}s", set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise ClusterUnavailable(
-                f"cannot reach the Dask scheduler at {config.address} within {config.connect_timeout:g} s "
-                f"({type(exc).__name__}: {exc}); start it with `dask scheduler` or fix cluster.address"
-            ) from None
-        workers = len(cluster_workers(client))
+            workers = len(cluster_workers(client))
+        except Exception as exc:  # noqa: BLE001 - the connection can drop right after the handshake
+            _close_quietly(client)
+            raise ClusterUnavailable(f"the Dask scheduler at {config.address} stopped answering: "
+                                     f"{type(exc).__name__}: {exc}") from None
         return ClusterSession(client, None, f"existing cluster at {config.address} ({workers} worker(s))",
                               {"address": config.address, "workers": workers, "started_here": False})
+    refuse_unguarded_main_script()
     plan = gpu_memory_plan_here(config) if device == "gpu" else None
     try:
         cluster = _local_cuda_cluster(config, plan) if device == "gpu" else _local_cluster(config)
@@ -150,6 +157,245 @@ def local_cuda_cluster_options(config: Any, plan: GpuMemoryPlan | None = None) -
     if plan is not None:
         options.update(plan.cluster_options())
     return {k: v for k, v in options.items() if v is not None}
+
+
+# ------------------------------------------------------------------ an existing scheduler
+SCHEDULER_EXAMPLE = "tcp://scheduler:8786"
+SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "ucxx", "ws", "wss")
+_SCHEDULER_ADDRESS = re.compile(
+    r"^(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)"
+    r"(?::(?P<port>[0-9]+))?$")
+# A Dask handshake is a small dict (compression, Python version, pickle protocol): about 60 bytes.
+# The first 8 bytes a peer sends are the frame length; from another service they are text
+# ("HTTP/1.1") read as a length of exabytes, which distributed would try to allocate.
+MAX_HANDSHAKE_BYTES = 64 * 2**10
+
+
+def scheduler_address_problem(address: str) -> str | None:
+    """Why ``address`` cannot be a Dask scheduler address, or None when it has the form
+    ``[scheme://]host:port``. Checked before connecting, so a typo is a config error (exit 2)
+    rather than a connection that times out."""
+    match = _SCHEDULER_ADDRESS.match(address.strip()) if address.strip() == address else None
+    if match is None:
+        return "it is not of the form tcp://HOST:PORT"
+    scheme = (match["scheme"] or "tcp").lower()
+    if scheme not in SCHEDULER_SCHEMES:
+        return f"unknown protocol '{scheme}://' (one of: {', '.join(SCHEDULER_SCHEMES)})"
+    if match["port"] is None:
+        return "it has no port (a scheduler listens on 8786 unless told otherwise)"
+    if not 0 < int(match["port"]) < 65536:
+        return f"port {match['port']} is not between 1 and 65535"
+    return None
+
+
+def check_scheduler_address(address: str, *, where: str) -> None:
+    """Raise a UsageError (exit 2) naming ``where`` (``--scheduler``, ``cluster.address``) when
+    ``address`` is not a scheduler address."""
+    problem = scheduler_address_problem(address)
+    if problem:
+        raise UsageError(f"{where} {address!r} is not a Dask scheduler address: {problem}; expected "
+                         f"tcp://HOST:PORT, for example {SCHEDULER_EXAMPLE}")
+
+
+def connect_client(address: str, timeout: float) -> Any:
+    """A client of the scheduler at ``address``, or ClusterUnavailable within ``timeout`` seconds.
+
+    A tcp:// address is probed first: the scheduler must send a Dask handshake, so another
+    service on that port is named as such instead of being read as a Dask frame. A client whose
+    start failed is disarmed: its finaliser would otherwise wait twice the timeout to close a
+    connection that never opened, and print a traceback at exit.
+    """
+    from distributed import Client
+
+    check_scheduler_address(address, where="the scheduler address (cluster.address or --scheduler)")
+    deadline = time.monotonic() + timeout
+    match = _SCHEDULER_ADDRESS.match(address)
+    assert match is not None
+    if (match["scheme"] or "tcp").lower() == "tcp":
+        _await_dask_handshake(address, match["host"].strip("[]"), int(match["port"]), timeout, deadline)
+    remaining = max(deadline - time.monotonic(), 1.0)
+    try:
+        return Client(address, timeout=f"{remaining}s", set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        _disarm_failed_client(exc)
+        raise ClusterUnavailable(_unreachable(address, timeout, f"{type(exc).__name__}: {exc}")) from None
+    except Exception as exc:  # noqa: BLE001 - whatever a peer's bytes make of distributed's protocol
+        _disarm_failed_client(exc)
+        raise ClusterUnavailable(f"the Dask scheduler at {address} did not accept a client: "
+                                 f"{type(exc).__name__}: {exc}") from None
+
+
+def _unreachable(address: str, timeout: float, why: str) -> str:
+    return (f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({why}); start it with "
+            "`dask scheduler` or fix cluster.address (or --scheduler)")
+
+
+def _await_dask_handshake(address: str, host: str, port: int, timeout: float, deadline: float) -> None:
+    """Connect (retrying until ``deadline``, as a scheduler may be starting) and read the
+    handshake a Dask server sends first; raise ClusterUnavailable unless it is one."""
+    sock = _connect_until(address, host, port, timeout, deadline)
+    with sock:
+        header = _receive(sock, 8, deadline)
+        fix = f"point cluster.address or --scheduler at the scheduler, e.g. {SCHEDULER_EXAMPLE}"
+        if not header:
+            what = "sent nothing" if header is None else "closed the connection"
+            raise ClusterUnavailable(f"{address} accepted the connection but {what} instead of a Dask "
+                                     f"handshake within {timeout:g} s: it is not a Dask scheduler (another "
+                                     f"service on that port?); {fix}")
+        (length,) = struct.unpack("Q", header) if len(header) == 8 else (0,)
+        body = _receive(sock, length, deadline) if 0 < length <= MAX_HANDSHAKE_BYTES else None
+        if body is None or len(body) < length or not _is_dask_handshake(body):
+            seen = header.decode("ascii", "replace")
+            raise ClusterUnavailable(f"{address} answered, but not as a Dask scheduler (it began with "
+                                     f"{seen!r}): another service is listening on that port; {fix}")
+
+
+def _connect_until(address: str, host: str, port: int, timeout: float, deadline: float) -> socket.socket:
+    error: OSError | None = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            why = f"{type(error).__name__}: {error}" if error else "no answer"
+            raise ClusterUnavailable(_unreachable(address, timeout, why))
+        try:
+            return socket.create_connection((host, port), timeout=left)
+        except OSError as exc:
+            error = exc
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+
+
+def _receive(sock: socket.socket, size: int, deadline: float) -> bytes | None:
+    """Exactly ``size`` bytes, fewer when the peer closes, or None when none came in time."""
+    data = b""
+    while len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data or None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(size - len(data))
+        except (TimeoutError, socket.timeout):
+            return data or None
+        except OSError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+    return data
+
+
+def _is_dask_handshake(body: bytes) -> bool:
+    from distributed.protocol.core import loads
+    from distributed.protocol.utils import unpack_frames
+
+    try:
+        frames, missing = unpack_frames(body, partial=True)
+        message = loads(frames, deserialize=False) if not missing else None
+    except Exception:  # noqa: BLE001 - not Dask's framing: that is the answer
+        return False
+    return isinstance(message, dict) and "python" in message
+
+
+def _disarm_failed_client(exc: BaseException) -> None:
+    """Mark the half-started Client in ``exc``'s traceback closed and stop its loop thread."""
+    from distributed import Client
+
+    tb = exc.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if isinstance(candidate, Client):
+            candidate.status = "closed"
+            with contextlib.suppress(Exception):
+                candidate._loop_runner.stop()
+            return
+        tb = tb.tb_next
+
+
+def _close_quietly(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        client.close(timeout=2)
+
+
+# ------------------------------------------------------------------ scripts that start workers
+GUARD = 'if __name__ == "__main__":'
+
+
+def refuse_run_in_worker_bootstrap() -> None:
+    """Fail at once when a run starts while this process is a new worker importing its parent's
+    main script (multiprocessing's spawn bootstrap): the parent holds the run lock, so the
+    run would wait on it until the worker's start times out."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        main = sys.modules.get("__main__")
+        script = getattr(main, "__file__", None) or "the main script"
+        raise UsageError(
+            f"a pipeline run was started while a new worker process was importing {script}: Dask's local "
+            f"worker processes import the script that started them, so code at its top level runs again in "
+            f"each of them; put the call under `{GUARD}` (see the README's Library use)")
+
+
+def refuse_unguarded_main_script() -> None:
+    """Before starting local worker processes: refuse when the call comes from top-level code of
+    a ``__main__`` script that the workers will import again (spawn), outside an ``if __name__
+    == "__main__":`` block, where each worker would start the run again."""
+    main = sys.modules.get("__main__")
+    if main is None or not _workers_import_main(main):
+        return
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:                 # not called while the script's top level runs
+        return
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return                        # cannot read it: do not guess
+    if not _guarded(tree, line):
+        raise UsageError(
+            f"{path}, line {line}, starts a local Dask cluster from the script's top level: the cluster's "
+            f"worker processes import {os.path.basename(path)} again and would each start the run once more "
+            f"(waiting on this run's lock). Put the code that runs the pipeline under `{GUARD}` (see the "
+            "README's Library use), or use an existing cluster (scheduler=...)")
+
+
+def _workers_import_main(main: Any) -> bool:
+    """Whether spawned processes run ``main`` again, as multiprocessing's spawn decides it."""
+    import dask
+
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
+        return False
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name != "__main__" and not name.endswith(".__main__")
+    path = getattr(main, "__file__", None)
+    return bool(path) and os.path.splitext(os.path.basename(path))[0] != "ipython"
+
+
+def _guarded(tree: ast.Module, line: int) -> bool:
+    """Whether ``line`` lies in the body of an ``if __name__ == "__main__":`` (or the else of
+    ``!=``)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        equal = _main_test(node.test)
+        block = node.body if equal else node.orelse if equal is False else []
+        if block and block[0].lineno <= line <= (block[-1].end_lineno or block[-1].lineno):
+            return True
+    return False
+
+
+def _main_test(test: ast.expr) -> bool | None:
+    """True for ``__name__ == "__main__"``, False for ``!=``, None for any other test."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    sides = [test.left, test.comparators[0]]
+    names = any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+    main = any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+    return isinstance(test.ops[0], ast.Eq) if names and main else None
 
 
 # ------------------------------------------------------------------ GPU worker memory

@@ -94,8 +94,14 @@ class ModuleStatus:
     detail: str = ""
 
 
+# Reported from installed metadata, never imported: importing torch takes seconds and
+# hundreds of MiB, too much for a setup check (``pipeline doctor``) to pay.
+METADATA_ONLY = ("torch",)
+
+
 def import_status(module: str, provided: Mapping[str, Sequence[str]] | None = None) -> ModuleStatus:
-    """Import a module for real and report its version, or the import error.
+    """Import a module for real and report its version, or the import error (``METADATA_ONLY``
+    modules: what their metadata says, without importing them).
 
     ``provided`` is ``packages_distributions()``, passed in when asking about several modules.
     """
@@ -103,6 +109,8 @@ def import_status(module: str, provided: Mapping[str, Sequence[str]] | None = No
     dist_version = dists[0].version if dists else None
     if importlib.util.find_spec(module) is None:
         return ModuleStatus(module, dist_version, False, "not installed")
+    if module in METADATA_ONLY and dists:
+        return _status_from_metadata(module, dists)
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any import failure is the answer here
@@ -114,6 +122,21 @@ def import_status(module: str, provided: Mapping[str, Sequence[str]] | None = No
     if len(dists) > 1:
         detail = "; ".join(filter(None, [detail, "installed by " + " and ".join(d.name for d in dists)]))
     return ModuleStatus(module, getattr(mod, "__version__", dist_version), True, detail)
+
+
+def _status_from_metadata(module: str, dists: Sequence[DistMeta]) -> ModuleStatus:
+    """torch's version and CUDA build from its metadata (``2.13.0+cu128``: CUDA 12.8)."""
+    meta = dists[0]
+    needs, major, _ = _torch_cuda(meta.version, meta.requires)
+    label = _CUDA_LOCAL_LABEL.match(meta.version.partition("+")[2])
+    if label:
+        detail = f"built for CUDA {label['major']}.{label[0][-1]}"
+    else:
+        detail = f"built for CUDA {major}" if needs and major is not None else "CUDA build" if needs else "CPU build"
+    detail += " (from its metadata; not imported)"
+    if len(dists) > 1:
+        detail += "; installed by " + " and ".join(d.name for d in dists)
+    return ModuleStatus(module, meta.version, True, detail)
 
 
 # --------------------------------------------------------------------------- CUDA needs of wheels

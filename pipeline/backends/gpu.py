@@ -8,7 +8,9 @@ without a GPU.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.base import Backend, compute_lazy, is_partitioned, row_major_matrix
+from pipeline.errors import DataError
 
 
 def _column_array(series: cudf.Series) -> cp.ndarray:
@@ -107,6 +110,38 @@ class GpuBackend(Backend):
         return frame.iloc[cp.asarray(positions)].reset_index(drop=True)
 
 
+    def to_portable_estimator(self, estimator: Any) -> Any:
+        """cuML's estimators as their scikit-learn twins (cuML's ``as_sklearn``), so a model
+        trained here is stored in a safe format and scores on a machine without a GPU.
+
+        A cuml.dask estimator gives its combined model first (every worker holds the same one);
+        XGBoost's and scikit-learn's estimators are returned as they are.
+        """
+        from cuml.internals.interop import InteropMixin, UnsupportedOnCPU
+
+        if type(estimator).__module__.startswith("cuml.dask."):
+            estimator = estimator.get_combined_model()
+        if not isinstance(estimator, InteropMixin):
+            return estimator
+        try:
+            return estimator.as_sklearn()
+        except UnsupportedOnCPU as exc:
+            raise DataError(f"export: {type(estimator).__name__} cannot be stored as its scikit-learn twin ({exc}); "
+                            "train it with parameters scikit-learn has") from None
+
+    def from_portable_estimator(self, estimator: Any) -> Any:
+        """The cuML twin of a loaded scikit-learn estimator (cuML's ``from_sklearn``), so scoring
+        stays on the GPU; one cuML has no twin for, or cannot mirror, scores on the host."""
+        from cuml.internals.interop import UnsupportedOnGPU
+
+        twin = _cuml_twin(type(estimator))
+        if twin is not None:
+            try:
+                return twin.from_sklearn(estimator)
+            except UnsupportedOnGPU:
+                pass
+        return HostEstimator(estimator)
+
     def device_memory_used(self) -> int | None:
         """Bytes this process has allocated on the device through RMM, PyTorch and CuPy's pool.
 
@@ -116,3 +151,31 @@ class GpuBackend(Backend):
         from pipeline.backends.device_memory import process_device_bytes
 
         return process_device_bytes()
+
+
+@functools.cache
+def _cuml_twin(cpu_class: type) -> type | None:
+    """The cuML estimator class that mirrors ``cpu_class`` (the one whose ``_cpu_class_path``
+    names it), looked up among cuML's top-level estimators; None when cuML has none."""
+    import cuml
+    from cuml.internals.interop import InteropMixin
+
+    for candidate in vars(cuml).values():
+        if (isinstance(candidate, type) and issubclass(candidate, InteropMixin)
+                and candidate._cpu_class_path.rpartition(".")[2] == cpu_class.__name__):
+            try:
+                if candidate._get_cpu_class() is cpu_class:
+                    return candidate
+            except (ImportError, AttributeError):
+                continue
+    return None
+
+
+@dataclass
+class HostEstimator:
+    """A scikit-learn estimator scored on the host: the GPU matrix is copied to NumPy first."""
+
+    estimator: Any
+
+    def predict_proba(self, X: Any) -> Any:
+        return self.estimator.predict_proba(cp.asnumpy(X))

@@ -12,6 +12,7 @@ import click
 
 COMMANDS: tuple[str, ...] = (
     "pipeline.commands.runs:runs",
+    "pipeline.commands.cache:cache",
     "pipeline.commands.predict:predict",
 )
 

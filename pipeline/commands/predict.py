@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from pipeline.commands.common import handle_errors, stderr, stdout  # noqa: F401 - stdout: the shared console
+from pipeline.commands.common import JSON_ERRORS, handle_errors, stderr, stdout  # noqa: F401 - stdout: the shared console
 
 _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 
@@ -30,21 +30,38 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 @click.option("--threshold", type=_THRESHOLD, metavar="T",
               help="Score at or above which prediction is 1 (default: the run's evaluate threshold, else 0.5).")
 @click.option("--na-values", multiple=True, metavar="TEXT",
-              help="Extra strings read as missing in CSV input (repeatable); the churn data needs --na-values ' '.")
+              help="Strings read as missing in CSV input (repeatable). Default: those the run's load stage "
+                   "read as missing (its na_values); given here, they replace them.")
 @click.option("--partitioned", is_flag=True,
               help="Score partition by partition with Dask into a Parquet folder: input larger than memory.")
 @click.option("--scheduler", metavar="ADDRESS",
               help="With --partitioned: score on the Dask cluster at this scheduler (default: local threads).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: every line on stdout and stderr is one JSON object, for log shippers.")
 @handle_errors
 def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str, pipeline_name: str | None,
             device: str, threshold: float | None, na_values: tuple[str, ...], partitioned: bool,
-            scheduler: str | None) -> None:
+            scheduler: str | None, log_format: str) -> None:
     """Score the rows of --input with a model of --run and write --output."""
+    from pipeline.logs import json_line, setup_logging
     from pipeline.predict import predict_batch
 
+    if log_format == "json":                 # text: predict's own line only, as before
+        setup_logging(quiet=False, log_format=log_format)
+        JSON_ERRORS["on"] = True
+
+    if scheduler is not None:                # a typo is a usage error before any input is read
+        from pipeline.backends.cluster import check_scheduler_address
+
+        check_scheduler_address(scheduler, where="--scheduler")
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
                            device=device, threshold=threshold, na_values=list(na_values) or None,
                            partitioned=partitioned, scheduler=scheduler)
-    stderr.print(f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
-                 f"threshold {result.threshold:g}) -> {result.output} in {result.seconds:.2f}s",
-                 markup=False, highlight=False)
+    line = (f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
+            f"threshold {result.threshold:g}) -> {result.output} in {result.seconds:.2f}s")
+    if log_format == "json":
+        click.echo(json_line(line, event="predict_result", rows=result.rows, model=result.model,
+                             run_id=result.run_dir.name, device=result.device, threshold=result.threshold,
+                             output=str(result.output), seconds=round(result.seconds, 3)), err=True)
+    else:
+        stderr.print(line, markup=False, highlight=False)

@@ -7,6 +7,7 @@ choosing what prune deletes are in ``pipeline.history``.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline import history
+from pipeline.commands.cache import prune_unreferenced
 from pipeline.commands.common import handle_errors, stderr, stdout
 from pipeline.errors import StorageError
 from pipeline.record import RunManifest, StageRecord, as_number
@@ -61,10 +63,24 @@ def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: in
     table.add_column("headline")
     table.add_column("")
     for row in rows:
-        table.add_row(Text(row["run_id"]), Text(row["pipeline"]), _status(row["status"], row["abandoned"]),
+        table.add_row(Text(row["run_id"]), Text(row["pipeline"]), _list_status(row),
                       Text(_time(row["started"])), Text(_duration(row["duration_s"])), Text(row["device"] or ""),
-                      Text(_headline(row["headline"])), Text("latest" if row["latest"] else "", style="bold"))
+                      Text(_headline(row["headline"]) or _problem(row)),
+                      Text("latest" if row["latest"] else "", style="bold"))
     _print(table)
+
+
+def _list_status(row: dict[str, Any]) -> Text:
+    """The status cell; an abandoned run also says which process on which host it was."""
+    text = _status(row["status"])
+    if row["abandoned"]:
+        text.append(f" (pid {row['pid']} on {row['host']})")
+    return text
+
+
+def _problem(row: dict[str, Any]) -> str:
+    """Why an unreadable run cannot be read (in the headline column, which it has none for)."""
+    return str(row["error"] or "") if row["status"] == history.UNREADABLE else ""
 
 
 @runs.command("show")
@@ -80,15 +96,17 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
     """
     found = history.resolve_run(run, runs_dir, pipeline_name)
     manifest = history.require_manifest(found)
+    abandoned = history.run_abandoned(found)
     if as_json:
         _echo_json({**manifest.model_dump(mode="python"), "path": str(found.path), "latest": found.latest,
-                    "abandoned": history.is_abandoned(manifest)})
+                    "abandoned": abandoned is not None, "abandoned_reason": abandoned})
         return
-    summary = history.summary(found)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    status = _status(found.status, summary["abandoned"])
+    status = _status(found.status, abandoned is not None)
+    if abandoned:
+        status.append(f" ({abandoned})")
     if found.latest:
         status.append("  (latest)")
     for key, value in [
@@ -185,6 +203,8 @@ def prune_runs(keep: int, runs_dir: str, pipeline_name: str | None, dry_run: boo
 
     Never deletes the run `latest` points to, a run that is still running (a "running" run whose
     process is gone from this host is abandoned and may go), or a run whose manifest cannot be read.
+    Then drops the stage-cache entries that no kept run uses (not while a run of the pipeline
+    is going: it may still add references).
     """
     failures: list[str] = []
     deleted = 0
@@ -213,6 +233,7 @@ def prune_runs(keep: int, runs_dir: str, pipeline_name: str | None, dry_run: boo
             stdout.print(Text(f"{verb} {folder.name}/{run.run_id} ({run.status}, started {_time(run.started)})"))
         stdout.print(Text(f"{folder.name}: {len(plan.keep)} kept, {len(plan.delete)} {verb}"
                           + (" (dry run)" if dry_run else "")))
+        failures += prune_unreferenced(folder, [run for run, _ in plan.keep], dry_run)
     if failures:
         raise StorageError(f"{len(failures)} run folder(s) could not be deleted: " + "; ".join(failures))
 
@@ -252,7 +273,7 @@ def _time(value: str | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if not isinstance(seconds, (int, float)):
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
         return "—"
     if seconds < 60:
         return f"{seconds:.1f}s"

@@ -17,8 +17,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipeline.config.schema import PipelineConfig, config_model
-from pipeline.config.yaml_source import KeyPath, YamlDocument, format_path, parse_yaml
+from pipeline.config.schema import PipelineConfig, config_model, is_module_name
+from pipeline.config.yaml_source import (
+    MAX_DEPTH,
+    KeyPath,
+    YamlDocument,
+    format_path,
+    parse_value,
+    parse_yaml,
+    read_document,
+)
 from pipeline.dag import graph_problems
 from pipeline.errors import ConfigError, ConfigIssue
 from pipeline.features import OPS
@@ -43,12 +51,7 @@ def load_config(
     if text is None:
         if path is None:
             raise ConfigError("no config file given")
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        text = read_document(path)
     doc = parse_yaml(text, source=source)
     issues = list(doc.duplicates)
     if not isinstance(doc.data, dict):
@@ -74,8 +77,8 @@ def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:
     """Import the config's ``plugins`` (and $PIPELINE_PLUGINS) before the schema is built;
     modules beside the config file import (``_allow_local_modules`` ran first)."""
     modules = doc.data.get("plugins") or []
-    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
-        return []                        # the schema reports the wrong type with its line
+    if not isinstance(modules, list) or not all(isinstance(m, str) and is_module_name(m) for m in modules):
+        return []                        # the schema reports the wrong type or name with its line
     try:
         load_plugins(modules)
     except ConfigError as exc:
@@ -86,7 +89,8 @@ def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:
 
 # ---------------------------------------------------------------- overrides
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list[ConfigIssue]) -> set[KeyPath]:
-    """Apply ``a.b.c=value`` overrides in place; values are parsed as YAML (500, true, [a, b])."""
+    """Apply ``a.b.c=value`` overrides in place; values are read by the config file's own YAML
+    rules (500, true, [a, b]; no tags beyond the core ones, bounded nesting)."""
     done: set[KeyPath] = set()
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -94,11 +98,15 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
             issues.append(ConfigIssue(item, "an override is KEY.PATH=VALUE, e.g. stages.forest.params.n_estimators=500",
                                       source="--set"))
             continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
         parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
+        if len(parts) >= MAX_DEPTH:
+            issues.append(ConfigIssue(key.strip(), f"the key path is deeper than {MAX_DEPTH} levels", source="--set"))
+            continue
+        try:
+            value = parse_value(raw, path=tuple(parts)) if raw.strip() else ""
+        except ConfigError as exc:
+            issues.extend(exc.issues)
+            continue
         node: Any = data
         try:
             for part in parts[:-1]:
@@ -122,7 +130,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
 
 # ---------------------------------------------------------------- errors
 def _issue_from_error(err: Mapping[str, Any], doc: YamlDocument, overridden: set[KeyPath]) -> ConfigIssue:
-    path = _data_path(doc.data, err["loc"])
+    loc = tuple(err["loc"])
+    if loc and loc[-1] == "[key]":        # a dict key failed (a stage name): the key is the place
+        loc = loc[:-1]
+    path = _data_path(doc.data, loc)
     message = err["msg"].removeprefix("Value error, ")
     kind = err["type"]
     if kind == "extra_forbidden":

@@ -7,14 +7,79 @@ The stage union is built from the stage registry when a config is validated
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
+from pipeline.sizes import DEFAULT_CACHE_SIZE, parse_size
 from pipeline.stages import STAGE_KINDS
 
-STAGE_NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+# Names become path components: <runs_dir>/<name>/ and <run>/<stage>/. A plain folder name
+# cannot leave its parent (no "/", no ".."), is never hidden (no leading dot) and stays short.
+NAME_MAX_LENGTH = 100
+PIPELINE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+STAGE_NAME = r"[A-Za-z_][A-Za-z0-9_-]*"        # no dots either: a stage name is a --set key
+MODULE_NAME = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
+SEED_LIMIT = 2**32                             # NumPy and scikit-learn seeds: 0 .. 2**32 - 1
+MAX_LOCAL_WORKERS = 1024
 
+
+def _plain(pattern: str, value: str) -> bool:
+    return len(value) <= NAME_MAX_LENGTH and re.fullmatch(pattern, value) is not None
+
+
+def check_pipeline_name(name: str) -> str:
+    if not _plain(PIPELINE_NAME, name):
+        raise ValueError(
+            f"{name!r} is not a plain folder name: runs go to <runs_dir>/<name>/, so a name is letters, "
+            f"digits, _, . and -, starts with a letter, digit or _, and has at most {NAME_MAX_LENGTH} characters")
+    return name
+
+
+def check_stage_name(name: str) -> str:
+    if not _plain(STAGE_NAME, name):
+        raise ValueError(
+            f"stage name {name!r} is not a plain name: letters, digits, _ and -, starting with a letter or _, "
+            f"at most {NAME_MAX_LENGTH} characters (it names the stage's folder in the run folder and is a "
+            "key in --set paths)")
+    return name
+
+
+def is_module_name(name: str) -> bool:
+    return re.fullmatch(MODULE_NAME, name) is not None
+
+
+def check_module_name(name: str) -> str:
+    if not is_module_name(name):
+        raise ValueError(f"{name!r} is not a module name (dotted Python identifiers, e.g. my_stages or "
+                         "company.pipeline_plugins)")
+    return name
+
+
+def check_dask_size(value: Any, keywords: tuple[str, ...] = ("auto",)) -> Any:
+    """A size Dask or dask-cuda reads (bytes, "2GiB", a fraction such as "0.5", or a keyword),
+    refused here rather than when the cluster starts."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in keywords):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        from dask.utils import parse_bytes
+
+        try:
+            size = -1 if str(value).strip().startswith("-") else parse_bytes(value)
+        except (TypeError, ValueError):
+            size = -1
+    if size < 0:
+        raise ValueError(f"{value!r} is not a size: give bytes, a number with a unit (500MB, 2GiB) "
+                         f"or {' / '.join(keywords)}")
+    return value
+
+
+StageName = Annotated[str, AfterValidator(check_stage_name),
+                      WithJsonSchema({"type": "string", "pattern": f"^{STAGE_NAME}$", "maxLength": NAME_MAX_LENGTH})]
+ModuleName = Annotated[str, AfterValidator(check_module_name)]
 
 
 def stage_union() -> Any:
@@ -35,11 +100,13 @@ class ClusterConfig(BaseModel):
     address: str | None = Field(
         None, description="Scheduler of an existing cluster (tcp://host:8786); never shut down by the pipeline.")
     n_workers: int | None = Field(
-        None, ge=1, description="Local cluster workers. Default: 2 on CPU, one per visible GPU on GPU.")
-    threads_per_worker: int = Field(1, ge=1, description="Threads per local worker.")
+        None, ge=1, le=MAX_LOCAL_WORKERS,
+        description="Local cluster workers. Default: 2 on CPU, one per visible GPU on GPU.")
+    threads_per_worker: int = Field(1, ge=1, le=MAX_LOCAL_WORKERS, description="Threads per local worker.")
     memory_limit: str | int | None = Field(
         "auto", description="Per local worker, e.g. 2GiB; past it Dask spills to disk, then pauses the worker.")
-    connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for the scheduler before failing.")
+    connect_timeout: float = Field(10.0, gt=0, le=86400, allow_inf_nan=False,
+                                   description="Seconds to wait for the scheduler before failing.")
     CUDA_VISIBLE_DEVICES: str | list[int] | None = Field(
         None, description="GPU: the GPUs to start workers on (one worker per GPU).")
     rmm_pool_size: str | None = Field(None, description="GPU: RMM pool per worker, e.g. 24GB.")
@@ -47,9 +114,52 @@ class ClusterConfig(BaseModel):
     enable_cudf_spill: bool = Field(False, description="GPU: let cuDF spill to host memory.")
     protocol: Literal["tcp", "ucx"] | None = Field(None, description="GPU: worker communication protocol.")
 
+    @field_validator("address")
+    @classmethod
+    def _scheduler_address(cls, value: str | None) -> str | None:
+        from pipeline.backends.cluster import scheduler_address_problem
+
+        problem = scheduler_address_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _host_size(cls, value: str | int | None) -> str | int | None:
+        return check_dask_size(value)
+
+    @field_validator("rmm_pool_size", "device_memory_limit")
+    @classmethod
+    def _device_size(cls, value: str | None) -> str | None:
+        return check_dask_size(value, ("auto", "default"))
+
+    @field_validator("CUDA_VISIBLE_DEVICES")
+    @classmethod
+    def _device_numbers(cls, value: str | list[int] | None) -> str | list[int] | None:
+        if isinstance(value, list) and any(number < 0 for number in value):
+            raise ValueError(f"GPU numbers are 0 or more: {value}")
+        return value
+
     @property
     def is_local(self) -> bool:
         return self.address is None
+
+
+class CacheConfig(BaseModel):
+    """The stage cache's disk budget (``pipeline.cache``): least recently used entries go first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_size: int | str = Field(
+        DEFAULT_CACHE_SIZE, description="Most bytes the pipeline's stage cache keeps after a run (5GiB, 500MB, bytes). "
+                            "0 keeps only the last run's entries; none never evicts.")
+
+    @field_validator("max_size", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> int | str:
+        parse_size(value)
+        return "none" if value is None else value  # type: ignore[return-value]
 
 
 class PipelineConfig(BaseModel):
@@ -57,30 +167,24 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Pipeline name; runs go to <runs_dir>/<name>/.")
+    name: Annotated[str, AfterValidator(check_pipeline_name)] = Field(
+        description="Pipeline name; runs go to <runs_dir>/<name>/, so it is a plain folder name.",
+        json_schema_extra={"pattern": f"^{PIPELINE_NAME}$", "maxLength": NAME_MAX_LENGTH})
     device: Literal["auto", "cpu", "gpu"] = Field(
         "auto", description="auto picks the GPU when NVML sees one and RAPIDS imports; gpu without one is an error."
     )
-    seed: int = Field(42, description="Seed for splits and models.")
-    runs_dir: str = Field("runs", description="Where run folders are written (relative to the working directory).")
+    seed: int = Field(42, ge=0, lt=SEED_LIMIT, description="Seed for splits and models: 0 to 2**32 - 1.")
+    runs_dir: str = Field("runs", min_length=1,
+                          description="Where run folders are written (relative to the working directory).")
     description: str = Field("", description="Free text.")
-    plugins: list[str] = Field(
+    plugins: list[ModuleName] = Field(
         default_factory=list,
         description="Modules imported before the config is validated, which register stage kinds and models "
                     "(modules beside the config file import too).")
-    stages: dict[str, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
+    stages: dict[StageName, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
-
-    @field_validator("stages")
-    @classmethod
-    def _stage_names(cls, stages: dict[str, object]) -> dict[str, object]:
-        import re
-
-        bad = [n for n in stages if not re.match(STAGE_NAME, n)]
-        if bad:
-            raise ValueError(f"stage names must match {STAGE_NAME} (letters, digits, _ and -): {bad}")
-        return stages
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="The stage cache's size limit.")
 
     def inputs_of(self) -> dict[str, list[str]]:
         return {name: list(stage.inputs) for name, stage in self.stages.items()}
@@ -97,7 +201,7 @@ def config_model() -> type[PipelineConfig]:
     if key not in _models:
         _models[key] = create_model(
             "PipelineConfig", __base__=PipelineConfig, __module__=__name__,
-            stages=(dict[str, stage_union()], Field(min_length=1, description=STAGES_DESCRIPTION)))
+            stages=(dict[StageName, stage_union()], Field(min_length=1, description=STAGES_DESCRIPTION)))
     return _models[key]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pipeline.backends import Backend, compute_lazy, is_partitioned
-from pipeline.features.ops import FeatureOp, OpState
+from pipeline.features.ops import FeatureOp, OpState, fit_state
 
 
 def op_phases(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[int]:
@@ -40,6 +40,18 @@ def op_phases(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[in
             deps = [j for j in earlier if ops[j].written_columns() & needs]
         phases.append(1 + max((phases[j] for j in deps), default=-1))
     return phases
+
+
+def required_columns(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[str]:
+    """The input columns scoring needs, in input order: those an op reads before any op
+    replaces or removes them, and those no op touches (they reach the model as they are).
+    A column that is only dropped (a label-side column, say) is not needed."""
+    untouched, needed = set(input_columns), set()
+    for op in ops:
+        needed |= op.read_columns() & untouched
+        untouched -= op.written_columns()
+    needed |= untouched
+    return [c for c in input_columns if c in needed]
 
 
 def apply_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], backend: Backend) -> Any:
@@ -102,7 +114,7 @@ def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend) -> FittedOps
             ops[k].check_columns(view)
             wanted[k] = ops[k].statistics(view, backend)
         for k, stats in _host_values(wanted, backend, lazy=lazy).items():
-            states[k] = ops[k].fit_from(stats, backend)
+            states[k] = fit_state(ops[k], stats, backend)
     return FittedOps(cast(list[OpState], states), len(set(phases)), views)
 
 

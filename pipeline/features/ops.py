@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, model_validator
 
-from pipeline.backends import Backend
+from pipeline.backends import Backend, is_partitioned
 from pipeline.errors import DataError
 
 # A category or fill value as JSON holds it (the exact type is kept: 1, 1.0, "1", True).
@@ -29,9 +29,10 @@ Scalar = Union[float, int, str, bool]
 
 class OpState(BaseModel):
     """Base of the fitted states: frozen values, unknown keys refused (a typo in a hand-edited
-    workflow.json is an error, not an ignored field)."""
+    workflow.json is an error, not an ignored field), and only finite numbers: NaN and
+    Infinity are not JSON, and a state holding one would turn every transformed value into it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class EmptyState(OpState):
@@ -71,7 +72,7 @@ class FeatureOp(BaseModel):
         does the same phase by phase for whole workflows and partitioned frames)."""
         self.check_columns(frame)
         wanted = self.statistics(frame, backend)
-        return self.fit_from({key: backend.to_host(value) for key, value in wanted.items()}, backend)
+        return fit_state(self, {key: backend.to_host(value) for key, value in wanted.items()}, backend)
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         """The aggregates ``fit`` needs, as expressions on ``frame``.
@@ -97,6 +98,11 @@ class FeatureOp(BaseModel):
         reading one of them must be fitted after this one (a dependency phase later)."""
         return set(self.columns)
 
+    def read_columns(self) -> set[str]:
+        """Columns whose values this op reads (every one it names, unless it only removes
+        them): an input column no op reads and none passes to the output is not needed to score."""
+        return set(self.columns)
+
     def categorical_cardinalities(self, state: OpState) -> dict[str, int]:
         """Embedding table sizes of the integer-code columns this op outputs (none by default)."""
         return {}
@@ -112,10 +118,77 @@ class FeatureOp(BaseModel):
                             f"(available: {', '.join(map(str, frame.columns))})")
 
 
+def fit_state(op: FeatureOp, stats: dict[str, Any], backend: Backend) -> OpState:
+    """``op.fit_from(stats)``; a state its model refuses (a statistic that is not a finite
+    number) is a DataError naming the op and the field, as when workflow.json is loaded."""
+    try:
+        return op.fit_from(stats, backend)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'state'}: {e['msg']}" for e in exc.errors())
+        raise DataError(f"feature op '{op.op}' on {op.columns}: the fitted state is not valid ({problems})") from None
+
+
+# A statistic that overflows float64 (values near 1e200 square to infinity) is taken again on
+# the values times 2**-600: exact (a power of two moves only the exponent), and any float64
+# times it squares and sums without overflow. Values below about 1e-143 become 0 there, which
+# cannot matter next to a spread large enough to overflow.
+_SCALE = 2.0 ** -600
+
+
+def _moments(series: Any, names: tuple[str, ...], col: str) -> dict[str, Any]:
+    """``mean`` and/or population ``std`` of ``series`` under ``<col>.<name>`` keys, plus the
+    same of the scaled values (``<col>.<name>.scaled``): always when lazy (one pass takes
+    both), in memory only when the plain one is not finite."""
+    def stat(values: Any, name: str) -> Any:
+        return values.mean() if name == "mean" else values.std(ddof=0)
+
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow here is expected and handled
+        wanted = {f"{col}.{name}": stat(series, name) for name in names}
+        lazy = is_partitioned(series)
+        for name in names:
+            if lazy or not _finite_number(wanted[f"{col}.{name}"]):
+                wanted[f"{col}.{name}.scaled"] = stat(series * _SCALE, name)
+    return wanted
+
+
+def _finite_number(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _stable(stats: dict[str, Any], key: str) -> float:
+    """A statistic taken by ``_moments``: the plain value, else the scaled one scaled back."""
+    value = _as_float(stats[key])
+    if not math.isfinite(value) and f"{key}.scaled" in stats:
+        value = _as_float(stats[f"{key}.scaled"]) / _SCALE
+    return value
+
+
+def _as_float(value: Any) -> float:
+    """A host statistic as a float; pandas' NA (the mean of a nullable column with no values) is NaN."""
+    try:
+        return float(_plain(value))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _require_finite(op: str, col: str, what: str, value: float) -> float:
+    """``value``, or a DataError naming the op and the column saying why it is not a number."""
+    if math.isfinite(value):
+        return value
+    reason = ("the column has no values there" if math.isnan(value)
+              else "its values include infinity, or are too large for float64 arithmetic")
+    raise DataError(f"{op}: the {what} of column '{col}' in the training split is {value}, not a finite "
+                    f"number; {reason}")
+
+
 def _count_pairs(counts: Any) -> list[tuple[Any, int]]:
     """(value, count) pairs of a host ``value_counts``, most frequent first, ties by value:
-    deterministic on both devices and for any partitioning."""
-    pairs = [(_plain(v), int(c)) for v, c in counts.items()]
+    deterministic on both devices and for any partitioning. A missing value is no category,
+    whichever way the backend counted it (cuDF may count a NaN that is not a null)."""
+    pairs = [(_plain(v), int(c)) for v, c in counts.items() if not _missing_value(_plain(v))]
     pairs.sort(key=lambda vc: (-vc[1], str(vc[0])))
     return pairs
 
@@ -170,6 +243,8 @@ class FillMissing(FeatureOp):
     def _constant_needs_value(self) -> FillMissing:
         if self.strategy == "constant" and self.value is None:
             raise ValueError("strategy 'constant' needs a 'value'")
+        if isinstance(self.value, float) and not math.isfinite(self.value):
+            raise ValueError(f"fill value must be a finite number, got {self.value}")
         return self
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
@@ -182,7 +257,10 @@ class FillMissing(FeatureOp):
                 if not backend.is_numeric(series):
                     raise DataError(f"fill_missing: strategy '{self.strategy}' needs a numeric column; "
                                     f"'{col}' is {series.dtype}")
-                wanted[col] = _median(series) if self.strategy == "median" else series.mean()
+                if self.strategy == "median":
+                    wanted[col] = _median(series)
+                else:
+                    wanted.update(_moments(series, ("mean",), col))
         return wanted
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> FillMissingState:
@@ -194,8 +272,9 @@ class FillMissing(FeatureOp):
                 counts = _count_pairs(stats[col])
                 fills[col] = counts[0][0] if counts else None
             else:
-                stat = _plain(stats[col])
-                fills[col] = None if _missing_value(stat) else float(stat)
+                stat = _plain(stats[col]) if self.strategy == "median" else _stable(stats, f"{col}.mean")
+                fills[col] = None if _missing_value(stat) else _require_finite(
+                    "fill_missing", col, self.strategy, float(stat))
             if fills[col] is None:
                 raise DataError(f"fill_missing: column '{col}' has no non-missing value in the training split")
         return FillMissingState(fill=fills)
@@ -230,7 +309,13 @@ class FillMissing(FeatureOp):
 
 
 class OneHot(FeatureOp):
-    """One 0/1 column per category seen in training; unseen values get all zeros."""
+    """One 0/1 column per category seen in training; unseen values get all zeros.
+
+    A missing value (null, NaN, or a string listed in the load's ``na_values``) is never a
+    category: it is not counted at fit, and at transform it gets all zeros, in the
+    ``<col>=__rare__`` column too (missing is not rare). Add ``fill_missing`` before this op
+    to give missing values a column of their own (``strategy: constant, value: missing``).
+    """
 
     op: ClassVar[str] = "one_hot"
     state_model: ClassVar[type[OpState]] = OneHotState
@@ -277,6 +362,9 @@ class OneHot(FeatureOp):
 
 class Categorify(FeatureOp):
     """Integer codes 1..n by training frequency; 0 for missing, unseen and rare values.
+
+    A missing value is not counted at fit (it never gets a code of its own) and is code 0 at
+    transform, on both devices; ``fill_missing`` with a constant before this op gives it one.
 
     The shared 0 bucket and the frequency threshold keep high-cardinality columns small (the
     GPU out-of-memory NVTabular users hit), and codes feed embeddings later.
@@ -331,14 +419,15 @@ class Standardize(FeatureOp):
             series = frame[col]
             if not backend.is_numeric(series):
                 raise DataError(f"standardize: column '{col}' is {series.dtype}, not numeric")
-            wanted[f"{col}.mean"], wanted[f"{col}.std"] = series.mean(), series.std(ddof=0)
+            wanted.update(_moments(series, ("mean", "std"), col))
         return wanted
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> StandardizeState:
         mean_std = {}
         for col in self.columns:
-            mean, std = float(stats[f"{col}.mean"]), float(stats[f"{col}.std"])
-            mean_std[col] = (mean, std if std > 0 and not math.isnan(std) else 1.0)
+            mean = _require_finite("standardize", col, "mean", _stable(stats, f"{col}.mean"))
+            std = _require_finite("standardize", col, "standard deviation", _stable(stats, f"{col}.std"))
+            mean_std[col] = (mean, std if std > 0 else 1.0)
         return StandardizeState(mean_std=mean_std)
 
     def transform(self, frame: Any, backend: Backend, state: StandardizeState) -> Any:
@@ -368,7 +457,14 @@ class Log1p(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
-        new = {col: np.log1p(frame[col].astype("float64")) for col in self.columns}
+        new = {}
+        for col in self.columns:
+            values = frame[col].astype("float64")
+            if bool(backend.to_host((values <= -1).any())):
+                # log1p gives -inf at -1 and NaN below it: name the cause, not a missing value later.
+                raise DataError(f"log1p: column '{col}' has values <= -1 (min {_plain(backend.to_host(values.min()))}), "
+                                "outside the domain it was fitted on")
+            new[col] = np.log1p(values)
         out = _replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
@@ -379,8 +475,12 @@ class Drop(FeatureOp):
     op: ClassVar[str] = "drop"
 
     def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
-        self.check_columns(frame)
-        return frame.drop(columns=list(self.columns))
+        # Columns it drops are not required to score (``read_columns``), so they may be absent.
+        return frame.drop(columns=[c for c in self.columns if c in frame.columns])
+
+    def read_columns(self) -> set[str]:
+        """None: a dropped column's values are never read."""
+        return set()
 
     def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         return [c for c in columns if c not in self.columns]

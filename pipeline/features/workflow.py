@@ -15,19 +15,24 @@ partitioned frames (``pipeline.features.fitting``); nothing here asks which op i
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.errors import DataError
-from pipeline.features.fitting import apply_ops, fit_ops
+from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
 
 FORMAT_VERSION = 1
+# The models read one float32 matrix: a float64 value beyond this becomes infinity there.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def op_from_spec(spec: FeatureOp | Mapping[str, Any]) -> FeatureOp:
@@ -47,7 +52,12 @@ class FeatureWorkflow:
 
     Fitted attributes: ``op_states_`` (each op's typed state), ``states_`` (the same as JSON,
     as workflow.json holds them), ``passes_`` (dependency phases: passes over partitioned
-    data), ``input_columns_`` and ``output_columns_``.
+    data), ``input_columns_`` (name -> dtype of the input columns scoring needs: those the
+    ops read or pass through, not those they only drop) and ``output_columns_``.
+
+    Numbers are checked where they enter: an infinite value in a numeric input column is a
+    DataError naming the column and row (at fit and at transform), and so is an output value
+    beyond the float32 range the models read.
     """
 
     def __init__(self, ops: Sequence[FeatureOp | Mapping[str, Any]], *, backend: Backend | str | None = None) -> None:
@@ -65,7 +75,10 @@ class FeatureWorkflow:
         lazy = is_partitioned(frame)
         if not lazy:
             frame = self._as_frame(frame, backend)
-        self.input_columns_ = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
+        dtypes = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
+        self.input_columns_ = {c: dtypes[c] for c in required_columns(self.ops, list(dtypes))}
+        if not lazy:
+            self._check_finite_inputs(frame, backend, "training split")
         fitted = fit_ops(self.ops, frame, backend)
         self.op_states_, self.passes_ = fitted.states, fitted.passes
         if lazy:
@@ -75,6 +88,7 @@ class FeatureWorkflow:
         out = fitted.transformed(self.ops)
         self._set_output_columns(out, backend)
         self._check_no_missing(out, backend, "training split")
+        self._check_float32_range(out, backend, "training split")
         return out
 
     # ------------------------------------------------------------ applying
@@ -88,20 +102,30 @@ class FeatureWorkflow:
         missing = [c for c in self.input_columns_ if c not in frame.columns]
         if missing:
             raise DataError(f"input is missing column(s) {missing} that the workflow was fitted with")
-        frame = apply_ops(frame[list(self.input_columns_)], self.ops, self.op_states_, backend)
+        frame = frame[list(self.input_columns_)]
+        self._check_finite_inputs(frame, backend, "input")
+        frame = apply_ops(frame, self.ops, self.op_states_, backend)
         frame = frame[self.output_columns_]
         self._check_no_missing(frame, backend, "input")
+        self._check_float32_range(frame, backend, "input")
         return frame
 
     def _set_output_columns(self, frame: Any, backend: Backend) -> None:
-        """Record the output columns; every one must be numeric by now."""
+        """Record the output columns; every one must be numeric by now, and named once."""
+        names = [str(c) for c in frame.columns]
+        repeated = sorted(c for c, n in Counter(names).items() if n > 1)
+        if repeated:
+            # An op named a new column like one already there (one_hot's "x=a" beside an input
+            # "x=a"): the model would get both under one name.
+            raise DataError(f"columns {repeated} appear more than once after the feature ops; rename or drop "
+                            "the input column that an op's output collides with")
         non_numeric = [str(c) for c in frame.columns if not backend.is_numeric(frame[c])]
         if non_numeric:
             raise DataError(
                 f"columns {non_numeric} are still text after the feature ops; encode them with "
                 "one_hot or categorify, or remove them with drop"
             )
-        self.output_columns_ = [str(c) for c in frame.columns]
+        self.output_columns_ = names
 
     def categorical_cardinalities(self) -> dict[str, int]:
         """Embedding sizes of categorified columns (known values + the 0 bucket)."""
@@ -138,21 +162,47 @@ class FeatureWorkflow:
         if data.get("format_version") != FORMAT_VERSION:
             raise DataError(f"feature workflow format {data.get('format_version')!r} is not supported "
                             f"(this version reads {FORMAT_VERSION})")
-        wf = cls([{d["op"]: d["params"]} for d in data["ops"]], backend=backend)
-        wf.states_ = [d.get("state") for d in data["ops"]]
-        wf.input_columns_ = dict(data["input_columns"])
-        wf.output_columns_ = list(data["output_columns"])
+        try:
+            wf = cls([{d["op"]: d["params"]} for d in data["ops"]], backend=backend)
+            wf.states_ = [d.get("state") for d in data["ops"]]
+            wf.input_columns_ = _string_map(data["input_columns"])
+            wf.output_columns_ = [str(c) for c in _string_list(data["output_columns"])]
+        except DataError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a file edited by hand fails in many ways; all are data errors
+            # Checksums say the file is the one written; they do not make its contents well formed.
+            message = " ".join(str(exc).split())
+            raise DataError(f"feature workflow (workflow.json) is malformed: {type(exc).__name__}: {message}") from None
         return wf
 
     def save(self, path: str | os.PathLike[str]) -> None:
+        """Write workflow.json: strict JSON (no NaN or Infinity, which other readers refuse and
+        which would turn every transformed value into them), or nothing and a DataError."""
         from pipeline.store import atomic_write_text
 
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=False))
+        data = self.to_dict()
+        for position, (op, entry) in enumerate(zip(self.ops, data["ops"])):
+            for where, value in _non_finite(entry["state"], []):
+                column = next((str(k) for k in where if k in op.columns), "?")
+                raise DataError(f"feature workflow: op {position + 1} ('{op.op}') fitted {value} for column "
+                                f"'{column}' ({'.'.join(map(str, where))}), not a finite number; "
+                                "workflow.json holds finite numbers only")
+        try:
+            text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False)
+        except ValueError as exc:
+            raise DataError(f"feature workflow cannot be written as JSON: {exc}") from exc
+        atomic_write_text(path, text)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, backend: Backend | str | None = None) -> FeatureWorkflow:
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh), backend=backend)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise DataError(f"{path}: cannot read the feature workflow: {' '.join(str(exc).split())}") from None
+        if not isinstance(data, dict):
+            raise DataError(f"{path}: the feature workflow is not a JSON object")
+        return cls.from_dict(data, backend=backend)
 
     # ------------------------------------------------------------ helpers
     def _backend_for(self, frame: Any) -> Backend:
@@ -165,6 +215,24 @@ class FeatureWorkflow:
     def _check_fitted(self) -> None:
         if not hasattr(self, "op_states_"):
             raise RuntimeError("this FeatureWorkflow is not fitted yet; call fit() first")
+
+    def _check_finite_inputs(self, frame: Any, backend: Backend, what: str) -> None:
+        """No infinity in a float input column the workflow reads: statistics and models would
+        carry it on as inf or NaN. Named with the first row (1-based, in ``frame``'s order)."""
+        for column in infinite_columns(frame, list(self.input_columns_), backend):
+            row = first_infinite_row(frame[column], backend)
+            raise DataError(f"column '{column}' holds infinite values in the {what} (first at row {row}); "
+                            "replace them (with a number, or leave them blank and add a fill_missing op)")
+
+    @staticmethod
+    def _check_float32_range(frame: Any, backend: Backend, what: str) -> None:
+        """Every float64 output value must fit the float32 matrix the models read (1e200 would
+        become infinity there); narrower dtypes always do."""
+        wide = [c for c in frame.columns if str(frame[c].dtype) == "float64"]
+        for column in _beyond(frame, wide, backend, FLOAT32_MAX):
+            raise DataError(f"column '{column}' reaches values beyond the float32 range (about ±3.4e38) in the "
+                            f"{what} after the feature ops, and the models read float32; scale it with "
+                            "standardize or log1p")
 
     @staticmethod
     def _check_no_missing(frame: Any, backend: Backend, what: str) -> None:
@@ -182,6 +250,53 @@ class FeatureWorkflow:
         return f"FeatureWorkflow([{ops}], {fitted})"
 
 
+def _beyond(frame: Any, columns: list[Any], backend: Backend, limit: float) -> list[Any]:
+    """The ``columns`` holding a value whose magnitude is ``limit`` or more (infinity included):
+    two column-wise reductions, no copy of the data."""
+    if not columns:
+        return []
+    highs = backend.to_host(frame[columns].max())
+    lows = backend.to_host(frame[columns].min())
+    return [c for c in columns if _at_least(highs[c], limit) or _at_least(-_as_float(lows[c]), limit)]
+
+
+def _at_least(value: Any, limit: float) -> bool:
+    number = _as_float(value)
+    return not math.isnan(number) and (number >= limit if math.isinf(limit) else number > limit)
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):         # pandas NA: a column without values
+        return math.nan
+
+
+def infinite_columns(frame: Any, columns: Sequence[Any], backend: Backend) -> list[Any]:
+    """The float ``columns`` of ``frame`` holding +-infinity (other dtypes cannot)."""
+    floats = [c for c in columns if pd.api.types.is_float_dtype(frame[c].dtype)]
+    return _beyond(frame, floats, backend, math.inf)
+
+
+def first_infinite_row(series: Any, backend: Backend) -> int:
+    """1-based position of the first infinite value (only asked once one is known to be there)."""
+    values = backend.to_host(series).to_numpy(dtype="float64", na_value=np.nan)
+    hits = np.flatnonzero(np.isinf(values))
+    return int(hits[0]) + 1 if len(hits) else 0
+
+
+def _non_finite(value: Any, where: list[Any]) -> Iterator[tuple[list[Any], float]]:
+    """(path, value) of each NaN or infinity in a JSON-like state."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield where, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, [*where, key])
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, [*where, index])
+
+
 def _load_state(position: int, op: FeatureOp, data: Any) -> OpState:
     """A saved op state validated into the op's state model; a bad one names the op."""
     try:
@@ -190,3 +305,15 @@ def _load_state(position: int, op: FeatureOp, data: Any) -> OpState:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'state'}: {e['msg']}" for e in exc.errors())
         raise DataError(f"feature workflow: op {position + 1} ('{op.op}') has an invalid fitted state: "
                         f"{problems}") from None
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise TypeError("input_columns must map column names to dtype names")
+    return dict(value)
+
+
+def _string_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise TypeError("output_columns must be a list of column names")
+    return value

@@ -7,18 +7,23 @@ import ``from pipeline.models import ...`` whichever module a name lives in.
 
 from pipeline.models.formats import (
     JOBLIB,
+    LINEAR_COEFFICIENTS,
+    SKLEARN_TRUSTED_TYPES,
+    SKOPS,
     TORCH_STATE_DICT,
     XGBOOST_JSON,
     JoblibFormat,
+    LinearCoefficientsFormat,
     ModelFormat,
     Predictor,
+    SkopsFormat,
     TorchStateDictFormat,
     XGBoostJsonFormat,
 )
 from pipeline.models.registry import MODELS, ModelSpec, ParamMap, get_model_spec, register_model, trainable_models
 
 __all__ = [
-    "JOBLIB", "MODELS", "TORCH_STATE_DICT", "XGBOOST_JSON", "JoblibFormat", "ModelFormat", "ModelSpec",
-    "ParamMap", "Predictor", "TorchStateDictFormat", "XGBoostJsonFormat", "get_model_spec", "register_model",
-    "trainable_models",
+    "JOBLIB", "LINEAR_COEFFICIENTS", "MODELS", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "JoblibFormat",
+    "LinearCoefficientsFormat", "ModelFormat", "ModelSpec", "ParamMap", "Predictor", "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
+    "get_model_spec", "register_model", "trainable_models",
 ]

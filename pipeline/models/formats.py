@@ -6,18 +6,25 @@ A format belongs to the registry entry (``ModelSpec.format``), so ``export`` and
 ones ``predict`` verifies against the run's checksums before anything is deserialised) and
 turns them back into a predictor. Plugin code adds a format by subclassing ``ModelFormat``.
 
-The three built-in formats write the same files and ``model.json`` keys as before formats
-existed (``file``, and ``architecture`` for the MLP), and read folders that lack the newer
-``files`` key, so older run folders still load.
+Every built-in format loads without running code from the file: scikit-learn models through
+skops (only the types of an allow-list), XGBoost through its own JSON, the MLP as a torch
+``state_dict`` loaded with ``weights_only=True``. A run folder can be written by someone other
+than the reader (a shared disk, a copied folder), and its checksums sit next to the files they
+protect, so a format must be safe even for a file that was swapped on purpose. Pickles
+(``model.joblib``, written before skops) are never loaded: a logistic regression still scores
+from the coefficients its ``model.json`` keeps; anything else asks to be exported again.
 
-Heavy libraries (joblib, XGBoost, PyTorch) are imported inside the methods: the registry
+Formats read folders that lack the newer ``files`` key, so older run folders still verify.
+Heavy libraries (skops, XGBoost, PyTorch) are imported inside the methods: the registry
 imports this module, and listing models must not load them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import pickle
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +38,15 @@ if TYPE_CHECKING:
 Predictor = Callable[[Any, Any], np.ndarray]      # (X, codes or None) -> host float64 scores
 
 __all__ = [
-    "JOBLIB", "TORCH_STATE_DICT", "XGBOOST_JSON", "ClassifierPredictor", "EstimatorPredictor", "JoblibFormat",
-    "LinearPredictor",
-    "ModelFormat", "Predictor", "TorchStateDictFormat", "XGBoostJsonFormat",
+    "JOBLIB", "LINEAR_COEFFICIENTS", "LinearCoefficientsFormat", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "ClassifierPredictor",
+    "EstimatorPredictor", "JoblibFormat", "LinearPredictor", "ModelFormat", "PortablePredictor", "Predictor",
+    "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
 ]
+
+# Types a scikit-learn model file may name beyond those skops trusts by itself (scikit-learn's
+# estimators, NumPy arrays and dtypes, Python builtins): the fitted trees of a forest, which
+# skops rebuilds through its own loader. Anything else in a file refuses to load.
+SKLEARN_TRUSTED_TYPES: tuple[str, ...] = ("sklearn.tree._tree.Tree",)
 
 
 class ModelFormat:
@@ -42,7 +54,8 @@ class ModelFormat:
     registry entries pickle to Dask workers and compare by value.
 
     Subclasses implement ``save`` and ``load``; ``files`` reads the ``files`` key that
-    ``export`` writes, or ``file`` in folders written before it existed.
+    ``export`` writes, or ``file`` in folders written before it existed. ``load`` must not run
+    code from the files (no pickle), and should raise ``DataError`` for a file it cannot read.
     """
 
     name: str = "format"
@@ -105,17 +118,44 @@ class EstimatorPredictor:
 
 
 @dataclass
-class LinearPredictor:
-    """A logistic model from its coefficients alone: scores where its library is missing."""
+class PortablePredictor:
+    """A scikit-learn estimator read from a model file, scored by the backend of the data: the
+    backend makes its own estimator of it once per device (cuML's twin on the GPU)."""
 
-    coef: np.ndarray
-    intercept: np.ndarray
+    estimator: Any
+    backend: Any = None
+    on_device: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
         from pipeline.backends import backend_for
 
-        host = np.asarray(backend_for(X).to_host(X), dtype="float64")
-        return 1.0 / (1.0 + np.exp(-(host @ self.coef + self.intercept[0])))
+        backend = backend_for(X, self.backend)
+        return backend.predict_scores(self.for_backend(backend), X)
+
+    def for_backend(self, backend: Backend) -> Any:
+        if backend.name not in self.on_device:
+            self.on_device[backend.name] = backend.from_portable_estimator(self.estimator)
+        return self.on_device[backend.name]
+
+
+@dataclass
+class LinearPredictor:
+    """A binary logistic model from its coefficients: ``expit(X @ coef.T + intercept)`` computed
+    as scikit-learn computes it (same dtype, same product), so the scores are the same numbers."""
+
+    coef: np.ndarray
+    intercept: np.ndarray
+    dtype: str = "float64"
+
+    def __call__(self, X: Any, codes: Any) -> np.ndarray:
+        from scipy.special import expit
+
+        from pipeline.backends import backend_for
+
+        host = np.asarray(backend_for(X).to_host(X), dtype=self.dtype)
+        coef = np.asarray(self.coef, dtype=self.dtype).reshape(1, -1)
+        scores = host @ coef.T + np.asarray(self.intercept, dtype=self.dtype)
+        return np.asarray(expit(scores.ravel()), dtype="float64")
 
 
 @dataclass
@@ -129,43 +169,96 @@ class ClassifierPredictor:
 
 
 # ---------------------------------------------------------------- the built-in formats
-class JoblibFormat(ModelFormat):
-    """A joblib pickle. Linear models (``coef_``) also keep their coefficients in model.json
-    as plain numbers, so one pickled by cuML scores on a machine without cuML."""
+class SkopsFormat(ModelFormat):
+    """scikit-learn estimators in skops' format, which loads without running code from the file.
 
-    name = "joblib"
+    ``save`` stores the backend's portable form of the estimator (cuML's as its scikit-learn
+    twin), so a model trained on a GPU scores on a machine without one, and refuses an
+    estimator that holds types outside ``trusted`` (checked now, not when a nightly job scores).
+    ``load`` checks the file's types against the same allow-list before skops builds anything.
+    Linear models (``coef_``) also keep their coefficients in model.json as plain numbers.
+    """
 
-    def __init__(self, filename: str = "model.joblib") -> None:
+    name = "skops"
+
+    def __init__(self, filename: str = "model.skops", trusted: Sequence[str] = SKLEARN_TRUSTED_TYPES) -> None:
         self.filename = filename
+        self.trusted = tuple(sorted(trusted))
 
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
-        import joblib
+        import skops.io as sio
 
         from pipeline.store import atomic_destination
 
+        portable = backend.to_portable_estimator(estimator)
         path = folder / self.filename
         with atomic_destination(path) as tmp:
-            joblib.dump(estimator, tmp)
+            sio.dump(portable, tmp)
+            refused = self.untrusted(sio.get_untrusted_types(file=tmp))
+            if refused:
+                raise DataError(f"export: {type(estimator).__name__} holds types that the skops format does not "
+                                f"trust ({', '.join(refused)}); if they are safe to load, list them in "
+                                "SkopsFormat(trusted=[...]) of its registry entry")
         extra: dict[str, Any] = {"file": path.name}
-        if hasattr(estimator, "coef_"):
-            extra["coef"] = np.asarray(backend.to_host(estimator.coef_)).ravel().tolist()
-            extra["intercept"] = np.asarray(backend.to_host(estimator.intercept_)).ravel().tolist()
+        if hasattr(portable, "coef_"):
+            extra["coef"] = np.asarray(portable.coef_, dtype="float64").ravel().tolist()
+            extra["intercept"] = np.asarray(portable.intercept_, dtype="float64").ravel().tolist()
         return [path], extra
 
-    def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
-        import joblib
+    def untrusted(self, types: Sequence[str]) -> list[str]:
+        """The types of a file that are not on this format's allow-list."""
+        return sorted(set(types) - set(self.trusted))
 
+    def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
         file = self.main_file(folder, meta)
+        # Decided by the content, not by model.json's word: a pickle is never handed to a loader.
+        if not zipfile.is_zipfile(file):
+            if "format" in meta:            # written since formats name themselves: damaged or swapped
+                raise DataError(f"{file} is not a skops model file; it was not loaded (it was damaged or replaced "
+                                "after export: export the model again)")
+            return _pickled_model(file, meta)
+        predictor = PortablePredictor(self.read(file), backend)
+        if backend is not None:
+            predictor.for_backend(backend)          # a model that cannot move to the device says so now
+        return predictor
+
+    def read(self, file: Path) -> Any:
+        """The estimator in ``file``, after every type it names passed the allow-list."""
+        import skops.io as sio
+
         try:
-            estimator = joblib.load(file)
-        except (ImportError, AttributeError) as exc:
-            if "coef" in meta:
-                # A linear model pickled by cuML, scored where cuML is missing: its coefficients
-                # were saved as plain numbers for exactly this.
-                return LinearPredictor(np.asarray(meta["coef"]), np.asarray(meta["intercept"]))
-            raise DataError(f"{file}: cannot load this {meta.get('estimator', 'model')} here ({exc}); "
-                            f"{_needs(meta)}") from exc
-        return EstimatorPredictor(estimator, backend)
+            found = sio.get_untrusted_types(file=file)
+        except Exception as exc:  # noqa: BLE001 - a damaged archive fails in many ways
+            raise DataError(f"{file}: not a readable skops model file ({type(exc).__name__}: {exc})") from None
+        refused = self.untrusted(found)
+        if refused:
+            raise DataError(f"{file}: model file contains untrusted types {', '.join(refused)}; it was not loaded "
+                            "(export it again with this version of pipeline, or list the types in the "
+                            "format's trusted= if they are safe)")
+        try:
+            return sio.load(file, trusted=found)
+        except Exception as exc:  # noqa: BLE001 - only allow-listed types are built; their errors vary
+            raise DataError(f"{file}: cannot load this model ({type(exc).__name__}: {exc})") from None
+
+
+def _pickled_model(file: Path, meta: dict[str, Any]) -> Predictor:
+    """A model file written before skops (a joblib pickle): never unpickled, since a pickle runs
+    code of its choosing. A linear model still scores from the coefficients in model.json."""
+    if "coef" in meta and "intercept" in meta:
+        try:
+            coef = np.asarray(meta["coef"], dtype="float64")
+            intercept = np.asarray(meta["intercept"], dtype="float64").ravel()
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{file.parent / 'model.json'}: coef/intercept are not numbers ({exc})") from None
+        if coef.ndim == 1 and intercept.shape == (1,):
+            return LinearPredictor(coef, intercept)
+    raise DataError(f"{file} is not in a safe model format (it is probably a pickle written by an older version "
+                    "of pipeline); pickles are never loaded because loading one can run any code. Run the "
+                    "pipeline that trained it again to export the model in the skops format")
+
+
+# The names before skops: plugin code that named them still imports, and gets the safe format.
+JoblibFormat = SkopsFormat
 
 
 class XGBoostJsonFormat(ModelFormat):
@@ -186,8 +279,12 @@ class XGBoostJsonFormat(ModelFormat):
     def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
         import xgboost
 
+        file = self.main_file(folder, meta)
         model = xgboost.XGBClassifier()
-        model.load_model(str(self.main_file(folder, meta)))
+        try:
+            model.load_model(str(file))
+        except (xgboost.core.XGBoostError, ValueError, TypeError) as exc:
+            raise DataError(f"{file}: not a readable XGBoost model ({_first_line(exc)})") from None
         if backend is not None:
             model.set_params(device="cuda" if backend.name == "gpu" else "cpu")
         return EstimatorPredictor(model, backend)
@@ -211,19 +308,71 @@ class TorchStateDictFormat(ModelFormat):
 
         # Weights are CPU tensors: they load anywhere and move to a GPU when there is one.
         device = "cuda" if backend is not None and backend.name == "gpu" else "cpu"
-        return ClassifierPredictor(MLPClassifier.load(folder, device=device))
+        try:
+            return ClassifierPredictor(MLPClassifier.load(folder, device=device))
+        except (pickle.UnpicklingError, RuntimeError, ValueError, TypeError, KeyError, EOFError) as exc:
+            # weights_only=True refuses anything but tensors and plain containers (UnpicklingError).
+            raise DataError(f"{folder}: not a readable MLP model ({type(exc).__name__}: {_first_line(exc)})") from None
 
 
-JOBLIB = JoblibFormat()
+class LinearCoefficientsFormat(ModelFormat):
+    """A binary linear classifier as its coefficients in JSON (``coefficients.json``): nothing to
+    deserialise but numbers, it scores on any device, and it needs neither scikit-learn's nor
+    skops' import (skops enumerates every scikit-learn estimator when imported: seconds per
+    export and per ``predict``)."""
+
+    name = "linear-coefficients"
+
+    def __init__(self, filename: str = "coefficients.json") -> None:
+        self.filename = filename
+
+    def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
+        from pipeline.store import atomic_write_json
+
+        native = np.asarray(backend.to_host(estimator.coef_))
+        dtype = "float32" if native.dtype == np.float32 else "float64"     # scores are computed in it
+        coef = native.astype("float64")
+        intercept = np.asarray(backend.to_host(estimator.intercept_), dtype="float64").ravel()
+        if coef.ndim != 2 or coef.shape[0] != 1 or intercept.size != 1:
+            raise DataError(f"export: {type(estimator).__name__} has {coef.shape[0]} rows of coefficients; the "
+                            "linear-coefficients format holds a binary model")
+        path = folder / self.filename
+        body = {"coef": coef.ravel().tolist(), "intercept": intercept.tolist(), "dtype": dtype}
+        if not all(np.isfinite(coef).ravel()) or not np.isfinite(intercept).all():
+            raise DataError(f"export: {type(estimator).__name__} has coefficients that are not finite numbers "
+                            "(the fit diverged); it is not exported")
+        atomic_write_json(path, body)
+        return [path], {"file": path.name, **body}
+
+    def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
+        import json
+
+        if meta.get("file", self.filename) != self.filename and "coef" in meta:
+            # A folder exported before formats named themselves (model.joblib, a pickle): its
+            # model.json kept the coefficients as plain numbers, so the pickle is never opened.
+            return LinearPredictor(np.asarray(meta["coef"], dtype="float64"),
+                                   np.asarray(meta["intercept"], dtype="float64"))
+        file = self.main_file(folder, meta)
+        try:
+            body = json.loads(file.read_text(encoding="utf-8"))
+            coef = np.asarray(body["coef"], dtype="float64")
+            intercept = np.asarray(body["intercept"], dtype="float64")
+            dtype = str(body.get("dtype", "float64"))
+            if dtype not in ("float32", "float64"):
+                raise ValueError(f"dtype {dtype!r}")
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"{file}: not a readable coefficients file ({type(exc).__name__}: {exc})") from None
+        if coef.ndim != 1 or intercept.shape != (1,) or not np.isfinite(coef).all() or not np.isfinite(intercept).all():
+            raise DataError(f"{file}: coefficients must be a list of finite numbers and one intercept")
+        return LinearPredictor(coef, intercept, dtype)
+
+
+SKOPS = SkopsFormat()
+LINEAR_COEFFICIENTS = LinearCoefficientsFormat()
+JOBLIB = SKOPS
 XGBOOST_JSON = XGBoostJsonFormat()
 TORCH_STATE_DICT = TorchStateDictFormat()
 
 
-def _needs(meta: dict[str, Any]) -> str:
-    """Where a model that will not unpickle here can be scored: its device and library."""
-    estimator = str(meta.get("estimator") or "")
-    library = estimator.split(".")[0] or "the library it was trained with"
-    if meta.get("device") == "gpu":
-        return (f"it was trained on the GPU and needs {library}: score it on a machine with an NVIDIA GPU "
-                f"and the RAPIDS stack installed (pip install -e '.[gpu]'), with device gpu")
-    return f"it was trained on the {meta.get('device', 'unknown device')} and needs {library} installed"
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.models.formats import JOBLIB, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
+from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
@@ -49,8 +49,9 @@ class ModelSpec:
     # Estimators for partitioned (Dask) data; None = this model cannot train distributed there.
     dask_cpu_class: str | None = None
     dask_gpu_class: str | None = None
-    # How ``export`` writes the fitted estimator and ``load_model`` reads it back.
-    format: ModelFormat = JOBLIB
+    # How ``export`` writes the fitted estimator and ``load_model`` reads it back: scikit-learn's
+    # (and cuML's, as their scikit-learn twins) in skops' format unless the entry says otherwise.
+    format: ModelFormat = SKOPS
     # Can train from partition files through XGBoost-style external memory.
     external_memory: bool = False
     # Checks over combinations of params, for what the name mapping cannot see (a parameter
@@ -211,6 +212,7 @@ MODELS: dict[str, ModelSpec] = {
             gpu_defaults={"max_iter": 1000, "output_type": "cupy"},
             seed_param=None,
             param_rules=_logistic_param_rules,
+            format=LINEAR_COEFFICIENTS,
             adapt_params=_logistic_for_device,
             description="logistic regression, L2 by default; penalty: l1, or elasticnet with l1_ratio "
                         "(cuML's only solver is 'qn'; scikit-learn's saga on the CPU)",

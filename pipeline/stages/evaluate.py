@@ -7,7 +7,6 @@ test split costs a few vectors rather than scikit-learn's 670 MiB of copies.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -49,7 +48,7 @@ def _sortable(value: float, higher_is_better: bool) -> float:
 class EvaluateSpec(StageSpec):
     kind: Literal["evaluate"]
     split: Literal["test", "valid", "train"] = Field("test", description="Split to score on.")
-    threshold: float = Field(0.5, gt=0, lt=1, description="Score at or above which a row is predicted positive.")
+    threshold: float = Field(0.5, gt=0, lt=1, allow_inf_nan=False, description="Score at or above which a row is predicted positive.")
     rank_by: Literal[METRICS] = Field("roc_auc", description="Metric that picks the best model.")  # type: ignore[valid-type]
     min_inputs = 1
 
@@ -70,9 +69,9 @@ def evaluate_models(
 def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
     evaluation = evaluate_models(list(inputs.values()), split=spec.split, threshold=spec.threshold, rank_by=spec.rank_by)
     if ctx.artifacts_dir is not None:
-        from pipeline.store import atomic_write_text
+        from pipeline.store import atomic_write_json
 
-        atomic_write_text(ctx.artifact_path("metrics.json"), json.dumps(evaluation.to_dict(), indent=2))
+        atomic_write_json(ctx.artifact_path("metrics.json"), evaluation.to_dict())
     ctx.facts["best"] = evaluation.best
     ctx.run_record["metrics"] = evaluation.to_dict()
     return evaluation

@@ -3,14 +3,13 @@ folder (estimator, fitted feature workflow, metadata) that ``pipeline.scoring.lo
 loads later.
 
 The model file is written by the registry entry's format (``pipeline.models.formats``:
-XGBoost's JSON, an MLP's ``state_dict``, a joblib pickle...), so this module never asks which
-model it is; ``model.json`` lists the files the format wrote (``files``) for ``predict`` to
-verify.
+XGBoost's JSON, an MLP's ``state_dict``, scikit-learn's in skops' format: none runs code when
+loaded), so this module never asks which model it is; ``model.json`` names the format
+(``format``) and lists the files it wrote (``files``) for ``predict`` to verify.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +17,7 @@ import pandas as pd
 from pydantic import Field
 
 from pipeline.errors import DataError
+from pipeline.store import finite_or_null
 from pipeline.featuresets import FeatureSet
 from pipeline.layout import MODEL_DESCRIPTION, MODELS_DIR, model_folder
 from pipeline.stages.base import StageContext, StageSpec, register_stage
@@ -49,7 +49,7 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     """Write ``folder``/{model files, workflow.json, model.json}; returns the files written."""
     from pipeline.models import get_model_spec
-    from pipeline.store import atomic_write_text
+    from pipeline.store import atomic_write_json
 
     backend = model.features.backend
     folder.mkdir(parents=True, exist_ok=True)
@@ -65,11 +65,13 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
         raise DataError(f"export: cannot save '{model.name}': {exc.args[0]}") from None
     written, extra = model_format.save(model.estimator, folder, backend=backend)
     meta.update(extra)
+    meta["format"] = model_format.name
     meta["files"] = [path.relative_to(folder).as_posix() for path in written]
     meta.update(model.export_meta())
     model.features.workflow.save(folder / "workflow.json")
     written.append(folder / "workflow.json")
-    atomic_write_text(folder / "model.json", json.dumps(meta, indent=2))
+    _refuse_non_finite(meta, model.name)
+    atomic_write_json(folder / "model.json", meta)
     written.append(folder / "model.json")
     return written
 
@@ -93,3 +95,12 @@ def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> ExportedFiles:
         ctx.run_record["models"] = {model.name: model_folder(ctx.stage, model.name) for model in models}
     ctx.facts["files"] = len(written)
     return ExportedFiles(str(p) for p in written)
+
+
+def _refuse_non_finite(meta: dict[str, Any], name: str) -> None:
+    """A model whose saved numbers are not finite (coefficients of a diverged fit) would score
+    NaN for every row: refuse to export it rather than write a model that cannot work."""
+    bad = [key for key, value in meta.items() if finite_or_null(value) != value]
+    if bad:
+        raise DataError(f"export: model '{name}' has values that are not finite numbers in {bad} "
+                        "(the fit diverged); it is not exported")

@@ -8,13 +8,14 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
+from pipeline.errors import DataError
 from pipeline.fingerprints import files_fingerprint
 from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
 
 
 class LoadSpec(StageSpec):
     kind: Literal["load"]
-    path: str = Field(description="CSV or Parquet file (or Parquet folder), relative to the working directory.")
+    path: str = Field(min_length=1, description="CSV or Parquet file (or Parquet folder), relative to the working directory.")
     format: Literal["csv", "parquet"] | None = Field(None, description="Default: from the file suffix.")
     columns: list[str] | None = Field(None, description="Read only these columns.")
     dtypes: dict[str, str] | None = Field(None, description="Column dtypes, e.g. {customerID: str}.")
@@ -24,7 +25,7 @@ class LoadSpec(StageSpec):
     )
     partitioned: bool = Field(
         False, description="Read as a Dask DataFrame (Parquet folder, CSV glob): for data larger than one process.")
-    blocksize: str = Field("64MiB", description="CSV bytes per partition when partitioned.")
+    blocksize: str = Field("64MiB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*([kmgtp]i?)?b?\s*$", description="CSV bytes per partition when partitioned.")
     max_inputs = 0
 
     @field_validator("filters")
@@ -74,5 +75,15 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
             dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters,
         )
         ctx.facts["rows"] = int(len(frame))
+        if not len(frame):
+            raise DataError(f"{spec.path}: no rows" + (f" left after the filters {spec.filters}" if spec.filters else ""))
     ctx.facts["columns"] = int(len(frame.columns))
+    ctx.facts["read_options"] = read_options(spec)
     return frame
+
+
+def read_options(spec: LoadSpec) -> dict[str, Any]:
+    """How this stage read its input, for the run record: ``pipeline predict`` reads new rows
+    the same way (placeholders such as " " as missing, the same dtypes) unless told otherwise."""
+    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns}
+    return {key: value for key, value in options.items() if value is not None}

@@ -42,8 +42,8 @@ class SplitSpec(StageSpec):
     positive: str | int | float | bool | None = Field(
         None, description="Label value that means the positive class. Default: 1 / True."
     )
-    test: float = Field(0.2, ge=0, lt=1, description="Fraction of rows for the test split.")
-    valid: float = Field(0.0, ge=0, lt=1, description="Fraction of rows for the validation split.")
+    test: float = Field(0.2, ge=0, lt=1, allow_inf_nan=False, description="Fraction of rows for the test split.")
+    valid: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False, description="Fraction of rows for the validation split.")
     stratify: bool = Field(True, description="Keep the label ratio equal across splits.")
     min_inputs = 1
     max_inputs = 1
@@ -71,6 +71,21 @@ def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) 
     return (series == positive).astype("int8")
 
 
+def class_counts(series: Any, backend: Backend) -> dict[Any, int]:
+    """Rows per target value, for messages: ``{'No': 9, 'Yes': 1}``."""
+    counts = backend.to_host(series.value_counts(dropna=False))
+    pairs = [(v.item() if isinstance(v, np.generic) else v, int(n)) for v, n in counts.items()]
+    return dict(sorted(pairs, key=lambda vc: str(vc[0])))
+
+
+def check_two_classes(series: Any, labels: Any, backend: Backend, *, column: str) -> None:
+    """Both classes must have rows: a one-class target passes every later check and fails
+    inside the model, as a stage error that does not name the column."""
+    if int(backend.to_host(labels.nunique())) < 2:
+        raise DataError(f"target column '{column}' has one class (rows per value: "
+                        f"{class_counts(series, backend)}); a binary classifier needs rows of both classes")
+
+
 def split_frame(
     frame: Any,
     target: str,
@@ -90,7 +105,11 @@ def split_frame(
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
     if is_partitioned(frame):
         return _split_partitioned(frame, target, positive, test, valid, seed, backend)
+    if not len(frame):
+        raise DataError(f"no rows to split on '{target}': the input table is empty")
     labels = binary_labels(frame[target], positive, backend, column=target)
+    original = frame[target]
+    check_two_classes(original, labels, backend, column=target)
     frame = frame.assign(**{target: labels})
     y = np.asarray(backend.to_host(labels))
     positions = np.arange(len(y))
@@ -103,7 +122,11 @@ def split_frame(
         else:
             train_pos, valid_pos = rest, rest[:0]
     except ValueError as exc:
-        raise DataError(f"cannot split {len(y)} rows on '{target}': {exc}") from exc
+        raise DataError(f"cannot split {len(y)} rows on target column '{target}' (rows per class: "
+                        f"{class_counts(original, backend)}): {exc}") from exc
+    if len(np.unique(y[train_pos])) < 2:
+        raise DataError(f"target column '{target}' has one class in the training split (rows per class in all: "
+                        f"{class_counts(original, backend)}); use stratify: true, or more rows of the smaller class")
     frames = {name: backend.take(frame, np.sort(pos)) for name, pos in zip(SPLITS, (train_pos, valid_pos, test_pos))}
     return SplitData(frames=frames, target=target, positive=positive, backend=backend)
 

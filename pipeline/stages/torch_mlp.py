@@ -8,7 +8,6 @@ PyTorch is imported when the stage runs, not when a config is validated.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,13 +25,13 @@ class EarlyStopping(BaseModel):
 
     monitor: Literal["val_loss", "val_auc"] = Field("val_loss", description="Validation metric to watch.")
     patience: int = Field(5, ge=1, description="Epochs without improvement before stopping.")
-    min_delta: float = Field(0.0, ge=0, description="Smallest change that counts as an improvement.")
+    min_delta: float = Field(0.0, ge=0, allow_inf_nan=False, description="Smallest change that counts as an improvement.")
 
 
 class TorchSpec(StageSpec):
     kind: Literal["torch"]
     hidden: list[PositiveInt] = Field(default_factory=lambda: [128, 64], description="Hidden layer widths.")
-    dropout: float = Field(0.1, ge=0, lt=1, description="Dropout after each hidden layer.")
+    dropout: float = Field(0.1, ge=0, lt=1, allow_inf_nan=False, description="Dropout after each hidden layer.")
     batch_norm: bool = Field(False, description="BatchNorm after each hidden linear layer.")
     embedding_dims: dict[str, PositiveInt] = Field(
         default_factory=dict,
@@ -40,8 +39,8 @@ class TorchSpec(StageSpec):
     )
     epochs: PositiveInt = Field(30, description="Most epochs to train.")
     batch_size: PositiveInt = Field(512, description="Rows per optimizer step.")
-    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay.")
+    learning_rate: float = Field(1e-3, gt=0, allow_inf_nan=False, description="AdamW learning rate.")
+    weight_decay: float = Field(1e-4, ge=0, allow_inf_nan=False, description="AdamW weight decay.")
     early_stopping: EarlyStopping = Field(default_factory=EarlyStopping,
                                           description="Stop when the validation metric stops improving; the best epoch's weights are kept.")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
@@ -176,7 +175,7 @@ def _torch_device(requested: str, features: FeatureSet) -> Any:
 
 @register_stage("torch", TorchSpec, produces=TorchTrainedModel, accepts=(FeatureSet,), resources=("gpu",))
 def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
-    from pipeline.store import atomic_write_text
+    from pipeline.store import atomic_write_json, atomic_write_text
     from pipeline.tensors.history import history_csv, plot_learning_curve
 
     params = spec.model_dump(exclude={"kind", "inputs", "description"})
@@ -193,7 +192,7 @@ def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
         ctx.facts["notes"] = fit_result["notes"]
     if ctx.artifacts_dir is not None:
         atomic_write_text(ctx.artifact_path("history.csv"), history_csv(trained.history))
-        atomic_write_text(ctx.artifact_path("fit.json"), json.dumps(fit_result, indent=2))
+        atomic_write_json(ctx.artifact_path("fit.json"), fit_result)
         plot_learning_curve(trained.history, ctx.artifact_path("learning_curve.png"),
                             title=f"{ctx.stage}: learning curve", best_epoch=fit_result["best_epoch"])
     return trained
