@@ -62,6 +62,7 @@ import stat
 import sys
 import time
 from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -268,6 +269,7 @@ class StageCache:
         half way leaves a hidden folder that ``remove_leftovers`` finishes.
         """
         aside = self.root / f"{prefix}{path.name}-{secrets.token_hex(3)}"
+        forget_buffers(path)
         try:
             os.rename(path, aside)
         except FileNotFoundError:
@@ -407,9 +409,13 @@ OUT_OF_BAND_MIN_BYTES = 1 << 20
 # A column whose Arrow buffers exceed what it uses by more than this is a slice of a larger
 # array: pickled chunk by chunk it would carry the whole buffers, so pandas' own way is kept.
 SLICE_SLACK = 1 << 16
+HASH_THREADS = 4
 
-# (sha256, size) -> a buffer file of an entry this process stored: what ``link_stored`` reuses.
-_stored_buffers: dict[tuple[str, int], Path] = {}
+# (sha256, size) -> a buffer file of an entry this process stored, and its identity (device,
+# inode, mtime): what ``link_stored`` reuses while that path still names that very file. Entries
+# this process removes are forgotten at once (``forget_buffers``); one another process removed
+# and stored again can at worst be linked to other bytes, which its checksum then refuses.
+_stored_buffers: dict[tuple[str, int], tuple[Path, tuple[int, int, int]]] = {}
 _STORED_BUFFERS_MAX = 4096
 
 
@@ -477,9 +483,19 @@ def pickle_output(folder: Path, output: Any) -> tuple[dict[str, str], list[tuple
     with open(folder / OUTPUT_FILE, "wb") as fh:
         stream = _HashingFile(fh)
         _OutputPickler(stream, out_of_band).dump(output)
-    buffers = [(f"{BUFFERS_DIR}/{index:06d}.bin", hashlib.sha256(view).hexdigest(), view)
-               for index, view in enumerate(views)]
+    buffers = [(f"{BUFFERS_DIR}/{index:06d}.bin", digest, view)
+               for index, (digest, view) in enumerate(zip(sha256_all(views), views))]
     return {OUTPUT_FILE: stream.sha256.hexdigest()}, buffers
+
+
+def sha256_all(views: list[memoryview]) -> list[str]:
+    """The sha256 of each buffer; several at once on as many cores (up to ``HASH_THREADS``):
+    hashlib releases the GIL, and the stage that produced them waits for this."""
+    threads = min(len(views), HASH_THREADS, os.cpu_count() or 1)
+    if threads < 2:
+        return [hashlib.sha256(view).hexdigest() for view in views]
+    with ThreadPoolExecutor(threads, thread_name_prefix="pipeline-cache-hash") as pool:
+        return list(pool.map(lambda view: hashlib.sha256(view).hexdigest(), views))
 
 
 def write_buffers(folder: Path, buffers: list[tuple[str, str, memoryview]]) -> list[tuple[str, str, int]]:
@@ -522,15 +538,18 @@ def read_buffer(path: Path) -> bytearray:
 def link_stored(digest: str, size: int, target: Path) -> bool:
     """Link ``target`` to a stored buffer file with these bytes, if this process stored one that
     still exists (entries are never edited; a removed one is simply written again)."""
-    source = _stored_buffers.get((digest, size))
-    if source is None:
+    found = _stored_buffers.get((digest, size))
+    if found is None:
         return False
+    source, identity = found
     try:
         os.link(source, target)
+        info = target.stat()
     except OSError:
         _stored_buffers.pop((digest, size), None)
         return False
-    if target.stat().st_size != size:             # cannot happen to an intact entry: write it anew
+    if _identity(info) != identity or info.st_size != size:     # the path names another file now
+        _stored_buffers.pop((digest, size), None)
         target.unlink()
         return False
     return True
@@ -541,7 +560,22 @@ def remember_buffers(entry: Path, buffers: list[tuple[str, str, int]]) -> None:
     if len(_stored_buffers) + len(buffers) > _STORED_BUFFERS_MAX:
         _stored_buffers.clear()
     for relative, digest, size in buffers:
-        _stored_buffers[(digest, size)] = entry / relative
+        try:
+            info = (entry / relative).stat()
+        except OSError:
+            continue
+        _stored_buffers[(digest, size)] = (entry / relative, _identity(info))
+
+
+def forget_buffers(entry: Path) -> None:
+    """An entry is being removed: link nothing to its buffer files any more."""
+    for key, (path, _) in list(_stored_buffers.items()):
+        if path.parent.parent == entry:
+            _stored_buffers.pop(key, None)
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_dev, info.st_ino, info.st_mtime_ns
 
 
 def link_artifacts(source: Path, entry: Path, name: str) -> dict[str, str]:

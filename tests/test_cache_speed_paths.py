@@ -32,6 +32,7 @@ import pytest
 from pipeline import run_pipeline
 from pipeline.cache import STALE_TMP_SECONDS, StageCache
 from pipeline.record import read_manifest
+from tests.conftest import script_module
 
 RECORD = {"stage": "features", "kind": "features", "facts": {}, "run_record": {}}
 MiB = 1 << 20
@@ -131,6 +132,17 @@ def test_the_same_large_buffer_in_two_entries_is_stored_once(tmp_path):
     np.testing.assert_array_equal(again.load_output()[2]["X"], matrix)
 
 
+def test_a_buffer_is_not_linked_to_a_file_that_now_holds_other_bytes(tmp_path):
+    """An entry removed and stored again under the same key puts other bytes at the same path."""
+    first, other = np.zeros(MiB, np.uint8), np.ones(MiB, np.uint8)
+    cache = StageCache(tmp_path / ".cache")
+    stored(cache, "a" * 32, first)
+    cache.evict(next(e for e in cache.entries() if e.key == "a" * 32))
+    stored(cache, "a" * 32, other)
+    again = stored(cache, "b" * 32, first)
+    np.testing.assert_array_equal(again.load_output(), first)
+
+
 def test_artifacts_are_linked_into_the_entry_and_restored_on_a_hit(tmp_path):
     stage_dir = tmp_path / "run" / "export"
     (stage_dir / "models" / "xgb").mkdir(parents=True)
@@ -195,8 +207,8 @@ def test_a_full_disk_while_writing_leaves_nothing(tmp_path):
         except OSError as exc:
             print("OSError", exc.errno)
     """)
-    if resource.getrlimit(resource.RLIMIT_FSIZE)[1] not in (resource.RLIM_INFINITY,) and \
-            resource.getrlimit(resource.RLIMIT_FSIZE)[1] < (2 << 20):
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard != resource.RLIM_INFINITY and hard < (2 << 20):
         pytest.skip("the file size limit here is already below what the test sets")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -339,3 +351,14 @@ def test_a_cached_rerun_restores_every_artifact_and_the_same_outputs(tmp_path):
     assert any(path.startswith("export/") for path in manifest.artifacts)
     pd.testing.assert_frame_equal(second.outputs["raw"], first.outputs["raw"])
     np.testing.assert_array_equal(second.outputs["features"].X["train"], first.outputs["features"].X["train"])
+
+
+def test_the_benchmark_counts_a_file_linked_into_two_entries_once(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x.bin").write_bytes(b"x" * 1000)
+    os.link(tmp_path / "a" / "x.bin", tmp_path / "b" / "x.bin")
+    (tmp_path / "b" / "y.bin").write_bytes(b"y" * 10)
+    with script_module("bench_overhead") as bench:
+        assert bench.disk_bytes(tmp_path) == 1010
+        assert bench.disk_bytes(tmp_path / "missing") == 0
