@@ -280,7 +280,7 @@ def dist(name: str, version: str, *requires: str) -> resolve.Dist:
     return resolve.Dist(name, version, requires, f"file:///w/{name}-{version}-py3-none-any.whl", "")
 
 
-def test_select_ships_what_the_image_lacks_overrides_old_libraries_and_reports_core_conflicts():
+def test_select_ships_what_the_image_lacks_overrides_old_libraries_and_an_old_numpy():
     resolved = {d.name: d for d in (
         dist("kitpkg", "2.0", "libx>=2", "numpy<2.5", "dask[dataframe]>=1", "testonly; extra == 'test'",
              "oldpython; python_version < '3.11'", "torch"),
@@ -292,9 +292,18 @@ def test_select_ships_what_the_image_lacks_overrides_old_libraries_and_reports_c
     )}
     present = {"libx": "1.0", "numpy": "2.5.5", "torch": "2.11.0+cu130", "pandas": "3.0.6", "toolz": "1.0"}
     chosen = resolve.select("base", ["kitpkg>=1", "torch>=2.10,<2.14"], resolved, present)
-    assert sorted(chosen.ship) == ["dask", "kitpkg", "libx", "liby"]
-    assert chosen.overrides == [{"name": "libx", "image": "1.0", "shipped": "2.1", "because": "kitpkg 2.0 needs libx>=2"}]
-    assert chosen.conflicts == ["kitpkg 2.0 needs numpy<2.5, but the image has numpy 2.5.5"]
+    assert sorted(chosen.ship) == ["dask", "kitpkg", "libx", "liby", "numpy"]
+    assert chosen.overrides == [
+        {"name": "libx", "image": "1.0", "shipped": "2.1", "because": "kitpkg 2.0 needs libx>=2"},
+        {"name": "numpy", "image": "2.5.5", "shipped": "2.4.6", "because": "kitpkg 2.0 needs numpy<2.5"}]
+    assert chosen.conflicts == []
+
+
+def test_select_reports_a_conflict_on_a_core_package_it_never_ships():
+    resolved = {d.name: d for d in (dist("kitpkg", "2.0", "pandas<3"), dist("pandas", "2.3.3"))}
+    chosen = resolve.select("base", ["kitpkg"], resolved, {"pandas": "3.0.6"})
+    assert sorted(chosen.ship) == ["kitpkg"]
+    assert chosen.conflicts == ["kitpkg 2.0 needs pandas<3, but the image has pandas 3.0.6"]
 
 
 def test_select_cuts_at_an_earlier_profile_and_reports_a_missing_core_package():
@@ -330,7 +339,7 @@ def test_a_host_freeze_file_replaces_the_assumed_image(tmp_path):
     freeze.write_text("# from the host\nTorch==2.11.0+cu130\nnumpy==2.3.5\nmylib @ file:///x/mylib.whl\n-e git+x#egg=y\n")
     found = resolve.read_freeze(freeze)
     assert found == {"torch": "2.11.0+cu130", "numpy": "2.3.5", "mylib": None}
-    assert resolve.image_requirements(found) == ["numpy==2.3.5", "torch==2.11.0+cu130"]
+    assert resolve.image_requirements(found) == ["torch==2.11.0+cu130"]     # NumPy may be shipped
 
 
 def test_the_parse_of_a_pip_report_keeps_wheel_url_hash_and_requirements():

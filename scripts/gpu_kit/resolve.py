@@ -161,7 +161,7 @@ def image_requirements(freeze: Mapping[str, str | None] | None) -> list[str]:
     if freeze is None:
         return list(target.IMAGE_REQUIREMENTS)
     return [f"{name}=={version}" for name, version in sorted(freeze.items())
-            if name in target.NEVER_SHIP and version is not None]
+            if name in target.NEVER_SHIP and version is not None]   # NumPy stays free: it may be shipped
 
 
 def image_present(freeze: Mapping[str, str | None] | None, *, python: str = sys.executable) -> dict[str, str | None]:

@@ -53,10 +53,16 @@ IMAGE_REQUIREMENTS = (
     "scipy",
     "pytest",
 )
+# The image's own core packages: with `--image-freeze`, their exact versions join the resolution.
+IMAGE_CORE = frozenset({"torch", "cupy-cuda13x", "numpy", "pandas", "scikit-learn", "scipy", "pytest"})
 # Never shipped, even where a kit package asks for another version: replacing them on
 # PYTHONPATH would shadow the image's own builds. A requirement the image's version fails is
-# reported as a conflict instead.
-NEVER_SHIP = frozenset({"torch", "cupy-cuda13x", "numpy", "pandas", "scikit-learn", "scipy", "pytest"})
+# reported as a conflict instead. NumPy is the exception among the core packages: numba 0.64
+# (cuDF, cuML) refuses NumPy 2.5, and extension modules built against NumPy 2.x run on any
+# 2.x release at or above the API they target, so an older NumPy is shipped as an override.
+# On an H100 host whose image has NumPy 2.5, torch 2.11+cu130, CuPy 14.2, pandas 3.0.6 and
+# scikit-learn ran with NumPy 2.4.6 shipped this way, and every probe passed.
+NEVER_SHIP = IMAGE_CORE - {"numpy"}
 
 # ----------------------------------------------------------------- profiles
 PROFILES = ("base", "rapids")
