@@ -21,7 +21,7 @@ run: setup                 ## run the example pipeline on the bundled Telco chur
 	$(BIN)/pipeline run configs/churn.yaml
 
 test: setup                ## the test suite (CI runs exactly this) and the layering contract
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 	$(BIN)/lint-imports
 
 bench: setup               ## framework overhead vs hand-written code; PyTorch hand-off and batches vs DataLoader

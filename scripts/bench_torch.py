@@ -96,7 +96,7 @@ def handoff(rows_list: list[int], repeats: int) -> list[dict[str, Any]]:
                     "torch_tensor_ms": statistics.median(copy) * 1e3})
         print(f"hand-off {rows:>10,} rows: zero-copy {out[-1]['zero_copy_ms']:.3f} ms, "
               f"torch.tensor {out[-1]['torch_tensor_ms']:.1f} ms", file=sys.stderr)
-        del X, tensor
+        X = tensor = None             # free the matrix before the next, larger one
     return out
 
 

@@ -78,6 +78,18 @@ def in_project(project: Path):
         yield project
 
 
+def small_config(name: str, data: Path, *, ops: tuple[str, ...] = ("standardize: {columns: [a, b]}",),
+                 after: str = "") -> str:
+    """A small real pipeline over a CSV of ``id, a, b, churn`` (yes / no): load, split, the
+    feature ``ops`` (YAML flow mappings), logistic regression, then the stages ``after`` adds."""
+    op_lines = "".join(f"      - {op}\n" for op in ops)
+    return (f"name: {name}\ndevice: cpu\nstages:\n"
+            f"  raw:\n    kind: load\n    path: {data}\n"
+            "  split:\n    kind: split\n    inputs: [raw]\n    target: churn\n    positive: \"yes\"\n    test: 0.25\n"
+            f"  features:\n    kind: features\n    inputs: [split]\n    id: id\n    ops:\n{op_lines}"
+            "  logreg:\n    kind: train\n    inputs: [features]\n    model: logistic_regression\n" + after)
+
+
 def assert_nested_close(a, b, *, rel: float) -> None:
     """Equal nested dicts / lists, floats to ``rel`` (fitted states of two fitting paths)."""
     if isinstance(a, dict):

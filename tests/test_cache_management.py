@@ -27,34 +27,9 @@ from pipeline.sizes import parse_size
 from pipeline.errors import ExitCode
 from pipeline.locks import RunLock
 from pipeline.record import read_manifest
+from tests.conftest import small_config
 
-CONFIG = """\
-name: nightly
-device: cpu
-stages:
-  raw:
-    kind: load
-    path: {data}
-  split:
-    kind: split
-    inputs: [raw]
-    target: churn
-    positive: "yes"
-    test: 0.25
-  features:
-    kind: features
-    inputs: [split]
-    id: id
-    ops:
-      - standardize: {{columns: [a, b]}}
-  logreg:
-    kind: train
-    inputs: [features]
-    model: logistic_regression
-  evaluate:
-    kind: evaluate
-    inputs: [logreg]
-"""
+EVALUATE = "  evaluate:\n    kind: evaluate\n    inputs: [logreg]\n"
 STAGES = ("raw", "split", "features", "logreg", "evaluate")
 
 
@@ -67,7 +42,7 @@ def no_env_limit(monkeypatch):
 def nightly(tmp_path: Path) -> Path:
     """A small real pipeline (load, split, features, logistic regression, evaluate) and its data."""
     write_data(tmp_path, night=0)
-    (tmp_path / "nightly.yaml").write_text(CONFIG.format(data=tmp_path / "data.csv"))
+    (tmp_path / "nightly.yaml").write_text(small_config("nightly", tmp_path / "data.csv", after=EVALUATE))
     return tmp_path
 
 

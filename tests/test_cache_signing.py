@@ -22,6 +22,7 @@ from pipeline.errors import DataError
 from pipeline.execution import load_cached
 from pipeline.record import read_manifest
 from pipeline.signing import KEY_ENV, KEY_FILE_ENV, sign_file, verify_file, verify_run
+from tests.conftest import small_config
 
 KEY_A = "a-test-key-of-32-characters-aaaa"
 KEY_B = "b-test-key-of-32-characters-bbbb"
@@ -198,30 +199,6 @@ def test_a_deeply_nested_signature_or_signed_manifest_is_a_data_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------- whole runs
-CONFIG = """\
-name: signed
-device: cpu
-stages:
-  raw:
-    kind: load
-    path: {data}
-  split:
-    kind: split
-    inputs: [raw]
-    target: churn
-    positive: "yes"
-    test: 0.25
-  features:
-    kind: features
-    inputs: [split]
-    id: id
-    ops:
-      - standardize: {{columns: [a, b]}}
-  logreg:
-    kind: train
-    inputs: [features]
-    model: logistic_regression
-"""
 
 
 def statuses(result) -> dict[str, str]:
@@ -232,7 +209,7 @@ def test_runs_reuse_entries_signed_with_their_key_and_recompute_the_others(tmp_p
     lines = ["id,a,b,churn"] + [f"{i},{(i * 7) % 11 / 10},{(i * 3) % 5 / 4},{'yes' if i % 3 == 0 else 'no'}"
                                 for i in range(80)]
     (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "signed.yaml").write_text(CONFIG.format(data=tmp_path / "data.csv"))
+    (tmp_path / "signed.yaml").write_text(small_config("signed", tmp_path / "data.csv"))
 
     def run():
         return run_pipeline(tmp_path / "signed.yaml", runs_dir=tmp_path / "runs")

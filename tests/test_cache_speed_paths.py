@@ -32,7 +32,7 @@ import pytest
 from pipeline import run_pipeline
 from pipeline.cache import STALE_TMP_SECONDS, StageCache
 from pipeline.record import read_manifest
-from tests.conftest import script_module
+from tests.conftest import script_module, small_config
 
 RECORD = {"stage": "features", "kind": "features", "facts": {}, "run_record": {}}
 MiB = 1 << 20
@@ -278,34 +278,6 @@ def test_a_write_stopped_by_sigterm_leaves_nothing(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- through a run
-CONFIG = """\
-name: speed
-device: cpu
-stages:
-  raw:
-    kind: load
-    path: {data}
-  split:
-    kind: split
-    inputs: [raw]
-    target: churn
-    positive: "yes"
-    test: 0.25
-  features:
-    kind: features
-    inputs: [split]
-    id: id
-    ops:
-      - standardize: {{columns: [a, b]}}
-      - one_hot: {{columns: [plan]}}
-  logreg:
-    kind: train
-    inputs: [features]
-    model: logistic_regression
-  export:
-    kind: export
-    inputs: [logreg]
-"""
 
 
 def speed_project(folder: Path, rows: int = 3000) -> Path:
@@ -313,7 +285,9 @@ def speed_project(folder: Path, rows: int = 3000) -> Path:
     pd.DataFrame({"id": [f"c{i}" for i in range(rows)], "a": rng.random(rows), "b": rng.random(rows),
                   "plan": rng.choice(["m", "y", "2y"], rows),
                   "churn": rng.choice(["yes", "no"], rows)}).to_csv(folder / "data.csv", index=False)
-    (folder / "speed.yaml").write_text(CONFIG.format(data=folder / "data.csv"))
+    (folder / "speed.yaml").write_text(small_config(
+        "speed", folder / "data.csv", ops=("standardize: {columns: [a, b]}", "one_hot: {columns: [plan]}"),
+        after="  export:\n    kind: export\n    inputs: [logreg]\n"))
     return folder / "speed.yaml"
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -25,7 +24,7 @@ from pipeline import history
 from pipeline.cache import (
     DEFAULT_MAX_SIZE, ENV_MAX_SIZE, EntryInfo, StageCache, format_size, least_recently_used, resolve_max_size,
 )
-from pipeline.commands.common import handle_errors, stderr, stdout
+from pipeline.commands.common import handle_errors, print_wide, stderr, stdout
 from pipeline.errors import LockTimeout, StorageError
 from pipeline.layout import CACHE_DIR, LOCK_FILE
 from pipeline.locks import RunLock
@@ -73,7 +72,7 @@ def list_entries(runs_dir: str, pipeline_name: str | None, as_json: bool) -> Non
         table.add_row(Text(row["pipeline"]), Text(row["key"]), Text(row["stage"] or "?"), Text(row["kind"] or "?"),
                       Text(format_size(row["size_bytes"])), Text(_time(row["created"])), Text(_time(row["last_used"])),
                       _runs_cell(row["runs"], row["problem"]))
-    _print(table)
+    print_wide(table)
     for name in dict.fromkeys(row["pipeline"] for row in rows):
         mine = [row for row in rows if row["pipeline"] == name]
         stdout.print(Text(f"{name}: {len(mine)} entries, {format_size(sum(r['size_bytes'] for r in mine))}"))
@@ -231,20 +230,6 @@ def _time(value: str | None) -> str:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
     except ValueError:
         return value
-
-
-def _print(renderable: Any) -> None:
-    """Fit a terminal; elsewhere (pipes, cron logs) print at full width so nothing is cut with '…'."""
-    if stdout.is_terminal:
-        stdout.print(renderable)
-        return
-    natural = Measurement.get(stdout, stdout.options.update_width(10_000), renderable).maximum
-    width = stdout.width
-    stdout.width = max(width, natural)
-    try:
-        stdout.print(renderable)
-    finally:
-        stdout.width = width
 
 
 __all__ = ["cache", "prune_unreferenced"]

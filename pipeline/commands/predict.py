@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from pipeline.commands.common import JSON_ERRORS, handle_errors, stderr, stdout  # noqa: F401 - stdout: the shared console
+from pipeline.commands.common import JSON_ERRORS, handle_errors, stderr
 
 _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 

@@ -12,13 +12,12 @@ from datetime import datetime
 from typing import Any
 
 import click
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from pipeline import history
 from pipeline.commands.cache import prune_unreferenced
-from pipeline.commands.common import handle_errors, stderr, stdout
+from pipeline.commands.common import handle_errors, print_wide, stderr, stdout
 from pipeline.errors import StorageError
 from pipeline.record import RunManifest, StageRecord, as_number
 
@@ -67,7 +66,7 @@ def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: in
                       Text(_time(row["started"])), Text(_duration(row["duration_s"])), Text(row["device"] or ""),
                       Text(_headline(row["headline"]) or _problem(row)),
                       Text("latest" if row["latest"] else "", style="bold"))
-    _print(table)
+    print_wide(table)
 
 
 def _list_status(row: dict[str, Any]) -> Text:
@@ -123,7 +122,7 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
         ("versions", Text(", ".join(f"{k} {v}" for k, v in manifest.versions.items()))),
     ]:
         grid.add_row(key, value)
-    _print(grid)
+    print_wide(grid)
     _print_stages(list(manifest.stages.values()))
     metrics = manifest.metrics or {}
     if isinstance(metrics.get("models"), dict) and metrics["models"]:
@@ -159,7 +158,7 @@ def diff_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | None, 
             table.add_column(name)
         for row in diff["run"]:
             table.add_row(Text(row["key"]), Text(_value(row["a"])), Text(_value(row["b"])))
-        _print(table)
+        print_wide(table)
     if diff["config"]:
         table = Table(title="config", title_justify="left")
         for name in ("key", "change", "A", "B"):
@@ -168,7 +167,7 @@ def diff_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | None, 
             table.add_row(Text(row["key"]), Text(row["change"]),
                           Text("(absent)" if row["change"] == "added" else _value(row["a"])),
                           Text("(absent)" if row["change"] == "removed" else _value(row["b"])))
-        _print(table)
+        print_wide(table)
     else:
         stdout.print("config: identical")
     settings = {s["key"]: s for s in diff["metrics"]["settings"]}
@@ -185,7 +184,7 @@ def diff_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | None, 
             delta = row["delta"]
             table.add_row(Text(row["model"]), Text(row["metric"]), Text(_number(row["a"])), Text(_number(row["b"])),
                           Text("—" if delta is None else f"{delta:+.4f}"))
-        _print(table)
+        print_wide(table)
     else:
         missing = " and ".join(side for side, has in (("A", has_a), ("B", has_b)) if not has)
         stdout.print(Text(f"metrics: {missing} {'has' if missing in 'AB' else 'have'} none"))
@@ -239,20 +238,6 @@ def prune_runs(keep: int, runs_dir: str, pipeline_name: str | None, dry_run: boo
 
 
 # ---------------------------------------------------------------------------- rendering helpers
-def _print(renderable: Any) -> None:
-    """Fit a terminal; elsewhere (pipes, cron logs) print at full width so nothing is cut with '…'."""
-    if stdout.is_terminal:
-        stdout.print(renderable)
-        return
-    natural = Measurement.get(stdout, stdout.options.update_width(10_000), renderable).maximum
-    width = stdout.width
-    stdout.width = max(width, natural)      # Console.print never goes wider than the console
-    try:
-        stdout.print(renderable)
-    finally:
-        stdout.width = width
-
-
 def _echo_json(value: Any) -> None:
     click.echo(json.dumps(history.json_safe(value), indent=2, default=str))
 
@@ -331,7 +316,7 @@ def _print_stages(records: list[StageRecord]) -> None:
         if has_worker:
             cells.append(Text(record.worker or ""))
         table.add_row(*cells)
-    _print(table)
+    print_wide(table)
     for record in records:
         if record.error:
             stdout.print(Text(f"stage {record.name}: ", style="bold red") + Text(record.error))
@@ -352,5 +337,5 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
     for model, values in models.items():
         label = f"{model} *" if model == metrics.get("best") else model
         table.add_row(Text(label), *(Text(_number(as_number(values.get(n)))) for n in names))
-    _print(table)
+    print_wide(table)
     stdout.print(Text(f"* best by {metrics.get('rank_by')}: {metrics.get('best')}"))
