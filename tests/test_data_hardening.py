@@ -117,6 +117,22 @@ def test_unreadable_csv_files_name_the_file(tmp_path, content, problem):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("columns", [None, ["a", "b"]])
+def test_a_row_with_more_fields_than_the_header_is_refused_whatever_is_read(tmp_path, columns):
+    path = tmp_path / "ragged.csv"
+    path.write_text("a,b,c\n1,2,3\n4,5,6,7\n8,9,10\n")
+    with pytest.raises(DataError, match="ragged.csv") as caught:
+        get_backend("cpu").read(path, columns=columns)
+    assert "4" in str(caught.value)       # the field count (all columns) or the row (some)
+
+
+def test_short_rows_and_quoted_separators_still_read_when_some_columns_are_read(tmp_path):
+    path = tmp_path / "fine.csv"
+    path.write_text('a,b,c\n1,"x,y",3\n4,5\n\n7,8,9\n')
+    frame = get_backend("cpu").read(path, columns=["a", "b"])
+    assert frame["a"].tolist() == [1, 4, 7] and frame["b"].tolist() == ["x,y", "5", "8"]
+
+
 def test_a_binary_parquet_file_names_the_file(tmp_path):
     path = tmp_path / "bad.parquet"
     path.write_bytes(b"PAR1 not really")

@@ -13,6 +13,7 @@ import csv
 import glob
 import importlib
 import os
+import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -59,6 +60,8 @@ class Backend(ABC):
             raise DataError(f"input file not found: {path}")
         fmt = (format or _infer_format(path)).lower()
         check_source(path, fmt)
+        if fmt == "csv" and columns:
+            check_row_widths(path)
         try:
             if fmt == "csv":
                 frame = self._read_csv(path, columns=columns, dtypes=dtypes, na_values=na_values)
@@ -401,6 +404,36 @@ def check_source(path: Path, fmt: str) -> None:
     if repeated:
         raise DataError(f"{path}: column name(s) {repeated} appear more than once in the header; rename them "
                         f"(pandas and cuDF would read the second '{repeated[0]}' as '{repeated[0]}.1')")
+
+
+_WIDTH_ERROR = re.compile(r"Expected (\d+) columns, got (\d+): ?(.*)", re.S)
+
+
+def check_row_widths(path: Path) -> None:
+    """Refuse a CSV row with more fields than the header when only some columns are read.
+
+    Reading every column, pandas and cuDF refuse such a row themselves; reading some
+    (``usecols``: predict reads only what the model needs) they drop the extra fields and
+    score the row. pyarrow's parser counts the fields of every row while converting one
+    column, at about the cost of the read itself. Its other complaints are left to the
+    reader of record, which decides what the file means.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=True,
+                                                                     block_size=1 << 24),
+                                convert_options=pacsv.ConvertOptions(include_columns=["f0"],
+                                                                     column_types={"f0": pa.string()}))
+        for _ in reader:
+            pass
+    except (pa.ArrowInvalid, pa.ArrowKeyError, OSError, ValueError) as exc:
+        found = _WIDTH_ERROR.search(str(exc))
+        if found and int(found.group(2)) > int(found.group(1)):
+            row = one_line(found.group(3))[:120]
+            raise DataError(f"{path}: a row has {found.group(2)} fields where the header has {found.group(1)} "
+                            f"(row: {row!r}); fix the row or quote the field that holds the separator") from None
 
 
 def parquet_files(folder: Path) -> list[Path]:
