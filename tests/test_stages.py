@@ -56,10 +56,15 @@ def test_split_rejects_bad_targets():
         split_frame(frame, "y")
     with pytest.raises(DataError, match="'q' does not occur"):
         split_frame(frame, "y", positive="q")
-    with pytest.raises(DataError, match="3 distinct values"):
-        split_frame(frame, "y", positive="a")
     with pytest.raises(DataError, match="target column 'nope' not in the data"):
         split_frame(frame, "nope")
+
+
+def test_positive_among_several_values_is_one_vs_rest():
+    frame = pd.DataFrame({"y": ["NO", ">30", "<30", "NO", "<30", ">30"] * 20, "x": range(120)})
+    data = split_frame(frame, "y", positive="<30", test=0.25, seed=3)
+    every = pd.concat(data.frames.values()).sort_values("x")
+    assert every["y"].tolist() == [int(v == "<30") for v in frame["y"]]
 
 
 def test_features_are_float32_matrices_without_id_or_target(features):

@@ -56,7 +56,8 @@ class SplitSpec(StageSpec):
 
 
 def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) -> Any:
-    """0/1 int8 labels; raises naming the column when the labels are not binary."""
+    """0/1 int8 labels: 1 where the value is ``positive`` (every other value is 0), or the
+    target's own 0/1 / True/False; raises naming the column otherwise."""
     if series.isna().any():
         raise DataError(f"target column '{column}' has {int(series.isna().sum())} missing values")
     values = sorted(map(str, backend.to_host(series.unique()).tolist()))
@@ -66,8 +67,8 @@ def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) 
         raise DataError(f"target column '{column}' has values {values[:10]}; set positive: to the one that means 1")
     if str(positive) not in values:
         raise DataError(f"positive value {positive!r} does not occur in target column '{column}' (values: {values[:10]})")
-    if len(values) > 2:
-        raise DataError(f"target column '{column}' has {len(values)} distinct values; binary classification needs 2")
+    # More than two values: one-vs-rest, ``positive`` against every other value (the user
+    # named the class that means 1; the partitioned path labels the same way).
     return (series == positive).astype("int8")
 
 
