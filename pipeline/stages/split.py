@@ -1,7 +1,7 @@
-"""``split``: a seeded, stratified train / valid / test split.
+"""``split``: a seeded train / valid / test split: stratified, by group, or out of time.
 
-Row positions are drawn on the host from the label vector with scikit-learn, then taken on
-the device, so the same seed selects the same rows on CPU and GPU.
+Row positions are drawn on the host (from the label vector, the group column or the order
+column), then taken on the device, so the same seed selects the same rows on CPU and GPU.
 """
 
 from __future__ import annotations
@@ -44,7 +44,13 @@ class SplitSpec(StageSpec):
     )
     test: float = Field(0.2, ge=0, lt=1, allow_inf_nan=False, description="Fraction of rows for the test split.")
     valid: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False, description="Fraction of rows for the validation split.")
-    stratify: bool = Field(True, description="Keep the label ratio equal across splits.")
+    stratify: bool = Field(True, description="Keep the label ratio equal across splits (a random split only).")
+    group: str | None = Field(None, min_length=1, description=(
+        "Column whose rows stay together: no value of it falls in two splits (one patient's visits, "
+        "one customer's orders)."))
+    order_by: str | None = Field(None, min_length=1, description=(
+        "Column of times (numbers, dates or date text): the oldest rows train, the newest test "
+        "(out-of-time validation). With group, each group goes by its newest row."))
     min_inputs = 1
     max_inputs = 1
 
@@ -96,15 +102,28 @@ def split_frame(
     valid: float = 0.0,
     seed: int = 42,
     stratify: bool = True,
+    group: str | None = None,
+    order_by: str | None = None,
     backend: Backend | str | None = None,
 ) -> SplitData:
-    """Split a frame you already have; the target becomes 0/1."""
+    """Split a frame you already have; the target becomes 0/1.
+
+    ``group``: every row with one value of that column lands in one split. ``order_by``: the
+    newest rows are the test split, the next newest valid, the oldest train. Neither is
+    stratified (the groups or the times decide where a row goes)."""
     from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
 
     backend = backend_for(frame, backend)
     if target not in frame.columns:
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
+    for role, column in (("group", group), ("order_by", order_by)):
+        if column is not None and column not in frame.columns:
+            raise DataError(f"{role} column '{column}' not in the data (columns: {', '.join(map(str, frame.columns))})")
     if is_partitioned(frame):
+        if group or order_by:
+            raise DataError(f"{'group' if group else 'order_by'}: is not available on partitioned data yet (its "
+                            "split is Dask's per-partition random split); read the table in memory "
+                            "(partitioned: false) or drop the key")
         return _split_partitioned(frame, target, positive, test, valid, seed, backend)
     if not len(frame):
         raise DataError(f"no rows to split on '{target}': the input table is empty")
@@ -113,23 +132,42 @@ def split_frame(
     check_two_classes(original, labels, backend, column=target)
     frame = frame.assign(**{target: labels})
     y = np.asarray(backend.to_host(labels))
-    positions = np.arange(len(y))
-    strat = y if stratify else None
-    try:
-        rest, test_pos = train_test_split(positions, test_size=test, random_state=seed, stratify=strat) if test else (positions, positions[:0])
-        if valid:
-            strat_rest = y[rest] if stratify else None
-            train_pos, valid_pos = train_test_split(rest, test_size=valid / (1 - test), random_state=seed, stratify=strat_rest)
-        else:
-            train_pos, valid_pos = rest, rest[:0]
-    except ValueError as exc:
-        raise DataError(f"cannot split {len(y)} rows on target column '{target}' (rows per class: "
-                        f"{class_counts(original, backend)}): {exc}") from exc
+    if group or order_by:
+        from pipeline.stages.split_positions import ordered_positions
+
+        groups = _host_column(frame, group, backend) if group else None
+        times = _host_column(frame, order_by, backend) if order_by else None
+        train_pos, valid_pos, test_pos = ordered_positions(len(y), test=test, valid=valid, seed=seed,
+                                                           groups=groups, times=times,
+                                                           group_name=group, order_name=order_by)
+        advice = f"the {'groups' if group else 'times'} put every row of the other class outside it"
+    else:
+        positions = np.arange(len(y))
+        strat = y if stratify else None
+        try:
+            rest, test_pos = train_test_split(positions, test_size=test, random_state=seed, stratify=strat) if test else (positions, positions[:0])
+            if valid:
+                strat_rest = y[rest] if stratify else None
+                train_pos, valid_pos = train_test_split(rest, test_size=valid / (1 - test), random_state=seed, stratify=strat_rest)
+            else:
+                train_pos, valid_pos = rest, rest[:0]
+        except ValueError as exc:
+            raise DataError(f"cannot split {len(y)} rows on target column '{target}' (rows per class: "
+                            f"{class_counts(original, backend)}): {exc}") from exc
+        advice = "use stratify: true, or more rows of the smaller class"
     if len(np.unique(y[train_pos])) < 2:
         raise DataError(f"target column '{target}' has one class in the training split (rows per class in all: "
-                        f"{class_counts(original, backend)}); use stratify: true, or more rows of the smaller class")
+                        f"{class_counts(original, backend)}); {advice}")
     frames = {name: backend.take(frame, np.sort(pos)) for name, pos in zip(SPLITS, (train_pos, valid_pos, test_pos))}
     return SplitData(frames=frames, target=target, positive=positive, backend=backend)
+
+
+def _host_column(frame: Any, column: str, backend: Backend) -> Any:
+    """A column as a pandas Series on the host, for drawing positions there."""
+    import pandas as pd
+
+    values = backend.to_host(frame[column])
+    return values if isinstance(values, pd.Series) else pd.Series(values, name=column)
 
 
 def _split_partitioned(frame: Any, target: str, positive: Any, test: float, valid: float, seed: int,
@@ -161,8 +199,11 @@ def _label_partition(part: Any, target: str, positive: Any) -> Any:
 def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
     data = split_frame(
         only_input(inputs), spec.target, positive=spec.positive, test=spec.test, valid=spec.valid,
-        seed=ctx.seed, stratify=spec.stratify, backend=ctx.backend,
+        seed=ctx.seed, stratify=spec.stratify, group=spec.group, order_by=spec.order_by, backend=ctx.backend,
     )
+    if spec.group or spec.order_by:
+        ctx.facts["split_by"] = [name for name, on in (("group", spec.group), ("order_by", spec.order_by)) if on]
+        ctx.facts["stratified"] = False
     if data.partitioned:
         ctx.facts["partitions"] = int(data.frames["train"].npartitions)
         ctx.facts["stratified"] = False
