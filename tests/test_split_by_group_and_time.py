@@ -84,12 +84,37 @@ def test_a_missing_group_column_is_named():
         split_frame(frame, "y", group="patient")
 
 
-def test_partitioned_data_refuses_group_and_order_by_with_the_way_out():
+def test_partitioned_data_splits_by_group_wherever_a_groups_rows_sit():
     import dask.dataframe as dd
 
-    frame = dd.from_pandas(pd.DataFrame({"y": [0, 1] * 10, "g": range(20)}), npartitions=2)
+    rng = np.random.default_rng(5)
+    pdf = pd.DataFrame({"y": rng.integers(0, 2, 20_000), "g": rng.integers(0, 2_000, 20_000).astype(str)})
+    frame = dd.from_pandas(pdf, npartitions=7)                 # a group's rows in many partitions
+    data = split_frame(frame, "y", group="g", test=0.2, valid=0.1, seed=11)
+    parts = {name: f.compute() for name, f in data.frames.items()}
+    a, b, c = (set(parts[n]["g"]) for n in ("train", "valid", "test"))
+    assert not (a & b) and not (a & c) and not (b & c)
+    assert sum(len(f) for f in parts.values()) == len(pdf)
+    assert abs(len(parts["test"]) / len(pdf) - 0.2) < 0.03 and abs(len(parts["valid"]) / len(pdf) - 0.1) < 0.03
+    again = split_frame(frame, "y", group="g", test=0.2, valid=0.1, seed=11).frames["test"].compute()
+    assert set(again["g"]) == c
+
+
+def test_a_groups_draw_depends_only_on_its_value_and_the_seed():
+    from pipeline.stages.split_positions import group_draws
+
+    one = group_draws(pd.Series(["a", "b", "a", "c"]), 3, "g")
+    alone = group_draws(pd.Series(["c"]), 3, "g")
+    assert one[0] == one[2] and one[3] == alone[0] and ((one >= 0) & (one < 1)).all()
+    assert not np.array_equal(one, group_draws(pd.Series(["a", "b", "a", "c"]), 4, "g"))
+
+
+def test_partitioned_data_refuses_order_by_with_the_way_out():
+    import dask.dataframe as dd
+
+    frame = dd.from_pandas(pd.DataFrame({"y": [0, 1] * 10, "t": range(20)}), npartitions=2)
     with pytest.raises(DataError, match="partitioned: false"):
-        split_frame(frame, "y", group="g")
+        split_frame(frame, "y", order_by="t")
 
 
 def test_a_run_splits_telco_by_group_and_records_how(tmp_path):
@@ -114,3 +139,17 @@ stages:
     newest_train = pd.to_datetime(data.frames["train"].groupby("household")["signup"].max()).max()
     oldest_test = pd.to_datetime(data.frames["test"].groupby("household")["signup"].max()).min()
     assert newest_train <= oldest_test
+
+
+@pytest.mark.slow
+def test_a_partitioned_run_on_a_cluster_splits_by_group(in_project):
+    frame = pd.read_csv("data/telco_customer_churn.csv", na_values=[" "])
+    frame.assign(household=np.arange(len(frame)) // 4).to_csv("data/telco_households.csv", index=False)
+    result = run_pipeline("configs/churn_partitioned.yaml", overrides=[
+        "stages.raw.path=data/telco_households.csv", "stages.split.group=household"], until=["features"])
+    manifest = read_manifest(result.run_dir)
+    assert manifest.status == "succeeded" and manifest.stages["split"].facts["split_by"] == ["group"]
+    ids = {name: set(pd.read_parquet(f"{result.run_dir}/features/partitions/{name}", columns=["customerID"])["customerID"])
+           for name in ("train", "test")}
+    households = {name: {int(i) // 4 for i in frame.index[frame["customerID"].isin(v)]} for name, v in ids.items()}
+    assert households["train"] and households["test"] and not (households["train"] & households["test"])

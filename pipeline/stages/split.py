@@ -120,11 +120,10 @@ def split_frame(
         if column is not None and column not in frame.columns:
             raise DataError(f"{role} column '{column}' not in the data (columns: {', '.join(map(str, frame.columns))})")
     if is_partitioned(frame):
-        if group or order_by:
-            raise DataError(f"{'group' if group else 'order_by'}: is not available on partitioned data yet (its "
-                            "split is Dask's per-partition random split); read the table in memory "
-                            "(partitioned: false) or drop the key")
-        return _split_partitioned(frame, target, positive, test, valid, seed, backend)
+        if order_by:
+            raise DataError("order_by: is not available on partitioned data yet (an out-of-time cut needs the "
+                            "whole table's order); read the table in memory (partitioned: false) or drop the key")
+        return _split_partitioned(frame, target, positive, test, valid, seed, backend, group=group)
     if not len(frame):
         raise DataError(f"no rows to split on '{target}': the input table is empty")
     labels = binary_labels(frame[target], positive, backend, column=target)
@@ -171,9 +170,12 @@ def _host_column(frame: Any, column: str, backend: Backend) -> Any:
 
 
 def _split_partitioned(frame: Any, target: str, positive: Any, test: float, valid: float, seed: int,
-                       backend: Backend) -> SplitData:
+                       backend: Backend, *, group: str | None = None) -> SplitData:
     """Dask's per-partition random split: seeded and one pass, but not stratified.
 
+    With ``group``, each row goes where the seeded hash of its group value falls
+    (``split_positions.group_draws``): no group in two splits, wherever its rows sit, and a
+    group keeps its split as new data arrives. The shares are met on average, not exactly.
     Labels are checked partition by partition as the data streams through, not up front,
     which would cost a pass of its own.
     """
@@ -183,8 +185,22 @@ def _split_partitioned(frame: Any, target: str, positive: Any, test: float, vali
     labeled = frame.map_partitions(_label_partition, target, positive, meta=frame._meta.assign(
         **{target: frame._meta[target].astype("int8")}))
     train = 1.0 - test - valid
-    parts = labeled.random_split([train, valid, test], random_state=seed)
-    return SplitData(frames=dict(zip(SPLITS, parts)), target=target, positive=positive, backend=backend)
+    if group is None:
+        parts = labeled.random_split([train, valid, test], random_state=seed)
+        return SplitData(frames=dict(zip(SPLITS, parts)), target=target, positive=positive, backend=backend)
+    bounds = {"test": (0.0, test), "valid": (test, test + valid), "train": (test + valid, 1.0)}
+    frames = {name: labeled.map_partitions(_group_share, group, seed, *bounds[name], meta=labeled._meta)
+              for name in SPLITS}
+    return SplitData(frames=frames, target=target, positive=positive, backend=backend)
+
+
+def _group_share(part: Any, group: str, seed: int, low: float, high: float) -> Any:
+    """The rows of a partition whose group's draw falls in [low, high)."""
+    from pipeline.stages.split_positions import group_draws
+
+    backend = backend_for(part, None)
+    draws = group_draws(_host_column(part, group, backend), seed, group)
+    return backend.take(part, np.flatnonzero((draws >= low) & (draws < high)))
 
 
 def _label_partition(part: Any, target: str, positive: Any) -> Any:

@@ -10,6 +10,8 @@ the same rows on CPU and GPU, and easy to test on their own.
   oldest train. Rows of one time never straddle a cut: a cut moves to the start of its time.
 - By both: each group takes the time of its newest row, and the groups are dealt newest
   first.
+- By group on partitioned data (``group_draws``): each group value gets a seeded draw in
+  [0, 1) from its hash, and the draw picks the split; no pass over the whole table needed.
 """
 
 from __future__ import annotations
@@ -98,3 +100,14 @@ def _unparseable(value: str) -> bool:
     except (ValueError, TypeError, OverflowError):
         return True
     return False
+
+
+def group_draws(groups: pd.Series, seed: int, name: str | None) -> np.ndarray:
+    """A number in [0, 1) per row, the same for every row of one group value under one seed
+    (pandas' SipHash of the value as text, keyed by the seed), on any partition or machine."""
+    missing = int(groups.isna().sum())
+    if missing:
+        raise DataError(f"group column '{name}' has {missing} missing value(s); every row needs a group "
+                        "(fill them, or drop those rows)")
+    hashed = pd.util.hash_pandas_object(groups.astype(str), index=False, hash_key=f"{seed:016x}")
+    return (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
