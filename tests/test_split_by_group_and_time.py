@@ -78,6 +78,19 @@ def test_bad_group_and_time_columns_are_named(column, values, message):
         split_frame(frame, "y", test=0.25, valid=0.25, **key)
 
 
+@pytest.mark.parametrize("key", ["groups", "times"])
+def test_one_group_or_time_holding_most_rows_leaves_no_training_rows_and_says_why(key):
+    column = pd.Series([0] * 98 + [1, 2])
+    kwargs = {"groups": column, "group_name": "g"} if key == "groups" else {"times": column, "order_name": "t"}
+    for seed in range(5):                    # whichever order the groups are dealt in
+        try:
+            train, _, _ = ordered_positions(100, test=0.2, valid=0.1, seed=seed, **kwargs)
+        except DataError as exc:
+            assert "no rows are left to train on" in str(exc) and ("'g'" in str(exc) or "'t'" in str(exc))
+        else:
+            assert len(train) > 0
+
+
 def test_a_missing_group_column_is_named():
     frame = pd.DataFrame({"y": [0, 1, 0, 1]})
     with pytest.raises(DataError, match="group column 'patient' not in the data"):

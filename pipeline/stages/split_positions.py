@@ -27,7 +27,21 @@ Positions = tuple[np.ndarray, np.ndarray, np.ndarray]
 def ordered_positions(n_rows: int, *, test: float, valid: float, seed: int,
                       groups: pd.Series | None = None, times: pd.Series | None = None,
                       group_name: str | None = None, order_name: str | None = None) -> Positions:
-    """(train, valid, test) row positions, each sorted."""
+    """(train, valid, test) row positions, each sorted; refuses a split that leaves train empty
+    (one group or one time holding most rows), naming the column."""
+    positions = _positions(n_rows, test=test, valid=valid, seed=seed, groups=groups, times=times,
+                           group_name=group_name, order_name=order_name)
+    if n_rows and not len(positions[0]):
+        column = f"group column '{group_name}'" if groups is not None else f"order_by column '{order_name}'"
+        what = "groups" if groups is not None else "times"
+        raise DataError(f"{column}: no rows are left to train on (valid {len(positions[1])}, test "
+                        f"{len(positions[2])} of {n_rows} rows): a split never cuts through one of its "
+                        f"{what}, and one holds too many rows for these shares; lower test / valid")
+    return positions
+
+
+def _positions(n_rows: int, *, test: float, valid: float, seed: int, groups: pd.Series | None,
+               times: pd.Series | None, group_name: str | None, order_name: str | None) -> Positions:
     wanted = (round(test * n_rows), round(valid * n_rows))
     if groups is None:
         key = time_key(times, order_name)
