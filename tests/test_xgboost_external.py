@@ -99,8 +99,12 @@ def test_the_worker_list_is_never_the_clients_partial_cache(cluster_client):
     assert set(counts) == {2}
 
 
-def _sleep(seconds: float) -> str:
-    time.sleep(seconds)
+def _sleep(seconds: float, stop: str) -> str:
+    """Hold a worker thread for ``seconds``, or until the file ``stop`` exists (a cancelled
+    task keeps its thread until it returns, and later tests need the workers)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not os.path.exists(stop):
+        time.sleep(0.1)
     return "slept"
 
 
@@ -113,24 +117,26 @@ def _pinned(client, fn, worker, *args):
 
 
 @pytest.mark.slow
-def test_a_failed_rank_ends_the_training_while_the_others_still_run(cluster_client):
+def test_a_failed_rank_ends_the_training_while_the_others_still_run(cluster_client, tmp_path):
     workers = sorted(cluster_workers(cluster_client))
     shards = plan_shards(workers, ["t0", "t1"], [])
-    futures = [_pinned(cluster_client, _sleep, workers[0], 60), _pinned(cluster_client, _fail, workers[1])]
+    stop = tmp_path / "stop"
+    futures = [_pinned(cluster_client, _sleep, workers[0], 60, str(stop)), _pinned(cluster_client, _fail, workers[1])]
     started = time.monotonic()
     try:
         with pytest.raises(ValueError, match="could not read its batch"):
             _wait_for_ranks(cluster_client, futures, shards, "xgb")
         assert time.monotonic() - started < 30
     finally:
-        _free_workers(cluster_client, futures)
+        _free_workers(cluster_client, futures, stop)
 
 
 @pytest.mark.slow
-def test_a_lost_worker_fails_the_stage_naming_it(cluster_client):
+def test_a_lost_worker_fails_the_stage_naming_it(cluster_client, tmp_path):
     workers = sorted(cluster_workers(cluster_client))
     shards = plan_shards(workers, ["t0", "t1"], [])
-    futures = [_pinned(cluster_client, _sleep, w, 120) for w in workers]
+    stop = tmp_path / "stop"
+    futures = [_pinned(cluster_client, _sleep, w, 120, str(stop)) for w in workers]
     time.sleep(1)
     pid = cluster_client.run(os.getpid, workers=[workers[1]])[workers[1]]
     os.kill(pid, signal.SIGKILL)           # the nanny starts a new worker, at another address
@@ -139,14 +145,17 @@ def test_a_lost_worker_fails_the_stage_naming_it(cluster_client):
             _wait_for_ranks(cluster_client, futures, shards, "xgb")
         assert workers[1] in str(info.value) and info.value.stage == "xgb"
     finally:
-        _free_workers(cluster_client, futures)
+        _free_workers(cluster_client, futures, stop)
 
 
-def _free_workers(client, futures) -> None:
-    """A cancelled task keeps its worker thread until it returns: the sleeps would hold the
-    one-thread workers for a minute or two and stall the next test's work on this cluster."""
+def _free_workers(client, futures, stop) -> None:
+    """End the sleeps and wait until no worker is busy with them (a worker the test killed is
+    replaced by its nanny; the others must be free for the next test on this cluster)."""
+    stop.touch()
     client.cancel(futures)
-    client.restart(wait_for_workers=True)
+    deadline = time.monotonic() + 60
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def test_external_memory_needs_features_written_as_parquet():
