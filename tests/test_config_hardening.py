@@ -24,6 +24,7 @@ from pipeline.features.ops import FillMissing
 from pipeline.stages.evaluate import EvaluateSpec
 from pipeline.stages.split import SplitSpec
 from pipeline.stages.torch_mlp import EarlyStopping, TorchSpec
+from tests.test_config import issues_of
 
 BASE = """\
 name: t
@@ -37,12 +38,6 @@ stages:
     inputs: [raw]
     target: y
 """
-
-
-def issues_of(text: str, overrides: tuple[str, ...] = ()) -> list:
-    with pytest.raises(ConfigError) as info:
-        load_config(text=text, overrides=overrides)
-    return info.value.issues
 
 
 def only_issue(text: str, overrides: tuple[str, ...] = ()):
