@@ -20,6 +20,7 @@ import pandas as pd
 from pipeline.backends import Backend
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
+from pipeline.tasks import BINARY, Task
 
 if TYPE_CHECKING:
     from pipeline.featuresets.in_memory import InMemoryFeatures
@@ -52,6 +53,8 @@ class FeatureSet(ABC):
     backend: Backend
     # Categorified columns (in ``feature_names`` order), for embedding layers.
     categorical_columns: list[str]
+    # What the labels and scores are (binary, multiclass with its classes, regression).
+    task: Task = BINARY
     # Identity that survives pickling (models trained on one feature set on different Dask
     # workers hold different copies of it).
     uid: str

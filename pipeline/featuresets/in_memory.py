@@ -18,6 +18,7 @@ from pipeline.backends import Backend
 from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
 from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer
+from pipeline.tasks import BINARY, Task
 from pipeline.tensors.handoff import Handoff, matrix_handoff
 
 
@@ -39,6 +40,9 @@ class InMemoryFeatures(FeatureSet):
     # What each frame -> matrix conversion copied, for the manifest.
     handoffs: list[Handoff] = field(default_factory=list)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    task: Task = BINARY
+    # ``folds: k`` of the split: what building each fold's features needs (None without folds).
+    folds: Any = None
 
     def rows(self) -> dict[str, int]:
         return {name: int(x.shape[0]) for name, x in self.X.items()}

@@ -25,6 +25,7 @@ from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
 from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, ScoredModel
 from pipeline.featuresets.in_memory import InMemoryFeatures
+from pipeline.tasks import BINARY, Task
 
 
 @dataclass
@@ -47,6 +48,7 @@ class PartitionedFeatures(FeatureSet):
     passes: int = 0
     categorical_columns: list[str] = field(default_factory=list)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    task: Task = BINARY
 
     partitioned: ClassVar[bool] = True
     distributed: ClassVar[bool] = True

@@ -15,18 +15,24 @@ from pydantic import Field, model_validator
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.errors import DataError
 from pipeline.stages.base import StageContext, StageSpec, Table, only_input, register_stage
+from pipeline.tasks import BINARY, Task
 
 SPLITS = ("train", "valid", "test")
 
 
 @dataclass
 class SplitData:
-    """Frames per split; the target column holds 0/1 labels (1 = ``positive``)."""
+    """Frames per split; the target column holds the task's labels (``pipeline.tasks``):
+    0/1 for binary (1 = ``positive``), class codes for multiclass, numbers for regression."""
 
     frames: dict[str, Any]
     target: str
     positive: Any
     backend: Backend
+    task: Task = BINARY
+    # ``folds: k``: per fold, (positions fitted on, positions scored) into ``frames["train"]``,
+    # which then holds every non-test row. None without cross-validation.
+    folds: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def partitioned(self) -> bool:
@@ -39,6 +45,9 @@ class SplitData:
 class SplitSpec(StageSpec):
     kind: Literal["split"]
     target: str = Field(description="Label column.")
+    task: Literal["binary", "multiclass", "regression"] | None = Field(None, description=(
+        "What is predicted. Default: inferred from the target (positive: given or two values -> "
+        "binary; other numbers -> regression; text or categories -> multiclass)."))
     positive: str | int | float | bool | None = Field(
         None, description="Label value that means the positive class. Default: 1 / True."
     )
@@ -51,6 +60,9 @@ class SplitSpec(StageSpec):
     order_by: str | None = Field(None, min_length=1, description=(
         "Column of times (numbers, dates or date text): the oldest rows train, the newest test "
         "(out-of-time validation). With group, each group goes by its newest row."))
+    folds: int | None = Field(None, ge=2, le=100, description=(
+        "k-fold cross-validation on the non-test rows: the feature workflow and each model are "
+        "fitted per fold and scored on the fold they did not see."))
     min_inputs = 1
     max_inputs = 1
 

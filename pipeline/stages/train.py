@@ -21,6 +21,7 @@ from pipeline.errors import DataError
 from pipeline.featuresets import FeatureSet
 from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+from pipeline.tasks import Task
 
 
 class SplitScores(Mapping[str, np.ndarray]):
@@ -72,6 +73,16 @@ class TrainedModel:
     fit_seconds: float = 0.0
     # Set when training streamed partition files (xgboost_external): ranks and files per worker.
     external_memory: dict[str, Any] | None = None
+    # Cross-validation (``folds: k``): per-fold metrics with their mean and std, and the
+    # out-of-fold scores of the training split's rows (what an ensemble fits its weights on).
+    cv: dict[str, Any] | None = None
+    oof_scores: np.ndarray | None = None
+    # Hyperparameter search (``tune:``): every trial's parameters and score, and the winner.
+    tuning: dict[str, Any] | None = None
+
+    @property
+    def task(self) -> Task:
+        return self.features.task
 
     def export_meta(self) -> dict[str, Any]:
         """Keys ``export`` adds to model.json beyond the estimator's files (none here; models
