@@ -20,7 +20,8 @@ from rich.text import Text
 from pipeline import __version__
 from pipeline.commands import register as register_commands
 from pipeline.commands.common import (
-    JSON_ERRORS, PipelineGroup, declare_outputs, handle_errors, print_wide, split_names, stderr, stdout,
+    JSON_ERRORS, PipelineGroup, declare_outputs, handle_errors, metrics_setting, print_wide, split_names, stderr,
+    stdout,
 )
 from pipeline.errors import BackendUnavailable, ExitCode
 
@@ -95,8 +96,8 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
 def _print_metrics(metrics: dict[str, Any]) -> None:
     """The metrics table; headers are never cut (each column is at least its name's width, and
     off a terminal the table takes its full width whatever COLUMNS says)."""
-    names = ["roc_auc", "pr_auc", "log_loss", "accuracy", "precision", "recall", "f1"]
-    table = Table(title=f"{metrics['split']} split, threshold {metrics['threshold']}", title_justify="left")
+    names = list(dict.fromkeys(name for values in metrics["models"].values() for name in values))  # the task's
+    table = Table(title=f"{metrics['split']} split{metrics_setting(metrics)}", title_justify="left")
     table.add_column("model", min_width=len("model"))
     for name in names:
         table.add_column(name, justify="right", min_width=len(name))

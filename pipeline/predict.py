@@ -13,6 +13,7 @@ been scored:
 3. the run's config (it names the plugins to import) and the model's files against the sha256
    checksums in the run's manifest, so a truncated or edited artifact is reported as corrupt
    instead of being half-loaded (no format loads code from a file: ``pipeline.models.formats``);
+   then the model's task: a threshold is for binary models only;
 4. the input's columns and types against those the feature workflow was fitted on, file by
    file, so a schema problem names the file and every offending column at once;
 5. scoring, then one atomic write: on any error the output path is left as it was.
@@ -24,6 +25,8 @@ passes the device name on.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +42,9 @@ from pipeline.plugins import load_run_plugins
 from pipeline.scoring import scores_table
 from pipeline.record import RunManifest
 from pipeline.signing import signing_key, verify_run
+from pipeline.tasks import Task
+
+log = logging.getLogger("pipeline")
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
 INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -55,7 +61,8 @@ class PredictResult:
     seconds: float
     run_dir: Path
     device: str
-    threshold: float
+    threshold: float | None           # None: the model is not binary (no threshold applies)
+    task: str = "binary"
 
 
 def predict_batch(
@@ -79,9 +86,12 @@ def predict_batch(
     ``dtypes`` always apply): new rows are read as the training rows were (a given list, even
     an empty one, replaces the run's).
     ``model`` defaults to the run's best model; ``device`` is ``cpu``, ``gpu`` or ``auto``
-    (None: auto); ``threshold`` defaults to the threshold of the run's reported evaluation, else 0.5.
-    Output columns: the id column (when the model has one), ``score``, ``prediction``
-    (1 when score >= threshold, else 0) and ``model``. ``partitioned``: score partition by
+    (None: auto); ``threshold`` (binary models only; a ``UsageError`` for any other) defaults
+    to the threshold of the run's reported evaluation, else 0.5.
+    Output columns: the id column (when the model has one), then by the model's task: binary
+    ``score`` and ``prediction`` (1 when score >= threshold, else 0); multiclass ``score_<class>``
+    per class and ``prediction`` (the original class value); regression ``prediction``; then
+    ``model`` (``pipeline.scoring.scores_table``). ``partitioned``: score partition by
     partition with Dask (on the cluster at ``scheduler``, else local threads) into a Parquet
     folder at ``output`` (pipeline.predict_partitioned), for input larger than memory.
     Raises ``UsageError`` (a ``ConfigError``: bad options), ``DataError`` (run, artifacts or
@@ -112,8 +122,8 @@ def predict_batch(
     metrics = run_metrics(manifest)
     name = choose_model(models, model, metrics, run_dir)
     verify_artifacts(run_dir, manifest.artifacts, models[name])
-    if threshold is None:
-        threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
+    task = exported_task(run_dir / models[name])
+    threshold = decide_threshold(task, threshold, metrics, name)
 
     read = training_read_options(run_dir, manifest, name)
     if na_values is None:                                # the run's own unless the caller says otherwise
@@ -125,7 +135,7 @@ def predict_batch(
     if partitioned:
         rows = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values, scheduler)
         return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
-                             run_dir=run_dir, device=backend.name, threshold=threshold)
+                             run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind)
     frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values,
                        dtypes=read["dtypes"])
 
@@ -133,11 +143,34 @@ def predict_batch(
     rows = len(table)
     write_table(table, output, out_format)
     return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
-                         run_dir=run_dir, device=backend.name, threshold=threshold)
+                         run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind)
+
+
+def exported_task(folder: Path) -> Task:
+    """The task of the exported model in ``folder`` (its model.json, verified by now)."""
+    meta_path = folder / "model.json"
+    try:
+        return Task.from_dict(json.loads(meta_path.read_text(encoding="utf-8")).get("task"))
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise DataError(f"{meta_path}: not a model description ({type(exc).__name__}: {exc})") from None
+
+
+def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any], name: str) -> float | None:
+    """The threshold of a binary model: the requested one, else the run's evaluation's, else
+    0.5. Other tasks have none: one given is a usage error (it would change nothing, and a
+    cron line that passes it expects a binary model)."""
+    if task.kind != "binary":
+        if requested is not None:
+            raise UsageError(f"--threshold applies to binary models only; model {name} is {task.describe()}: "
+                             "leave --threshold out")
+        return None
+    if requested is not None:
+        return requested
+    return float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
 
 
 def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,
-                         threshold: float, id_column: str | None, na_values: Sequence[str] | None,
+                         threshold: float | None, id_column: str | None, na_values: Sequence[str] | None,
                          scheduler: str | None) -> int:
     """The same header and type checks as in memory, on each file's header and Dask's meta."""
     from pipeline.predict_partitioned import score_partitioned
@@ -228,7 +261,9 @@ def run_metrics(manifest: RunManifest) -> dict[str, Any]:
 
 
 def choose_model(models: dict[str, str], requested: str | None, metrics: dict[str, Any], run_dir: Path) -> str:
-    """The requested model, else the run's best, else the only one."""
+    """The requested model, else the run's best (as its evaluation recorded it), else the best
+    exported one by the evaluation's ranking metric, in that metric's direction (lower is
+    better for losses and errors), else the only one."""
     available = ", ".join(sorted(models))
     if requested is not None:
         if requested not in models:
@@ -238,9 +273,38 @@ def choose_model(models: dict[str, str], requested: str | None, metrics: dict[st
     best = metrics.get("best")
     if best in models:
         return str(best)
+    ranked = best_exported(models, metrics)
+    if ranked is not None:
+        log.warning("run %s: its best model %s was not exported; scoring with %s, the best exported one by %s",
+                    run_dir.name, best, ranked, metrics.get("rank_by"))
+        return ranked
     if len(models) == 1:
         return next(iter(models))
     raise UsageError(f"run {run_dir.name} names no best model; pass --model (available: {available})")
+
+
+def best_exported(models: dict[str, str], metrics: dict[str, Any]) -> str | None:
+    """The exported model with the best value of the evaluation's ``rank_by`` metric (None when
+    the record does not say, or names a metric of unknown direction). Ties go to the first
+    name in sorted order; a model with no finite value is never chosen."""
+    from pipeline.metrics import HIGHER_IS_BETTER
+
+    rank_by, scored = metrics.get("rank_by"), metrics.get("models")
+    if not isinstance(rank_by, str) or rank_by not in HIGHER_IS_BETTER or not isinstance(scored, dict):
+        return None
+    values = {name: value for name in sorted(models) if isinstance(value := _metric(scored.get(name), rank_by), float)}
+    if not values:
+        return None
+    pick = max if HIGHER_IS_BETTER[rank_by] else min
+    return pick(values, key=lambda name: values[name])
+
+
+def _metric(record: Any, metric: str) -> float | None:
+    """A model's finite value of ``metric`` in the run record (data, not trusted: checked)."""
+    value = record.get(metric) if isinstance(record, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:

@@ -27,10 +27,12 @@ def check_output_folder(path: Path) -> None:
 
 
 def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], output: Path, *,
-                      backend: Any, threshold: float, needed: list[str], text_columns: list[str],
+                      backend: Any, threshold: float | None, needed: list[str], text_columns: list[str],
                       na_values: Sequence[str] | None, scheduler: str | None,
                       check: Callable[[Any, Path, str], Any]) -> int:
     """Score every row of ``files`` into the Parquet folder ``output``; returns the row count.
+
+    The columns are ``scores_table``'s for the model's task (``threshold`` None: not binary).
 
     ``check(frame, source, format)`` is the in-memory type check, applied to Dask's sample
     partition (its dtypes), so a column of the wrong type is refused before anything is read.

@@ -2,11 +2,15 @@
 
 A folder written by the ``export`` stage holds ``model.json`` (what the model is),
 ``workflow.json`` (the fitted feature workflow) and the model file. ``load_model`` rebuilds
-both halves, so raw rows go in and positive-class probabilities come out::
+both halves, so raw rows go in and scores (or predictions) come out::
 
     from pipeline.scoring import load_model
     model = load_model("runs/churn/latest/export/models/mlp")
     scores = model.score(pandas.read_csv("new_customers.csv"))
+    labels = model.predict(pandas.read_csv("new_customers.csv"))
+
+What the scores are depends on the model's task (``model.task``, from model.json; a folder
+exported before tasks is binary): see ``pipeline.tasks``.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends import Backend, backend_for, get_backend
+from pipeline.distributed.predictions import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
 from pipeline.signing import verify_model_folder
+from pipeline.tasks import Task
 
 __all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table"]
 
@@ -44,14 +50,35 @@ class SavedModel:
     def categorical_columns(self) -> list[str]:
         return list(self.meta.get("categorical_columns") or [])
 
+    @property
+    def task(self) -> Task:
+        """What the model predicts (binary for a folder exported before tasks)."""
+        try:
+            return Task.from_dict(self.meta.get("task"))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise DataError(f"model '{self.name}': model.json has no valid task ({exc})") from None
+
     def score(self, frame: Any) -> np.ndarray:
-        """Positive-class probability per row of ``frame`` (pandas or cuDF, raw columns)."""
+        """Scores per row of ``frame`` (pandas or cuDF, raw columns), host float64, shaped by the
+        task: binary the positive-class probability, multiclass an ``n x K`` matrix of class
+        probabilities (``task.classes`` order), regression the predicted value."""
         backend = backend_for(frame, self.backend)
         out = self.workflow.transform(frame)
         X = backend.to_matrix(out, dtype="float32")
         codes = backend.to_matrix(out, columns=self.categorical_columns, dtype="int64") \
             if self.categorical_columns else None
         return self.predictor(X, codes)
+
+    def predict(self, frame: Any, *, threshold: float = 0.5) -> np.ndarray:
+        """Predictions per row of ``frame``: binary 1 where the score is at least ``threshold``
+        (else 0), multiclass the original class value of the top score, regression the value."""
+        task = self.task
+        scores = np.asarray(self.score(frame), dtype="float64")
+        if task.kind == "regression":
+            return scores
+        if task.kind == "multiclass":
+            return task.decode(scores.reshape(-1, task.n_outputs).argmax(axis=1))
+        return (scores >= threshold).astype("int64")
 
 
 def load_model(folder: str | os.PathLike[str], *, device: str | None = None) -> SavedModel:
@@ -97,15 +124,25 @@ def model_format_of(meta: dict[str, Any], where: Path | str) -> ModelFormat:
     return get_model_spec(name).format
 
 
-def scores_table(frame: Any, saved: Any, name: str, threshold: float, backend: Any) -> pd.DataFrame:
-    """The output rows for ``frame`` (a whole input, or one partition): the id column when the
-    model has one, ``score``, ``prediction`` and ``model``, in the frame's order."""
-    scores = np.asarray(saved.score(frame), dtype="float64") if len(frame) else np.empty(0, dtype="float64")
+def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, backend: Any) -> pd.DataFrame:
+    """The output rows for ``frame`` (a whole input, or one partition), in the frame's order:
+    the id column when the model has one, the task's columns, then ``model``.
+
+    binary: ``score`` and ``prediction`` (1 when score >= ``threshold``, else 0); multiclass:
+    ``score_<class>`` per class and ``prediction`` (the original class value; names of class
+    columns: ``pipeline.distributed.predictions``); regression: ``prediction``.
+    """
+    task = saved.task
+    scores = np.asarray(saved.score(frame), dtype="float64") if len(frame) else empty_scores(task)
     id_column = saved.meta.get("id_column")
     table: dict[str, Any] = {}
     if id_column:
         table[id_column] = backend.to_host(frame[id_column]).reset_index(drop=True)
-    table["score"] = scores
-    table["prediction"] = (scores >= threshold).astype("int64")
-    table["model"] = pd.Series([name] * len(scores), dtype="str")
-    return pd.DataFrame(table)
+    table.update(task_columns(task, scores))
+    if task.kind == "binary":
+        table["prediction"] = (scores >= threshold).astype("int64")
+    table["model"] = pd.Series([name] * len(frame), dtype="str")
+    out = pd.DataFrame(table)
+    if task.kind == "multiclass":          # Parquet keeps it: which class each score column is
+        out.attrs[CLASS_COLUMNS_KEY] = class_column_map(task)
+    return out

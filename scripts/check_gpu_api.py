@@ -25,9 +25,11 @@ from the code (``ast``), never kept by hand, and it covers every module of ``pip
 4. Dask readers under the cudf Dask backend, subclasses of library classes (``DataIter``,
    ``TrainingCallback``: ``super().__init__`` and overrides), ``"module:Class"`` strings (the
    model registry) and distribution names written in the code.
-5. Every registry model: parameters translated for each device bind to the estimator's
-   constructor, the estimator constructs, ``get_params()`` returns what was passed, ``fit`` /
-   ``predict_proba`` bind; the cuml.dask estimators are constructed on a local cluster.
+5. Every registry model, for every task it serves (a regressor where the entry has one):
+   parameters translated for each device bind to the estimator's constructor, the estimator
+   constructs, ``get_params()`` returns what was passed, ``fit`` and the scoring method
+   (``predict_proba``, or ``predict`` for regression) bind; the cuml.dask estimators are
+   constructed on a local cluster.
 6. ``get_backend("gpu")`` loads on this CPU-only machine.
 
 It prints one line per check, a coverage line per module, ``N call sites checked in M modules``
@@ -2193,10 +2195,16 @@ REPRESENTATIVE_PARAMS: dict[str, dict[str, Any]] = {
     "logistic_regression": {"C": 0.5, "max_iter": 500, "tol": 1e-4},
     "random_forest": {"n_estimators": 300, "min_samples_leaf": 5, "max_features": 0.5, "max_depth": 12},
     "xgboost": {"n_estimators": 300, "learning_rate": 0.05, "max_depth": 4, "subsample": 0.8},
+    # lsqr is renamed lsmr for cuML: the value translation is constructed for real.
+    "ridge": {"alpha": 0.5, "solver": "lsqr", "tol": 1e-4, "max_iter": 500},
 }
 # A valid value for every parameter whose name differs between the devices; added to every
 # model that has it, so each rename is constructed for real at least once.
 RENAMED_PARAM_VALUES: dict[str, Any] = {"criterion": "entropy"}
+# Where the task decides which values are valid: a regression forest splits on squared error.
+RENAMED_PARAM_VALUES_BY_TASK: dict[str, dict[str, Any]] = {"regression": {"criterion": "squared_error"}}
+# Tasks of an entry written before tasks existed (it has no ``tasks`` field): a classifier's.
+CLASSIFIER_TASKS = ("binary", "multiclass")
 
 _NO_DRIVER = re.compile(r"cuda|driver|nvml|no (cuda[- ]capable )?device|libcuda|cudart", re.IGNORECASE)
 
@@ -2206,12 +2214,55 @@ def renamed_params(spec: Any) -> list[str]:
     return sorted(k for k, (cpu, gpu) in spec.params.items() if cpu and gpu and cpu != gpu)
 
 
-def representative_params(spec: Any) -> dict[str, Any]:
+def representative_params(spec: Any, task: str = "binary") -> dict[str, Any]:
     params = dict(REPRESENTATIVE_PARAMS.get(spec.name, {}))
+    values = {**RENAMED_PARAM_VALUES, **RENAMED_PARAM_VALUES_BY_TASK.get(task, {})}
     for key in renamed_params(spec):
-        if key in RENAMED_PARAM_VALUES:
-            params.setdefault(key, RENAMED_PARAM_VALUES[key])
+        if key in values:
+            params.setdefault(key, values[key])
     return params
+
+
+def task_option(task: str) -> dict[str, str]:
+    """``task=`` for a spec's ``class_path``: left out for binary, as the backend does, so a
+    plugin's spec written before tasks is checked too."""
+    return {} if task == "binary" else {"task": task}
+
+
+def estimators_by_task(spec: Any, device: str, *, distributed: bool = False) -> list[tuple[tuple[str, ...], str]]:
+    """The entry's estimator classes on ``device`` with the tasks each serves, in the order the
+    tasks are listed (the classifier for binary and multiclass, a regressor for regression)."""
+    grouped: dict[str, list[str]] = {}
+    for task in getattr(spec, "tasks", CLASSIFIER_TASKS):
+        path = spec.class_path(device, distributed=distributed, **task_option(task))
+        if path is not None:
+            grouped.setdefault(path, []).append(task)
+    return [(tuple(tasks), path) for path, tasks in grouped.items()]
+
+
+def refused_for_task(spec: Any, task: str) -> list[str]:
+    """Parameter names the entry refuses for ``task`` whatever their value (a classifier's
+    ``class_weight`` for regression): tried with a placeholder and with None."""
+    problems = getattr(spec, "task_problems", None)
+    if problems is None:
+        return []
+    return sorted(key for key in spec.params
+                  if problems(task, {key: PLACEHOLDER}) and problems(task, {key: None}))
+
+
+def scoring_method(tasks: Sequence[str]) -> str:
+    """What ``Backend.predict_scores`` calls for these tasks (one estimator class serves
+    classification or regression, never both)."""
+    return "predict" if "regression" in tasks else "predict_proba"
+
+
+def translate_for(spec: Any, params: Mapping[str, Any], device: str, task: str, *,
+                  distributed: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """``spec.translate`` for ``task``, passing the task where the entry's translation takes it."""
+    options: dict[str, Any] = {"seed": 42, "distributed": distributed}
+    if "task" in inspect.signature(spec.translate).parameters:
+        options["task"] = task
+    return spec.translate(params, device, **options)
 
 
 def named_init_params(cls: type) -> set[str]:
@@ -2270,18 +2321,35 @@ def _import_class(report: Report, class_path: str, label: str) -> type | None:
 
 
 def check_model(report: Report, spec: Any, device: str) -> None:
-    class_path = spec.gpu_class if device == "gpu" else spec.cpu_class
-    if class_path is None:
+    """Every estimator class of the entry on ``device``, each for the tasks it serves."""
+    found = estimators_by_task(spec, device)
+    if not found:
         report.note(f"{spec.name} [{device}]", "no estimator on this device in the registry")
-        return
+    for tasks, class_path in found:
+        check_task_estimator(report, spec, device, tasks, class_path)
+
+
+def check_task_estimator(report: Report, spec: Any, device: str, tasks: Sequence[str], class_path: str) -> None:
     module_name, _, class_name = class_path.partition(":")
-    prefix = f"{spec.name} [{device}] {module_name}.{class_name}"
+    task = tasks[0]
+    prefix = f"{spec.name} [{device}, {'/'.join(tasks)}] {module_name}.{class_name}"
     cls = _import_class(report, class_path, prefix)
     if cls is None:
         return
 
-    # Every parameter the registry maps for this device, by name (values do not matter to bind).
-    everything, dropped = spec.translate({k: PLACEHOLDER for k in spec.params}, device, seed=42)
+    # Every parameter the registry maps for this device and task, by name (values do not matter to
+    # bind); a name the entry's task rules refuse whatever its value never reaches the estimator.
+    refused = refused_for_task(spec, task)
+    if refused:
+        report.note(f"{prefix} refused for {task}", f"{', '.join(refused)} (the entry's task rules; not bound)")
+    placeholders = {k: PLACEHOLDER for k in spec.params if k not in refused}
+    try:
+        everything, dropped = translate_for(spec, placeholders, device, task)
+    except ValueError:
+        # The entry's value rewrite refuses a placeholder (it checks values): names alone bind.
+        import dataclasses
+
+        everything, dropped = translate_for(dataclasses.replace(spec, adapt_params=None), placeholders, device, task)
     result = _bind_constructor(cls, everything)
     detail = result.detail + (f"; not on {device}: {', '.join(sorted(dropped))}" if dropped else "")
     report.record(f"{prefix} all {len(everything)} mapped params bind", BindResult(result.ok, detail, checked=result.checked))
@@ -2293,12 +2361,12 @@ def check_model(report: Report, spec: Any, device: str) -> None:
                                                                f"(the registry's mapping is {spec.params[common]})")
 
     # Representative values: construct and round-trip through get_params().
-    params = representative_params(spec)
+    params = representative_params(spec, task)
     missing = [k for k in renamed_params(spec) if k not in params]
     if missing:
         report.fail(f"{prefix} representative params", f"no value for renamed param(s) {missing}: add them to "
                                                         "RENAMED_PARAM_VALUES")
-    kwargs, _ = spec.translate(params, device, seed=42)
+    kwargs, _ = translate_for(spec, params, device, task)
     shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
     bound = _bind_constructor(cls, kwargs)
     report.record(f"{prefix}({shown}) binds", bound)
@@ -2330,18 +2398,34 @@ def check_model(report: Report, spec: Any, device: str) -> None:
 
     # What train_model and Backend.predict_scores call on the estimator.
     fit_kwargs = ("eval_set", "verbose") if spec.supports_eval_set else ()
-    for method, n_args, keywords in (("fit", 2, fit_kwargs), ("predict_proba", 1, ())):
+    for method, n_args, keywords in (("fit", 2, fit_kwargs), (scoring_method(tasks), 1, ())):
         label = f"{prefix}.{method}({', '.join(['<X>', '<y>'][:n_args] + [k + '=' for k in keywords])})"
         if not hasattr(cls, method):
             report.fail(label, f"{class_name} has no {method}")
             continue
         report.record(label, check_bind(getattr(cls, method), n_args, keywords,
                                         prepend_self=_needs_self(cls, method)))
-    if device == "gpu" and getattr(spec.format, "name", None) == "skops":
-        check_portable_estimator(report, spec, cls, prefix)
+    format_name = getattr(spec.format, "name", None)
+    if device == "gpu" and format_name == "skops":
+        check_portable_estimator(report, spec, cls, prefix, spec.class_path("cpu", **task_option(task)))
+    if format_name == "linear-coefficients":
+        check_coefficient_attributes(report, cls, prefix)
 
 
-def check_portable_estimator(report: Report, spec: Any, cls: type, prefix: str) -> None:
+def check_coefficient_attributes(report: Report, cls: type, prefix: str) -> None:
+    """What the linear-coefficients format reads of a fitted estimator: ``coef_`` and
+    ``intercept_`` (cuML declares them on the class; scikit-learn documents them)."""
+    if cls.__module__.split(".")[0] != "cuml":
+        return
+    missing = [name for name in ("coef_", "intercept_") if not hasattr(cls, name)]
+    if missing:
+        report.fail(f"{prefix} coef_, intercept_", f"{cls.__name__} declares no {', '.join(missing)}: the "
+                                                   "linear-coefficients format cannot export it")
+    else:
+        report.ok(f"{prefix} coef_, intercept_", "declared (the linear-coefficients format reads them)")
+
+
+def check_portable_estimator(report: Report, spec: Any, cls: type, prefix: str, cpu_path: str | None) -> None:
     """What the skops format asks of the GPU backend: the estimator converts to its scikit-learn
     twin (``as_sklearn``) at export and back (``from_sklearn``) for scoring, and the backend finds
     this class as the twin of the registry's CPU class (through cuML's ``_cpu_class_path``)."""
@@ -2360,7 +2444,7 @@ def check_portable_estimator(report: Report, spec: Any, cls: type, prefix: str) 
         return
     report.record(f"{prefix}.as_sklearn()", check_bind(cls.as_sklearn, 0, prepend_self=True))
     report.record(f"{prefix}.from_sklearn(<model>)", check_bind(cls.from_sklearn, 1))
-    cpu = _import_class(report, spec.cpu_class, f"{spec.name} [cpu] {spec.cpu_class}") if spec.cpu_class else None
+    cpu = _import_class(report, cpu_path, f"{spec.name} [cpu] {cpu_path}") if cpu_path else None
     if cpu is None:
         return
     twin = _cuml_twin(cpu)
@@ -2440,32 +2524,37 @@ def check_distributed(report: Report) -> None:
         report.record(f"distributed.Nanny({', '.join(worker_options)}) [LocalCluster worker_kwargs]",
                       _bind_constructor(Nanny, worker_options))
     for spec in MODELS.values():
-        path = spec.class_path("gpu", distributed=True)
-        if path is None:
-            continue
-        module_name, _, class_name = path.partition(":")
-        label = f"{spec.name} [gpu, partitioned] {module_name}.{class_name}"
-        cls = _import_class(report, path, label)
-        if cls is None:
-            continue
-        kwargs, _ = spec.translate(representative_params(spec), "gpu", seed=42, distributed=True)
-        own = {k: v for k, v in kwargs.items() if k in named_init_params(cls)}
-        forwarded = {k: v for k, v in kwargs.items() if k not in own}
-        report.record(f"{label}({', '.join(sorted(own))})", _bind_constructor(cls, own))
-        if forwarded:
-            # cuml.dask passes the rest through **kwargs to the single-GPU estimator on each worker.
-            local_module, _, local_name = spec.gpu_class.partition(":")
-            local = getattr(importlib.import_module(local_module), local_name)
-            report.record(f"{label} forwards ({', '.join(sorted(forwarded))}) to {local_module}.{local_name}",
-                          _bind_constructor(local, forwarded))
-        for method, n_args in (("fit", 2), ("predict_proba", 1)):
-            target = getattr(cls, method, None)
-            if target is None:
-                report.fail(f"{label}.{method}", f"{class_name} has no {method} (scoring needs it)")
-            else:
-                report.record(f"{label}.{method}", check_bind(target, n_args, prepend_self=True))
-        if path.startswith("cuml."):
-            construct_on_local_cluster(report, label, cls, kwargs)
+        for tasks, path in estimators_by_task(spec, "gpu", distributed=True):
+            check_distributed_estimator(report, spec, tasks, path)
+
+
+def check_distributed_estimator(report: Report, spec: Any, tasks: Sequence[str], path: str) -> None:
+    """One Dask estimator of an entry on GPUs, for the tasks it serves."""
+    module_name, _, class_name = path.partition(":")
+    task = tasks[0]
+    label = f"{spec.name} [gpu, partitioned, {'/'.join(tasks)}] {module_name}.{class_name}"
+    cls = _import_class(report, path, label)
+    if cls is None:
+        return
+    kwargs, _ = translate_for(spec, representative_params(spec, task), "gpu", task, distributed=True)
+    own = {k: v for k, v in kwargs.items() if k in named_init_params(cls)}
+    forwarded = {k: v for k, v in kwargs.items() if k not in own}
+    report.record(f"{label}({', '.join(sorted(own))})", _bind_constructor(cls, own))
+    local_path = spec.class_path("gpu", **task_option(task))
+    if forwarded and local_path:
+        # cuml.dask passes the rest through **kwargs to the single-GPU estimator on each worker.
+        local_module, _, local_name = local_path.partition(":")
+        local = getattr(importlib.import_module(local_module), local_name)
+        report.record(f"{label} forwards ({', '.join(sorted(forwarded))}) to {local_module}.{local_name}",
+                      _bind_constructor(local, forwarded))
+    for method, n_args in (("fit", 2), (scoring_method(tasks), 1)):
+        target = getattr(cls, method, None)
+        if target is None:
+            report.fail(f"{label}.{method}", f"{class_name} has no {method} (scoring needs it)")
+        else:
+            report.record(f"{label}.{method}", check_bind(target, n_args, prepend_self=True))
+    if path.startswith("cuml."):
+        construct_on_local_cluster(report, label, cls, kwargs)
 
 
 def construct_on_local_cluster(report: Report, label: str, cls: type, kwargs: Mapping[str, Any]) -> None:

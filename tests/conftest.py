@@ -136,3 +136,13 @@ def dump_unloadable(path: Path, module: str, class_name: str, tmp_path: Path, mo
     joblib.dump(getattr(importlib.import_module(module), class_name)(), path)
     monkeypatch.delitem(sys.modules, module)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(lib)])
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    """A real 2-worker, 1-thread process cluster on 127.0.0.1 and a client to it, for a module."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client

@@ -90,7 +90,11 @@ def test_every_built_in_entry_is_covered_here_and_has_its_format():
     assert get_model_spec("random_forest").format == SKOPS
     assert JOBLIB is SKOPS                  # the old name, for plugins that used it
     # The MLP is an entry for its format, not something a train stage fits.
-    assert "mlp" not in trainable_models() and set(trainable_models()) == BUILT_IN - {"mlp"}
+    assert "mlp" not in trainable_models() and set(trainable_models()) == BUILT_IN - {"mlp"} | {"ridge"}
+    # Regression-only and composite entries have round trips of their own
+    # (tests/test_task_estimators.py, tests/test_ensemble.py).
+    assert get_model_spec("ridge").format == LINEAR_COEFFICIENTS
+    assert get_model_spec("ensemble").format.name == "ensemble" and not get_model_spec("ensemble").trainable
     assert external_memory_models() == ["xgboost"]
 
 
@@ -132,7 +136,7 @@ def test_save_model_writes_the_files_and_keys_as_before_and_load_model_scores_ra
     assert sorted(p.name for p in folder.iterdir()) == sorted([*files, "workflow.json", "model.json"])
     meta = json.loads((folder / "model.json").read_text())
     common = {"name", "model", "device", "estimator", "params", "features", "target", "id_column", "file", "files",
-              "format"}
+              "format", "task"}
     assert set(meta) == common | keys
     assert meta["file"] == files[0] and meta["files"] == files and meta["model"] == name
     assert meta["format"] == get_model_spec(name).format.name
@@ -305,7 +309,7 @@ def test_register_model_refuses_what_is_not_an_entry_or_a_format(registry):
 
 # ---------------------------------------------------------------- unknown models
 def test_train_offers_only_trainable_models_with_a_suggestion(features):
-    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: logistic_regression, random_forest, "
+    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: logistic_regression, random_forest, ridge, "
                                          r"xgboost\); did you mean 'xgboost'\?"):
         TrainSpec(kind="train", model="xgbost")
     with pytest.raises(ValueError, match="unknown model 'mlp'"):

@@ -53,7 +53,9 @@ def test_split_is_stratified_seeded_and_disjoint(backend):
 def test_split_rejects_bad_targets():
     frame = pd.DataFrame({"y": ["a", "b", "c", "a"], "x": [1, 2, 3, 4]})
     with pytest.raises(DataError, match="set positive"):
-        split_frame(frame, "y")
+        split_frame(frame.assign(y=["a", "b", "b", "a"]), "y")       # two values, neither 0/1
+    with pytest.raises(DataError, match="'y'"):
+        split_frame(frame, "y", task="binary")                        # three values, no positive
     with pytest.raises(DataError, match="'q' does not occur"):
         split_frame(frame, "y", positive="q")
     with pytest.raises(DataError, match="target column 'nope' not in the data"):

@@ -67,15 +67,6 @@ def test_batches_read_each_file_once_per_pass_and_train(tmp_path):
     assert low < 0.5 < high
 
 
-@pytest.fixture(scope="module")
-def cluster_client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        yield client
-
-
 @pytest.mark.slow
 def test_the_worker_list_is_never_the_clients_partial_cache(cluster_client):
     """Client.scheduler_info() returns a cache that the client's periodic refresh overwrites

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import BackendUnavailable, DataError
+from pipeline.tasks import BINARY, Task
 
 # Row filters, in the pyarrow form [column, op, value]; see ``apply_filters``.
 Filter = tuple[str, str, Any]
@@ -196,34 +197,36 @@ class Backend(ABC):
         return pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
 
     # ------------------------------------------------------------- models
-    def estimator_class_path(self, spec: Any, *, distributed: bool = False) -> str:
+    def estimator_class_path(self, spec: Any, *, distributed: bool = False, task: str | Task = "binary") -> str:
         """``module:Class`` of the estimator this backend uses for a model spec (a registry
-        entry); the entry says why when it has none here."""
-        path = spec.class_path(self.name, distributed=distributed)
+        entry) and a task (its kind, or a ``Task``); the entry says why when it has none here."""
+        options = _task_option(task)
+        path = spec.class_path(self.name, distributed=distributed, **options)
         if path is None:
-            raise DataError(spec.unavailable(self.name, distributed=distributed))
+            raise DataError(spec.unavailable(self.name, distributed=distributed, **options))
         return path
 
-    def estimator(self, spec: Any, params: Mapping[str, Any], *, distributed: bool = False) -> Any:
-        """Construct the estimator for a registry model with already-translated params.
+    def estimator(self, spec: Any, params: Mapping[str, Any], *, distributed: bool = False,
+                  task: str | Task = "binary") -> Any:
+        """Construct the estimator for a registry model and a task with already-translated params.
 
         A Dask estimator whose constructor takes ``client`` (cuml.dask's) is built inside
         ``cluster_client()`` and given it: the constructor submits a task to every worker and
         waits, so inside a one-thread worker's task it must run after the task seceded, and
         without ``client=`` it asks for a default client that a fresh worker does not have.
         """
-        module_name, _, class_name = self.estimator_class_path(spec, distributed=distributed).partition(":")
+        path = self.estimator_class_path(spec, distributed=distributed, task=task)
+        module_name, _, class_name = path.partition(":")
         cls = getattr(_import_estimator_module(spec.name, module_name), class_name)
         if distributed and _takes_client(cls):
             with cluster_client() as client:
                 return cls(**dict(params), client=client)
         return cls(**dict(params))
 
-    def predict_scores(self, estimator: Any, X: Any) -> np.ndarray:
-        """Positive-class probability as a host float64 vector."""
-        proba = self.to_host(estimator.predict_proba(X))
-        proba = np.asarray(proba, dtype="float64")
-        return proba[:, 1] if proba.ndim == 2 else proba
+    def predict_scores(self, estimator: Any, X: Any, task: Task = BINARY) -> np.ndarray:
+        """Scores in the task's shape (``pipeline.tasks``), host float64: the positive class's
+        probability (binary), the probability matrix (multiclass), the prediction (regression)."""
+        return scores_for_task(self.to_host(estimator_output(estimator, X, task)), task, estimator)
 
     def to_portable_estimator(self, estimator: Any) -> Any:
         """The fitted estimator as the CPU library's own (what a model file stores, so it loads
@@ -272,6 +275,53 @@ def _import_estimator_module(model: str, module_name: str) -> Any:
             f"model '{model}' needs the Python package '{exc.name}', which is not installed here; "
             "install pipeline with the extra for this machine, in its checkout: pip install -e '.[cpu]' "
             "(or '.[gpu]' for CUDA 13, '.[gpu-cu12]' for CUDA 12); `make setup` does the first") from exc
+
+
+def _task_option(task: str | Task) -> dict[str, str]:
+    """``task=`` for a spec's ``class_path`` / ``unavailable``: left out for binary, so a spec
+    written before tasks (a plugin's own class, a duck-typed stand-in) still answers there."""
+    kind = task.kind if isinstance(task, Task) else str(task)
+    return {} if kind == "binary" else {"task": kind}
+
+
+def estimator_output(estimator: Any, X: Any, task: Task) -> Any:
+    """What the estimator predicts for ``task``: ``predict`` for regression, else
+    ``predict_proba`` (on the estimator's device; Dask collections stay lazy)."""
+    return estimator.predict(X) if task.kind == "regression" else estimator.predict_proba(X)
+
+
+def scores_for_task(output: Any, task: Task, estimator: Any = None) -> np.ndarray:
+    """A host ``predict`` / ``predict_proba`` result in the task's score shape, float64.
+
+    A multiclass model must score every class of the task, in code order: one fitted on a
+    training split that lacked a class has fewer columns, and the message names the classes
+    (read from the estimator's ``classes_`` where it has them).
+    """
+    scores = np.asarray(output, dtype="float64")
+    if task.kind == "regression":
+        return scores.reshape(-1) if scores.ndim == 2 and scores.shape[1] == 1 else scores
+    if task.kind == "binary":
+        return scores[:, 1] if scores.ndim == 2 else scores
+    expected = len(task.classes)
+    if scores.ndim != 2 or scores.shape[1] != expected:
+        raise DataError(_missing_classes_message(scores, task, estimator))
+    return np.ascontiguousarray(scores)
+
+
+def _missing_classes_message(scores: np.ndarray, task: Task, estimator: Any) -> str:
+    """Why a multiclass model's probabilities do not have one column per class of the task."""
+    got = scores.shape[1] if scores.ndim == 2 else 1
+    fitted = getattr(estimator, "classes_", None)
+    missing: list[Any] = []
+    if fitted is not None:
+        with contextlib.suppress(TypeError, ValueError):
+            on_host = fitted.get() if hasattr(fitted, "__cuda_array_interface__") else fitted   # CuPy: copy
+            codes = {int(c) for c in np.asarray(on_host).ravel()}
+            missing = [value for code, value in enumerate(task.classes) if code not in codes]
+    which = (f": the training split has no rows of {', '.join(repr(v) for v in missing)}" if missing
+             else " (the training split lacked some of them)")
+    return (f"the model scores {got} classes but the task is {task.describe()}{which}. A classifier learns only "
+            "the classes it sees: use more data or a stratified split, or merge or drop the rare classes")
 
 
 def _takes_client(cls: type) -> bool:

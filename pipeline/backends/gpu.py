@@ -115,7 +115,10 @@ class GpuBackend(Backend):
         trained here is stored in a safe format and scores on a machine without a GPU.
 
         A cuml.dask estimator gives its combined model first (every worker holds the same one);
-        XGBoost's and scikit-learn's estimators are returned as they are.
+        XGBoost's and scikit-learn's estimators are returned as they are. Every task's estimator
+        converts (cuML 26.10: ``LogisticRegression`` binary and multinomial with ``classes_`` kept,
+        ``Ridge``, ``RandomForestClassifier`` / ``RandomForestRegressor`` through Treelite), and
+        ``from_portable_estimator`` finds each twin by its ``_cpu_class_path``.
         """
         from cuml.internals.interop import InteropMixin, UnsupportedOnCPU
 
@@ -173,9 +176,18 @@ def _cuml_twin(cpu_class: type) -> type | None:
 
 @dataclass
 class HostEstimator:
-    """A scikit-learn estimator scored on the host: the GPU matrix is copied to NumPy first."""
+    """A scikit-learn estimator scored on the host: the GPU matrix is copied to NumPy first
+    (``predict_proba`` for classifiers, ``predict`` for regressors)."""
 
     estimator: Any
 
     def predict_proba(self, X: Any) -> Any:
         return self.estimator.predict_proba(cp.asnumpy(X))
+
+    def predict(self, X: Any) -> Any:
+        return self.estimator.predict(cp.asnumpy(X))
+
+    @property
+    def classes_(self) -> Any:
+        """The wrapped classifier's classes (a message about missing classes reads them)."""
+        return getattr(self.estimator, "classes_", None)

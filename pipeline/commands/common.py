@@ -288,3 +288,9 @@ def print_wide(renderable: Any, console: Console | None = None) -> None:
         console.width = width
 
 
+def metrics_setting(metrics: dict[str, Any]) -> str:
+    """``, threshold 0.5`` for a binary evaluation's table title; nothing for a multiclass or
+    regression one, where no threshold applies (an evaluation without ``task`` is binary)."""
+    task = metrics.get("task")
+    kind = task.get("kind", "binary") if isinstance(task, dict) else "binary"
+    return f", threshold {metrics.get('threshold')}" if kind == "binary" else ""

@@ -28,7 +28,9 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
               help="Where to score.")
 @click.option("--threshold", type=_THRESHOLD, metavar="T",
-              help="Score at or above which prediction is 1 (default: the run's evaluate threshold, else 0.5).")
+              help="Binary models: score at or above which prediction is 1 (default: the run's evaluate "
+                   "threshold, else 0.5). Multiclass and regression models have no threshold: giving one "
+                   "is a usage error (exit 2).")
 @click.option("--na-values", multiple=True, metavar="TEXT",
               help="Strings read as missing in CSV input (repeatable). Default: those the run's load stage "
                    "read as missing (its na_values); given here, they replace them.")
@@ -42,7 +44,13 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str, pipeline_name: str | None,
             device: str, threshold: float | None, na_values: tuple[str, ...], partitioned: bool,
             scheduler: str | None, log_format: str) -> None:
-    """Score the rows of --input with a model of --run and write --output."""
+    """Score the rows of --input with a model of --run and write --output.
+
+    Columns by the model's task: binary score and prediction (0/1 at the threshold);
+    multiclass score_<class> per class and prediction (the original class value; a class
+    value keeps its letters, digits and _ in the column name); regression prediction. Then
+    the model's name; the id column first when the model has one.
+    """
     from pipeline.logs import json_line, setup_logging
     from pipeline.predict import predict_batch
 
@@ -57,11 +65,12 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
                            device=device, threshold=threshold, na_values=list(na_values) or None,
                            partitioned=partitioned, scheduler=scheduler)
+    how = f"threshold {result.threshold:g}" if result.threshold is not None else result.task
     line = (f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
-            f"threshold {result.threshold:g}) -> {result.output} in {result.seconds:.2f}s")
+            f"{how}) -> {result.output} in {result.seconds:.2f}s")
     if log_format == "json":
         click.echo(json_line(line, event="predict_result", rows=result.rows, model=result.model,
                              run_id=result.run_dir.name, device=result.device, threshold=result.threshold,
-                             output=str(result.output), seconds=round(result.seconds, 3)), err=True)
+                             task=result.task, output=str(result.output), seconds=round(result.seconds, 3)), err=True)
     else:
         stderr.print(line, markup=False, highlight=False)

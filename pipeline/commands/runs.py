@@ -17,7 +17,7 @@ from rich.text import Text
 
 from pipeline import history
 from pipeline.commands.cache import prune_unreferenced
-from pipeline.commands.common import handle_errors, print_wide, stderr, stdout
+from pipeline.commands.common import handle_errors, metrics_setting, print_wide, stderr, stdout
 from pipeline.errors import StorageError
 from pipeline.record import RunManifest, StageRecord, as_number
 
@@ -329,7 +329,7 @@ def _mib(value: int | None) -> str:
 def _print_metrics(metrics: dict[str, Any]) -> None:
     models = {name: values for name, values in metrics["models"].items() if isinstance(values, dict)}
     names = list(dict.fromkeys(metric for values in models.values() for metric in values))
-    table = Table(title=f"metrics: {metrics.get('split')} split, threshold {metrics.get('threshold')}",
+    table = Table(title=f"metrics: {metrics.get('split')} split{metrics_setting(metrics)}",
                   title_justify="left")
     table.add_column("model")
     for name in names:

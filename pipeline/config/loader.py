@@ -27,7 +27,7 @@ from pipeline.config.yaml_source import (
     parse_yaml,
     read_document,
 )
-from pipeline.dag import graph_problems
+from pipeline.dag import graph_problems, topological_order
 from pipeline.errors import ConfigError, ConfigIssue
 from pipeline.features import OPS
 from pipeline.plugins import load_plugins
@@ -65,7 +65,10 @@ def load_config(
         config = config_model().model_validate(doc.data)
     except ValidationError as exc:
         issues += [_issue_from_error(err, doc, overridden) for err in exc.errors()]
-    issues += _graph_issues(doc, overridden)
+    graph_issues = _graph_issues(doc, overridden)
+    issues += graph_issues
+    if config is not None and not graph_issues:
+        issues += _task_issues(config, doc, overridden)
     if issues:
         issues = _dedupe(issues)
         raise ConfigError(sorted(issues, key=lambda i: (i.line or 10**9, i.path)), file=source)
@@ -256,6 +259,36 @@ def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIss
                 readers = " or ".join(repr(k) for k in kinds_producing(kind.accepts or ()))
                 issues.append(issue(stage, f"input '{parent}' is a '{producer.kind}' stage; a '{kinds[stage]}' "
                                            f"stage reads {readers} stages"))
+    return issues
+
+
+def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIssue]:
+    """A task fixed upstream checked by the stages downstream that depend on it.
+
+    Two optional methods of a stage spec take part, so no stage kind is named here: a spec's
+    ``declared_task()`` returns the task it fixes before any data is read (a split with
+    ``task:``), or None; a spec's ``task_problems(task)`` returns ``(key path in its block,
+    message)`` pairs for what cannot serve the task it receives (a train stage's classifier
+    fed a regression split). A stage without a declaration passes on the task of its inputs
+    when they agree. An inferred task is known only when the data is read; the stages check
+    it then.
+    """
+    graph = config.inputs_of()
+    received: dict[str, str | None] = {}
+    issues = []
+    for name in topological_order(graph):
+        spec = config.stages[name]
+        upstream = {received[parent] for parent in graph[name]} - {None}
+        declared = getattr(spec, "declared_task", None)
+        task = (declared() if declared else None) or (upstream.pop() if len(upstream) == 1 else None)
+        received[name] = task
+        check = getattr(spec, "task_problems", None)
+        if task is None or check is None:
+            continue
+        for where, message in check(task):
+            path = ("stages", name, *where)
+            source = "--set" if any(path[: len(o)] == o for o in overridden) else None
+            issues.append(ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source))
     return issues
 
 

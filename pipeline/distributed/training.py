@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipeline.backends import Backend, cluster_client, compute_lazy
+from pipeline.backends import Backend, cluster_client, compute_lazy, estimator_output, scores_for_task
 from pipeline.errors import DataError
 from pipeline.models import MODELS, get_model_spec
+from pipeline.tasks import BINARY, Task
 
 
 class PartitionedData(Protocol):
@@ -31,6 +32,7 @@ class PartitionedData(Protocol):
     id_column: str | None
     backend: Backend
     parquet_dirs: Mapping[str, str]      # the Parquet folder of each split, where written
+    task: Task                           # what the estimator predicts, and the scores' shape
 
     def rows(self) -> dict[str, int]: ...
 
@@ -70,19 +72,20 @@ def fit_distributed(estimator: Any, features: PartitionedData, fit_kwargs: dict[
 
 @dataclass
 class DistributedScorer:
-    """Scores of one split from a Dask estimator, computed through the cluster; a class, not a
-    closure, so trained models pickle."""
+    """Scores of one split from a Dask estimator, computed through the cluster, in the shape of
+    the features' task (``predict_proba``'s positive column or matrix, ``predict`` for
+    regression); a class, not a closure, so trained models pickle."""
 
     estimator: Any
     features: PartitionedData
 
     def __call__(self, split: str) -> np.ndarray:
+        task = getattr(self.features, "task", BINARY)
         with cluster_client() as client:
             self.estimator.client = client
             try:
-                proba = self.estimator.predict_proba(self.features.X[split])
-                (host,) = compute_lazy(proba) if hasattr(proba, "dask") else (proba,)
+                output = estimator_output(self.estimator, self.features.X[split], task)
+                (host,) = compute_lazy(output) if hasattr(output, "dask") else (output,)
             finally:
                 self.estimator.client = None
-        host = np.asarray(self.features.backend.to_host(host), dtype="float64")
-        return host[:, 1] if host.ndim == 2 else host
+        return scores_for_task(self.features.backend.to_host(host), task, self.estimator)

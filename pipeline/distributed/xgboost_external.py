@@ -33,6 +33,7 @@ from pipeline.backends.cluster import cluster_workers
 from pipeline.distributed.worker_progress import WorkerProgress
 from pipeline.errors import DataError, StageError
 from pipeline.memory import release_freed_memory
+from pipeline.tasks import BINARY, Task
 
 # Rank tasks poll at this interval for failures and lost workers.
 _POLL_SECONDS = 1.0
@@ -115,10 +116,20 @@ class ParquetBatches(xgboost.DataIter):
         self._next = 0
 
 
-def booster_params(estimator: Any) -> tuple[dict[str, Any], int, int | None]:
-    """The native parameters, boosting rounds and early stopping of an XGBoost estimator."""
+def booster_params(estimator: Any, task: Task = BINARY) -> tuple[dict[str, Any], int, int | None]:
+    """The native parameters, boosting rounds and early stopping of an XGBoost estimator.
+
+    The objective follows the task as ``xgboost.dask``'s ``fit`` sets it, since ranks call
+    ``xgboost.train`` directly: ``multi:softprob`` with one output per class of the task (not
+    per class the training files happen to hold, so the scores have the task's columns); the
+    estimator's own objective otherwise (``binary:logistic`` for a classifier,
+    ``reg:squarederror`` for a regressor unless the user chose another).
+    """
     params = {k: v for k, v in estimator.get_xgb_params().items() if v is not None}
-    params.setdefault("objective", "binary:logistic")
+    if task.kind == "multiclass":
+        params.update(objective="multi:softprob", num_class=len(task.classes))
+    else:
+        params.setdefault("objective", "reg:squarederror" if task.kind == "regression" else "binary:logistic")
     return params, estimator.get_num_boosting_rounds(), estimator.early_stopping_rounds
 
 
@@ -227,7 +238,8 @@ def _tracker_host(client: Any) -> str:
 
 
 def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: str) -> dict[str, Any]:
-    """Train ``estimator`` (a DaskXGBClassifier) rank by rank on the workers, then load the model.
+    """Train ``estimator`` (a DaskXGBClassifier, or DaskXGBRegressor for regression) rank by rank
+    on the workers, then load the model.
 
     Returns the plan for the manifest: the number of ranks and the training files per worker.
     """
@@ -238,7 +250,7 @@ def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: st
     shards = plan_shards(workers, parquet_files(folders["train"]),
                          parquet_files(folders["valid"]) if features.rows().get("valid") else [])
     source = BatchSource(tuple(features.feature_names), features.target, features.backend)
-    params, rounds, early_stopping = booster_params(estimator)
+    params, rounds, early_stopping = booster_params(estimator, getattr(features, "task", BINARY))
     used = [shard.worker for shard in shards]
     # Two trainings sharing a worker would each wait in the collective for the other's rank.
     with MultiLock(used, client):

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends import Backend
+from pipeline.distributed.predictions import CLASS_COLUMNS_KEY, class_column_map, task_columns, true_values
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.tasks import BINARY, Task
@@ -83,6 +84,10 @@ class FeatureSet(ABC):
         ids = self.ids.get(split)
         return None if ids is None else self.backend.to_host(ids).reset_index(drop=True)
 
+    def fold_count(self) -> int:
+        """Cross-validation folds these features can build (``folds: k`` of the split); 0 without."""
+        return 0
+
     @abstractmethod
     def in_memory(self, refusal: str) -> InMemoryFeatures:
         """These features as in-memory matrices, for a consumer that needs them (the torch
@@ -108,7 +113,14 @@ class FeatureSet(ABC):
 
     # ------------------------------------------------------------ predictions
     def predictions_frame(self, models: Sequence[ScoredModel], split: str = "test") -> pd.DataFrame:
-        """One row per scored row: id, split, true label, then one score column per model."""
+        """One row per scored row: id, split, the true target, then each model's columns.
+
+        Per task (``pipeline.distributed.predictions``): binary the 0/1 label and
+        ``score_<model>``; multiclass the original class value, ``score_<model>_<class>`` per
+        class and ``prediction_<model>`` (the original value of the top class); regression the
+        target's value and ``prediction_<model>``. Multiclass tables map their score columns to
+        the class values in ``attrs`` (Parquet metadata).
+        """
         splits = list(self.rows()) if split == "all" else [split]
         parts = []
         for name in splits:
@@ -119,13 +131,19 @@ class FeatureSet(ABC):
             if self.id_column:
                 part[self.id_column] = self.host_ids(name)
             part["split"] = [name] * rows
-            part[self.target] = self.labels(name)
+            labels = self.labels(name)
+            part[self.target] = labels if self.task.kind == "binary" else true_values(self.task, labels)
             for model in models:
-                part[f"score_{model.name}"] = model.scores[name]
+                part.update(task_columns(self.task, model.scores[name], model=model.name))
             parts.append(pd.DataFrame(part))
         if not parts:
             raise DataError(f"export: split '{split}' has no rows")
-        return pd.concat(parts, ignore_index=True)
+        frame = pd.concat(parts, ignore_index=True)
+        classes = {column: value for model in models
+                   for column, value in class_column_map(self.task, model=model.name).items()}
+        if classes:
+            frame.attrs[CLASS_COLUMNS_KEY] = classes
+        return frame
 
     def write_predictions(self, models: Sequence[ScoredModel], split: str, path: Path) -> list[Path]:
         """Write the predictions of ``split`` ("all" for every split) at ``path``; returns the

@@ -24,7 +24,8 @@ from pipeline.tensors.handoff import Handoff, matrix_handoff
 
 @dataclass
 class InMemoryFeatures(FeatureSet):
-    """Model-ready data: X (n x d float32) and y (0/1) per split, on the run's device."""
+    """Model-ready data: X (n x d float32) and y (the task's labels, ``task.label_dtype``) per
+    split, on the run's device."""
 
     X: dict[str, Any]
     y: dict[str, Any]
@@ -50,6 +51,9 @@ class InMemoryFeatures(FeatureSet):
     def in_memory(self, refusal: str) -> InMemoryFeatures:
         return self
 
+    def fold_count(self) -> int:
+        return self.folds.count if self.folds is not None else 0
+
     def fit(self, estimator: Any, fit_kwargs: dict[str, Any], *, stage: str, model: str = "",
             external_memory: bool | None = None) -> dict[str, Any] | None:
         """``estimator.fit`` on the training matrix; there are no files to stream here, so
@@ -66,14 +70,14 @@ class InMemoryFeatures(FeatureSet):
 
 @dataclass
 class MatrixScorer:
-    """``predict_proba`` of one split's matrix; a class, not a closure, so models pickle
-    (they travel between Dask workers)."""
+    """Scores of one split's matrix in the task's shape (``Backend.predict_scores``); a class,
+    not a closure, so models pickle (they travel between Dask workers)."""
 
     estimator: Any
     features: InMemoryFeatures
 
     def __call__(self, split: str) -> np.ndarray:
-        return self.features.backend.predict_scores(self.estimator, self.features.X[split])
+        return self.features.backend.predict_scores(self.estimator, self.features.X[split], self.features.task)
 
 
 def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
@@ -91,7 +95,7 @@ def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
     X, y, ids, codes, handoffs = {}, {}, {}, {}, []
     for name, frame in data.frames.items():       # every split has the training split's columns
         ids[name] = backend.to_host(frame[id_column]) if id_column else None
-        y[name] = backend.to_vector(frame[data.target], dtype="int32")
+        y[name] = backend.to_vector(frame[data.target], dtype=data.task.label_dtype)
         out = fitted.pop(name, None)
         if out is None:
             out = workflow.transform(frame.drop(columns=drop))
@@ -104,5 +108,5 @@ def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
     return InMemoryFeatures(
         X=X, y=y, ids=ids, feature_names=list(workflow.output_columns_), workflow=workflow,
         target=data.target, id_column=id_column, backend=backend,
-        categorical_columns=categorical, codes=codes, handoffs=handoffs,
+        categorical_columns=categorical, codes=codes, handoffs=handoffs, task=data.task,
     )

@@ -103,7 +103,8 @@ def _small_code(dtype: Any) -> bool:
 def build_partitioned(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *, id_column: str | None,
                       output_dir: Path | None) -> PartitionedFeatures:
     """Fit on the training split (``SplitData`` of Dask frames) and featurize every split;
-    with ``output_dir``, written there as Parquet that the features read."""
+    with ``output_dir``, written there as Parquet that the features read. The labels are the
+    split's as they are (int8 0/1, int32 class codes, float32 numbers) and the task travels on."""
     backend: Backend = data.backend
     keep = [data.target] + ([id_column] if id_column else [])
     train = data.frames[TRAIN]
@@ -128,6 +129,7 @@ def build_partitioned(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *, i
         ids={s: select(f, id_column) if id_column else None for s, f in featurized.items()},
         feature_names=names, workflow=workflow, target=data.target, id_column=id_column, backend=backend,
         row_counts={s: int(n) for s, n in rows.items()}, parquet_dirs=folders, passes=workflow.passes_,
+        task=data.task,
     )
 
 

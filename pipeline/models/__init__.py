@@ -20,10 +20,19 @@ from pipeline.models.formats import (
     TorchStateDictFormat,
     XGBoostJsonFormat,
 )
-from pipeline.models.registry import MODELS, ModelSpec, ParamMap, get_model_spec, register_model, trainable_models
+from pipeline.models.registry import (
+    MODELS,
+    EstimatorClasses,
+    ModelSpec,
+    ParamMap,
+    get_model_spec,
+    models_for,
+    register_model,
+    trainable_models,
+)
 
 __all__ = [
     "JOBLIB", "LINEAR_COEFFICIENTS", "MODELS", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "JoblibFormat",
     "LinearCoefficientsFormat", "ModelFormat", "ModelSpec", "ParamMap", "Predictor", "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
-    "get_model_spec", "register_model", "trainable_models",
+    "EstimatorClasses", "get_model_spec", "models_for", "register_model", "trainable_models",
 ]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.errors import DataError
+from pipeline.tasks import BINARY, Task
 
 if TYPE_CHECKING:
     from pipeline.backends import Backend
@@ -38,9 +39,9 @@ if TYPE_CHECKING:
 Predictor = Callable[[Any, Any], np.ndarray]      # (X, codes or None) -> host float64 scores
 
 __all__ = [
-    "JOBLIB", "LINEAR_COEFFICIENTS", "LinearCoefficientsFormat", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "ClassifierPredictor",
+    "JOBLIB", "LINEAR_COEFFICIENTS", "LINEAR_KINDS", "LinearCoefficientsFormat", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "ClassifierPredictor",
     "EstimatorPredictor", "JoblibFormat", "LinearPredictor", "ModelFormat", "PortablePredictor", "Predictor",
-    "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
+    "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat", "check_estimator_task", "task_of",
 ]
 
 # Types a scikit-learn model file may name beyond those skops trusts by itself (scikit-learn's
@@ -103,18 +104,50 @@ def _relative(name: Any) -> str:
     return name
 
 
+def task_of(folder: Path, meta: dict[str, Any]) -> Task:
+    """The task model.json records (export writes it); none there: binary, as every model
+    exported before tasks was."""
+    try:
+        return Task.from_dict(meta.get("task"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise DataError(f"{folder / 'model.json'}: unreadable task {meta.get('task')!r} ({_first_line(exc)}); "
+                        "export the model again") from None
+
+
+def check_estimator_task(estimator: Any, task: Task, file: Path) -> None:
+    """Refuse a loaded estimator that cannot give the task's scores (a regressor where
+    model.json says classification, a classifier of another number of classes), now rather
+    than when a nightly job scores."""
+    classes = getattr(estimator, "classes_", None)
+    n_classes = getattr(estimator, "n_classes_", None if classes is None else len(classes))
+    expected = task.n_outputs if task.kind == "multiclass" else 2
+    if task.kind == "regression":
+        problem = "a classifier" if hasattr(estimator, "predict_proba") else None
+    elif not hasattr(estimator, "predict_proba"):
+        problem = "not a classifier"
+    elif isinstance(n_classes, (int, np.integer)) and n_classes != expected:
+        problem = f"a classifier of {int(n_classes)} classes"
+    else:
+        problem = None
+    if problem is not None:
+        raise DataError(f"{file}: holds {problem} ({type(estimator).__name__}) but model.json says the task is "
+                        f"{task.describe()}; the file was replaced or model.json edited: export the model again")
+
+
 # ---------------------------------------------------------------- predictors (picklable)
 @dataclass
 class EstimatorPredictor:
-    """``predict_proba`` through the backend of the data (or the one chosen at load)."""
+    """The task's scores (``predict_proba`` or ``predict``) through the backend of the data (or
+    the one chosen at load)."""
 
     estimator: Any
     backend: Any = None
+    task: Task = BINARY
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
         from pipeline.backends import backend_for
 
-        return backend_for(X, self.backend).predict_scores(self.estimator, X)
+        return backend_for(X, self.backend).predict_scores(self.estimator, X, self.task)
 
 
 @dataclass
@@ -124,13 +157,14 @@ class PortablePredictor:
 
     estimator: Any
     backend: Any = None
+    task: Task = BINARY
     on_device: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
         from pipeline.backends import backend_for
 
         backend = backend_for(X, self.backend)
-        return backend.predict_scores(self.for_backend(backend), X)
+        return backend.predict_scores(self.for_backend(backend), X, self.task)
 
     def for_backend(self, backend: Backend) -> Any:
         if backend.name not in self.on_device:
@@ -138,34 +172,70 @@ class PortablePredictor:
         return self.on_device[backend.name]
 
 
+# What a coefficients file holds (its ``kind``; absent: binary, as files written before
+# tasks): a logistic model of one positive class, a multinomial (softmax) model with a row
+# per class, a linear regression (ridge).
+LINEAR_KINDS: tuple[str, ...] = ("binary", "multinomial", "regression")
+
+
 @dataclass
 class LinearPredictor:
-    """A binary logistic model from its coefficients: ``expit(X @ coef.T + intercept)`` computed
-    as scikit-learn computes it (same dtype, same product), so the scores are the same numbers."""
+    """A linear model from its coefficients, computed as scikit-learn computes it (same dtype,
+    same products), so the scores are the same numbers: ``expit(X @ coef.T + intercept)``
+    (binary), ``softmax(X @ coef.T + intercept)`` (multinomial, coef K x d), ``X @ coef +
+    intercept`` (regression). Scores come in the task's shape: a binary model serving a
+    two-class multiclass task gives both columns, as ``predict_proba`` does."""
 
     coef: np.ndarray
     intercept: np.ndarray
     dtype: str = "float64"
+    kind: str = "binary"
+    task: Task = BINARY
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
-        from scipy.special import expit
-
         from pipeline.backends import backend_for
 
         host = np.asarray(backend_for(X).to_host(X), dtype=self.dtype)
+        if self.kind == "regression":
+            values = host @ np.asarray(self.coef, dtype=self.dtype) + np.asarray(self.intercept[0], dtype=self.dtype)
+            return np.asarray(values, dtype="float64")
+        if self.kind == "multinomial":
+            return np.asarray(self._softmax(host), dtype="float64")
+        return self._logistic(host)
+
+    def _logistic(self, host: np.ndarray) -> np.ndarray:
+        from scipy.special import expit
+
         coef = np.asarray(self.coef, dtype=self.dtype).reshape(1, -1)
-        scores = host @ coef.T + np.asarray(self.intercept, dtype=self.dtype)
-        return np.asarray(expit(scores.ravel()), dtype="float64")
+        positive = expit((host @ coef.T + np.asarray(self.intercept, dtype=self.dtype)).ravel())
+        if self.task.kind == "multiclass":
+            return np.asarray(np.stack([1 - positive, positive], axis=1), dtype="float64")
+        return np.asarray(positive, dtype="float64")
+
+    def _softmax(self, host: np.ndarray) -> np.ndarray:
+        """scikit-learn's ``softmax`` of the decision function: the row maximum subtracted
+        before ``exp``, then each row divided by its sum, in place, in the model's dtype."""
+        scores = host @ np.asarray(self.coef, dtype=self.dtype).T + np.asarray(self.intercept, dtype=self.dtype)
+        scores -= scores.max(axis=1).reshape(-1, 1)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=1).reshape(-1, 1)
+        return scores
 
 
 @dataclass
 class ClassifierPredictor:
-    """Positive-class column of ``predict_proba(X, codes)`` (the MLP takes the codes)."""
+    """Scores of an estimator that takes ``(X, codes)`` (the MLP embeds the codes), in the
+    task's shape: positive-class column of ``predict_proba`` (binary), the whole matrix
+    (multiclass), ``predict`` (regression)."""
 
     classifier: Any
+    task: Task = BINARY
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
-        return self.classifier.predict_proba(X, codes)[:, 1]
+        if self.task.kind == "regression":
+            return np.asarray(self.classifier.predict(X, codes), dtype="float64")
+        proba = self.classifier.predict_proba(X, codes)
+        return proba if self.task.kind == "multiclass" else proba[:, 1]
 
 
 # ---------------------------------------------------------------- the built-in formats
@@ -217,7 +287,10 @@ class SkopsFormat(ModelFormat):
                 raise DataError(f"{file} is not a skops model file; it was not loaded (it was damaged or replaced "
                                 "after export: export the model again)")
             return _pickled_model(file, meta)
-        predictor = PortablePredictor(self.read(file), backend)
+        task = task_of(folder, meta)
+        estimator = self.read(file)
+        check_estimator_task(estimator, task, file)
+        predictor = PortablePredictor(estimator, backend, task)
         if backend is not None:
             predictor.for_backend(backend)          # a model that cannot move to the device says so now
         return predictor
@@ -280,14 +353,37 @@ class XGBoostJsonFormat(ModelFormat):
         import xgboost
 
         file = self.main_file(folder, meta)
-        model = xgboost.XGBClassifier()
+        task = task_of(folder, meta)
+        # XGBClassifier.load_model restores n_classes_ from the booster's num_class (2 for a
+        # binary booster); a regressor's file loads into XGBRegressor, whose predict is the value.
+        model = xgboost.XGBRegressor() if task.kind == "regression" else xgboost.XGBClassifier()
         try:
             model.load_model(str(file))
         except (xgboost.core.XGBoostError, ValueError, TypeError) as exc:
             raise DataError(f"{file}: not a readable XGBoost model ({_first_line(exc)})") from None
+        _check_xgboost_objective(model, task, file)
         if backend is not None:
             model.set_params(device="cuda" if backend.name == "gpu" else "cpu")
-        return EstimatorPredictor(model, backend)
+        return EstimatorPredictor(model, backend, task)
+
+
+def _check_xgboost_objective(model: Any, task: Task, file: Path) -> None:
+    """The booster's objective must give the task's scores: probabilities of one class
+    (``binary:``) or of each class of the task (``multi:``), a value for regression."""
+    objective = str(model.objective or "")
+    family = objective.split(":")[0]
+    if task.kind == "regression":
+        fits = family not in ("binary", "multi")
+    elif task.kind == "multiclass":
+        fits = (family == "multi" and model.n_classes_ == task.n_outputs) or (
+            family == "binary" and task.n_outputs == 2)
+    else:
+        fits = family == "binary"
+    if not fits:
+        classes = f" of {model.n_classes_} classes" if family == "multi" else ""
+        raise DataError(f"{file}: holds an XGBoost model with objective {objective!r}{classes} but model.json says "
+                        f"the task is {task.describe()}; the file was replaced or model.json edited: export the "
+                        "model again")
 
 
 class TorchStateDictFormat(ModelFormat):
@@ -304,22 +400,37 @@ class TorchStateDictFormat(ModelFormat):
         return [meta["file"]] + ([meta["architecture"]] if meta.get("architecture") else [])
 
     def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
+        """The task comes from ``architecture.json`` (it shaped the network; none there: binary);
+        ``model.json``'s task, where export wrote one, must agree with it."""
         from pipeline.tensors.classifier import MLPClassifier
 
         # Weights are CPU tensors: they load anywhere and move to a GPU when there is one.
         device = "cuda" if backend is not None and backend.name == "gpu" else "cpu"
         try:
-            return ClassifierPredictor(MLPClassifier.load(folder, device=device))
+            classifier = MLPClassifier.load(folder, device=device)
         except (pickle.UnpicklingError, RuntimeError, ValueError, TypeError, KeyError, EOFError) as exc:
             # weights_only=True refuses anything but tensors and plain containers (UnpicklingError).
             raise DataError(f"{folder}: not a readable MLP model ({type(exc).__name__}: {_first_line(exc)})") from None
+        declared = task_of(folder, meta) if meta.get("task") else classifier.task
+        if declared.kind != classifier.task.kind or declared.n_outputs != classifier.task.n_outputs:
+            raise DataError(f"{folder}: model.json says the task is {declared.describe()} but architecture.json "
+                            f"holds a {classifier.task.describe()} network; export the model again")
+        return ClassifierPredictor(classifier, classifier.task)
 
 
 class LinearCoefficientsFormat(ModelFormat):
-    """A binary linear classifier as its coefficients in JSON (``coefficients.json``): nothing to
+    """A linear model as its coefficients in JSON (``coefficients.json``): nothing to
     deserialise but numbers, it scores on any device, and it needs neither scikit-learn's nor
     skops' import (skops enumerates every scikit-learn estimator when imported: seconds per
-    export and per ``predict``)."""
+    export and per ``predict``).
+
+    It holds a binary logistic model (``coef``: d numbers, one intercept; the file has no
+    ``kind``, exactly as before tasks), a multinomial one (``"kind": "multinomial"``, ``coef``:
+    K rows of d, K intercepts) or a linear regression such as ridge (``"kind": "regression"``,
+    d numbers and one intercept). Which one is read from the estimator: a classifier (it has
+    ``classes_``) with one row of coefficients is binary, with K rows multinomial; a model
+    without classes is a regression.
+    """
 
     name = "linear-coefficients"
 
@@ -333,14 +444,15 @@ class LinearCoefficientsFormat(ModelFormat):
         dtype = "float32" if native.dtype == np.float32 else "float64"     # scores are computed in it
         coef = native.astype("float64")
         intercept = np.asarray(backend.to_host(estimator.intercept_), dtype="float64").ravel()
-        if coef.ndim != 2 or coef.shape[0] != 1 or intercept.size != 1:
-            raise DataError(f"export: {type(estimator).__name__} has {coef.shape[0]} rows of coefficients; the "
-                            "linear-coefficients format holds a binary model")
-        path = folder / self.filename
-        body = {"coef": coef.ravel().tolist(), "intercept": intercept.tolist(), "dtype": dtype}
-        if not all(np.isfinite(coef).ravel()) or not np.isfinite(intercept).all():
+        kind = _linear_kind(estimator, coef, intercept)
+        if not np.isfinite(coef).all() or not np.isfinite(intercept).all():
             raise DataError(f"export: {type(estimator).__name__} has coefficients that are not finite numbers "
                             "(the fit diverged); it is not exported")
+        path = folder / self.filename
+        values = coef.tolist() if kind == "multinomial" else coef.ravel().tolist()
+        body = {"coef": values, "intercept": intercept.tolist(), "dtype": dtype}
+        if kind != "binary":
+            body = {"kind": kind, **body}
         atomic_write_json(path, body)
         return [path], {"file": path.name, **body}
 
@@ -358,13 +470,61 @@ class LinearCoefficientsFormat(ModelFormat):
             coef = np.asarray(body["coef"], dtype="float64")
             intercept = np.asarray(body["intercept"], dtype="float64")
             dtype = str(body.get("dtype", "float64"))
+            kind = str(body.get("kind", "binary"))
             if dtype not in ("float32", "float64"):
                 raise ValueError(f"dtype {dtype!r}")
+            if kind not in LINEAR_KINDS:
+                raise ValueError(f"kind {kind!r} (known: {', '.join(LINEAR_KINDS)})")
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise DataError(f"{file}: not a readable coefficients file ({type(exc).__name__}: {exc})") from None
-        if coef.ndim != 1 or intercept.shape != (1,) or not np.isfinite(coef).all() or not np.isfinite(intercept).all():
-            raise DataError(f"{file}: coefficients must be a list of finite numbers and one intercept")
-        return LinearPredictor(coef, intercept, dtype)
+        _check_coefficients(file, kind, coef, intercept)
+        task = task_of(folder, meta)
+        _check_linear_task(file, kind, coef, task)
+        return LinearPredictor(coef, intercept, dtype, kind, task)
+
+
+def _linear_kind(estimator: Any, coef: np.ndarray, intercept: np.ndarray) -> str:
+    """binary, multinomial or regression: what ``estimator``'s coefficients are (see the format)."""
+    name = type(estimator).__name__
+    if getattr(estimator, "classes_", None) is None:
+        if coef.ndim > 2 or (coef.ndim == 2 and coef.shape[0] != 1) or intercept.size != 1:
+            raise DataError(f"export: {name} predicts {coef.shape[0]} targets; the linear-coefficients format holds "
+                            "a regression of one target")
+        return "regression"
+    rows = coef.shape[0] if coef.ndim == 2 else 0
+    if rows == 1 and intercept.size == 1:
+        return "binary"
+    if rows >= 2 and intercept.size == rows:
+        return "multinomial"
+    raise DataError(f"export: {name} has coefficients of shape {coef.shape} and {intercept.size} intercept(s); the "
+                    "linear-coefficients format holds a binary model (1 row) or a multinomial one (a row per class)")
+
+
+def _check_coefficients(file: Path, kind: str, coef: np.ndarray, intercept: np.ndarray) -> None:
+    """The shapes a coefficients file of ``kind`` must have, and finite numbers throughout."""
+    if kind == "multinomial":
+        shaped = coef.ndim == 2 and coef.shape[0] >= 2 and intercept.shape == (coef.shape[0],)
+        expected = "a row of finite numbers per class and one intercept per class"
+    else:
+        shaped = coef.ndim == 1 and intercept.shape == (1,)
+        expected = "a list of finite numbers and one intercept"
+    if not shaped or not np.isfinite(coef).all() or not np.isfinite(intercept).all():
+        raise DataError(f"{file}: coefficients must be {expected}")
+
+
+def _check_linear_task(file: Path, kind: str, coef: np.ndarray, task: Task) -> None:
+    """The model must give the task's scores: a regression for regression, a binary model for
+    binary (or two classes), a row per class of a multiclass task."""
+    if kind == "regression":
+        fits = task.kind == "regression"
+    elif kind == "binary":
+        fits = task.kind == "binary" or (task.kind == "multiclass" and task.n_outputs == 2)
+    else:
+        fits = task.kind == "multiclass" and task.n_outputs == coef.shape[0]
+    if not fits:
+        held = f"{kind} model" + (f" of {coef.shape[0]} classes" if kind == "multinomial" else "")
+        raise DataError(f"{file}: holds a {held} but model.json says the task is {task.describe()}; the file was "
+                        "replaced or model.json edited: export the model again")
 
 
 SKOPS = SkopsFormat()

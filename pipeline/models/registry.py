@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.models.ensemble import EnsembleFormat
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
@@ -30,6 +31,26 @@ ParamMap = Mapping[str, tuple[str | None, str | None]]
 ParamRules = Callable[[Mapping[str, Any]], list[str]]
 # (device, translated kwargs, the user's params) -> the kwargs that device's estimator takes.
 ParamAdapter = Callable[[str, dict[str, Any], Mapping[str, Any]], dict[str, Any]]
+# (the user's params, known names only; the task kind) -> problems with params for that task.
+TaskParamRules = Callable[[Mapping[str, Any], str], list[str]]
+# Tasks an entry serves unless it says otherwise: what a classifier does (plugin entries
+# registered before tasks existed are classifiers).
+CLASSIFICATION_TASKS: tuple[str, ...] = ("binary", "multiclass")
+
+
+@dataclass(frozen=True)
+class EstimatorClasses:
+    """Estimators as ``module:Class`` strings, per device and layout; None: none there."""
+
+    cpu: str | None = None
+    gpu: str | None = None
+    dask_cpu: str | None = None       # partitioned (Dask) data
+    dask_gpu: str | None = None
+
+    def path(self, device: str, *, distributed: bool = False) -> str | None:
+        if distributed:
+            return self.dask_cpu if device == "cpu" else self.dask_gpu
+        return self.cpu if device == "cpu" else self.gpu
 
 
 @dataclass(frozen=True)
@@ -59,28 +80,64 @@ class ModelSpec:
     param_rules: ParamRules | None = None
     # Rewrites translated kwargs whose meaning lies in values, not names; run by ``translate``.
     adapt_params: ParamAdapter | None = None
+    # The tasks it serves (``pipeline.tasks``): a ``train`` stage fed another task is refused
+    # at validation when the split declares the task, else when training starts.
+    tasks: tuple[str, ...] = CLASSIFICATION_TASKS
+    # Regression estimators where they differ from the fields above (a classifier's regressor
+    # twin); None: the fields above serve every task in ``tasks``.
+    regression: EstimatorClasses | None = None
+    # Checks of params against the task (a classifier-only parameter given to a regressor);
+    # run by ``task_problems``, so at validation when the task is declared, else at training.
+    task_param_rules: TaskParamRules | None = None
 
     @property
     def trainable(self) -> bool:
         """Whether a ``train`` stage can fit it (it has an estimator class somewhere)."""
-        return self.cpu_class is not None or self.gpu_class is not None
+        extra = self.regression or EstimatorClasses()
+        return any(c is not None for c in (self.cpu_class, self.gpu_class, extra.cpu, extra.gpu))
 
-    def class_path(self, device: str, *, distributed: bool = False) -> str | None:
-        if distributed:
-            return self.dask_cpu_class if device == "cpu" else self.dask_gpu_class
-        return self.cpu_class if device == "cpu" else self.gpu_class
+    def serves(self, task: str) -> bool:
+        """Whether it predicts for a task of this kind (binary, multiclass, regression)."""
+        return task in self.tasks
 
-    def unavailable(self, device: str, *, distributed: bool = False) -> str:
-        """Why this model has no estimator on ``device`` (and what to use instead)."""
+    def estimator_classes(self, task: str = "binary") -> EstimatorClasses:
+        """The estimators that serve ``task`` (whether it serves it at all: ``serves``)."""
+        if task == "regression" and self.regression is not None:
+            return self.regression
+        return EstimatorClasses(self.cpu_class, self.gpu_class, self.dask_cpu_class, self.dask_gpu_class)
+
+    def class_path(self, device: str, *, distributed: bool = False, task: str = "binary") -> str | None:
+        if not self.serves(task):
+            return None
+        return self.estimator_classes(task).path(device, distributed=distributed)
+
+    def cannot_serve(self, task: str) -> str:
+        can = models_for(task)
+        return (f"model '{self.name}' cannot serve a {task} task; models that can: "
+                + (", ".join(can) if can else "none"))
+
+    def unavailable(self, device: str, *, distributed: bool = False, task: str = "binary") -> str:
+        """Why this model has no estimator on ``device`` for ``task`` (and what to use instead)."""
+        if not self.serves(task):
+            return self.cannot_serve(task)
         if not distributed:
             return (f"model '{self.name}' has no estimator on the {device.upper()}"
                     + ("; it is trained by its own stage kind" if not self.trainable else ""))
-        others = ", ".join(name for name, s in MODELS.items() if s.class_path(device, distributed=True))
+        others = ", ".join(name for name, s in MODELS.items() if s.class_path(device, distributed=True, task=task))
         return (f"model '{self.name}' cannot train on partitioned data on the {device.upper()} "
                 f"(no distributed {self.name} there). Use one that can ({others}), or load the data "
                 "without partitioned: true if it fits in one process"
                 + (", or run on GPUs, where cuML trains it with cuml.dask"
-                   if self.class_path("gpu", distributed=True) and device == "cpu" else ""))
+                   if self.class_path("gpu", distributed=True, task=task) and device == "cpu" else ""))
+
+    def task_problems(self, task: str, params: Mapping[str, Any] | None = None) -> list[str]:
+        """Why it cannot train for ``task`` with ``params`` (empty when it can), each message
+        naming the task and the way out (the models that serve it, the parameter to drop)."""
+        if not self.serves(task):
+            return [self.cannot_serve(task)]
+        if self.task_param_rules is None or not params:
+            return []
+        return self.task_param_rules({k: v for k, v in params.items() if k in self.params}, task)
 
     def allowed_params(self) -> list[str]:
         return sorted(self.params)
@@ -185,6 +242,71 @@ def _sklearn_version() -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
+# Random forest criteria by task, in scikit-learn's names (what users write).
+_FOREST_CRITERIA = {
+    "classification": ("gini", "entropy", "log_loss"),
+    "regression": ("squared_error", "absolute_error", "friedman_mse", "poisson"),
+}
+# cuML 26.10's ``split_criterion`` for scikit-learn's names (log_loss is entropy in both);
+# absolute_error and friedman_mse have no cuML criterion (it refuses mae, warns and falls
+# back on names it does not know).
+_CUML_CRITERIA = {"gini": "gini", "entropy": "entropy", "log_loss": "entropy", "squared_error": "mse",
+                  "poisson": "poisson"}
+
+
+def _forest_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    """Classifier-only settings given to a regression forest and the other way round: the
+    estimators would refuse them, or ignore them, without naming the task."""
+    group = "regression" if task == "regression" else "classification"
+    problems = []
+    if group == "regression" and "class_weight" in params:
+        problems.append("class_weight applies to classification; a regression forest has no classes to weight: "
+                        "remove it")
+    criterion = params.get("criterion")
+    if criterion is not None and criterion not in _FOREST_CRITERIA[group]:
+        problems.append(f"criterion {criterion!r} is not a {task} criterion; use one of "
+                        f"{', '.join(_FOREST_CRITERIA[group])}")
+    return problems
+
+
+def _forest_for_device(device: str, kwargs: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """scikit-learn's criterion names in cuML's spelling on the GPU."""
+    criterion = kwargs.get("split_criterion")
+    if device == "cpu" or criterion is None:
+        return kwargs
+    if criterion not in _CUML_CRITERIA:
+        raise ValueError(f"random_forest: criterion {criterion!r} has no cuML equivalent on the GPU (cuML has "
+                         f"{', '.join(_CUML_CRITERIA)}); choose one of those or run on the CPU")
+    kwargs["split_criterion"] = _CUML_CRITERIA[criterion]
+    return kwargs
+
+
+# scikit-learn's Ridge solvers but lbfgs (which needs positive=True, not offered here).
+_RIDGE_SOLVERS = ("auto", "svd", "cholesky", "lsqr", "sparse_cg", "sag", "saga")
+
+
+def _ridge_param_rules(params: Mapping[str, Any]) -> list[str]:
+    solver = params.get("solver", "auto")
+    if solver not in _RIDGE_SOLVERS:
+        return [f"solver must be one of {', '.join(map(repr, _RIDGE_SOLVERS))}, not {solver!r}"]
+    return []
+
+
+def _ridge_for_device(device: str, kwargs: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """cuML 26.10's Ridge solves with 'auto', 'eig', 'svd' or 'lsmr': scikit-learn's names map
+    as cuML's own accelerator maps them (svd stays, lsqr is lsmr, the rest is auto, which
+    solves the same least-squares problem by an eigendecomposition)."""
+    if device != "cpu" and "solver" in kwargs:
+        kwargs["solver"] = {"svd": "svd", "lsqr": "lsmr"}.get(kwargs["solver"], "auto")
+    return kwargs
+
+
+def _xgboost_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    if "scale_pos_weight" in params and task != "binary":
+        return [f"scale_pos_weight weighs a binary task's positive class; a {task} task ignores it: remove it"]
+    return []
+
+
 # XGBoost's sklearn API is the same on both devices; only `device` differs.
 _XGB_PARAMS = _same(
     "n_estimators", "max_depth", "max_leaves", "max_bin", "grow_policy", "learning_rate",
@@ -239,9 +361,18 @@ MODELS: dict[str, ModelSpec] = {
             # cuML changed its max_depth default 16 -> None in 26.08; pin the sklearn default
             # explicitly so both devices grow the same kind of trees whatever the version.
             gpu_defaults={"max_depth": None, "output_type": "cupy"},
-            description="random forest (cuML on GPU, scikit-learn on CPU)",
+            description="random forest (cuML on GPU, scikit-learn on CPU); a classifier, or a regressor "
+                        "for regression",
             # cuml.dask trains n_estimators / workers trees on each worker's partitions.
             dask_gpu_class="cuml.dask.ensemble:RandomForestClassifier",
+            adapt_params=_forest_for_device,
+            tasks=("binary", "multiclass", "regression"),
+            regression=EstimatorClasses(
+                cpu="sklearn.ensemble:RandomForestRegressor",
+                gpu="cuml.ensemble:RandomForestRegressor",
+                dask_gpu="cuml.dask.ensemble:RandomForestRegressor",
+            ),
+            task_param_rules=_forest_task_rules,
         ),
         ModelSpec(
             name="xgboost",
@@ -256,12 +387,35 @@ MODELS: dict[str, ModelSpec] = {
             dask_gpu_class="xgboost.dask:DaskXGBClassifier",
             format=XGBOOST_JSON,
             external_memory=True,
+            tasks=("binary", "multiclass", "regression"),
+            regression=EstimatorClasses(
+                cpu="xgboost:XGBRegressor",
+                gpu="xgboost:XGBRegressor",
+                dask_cpu="xgboost.dask:DaskXGBRegressor",
+                dask_gpu="xgboost.dask:DaskXGBRegressor",
+            ),
+            task_param_rules=_xgboost_task_rules,
+        ),
+        ModelSpec(
+            name="ridge",
+            cpu_class="sklearn.linear_model:Ridge",
+            gpu_class="cuml.linear_model:Ridge",
+            params=_same("alpha", "fit_intercept", "solver", "max_iter", "tol"),
+            gpu_defaults={"output_type": "cupy"},
+            seed_param=None,
+            param_rules=_ridge_param_rules,
+            adapt_params=_ridge_for_device,
+            format=LINEAR_COEFFICIENTS,
+            tasks=("regression",),
+            description="ridge regression: least squares with an L2 penalty (alpha); cuML on GPU, "
+                        "scikit-learn on CPU",
         ),
         ModelSpec(
             name="mlp",
             seed_param=None,
             description="tabular MLP with categorical embeddings (PyTorch; trained by the torch stage)",
             format=TORCH_STATE_DICT,
+            tasks=("binary", "multiclass", "regression"),
         ),
     )
 }
@@ -283,6 +437,11 @@ def trainable_models() -> list[str]:
     return sorted(name for name, spec in MODELS.items() if spec.trainable)
 
 
+def models_for(task: str) -> list[str]:
+    """Names a ``train`` stage accepts that serve ``task`` (binary, multiclass, regression)."""
+    return sorted(name for name, spec in MODELS.items() if spec.trainable and spec.serves(task))
+
+
 def get_model_spec(name: str) -> ModelSpec:
     """The entry called ``name``; KeyError with the closest known name otherwise.
 
@@ -294,3 +453,17 @@ def get_model_spec(name: str) -> ModelSpec:
         close = difflib.get_close_matches(name, list(MODELS), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise KeyError(f"unknown model '{name}' (known: {', '.join(sorted(MODELS))}){hint}") from None
+
+
+def _format_of(name: str) -> ModelFormat:
+    """A registered model's format: an ensemble saves and loads each member with its own."""
+    return get_model_spec(name).format
+
+
+# Built by the ensemble stage from trained models, not trained (like the MLP, an entry for its
+# format). Its format finds members' formats here, so a plugin's model can be a member.
+register_model(ModelSpec(
+    name="ensemble", seed_param=None, tasks=("binary", "multiclass", "regression"),
+    description="weighted average of other models' scores (built by the ensemble stage)",
+    format=EnsembleFormat(_format_of),
+))

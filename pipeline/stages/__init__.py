@@ -8,17 +8,19 @@ from pipeline.stages.base import STAGE_KINDS, StageContext, StageKind, StageSpec
 from pipeline.stages.load import LoadSpec, load_table
 from pipeline.stages.split import SplitData, SplitSpec, split_frame
 from pipeline.stages.features import FeatureSet, FeaturesSpec, build_features
+from pipeline.stages.cross_validation import CVResult, cross_validate
 from pipeline.stages.train import TrainedModel, TrainSpec, train_model
 from pipeline.stages.torch_mlp import TorchSpec, TorchTrainedModel, train_torch
+from pipeline.stages.ensemble import EnsembleModel, EnsembleSpec, fit_ensemble
 from pipeline.stages.evaluate import EvaluateSpec, Evaluation, binary_metrics, evaluate_models
 from pipeline.stages.export import ExportSpec, predictions_frame, save_model
 from pipeline.stages.python import PythonSpec
 # isort: on
 
 __all__ = [
-    "STAGE_KINDS", "EvaluateSpec", "Evaluation", "ExportSpec", "FeatureSet", "FeaturesSpec",
+    "STAGE_KINDS", "CVResult", "EnsembleModel", "EnsembleSpec", "EvaluateSpec", "Evaluation", "ExportSpec", "FeatureSet", "FeaturesSpec",
     "LoadSpec", "PythonSpec", "SplitData", "SplitSpec", "StageContext", "StageKind", "StageSpec",
-    "TorchSpec", "TorchTrainedModel", "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "evaluate_models",
+    "TorchSpec", "TorchTrainedModel", "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "cross_validate", "evaluate_models",
     "load_table", "predictions_frame", "register_stage", "save_model", "split_frame", "train_model",
-    "train_torch",
+    "fit_ensemble", "train_torch",
 ]

@@ -1,24 +1,32 @@
-"""``evaluate``: the standard binary-classification metrics per model on one split.
+"""``evaluate``: each model's metrics on one split, for the task the models were trained for.
 
-Metrics are computed on the host from the score vectors ``train`` kept, with scikit-learn's
-definitions in one sort (pipeline.metrics): one implementation for both devices, and a 5M-row
-test split costs a few vectors rather than scikit-learn's 670 MiB of copies.
+Metrics are computed on the host from the scores ``train`` kept, with scikit-learn's
+definitions and a few vectors of memory (pipeline.metrics): one implementation for both
+devices, and a 5M-row test split costs a few vectors rather than scikit-learn's 670 MiB of
+copies. Every input must be of one task (their metrics would not compare); the best model is
+picked by ``rank_by`` in that metric's direction (``HIGHER_IS_BETTER``), and ``predict``
+takes the run's best from the record, so it never guesses a direction either.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from pipeline.errors import DataError
-from pipeline.metrics import binary_metrics
+from pipeline.errors import ConfigError, ConfigIssue, DataError
+from pipeline.metrics import (ALL_METRICS, binary_metrics, class_table, confusion_matrix, default_metric,
+                              is_better, metric_names, task_metrics)
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
+from pipeline.tasks import BINARY, Task
 
-METRICS = ("roc_auc", "pr_auc", "log_loss", "accuracy", "precision", "recall", "f1")
+__all__ = ["EvaluateSpec", "Evaluation", "binary_metrics", "evaluate_models"]
+
+# The binary metrics, in table order (what this module named METRICS before tasks).
+METRICS = metric_names("binary")
 
 
 @dataclass
@@ -27,51 +35,120 @@ class Evaluation:
     threshold: float
     metrics: dict[str, dict[str, float]]    # model -> metric -> value
     rank_by: str
+    task: Task = BINARY
+    # classification beyond binary: model -> {"labels": class values, "matrix": rows true, columns predicted}
+    confusion: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # multiclass: model -> {"labels", "precision", "recall", "f1", "support"} (lists in class order)
+    per_class: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # cross-validated models: model -> {"mean": {metric: value}, "std": {...}, "folds": [...]}
+    cv: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def best(self) -> str:
-        higher_is_better = self.rank_by != "log_loss"
-        pick = max if higher_is_better else min
-        return pick(self.metrics, key=lambda m: _sortable(self.metrics[m][self.rank_by], higher_is_better))
+        """The best model by ``rank_by`` (the first of equals; NaN loses to any number)."""
+        names = list(self.metrics)
+        best = names[0]
+        for name in names[1:]:
+            if is_better(self.rank_by, self.metrics[name][self.rank_by], self.metrics[best][self.rank_by]):
+                best = name
+        return best
 
     def to_dict(self) -> dict[str, Any]:
-        return {"split": self.split, "threshold": self.threshold, "rank_by": self.rank_by,
-                "best": self.best, "models": self.metrics}
+        """metrics.json: a binary evaluation keeps the keys it always had (plus ``cv``)."""
+        out = {"split": self.split, "threshold": self.threshold, "rank_by": self.rank_by,
+               "best": self.best, "models": self.metrics}
+        if self.task.kind != "binary":
+            out["task"] = self.task.to_dict()
+        out.update({key: value for key, value in
+                    (("confusion", self.confusion), ("per_class", self.per_class), ("cv", self.cv)) if value})
+        return out
+
+    def record(self) -> dict[str, Any]:
+        """The run record's ``metrics``: ``to_dict`` less the per-class tables, which grow with
+        the square of the classes and are in metrics.json for whoever wants them."""
+        out = self.to_dict()
+        out.pop("confusion", None)
+        out.pop("per_class", None)
+        return out
 
 
-def _sortable(value: float, higher_is_better: bool) -> float:
-    if math.isnan(value):
-        return -math.inf if higher_is_better else math.inf
-    return value
+def _rank_by_schema(schema: dict[str, Any]) -> None:
+    schema["enum"] = [*ALL_METRICS, None]
 
 
 class EvaluateSpec(StageSpec):
     kind: Literal["evaluate"]
     split: Literal["test", "valid", "train"] = Field("test", description="Split to score on.")
-    threshold: float = Field(0.5, gt=0, lt=1, allow_inf_nan=False, description="Score at or above which a row is predicted positive.")
-    rank_by: Literal[METRICS] = Field("roc_auc", description="Metric that picks the best model.")  # type: ignore[valid-type]
+    threshold: float = Field(0.5, gt=0, lt=1, allow_inf_nan=False,
+                             description="Binary: score at or above which a row is predicted positive.")
+    rank_by: str | None = Field(
+        None, json_schema_extra=_rank_by_schema,
+        description="Metric that picks the best model (its direction is known). Default per task: "
+                    "roc_auc (binary), log_loss (multiclass), rmse (regression).")
     min_inputs = 1
+
+    @field_validator("rank_by")
+    @classmethod
+    def _known_metric(cls, rank_by: str | None) -> str | None:
+        """Any task's metric passes here; whether it fits the models' task is known at run time."""
+        if rank_by is not None and rank_by not in ALL_METRICS:
+            close = difflib.get_close_matches(rank_by, ALL_METRICS, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"unknown metric '{rank_by}' (one of: {', '.join(ALL_METRICS)}){hint}")
+        return rank_by
+
+
+def shared_task(models: list[TrainedModel]) -> Task:
+    """The one task every model was trained for, or a DataError naming each model's."""
+    tasks = {model.name: model.task for model in models}
+    if len(set(tasks.values())) > 1:
+        listed = "; ".join(f"'{name}': {task.describe()}" for name, task in tasks.items())
+        raise DataError(f"evaluate compares models of one task, but these differ: {listed}")
+    return next(iter(tasks.values()))
+
+
+def resolve_rank_by(rank_by: str | None, task: Task, *, where: str = "rank_by") -> str:
+    """The metric to rank by for ``task``: the task's default when None; a ConfigError when the
+    metric is another task's."""
+    if rank_by is None:
+        return default_metric(task.kind)
+    names = metric_names(task.kind)
+    if rank_by not in names:
+        raise ConfigError([ConfigIssue(where, f"metric '{rank_by}' does not apply to a {task.kind} task "
+                                              f"(its metrics: {', '.join(names)})")])
+    return rank_by
 
 
 def evaluate_models(
-    models: list[TrainedModel], *, split: str = "test", threshold: float = 0.5, rank_by: str = "roc_auc"
+    models: list[TrainedModel], *, split: str = "test", threshold: float = 0.5, rank_by: str | None = None,
 ) -> Evaluation:
-    results = {}
+    """Each model's metrics on ``split``; ``rank_by`` None ranks by the task's default metric."""
+    task = shared_task(models)
+    rank_by = resolve_rank_by(rank_by, task)
+    evaluation = Evaluation(split=split, threshold=threshold, metrics={}, rank_by=rank_by, task=task)
     for model in models:
         if split not in model.scores:
             raise DataError(f"model '{model.name}' has no '{split}' split to evaluate (is it empty?)")
-        results[model.name] = binary_metrics(model.features.labels(split), model.scores[split],
-                                             threshold=threshold)
-    return Evaluation(split=split, threshold=threshold, metrics=results, rank_by=rank_by)
+        labels, scores = model.features.labels(split), model.scores[split]
+        evaluation.metrics[model.name] = task_metrics(task, labels, scores, threshold=threshold)
+        if task.kind == "multiclass":
+            matrix = confusion_matrix(task, labels, scores)
+            evaluation.per_class[model.name] = table = class_table(task, matrix)
+            evaluation.confusion[model.name] = {"labels": table["labels"], "matrix": matrix}
+        if model.cv:
+            evaluation.cv[model.name] = {key: model.cv[key] for key in ("mean", "std", "folds") if key in model.cv}
+    return evaluation
 
 
 @register_stage("evaluate", EvaluateSpec, produces=Evaluation, accepts=(TrainedModel,), records=("metrics",))
 def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
-    evaluation = evaluate_models(list(inputs.values()), split=spec.split, threshold=spec.threshold, rank_by=spec.rank_by)
+    models = list(inputs.values())
+    rank_by = resolve_rank_by(spec.rank_by, shared_task(models), where=f"stages.{ctx.stage}.rank_by")
+    evaluation = evaluate_models(models, split=spec.split, threshold=spec.threshold, rank_by=rank_by)
     if ctx.artifacts_dir is not None:
         from pipeline.store import atomic_write_json
 
         atomic_write_json(ctx.artifact_path("metrics.json"), evaluation.to_dict())
     ctx.facts["best"] = evaluation.best
-    ctx.run_record["metrics"] = evaluation.to_dict()
+    ctx.run_record["metrics"] = evaluation.record()
     return evaluation

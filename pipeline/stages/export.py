@@ -46,6 +46,18 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
     return _same_features(models).predictions_frame(models, split)
 
 
+def model_meta(model: TrainedModel) -> dict[str, Any]:
+    """What model.json says of ``model`` before its files and ``export_meta``: what it is, what
+    it reads and its task (absent in folders exported before tasks: those are binary)."""
+    return {
+        "name": model.name, "model": model.model, "device": model.features.backend.name,
+        "estimator": type(model.estimator).__module__ + "." + type(model.estimator).__name__,
+        "params": _jsonable(model.params), "features": model.features.feature_names,
+        "target": model.features.target, "id_column": model.features.id_column,
+        "task": model.task.to_dict(),
+    }
+
+
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     """Write ``folder``/{model files, workflow.json, model.json}; returns the files written."""
     from pipeline.models import get_model_spec
@@ -53,12 +65,7 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
 
     backend = model.features.backend
     folder.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {
-        "name": model.name, "model": model.model, "device": backend.name,
-        "estimator": type(model.estimator).__module__ + "." + type(model.estimator).__name__,
-        "params": _jsonable(model.params), "features": model.features.feature_names,
-        "target": model.features.target, "id_column": model.features.id_column,
-    }
+    meta = model_meta(model)
     try:
         model_format = get_model_spec(model.model).format
     except KeyError as exc:

@@ -1,6 +1,9 @@
 """``features``: fit the feature workflow on the training split, apply it to every split, and
 hand the result to the models as a ``FeatureSet``: one dense float32 matrix per split in
 memory, or lazy partitioned frames (``pipeline.featuresets``).
+
+With ``folds: k`` on the split, the features also carry a ``FoldSource``: each model stage
+builds each fold's features from it, the workflow refitted on the fold's fit rows only.
 """
 
 from __future__ import annotations
@@ -49,4 +52,6 @@ def run_features(spec: FeaturesSpec, ctx: StageContext, inputs) -> FeatureSet:
     output_dir = ctx.artifacts_dir / "partitions" if ctx.artifacts_dir is not None else None
     result = build_features(only_input(inputs), spec.build_ops(), id_column=spec.id, output_dir=output_dir)
     ctx.facts.update(result.facts())
+    if result.fold_count():
+        ctx.facts["folds"] = result.fold_count()
     return result

@@ -12,12 +12,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from pipeline.backends import Backend, backend_for, is_partitioned
-from pipeline.errors import DataError
+from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
+from pipeline.errors import ConfigError, DataError
+from pipeline.featuresets.folds import FOLDS_NEED_MEMORY
 from pipeline.stages.base import StageContext, StageSpec, Table, only_input, register_stage
-from pipeline.tasks import BINARY, Task
+from pipeline.tasks import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 
 SPLITS = ("train", "valid", "test")
+FOLDS_WITH_VALID = ("folds use every non-test row (each fold scores the rows the others fit on, and the "
+                    "final model fits on all of them); set valid: 0")
 
 
 @dataclass
@@ -62,7 +65,11 @@ class SplitSpec(StageSpec):
         "(out-of-time validation). With group, each group goes by its newest row."))
     folds: int | None = Field(None, ge=2, le=100, description=(
         "k-fold cross-validation on the non-test rows: the feature workflow and each model are "
-        "fitted per fold and scored on the fold they did not see."))
+        "fitted per fold and scored on the fold they did not see; then the final model is fitted on "
+        "every non-test row. Folds are seeded, stratified for a class target (stratify: true), keep "
+        "each group in one fold (group:), and with order_by: chain forward in time (fold i fits on "
+        "the i oldest of k + 1 blocks of times and scores the next; the oldest block is never scored). "
+        "Needs valid: 0 (every non-test row is used) and in-memory data."))
     min_inputs = 1
     max_inputs = 1
 
@@ -71,6 +78,24 @@ class SplitSpec(StageSpec):
         if self.test + self.valid >= 1:
             raise ValueError(f"test + valid must be below 1 (got {self.test} + {self.valid})")
         return self
+
+    @model_validator(mode="after")
+    def _folds_use_every_non_test_row(self) -> SplitSpec:
+        if self.folds and self.valid:
+            raise ValueError(FOLDS_WITH_VALID)
+        return self
+
+    @model_validator(mode="after")
+    def _positive_means_binary(self) -> SplitSpec:
+        if self.positive is not None and self.task not in (None, "binary"):
+            raise ValueError(positive_conflict(self.task))
+        return self
+
+    def declared_task(self) -> str | None:
+        """The task this split fixes for the stages downstream, known before any data is read
+        (``task:``, or ``positive:``, which only a binary task has); None when it is inferred.
+        The config loader checks it against the models downstream."""
+        return self.task or ("binary" if self.positive is not None else None)
 
 
 def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) -> Any:
@@ -105,6 +130,140 @@ def check_two_classes(series: Any, labels: Any, backend: Backend, *, column: str
                         f"{class_counts(series, backend)}); a binary classifier needs rows of both classes")
 
 
+# A target whose values all read as one of these is 0/1 (binary without ``positive:``).
+ZERO_ONE = frozenset({"0", "1", "True", "False", "0.0", "1.0"})
+
+
+def positive_conflict(task: str | None) -> str:
+    return (f"positive: applies to task: binary (that value against every other); with task: {task} "
+            "remove positive")
+
+
+def resolve_task(series: Any, backend: Backend, *, column: str, declared: str | None = None,
+                 positive: Any = None) -> Task:
+    """The task of target ``series``: ``declared`` (checked against the values where they can
+    contradict it), or inferred from the values when None.
+
+    Inference: ``positive`` given, a bool target or 0/1 values are binary; other numbers are
+    regression; text or categories are multiclass, up to ``MAX_INFERRED_CLASSES`` values. Two
+    other values are refused (which one is the positive class?), as are more text values than
+    that (an id or free text, most likely): ``task:`` says what was meant.
+    """
+    if positive is not None:
+        if declared not in (None, "binary"):
+            raise ConfigError(positive_conflict(declared))
+        return Task("binary", positive=positive)
+    if declared == "binary" or (declared is None and _is_bool(series)):
+        return BINARY                  # ``binary_labels`` refuses values that are not 0/1
+    if declared == "regression":
+        check_numeric_target(series, column=column)
+        return REGRESSION
+    if declared == "multiclass":
+        values = distinct_values(series, backend)
+        if len(values) < 2:
+            raise DataError(f"task: multiclass needs at least 2 classes; target column '{column}' has "
+                            f"{_shown(values)}")
+        return Task("multiclass", classes=tuple(values))
+    return _inferred_task(series, backend, column=column)
+
+
+def _inferred_task(series: Any, backend: Backend, *, column: str) -> Task:
+    values = distinct_values(series, backend, limit=MAX_INFERRED_CLASSES + 1)
+    if len(values) < 2 or {str(v) for v in values} <= ZERO_ONE:
+        return BINARY                  # one value: the binary checks name the column and counts
+    if len(values) == 2:
+        raise DataError(f"target column '{column}' has values {_shown(values)}; set positive: to the one that "
+                        "means 1 (or task: multiclass to predict both as classes)")
+    if backend.is_numeric(series):
+        return REGRESSION
+    if len(values) > MAX_INFERRED_CLASSES:
+        raise DataError(f"target column '{column}' has more than {MAX_INFERRED_CLASSES} distinct values, too many "
+                        "to take as classes without being told (an id or free text?); set task: multiclass to "
+                        "predict every value as a class")
+    return Task("multiclass", classes=tuple(values))
+
+
+def _is_bool(series: Any) -> bool:
+    import pandas as pd
+
+    return pd.api.types.is_bool_dtype(series.dtype)
+
+
+def check_numeric_target(series: Any, *, column: str) -> None:
+    """A regression target holds numbers (bools are a binary task's)."""
+    import pandas as pd
+
+    if _is_bool(series) or not pd.api.types.is_numeric_dtype(series.dtype):
+        raise DataError(f"target column '{column}' is {series.dtype}; task: regression needs numbers (a text or "
+                        "yes/no target is task: multiclass or binary)")
+
+
+def _shown(values: list[Any]) -> str:
+    return "[" + ", ".join(repr(v) for v in values[:10]) + (", ...]" if len(values) > 10 else "]")
+
+
+def distinct_values(series: Any, backend: Backend, *, limit: int | None = None) -> list[Any]:
+    """The target's distinct non-missing values, sorted, as plain Python values.
+
+    Partitioned data takes one pass over the column: with ``limit``, each partition keeps its
+    first ``limit`` distinct values, so the pass stays small on a numeric target with millions
+    of values, and the result is exact whenever it holds fewer than ``limit`` values (a
+    partition cut short alone has ``limit``); without, ``series.unique()`` computed.
+    """
+    import pandas as pd
+
+    if is_partitioned(series):
+        if limit is None:
+            (values,) = compute_lazy(series.dropna().unique())
+        else:
+            (values,) = compute_lazy(series.map_partitions(_first_distinct, limit, meta=series._meta))
+    else:
+        values = series.dropna().unique()
+    host = backend.to_host(values)
+    unique = pd.Series(host.tolist() if hasattr(host, "tolist") else list(host), dtype=object).dropna()
+    out = [v.item() if isinstance(v, np.generic) else v for v in unique.drop_duplicates().tolist()]
+    try:
+        return sorted(out)
+    except TypeError:                  # mixed types in an object column: a stable order anyway
+        return sorted(out, key=lambda v: (type(v).__name__, str(v)))
+
+
+def _first_distinct(part: Any, limit: int) -> Any:
+    return part.dropna().drop_duplicates().iloc[:limit]
+
+
+def task_labels(series: Any, task: Task, backend: Backend, *, column: str) -> Any:
+    """The target as the task's labels (``pipeline.tasks``): 0/1 int8 (binary, as before tasks),
+    class codes int32 in ``task.classes`` order (multiclass), float32 (regression)."""
+    if task.kind == "binary":
+        return binary_labels(series, task.positive, backend, column=column)
+    missing = int(backend.to_host(series.isna().sum()))
+    if missing:
+        raise DataError(f"target column '{column}' has {missing} missing values")
+    if task.kind == "regression":
+        check_numeric_target(series, column=column)
+        return series.astype("float32")
+    return (backend.category_codes(series, task.classes) - 1).astype("int32")
+
+
+def check_training_classes(train_labels: np.ndarray, task: Task, original: Any, backend: Backend, *,
+                           column: str, advice: str) -> None:
+    """Every class must have training rows: a model cannot learn one it never saw (a
+    classifier fitted on one class fails inside the estimator, without naming the column)."""
+    if not task.is_classification:
+        return
+    seen = set(np.unique(train_labels).tolist())
+    if task.kind == "binary":
+        if len(seen) < 2:
+            raise DataError(f"target column '{column}' has one class in the training split (rows per class in all: "
+                            f"{class_counts(original, backend)}); {advice}")
+        return
+    absent = [c for code, c in enumerate(task.classes) if code not in seen]
+    if absent:
+        raise DataError(f"target column '{column}' has no rows of class {_shown(absent)} in the training split "
+                        f"(rows per class in all: {class_counts(original, backend)}); {advice}")
+
+
 def split_frame(
     frame: Any,
     target: str,
@@ -117,12 +276,17 @@ def split_frame(
     group: str | None = None,
     order_by: str | None = None,
     backend: Backend | str | None = None,
+    task: str | None = None,
+    folds: int | None = None,
 ) -> SplitData:
-    """Split a frame you already have; the target becomes 0/1.
+    """Split a frame you already have; the target becomes the task's labels (``task``: binary,
+    multiclass or regression; None infers it from the target, see ``resolve_task``).
 
     ``group``: every row with one value of that column lands in one split. ``order_by``: the
     newest rows are the test split, the next newest valid, the oldest train. Neither is
-    stratified (the groups or the times decide where a row goes)."""
+    stratified (the groups or the times decide where a row goes). ``folds``: k-fold positions
+    over the training split, which then holds every non-test row (``valid`` must be 0); see
+    ``train_folds``."""
     from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
 
     backend = backend_for(frame, backend)
@@ -131,16 +295,22 @@ def split_frame(
     for role, column in (("group", group), ("order_by", order_by)):
         if column is not None and column not in frame.columns:
             raise DataError(f"{role} column '{column}' not in the data (columns: {', '.join(map(str, frame.columns))})")
+    if folds and valid:
+        raise ValueError(FOLDS_WITH_VALID)
     if is_partitioned(frame):
+        if folds:
+            raise DataError(FOLDS_NEED_MEMORY)
         if order_by:
             raise DataError("order_by: is not available on partitioned data yet (an out-of-time cut needs the "
                             "whole table's order); read the table in memory (partitioned: false) or drop the key")
-        return _split_partitioned(frame, target, positive, test, valid, seed, backend, group=group)
+        return _split_partitioned(frame, target, positive, test, valid, seed, backend, group=group, task=task)
     if not len(frame):
         raise DataError(f"no rows to split on '{target}': the input table is empty")
-    labels = binary_labels(frame[target], positive, backend, column=target)
     original = frame[target]
-    check_two_classes(original, labels, backend, column=target)
+    resolved = resolve_task(original, backend, column=target, declared=task, positive=positive)
+    labels = task_labels(original, resolved, backend, column=target)
+    if resolved.kind == "binary":
+        check_two_classes(original, labels, backend, column=target)
     frame = frame.assign(**{target: labels})
     y = np.asarray(backend.to_host(labels))
     if group or order_by:
@@ -151,9 +321,11 @@ def split_frame(
         train_pos, valid_pos, test_pos = ordered_positions(len(y), test=test, valid=valid, seed=seed,
                                                            groups=groups, times=times,
                                                            group_name=group, order_name=order_by)
-        advice = f"the {'groups' if group else 'times'} put every row of the other class outside it"
+        missing_rows = "the other class" if resolved.kind == "binary" else "those classes"
+        advice = f"the {'groups' if group else 'times'} put every row of {missing_rows} outside it"
     else:
         positions = np.arange(len(y))
+        stratify = stratify and resolved.is_classification      # numbers have no class shares to keep
         strat = y if stratify else None
         try:
             rest, test_pos = train_test_split(positions, test_size=test, random_state=seed, stratify=strat) if test else (positions, positions[:0])
@@ -166,11 +338,32 @@ def split_frame(
             raise DataError(f"cannot split {len(y)} rows on target column '{target}' (rows per class: "
                             f"{class_counts(original, backend)}): {exc}") from exc
         advice = "use stratify: true, or more rows of the smaller class"
-    if len(np.unique(y[train_pos])) < 2:
-        raise DataError(f"target column '{target}' has one class in the training split (rows per class in all: "
-                        f"{class_counts(original, backend)}); {advice}")
+    check_training_classes(y[train_pos], resolved, original, backend, column=target, advice=advice)
     frames = {name: backend.take(frame, np.sort(pos)) for name, pos in zip(SPLITS, (train_pos, valid_pos, test_pos))}
-    return SplitData(frames=frames, target=target, positive=positive, backend=backend)
+    fold_pairs = train_folds(frame, np.sort(train_pos), folds, target=target, task=resolved, seed=seed,
+                             stratify=stratify, group=group, order_by=order_by, backend=backend) if folds else None
+    return SplitData(frames=frames, target=target, positive=positive, backend=backend, task=resolved,
+                     folds=fold_pairs)
+
+
+def train_folds(frame: Any, train_pos: np.ndarray, k: int, *, target: str, task: Task, seed: int,
+                stratify: bool, group: str | None, order_by: str | None,
+                backend: Backend) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``k`` folds over the training rows (``frame``'s labelled rows at ``train_pos``, sorted: the
+    order of ``frames["train"]``): (fit, score) positions into that frame. Stratified for a class
+    target with ``stratify``; by group and time as ``fold_positions`` says."""
+    from pipeline.stages.split_positions import check_fold_classes, fold_positions
+
+    labels = np.asarray(backend.to_host(frame[target]))[train_pos]
+    classification = task.is_classification
+    pairs = fold_positions(
+        len(train_pos), k, seed=seed, labels=labels if stratify and classification else None,
+        groups=_host_column(frame, group, backend).iloc[train_pos].reset_index(drop=True) if group else None,
+        times=_host_column(frame, order_by, backend).iloc[train_pos].reset_index(drop=True) if order_by else None,
+        group_name=group, order_name=order_by)
+    if classification:
+        check_fold_classes(pairs, labels, target=target, names=task.classes or None)
+    return pairs
 
 
 def _host_column(frame: Any, column: str, backend: Backend) -> Any:
@@ -182,8 +375,13 @@ def _host_column(frame: Any, column: str, backend: Backend) -> Any:
 
 
 def _split_partitioned(frame: Any, target: str, positive: Any, test: float, valid: float, seed: int,
-                       backend: Backend, *, group: str | None = None) -> SplitData:
+                       backend: Backend, *, group: str | None = None, task: str | None = None) -> SplitData:
     """Dask's per-partition random split: seeded and one pass, but not stratified.
+
+    The task costs no pass when ``positive`` is given, the target is bool or the task is
+    declared binary or regression. A multiclass task's classes come from one pass over the
+    target column (``frame[target].unique()``, computed), and so does inferring the task
+    otherwise (a bounded one: each partition's first distinct values, ``distinct_values``).
 
     With ``group``, each row goes where the seeded hash of its group value falls
     (``split_positions.group_draws``): no group in two splits, wherever its rows sit, and a
@@ -191,19 +389,22 @@ def _split_partitioned(frame: Any, target: str, positive: Any, test: float, vali
     Labels are checked partition by partition as the data streams through, not up front,
     which would cost a pass of its own.
     """
-    if positive is None and not backend.is_numeric(frame._meta[target]):
+    resolved = resolve_task(frame[target], backend, column=target, declared=task, positive=positive)
+    if resolved.kind == "binary" and positive is None and not backend.is_numeric(frame._meta[target]):
         raise DataError(f"target column '{target}' is {frame._meta[target].dtype}; with partitioned data set "
                         "positive: to the value that means 1")
-    labeled = frame.map_partitions(_label_partition, target, positive, meta=frame._meta.assign(
-        **{target: frame._meta[target].astype("int8")}))
+    dtype = "int8" if resolved.kind == "binary" else resolved.label_dtype
+    labeled = frame.map_partitions(_label_partition, target, resolved, meta=frame._meta.assign(
+        **{target: frame._meta[target].astype(dtype)}))
     train = 1.0 - test - valid
     if group is None:
         parts = labeled.random_split([train, valid, test], random_state=seed)
-        return SplitData(frames=dict(zip(SPLITS, parts)), target=target, positive=positive, backend=backend)
+        return SplitData(frames=dict(zip(SPLITS, parts)), target=target, positive=positive, backend=backend,
+                         task=resolved)
     bounds = {"test": (0.0, test), "valid": (test, test + valid), "train": (test + valid, 1.0)}
     frames = {name: labeled.map_partitions(_group_share, group, seed, *bounds[name], meta=labeled._meta)
               for name in SPLITS}
-    return SplitData(frames=frames, target=target, positive=positive, backend=backend)
+    return SplitData(frames=frames, target=target, positive=positive, backend=backend, task=resolved)
 
 
 def _group_share(part: Any, group: str, seed: int, low: float, high: float) -> Any:
@@ -215,11 +416,15 @@ def _group_share(part: Any, group: str, seed: int, low: float, high: float) -> A
     return backend.take(part, np.flatnonzero((draws >= low) & (draws < high)))
 
 
-def _label_partition(part: Any, target: str, positive: Any) -> Any:
+def _label_partition(part: Any, target: str, task: Task) -> Any:
+    """One partition's labels, checked as they stream through (binary without ``positive``:
+    1 where the value is 1, as before tasks)."""
     series = part[target]
     if series.isna().any():
         raise DataError(f"target column '{target}' has missing values")
-    labels = (series == positive) if positive is not None else series.astype("int8") == 1
+    if task.kind != "binary":
+        return part.assign(**{target: task_labels(series, task, backend_for(part, None), column=target)})
+    labels = (series == task.positive) if task.positive is not None else series.astype("int8") == 1
     return part.assign(**{target: labels.astype("int8")})
 
 
@@ -228,7 +433,15 @@ def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
     data = split_frame(
         only_input(inputs), spec.target, positive=spec.positive, test=spec.test, valid=spec.valid,
         seed=ctx.seed, stratify=spec.stratify, group=spec.group, order_by=spec.order_by, backend=ctx.backend,
+        task=spec.task, folds=spec.folds,
     )
+    if data.folds:
+        ctx.facts["folds"] = len(data.folds)
+        ctx.facts["fold_rows"] = [{"fit": len(fit), "scored": len(score)} for fit, score in data.folds]
+    ctx.facts["task"] = data.task.to_dict()
+    if spec.declared_task() is None:
+        ctx.logger.info("%s: task %s, inferred from target '%s' (task: sets it)", ctx.stage, data.task.describe(),
+                        spec.target)
     if spec.group or spec.order_by:
         ctx.facts["split_by"] = [name for name, on in (("group", spec.group), ("order_by", spec.order_by)) if on]
         ctx.facts["stratified"] = False

@@ -12,9 +12,15 @@ the same rows on CPU and GPU, and easy to test on their own.
   first.
 - By group on partitioned data (``group_draws``): each group value gets a seeded draw in
   [0, 1) from its hash, and the draw picks the split; no pass over the whole table needed.
+- Folds (``folds: k``, ``fold_positions``) over the non-test rows: random (stratified for a
+  classification target), by group (stratified too where both apply), or forward-chaining by
+  time (``forward_folds``). Every fold fits on rows it never scores.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -125,3 +131,137 @@ def group_draws(groups: pd.Series, seed: int, name: str | None) -> np.ndarray:
                         "(fill them, or drop those rows)")
     hashed = pd.util.hash_pandas_object(groups.astype(str), index=False, hash_key=f"{seed:016x}")
     return (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+# ---------------------------------------------------------------------------- folds
+Folds = list[tuple[np.ndarray, np.ndarray]]
+
+
+def fold_positions(n_rows: int, k: int, *, seed: int, labels: np.ndarray | None = None,
+                   groups: pd.Series | None = None, times: pd.Series | None = None,
+                   group_name: str | None = None, order_name: str | None = None) -> Folds:
+    """``k`` folds over ``n_rows`` rows: per fold (positions fitted on, positions scored), each
+    sorted. Seeded; stratified on ``labels`` when given; no group in two folds' scored rows (so
+    never both fitted on and scored); with ``times``, forward-chaining (``forward_folds``).
+
+    - random: scikit-learn's ``KFold`` / ``StratifiedKFold`` (shuffled with the seed);
+    - by group: ``StratifiedGroupKFold`` with labels, else the groups shuffled with the seed and
+      dealt largest first to the fold with the fewest rows (``GroupKFold``'s rule, seeded);
+    - by time (and group): ``forward_folds``.
+    Every row is scored in exactly one fold, except the oldest block of a time split."""
+    if n_rows < k:
+        raise DataError(f"folds: {k} needs at least {k} rows to cross-validate on; the non-test rows are {n_rows}")
+    if times is not None:
+        return forward_folds(n_rows, k, times=times, groups=groups, group_name=group_name, order_name=order_name)
+    if groups is not None:
+        codes = group_codes(groups, group_name)
+        n_groups = int(codes.max()) + 1
+        if n_groups < k:
+            raise DataError(f"group column '{group_name}' has {n_groups} distinct value(s) in the non-test rows; "
+                            f"folds: {k} by group needs at least {k}")
+        if labels is None:
+            scored = _deal_groups(codes, n_groups, k, seed)
+            return [_complement(n_rows, np.flatnonzero(scored == fold)) for fold in range(k)]
+        return _sklearn_folds("StratifiedGroupKFold", k, seed, n_rows, labels, codes)
+    if labels is None:
+        return _sklearn_folds("KFold", k, seed, n_rows, None, None)
+    return _sklearn_folds("StratifiedKFold", k, seed, n_rows, labels, None)
+
+
+def _sklearn_folds(name: str, k: int, seed: int, n_rows: int, labels: np.ndarray | None,
+                   groups: np.ndarray | None) -> Folds:
+    """scikit-learn's splitter ``name``, shuffled with the seed; its warning about a class with
+    fewer rows than folds is replaced by ``check_fold_classes`` (which names the class)."""
+    import warnings
+
+    from sklearn import model_selection  # scikit-learn costs ~1 s to import
+
+    splitter = getattr(model_selection, name)(n_splits=k, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*least populated class", category=UserWarning)
+        try:
+            pairs = list(splitter.split(np.zeros((n_rows, 1)), labels, groups))
+        except ValueError as exc:         # e.g. every class has fewer rows than folds
+            raise DataError(f"cannot cut {n_rows} non-test rows into {k} folds: {exc}") from exc
+    return [(np.sort(fit), np.sort(score)) for fit, score in pairs]
+
+
+def _deal_groups(codes: np.ndarray, n_groups: int, k: int, seed: int) -> np.ndarray:
+    """The fold of each row: groups shuffled with the seed (so equal sizes go by the seed), then
+    dealt largest first, each to the fold holding the fewest rows so far."""
+    sizes = np.bincount(codes, minlength=n_groups)
+    shuffled = np.random.default_rng(seed).permutation(n_groups)
+    dealing = shuffled[np.argsort(-sizes[shuffled], kind="stable")]
+    fold_of_group = np.empty(n_groups, dtype=np.int64)
+    load = np.zeros(k, dtype=np.int64)
+    for group in dealing:
+        fold = int(np.argmin(load))
+        fold_of_group[group] = fold
+        load[fold] += sizes[group]
+    return fold_of_group[codes]
+
+
+def _complement(n_rows: int, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    fit = np.ones(n_rows, dtype=bool)
+    fit[scored] = False
+    return np.flatnonzero(fit), np.sort(scored)
+
+
+def forward_folds(n_rows: int, k: int, *, times: pd.Series, groups: pd.Series | None = None,
+                  group_name: str | None = None, order_name: str | None = None) -> Folds:
+    """Forward-chaining folds (scikit-learn's ``TimeSeriesSplit``): the rows sorted oldest first
+    are cut into ``k + 1`` blocks; fold ``i`` fits on blocks ``0..i-1`` and scores block ``i``,
+    so a model never sees rows newer than those it is scored on, and the oldest block is never
+    scored. As in the split, a cut never goes through one time (nor one group: with ``groups``,
+    each group goes by its newest row and stays in one block)."""
+    key = time_key(times, order_name)
+    if groups is None:
+        ordered = np.argsort(key, kind="stable")
+        same = key[ordered]
+    else:
+        codes = group_codes(groups, group_name)
+        newest = pd.Series(key).groupby(codes).max().to_numpy()
+        rank = np.empty(len(newest), dtype=np.int64)
+        rank[np.argsort(newest, kind="stable")] = np.arange(len(newest))
+        ordered = np.argsort(rank[codes], kind="stable")
+        same = rank[codes][ordered]
+    blocks = np.split(ordered, _block_cuts(same, k + 1))
+    if any(not len(block) for block in blocks):
+        what = f"group column '{group_name}' and order_by column '{order_name}'" if groups is not None \
+            else f"order_by column '{order_name}'"
+        raise DataError(f"{what}: {n_rows} non-test rows cannot be cut into {k + 1} blocks of times for "
+                        f"folds: {k} (a cut never goes through one time or group, and one holds too many "
+                        f"rows; sizes {[len(b) for b in blocks]}); use fewer folds")
+    return [(np.sort(np.concatenate(blocks[:i])), np.sort(blocks[i])) for i in range(1, k + 1)]
+
+
+def _block_cuts(same: np.ndarray, n_blocks: int) -> list[int]:
+    """Cuts of ``same`` (sorted) into ``n_blocks`` near-equal blocks, each cut moved on to where
+    ``same`` changes; a block that would straddle is left empty for the caller to refuse."""
+    n = len(same)
+    cuts, start = [], 0
+    for block in range(1, n_blocks):
+        cut = max(round(block * n / n_blocks), start)
+        while 0 < cut < n and same[cut] == same[cut - 1]:
+            cut += 1
+        cuts.append(cut)
+        start = cut
+    return cuts
+
+
+def check_fold_classes(folds: Folds, labels: np.ndarray, *, target: str, names: Sequence[Any] | None = None) -> None:
+    """Every fold must fit on rows of every class the non-test rows hold: a model fitted
+    without a class cannot score it (and a binary model needs both). ``names`` maps a label code
+    to the original value, for the message."""
+    present = np.unique(labels)
+    for number, (fit, _) in enumerate(folds, 1):
+        missing = np.setdiff1d(present, np.unique(labels[fit]))
+        if len(missing):
+            counts = {_class_name(code, names): int((labels == code).sum()) for code in missing[:5]}
+            raise DataError(f"fold {number} of {len(folds)} fits on no row of class(es) {list(counts)} of target "
+                            f"column '{target}' (rows of each in the non-test rows: {counts}); use fewer folds, "
+                            "stratify: true, or more rows of the rare class")
+
+
+def _class_name(code: np.generic, names: Sequence[Any] | None) -> Any:
+    return names[int(code)] if names is not None else code.item()

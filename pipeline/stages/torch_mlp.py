@@ -1,5 +1,9 @@
 """``torch``: a tabular MLP in PyTorch, trained on the same features as the other models.
 
+It serves the split's task: one logit and binary cross-entropy (binary), K logits and
+cross-entropy (multiclass), one output and the MSE of the standardised target (regression,
+predicted back in the target's units).
+
 The feature matrices reach PyTorch through DLPack without a copy (the manifest lists every
 hand-off and the bytes it copied), batches are slices of those tensors, and the result is a
 ``TrainedModel`` like any other: ``evaluate`` ranks it and ``export`` saves it.
@@ -8,22 +12,32 @@ PyTorch is imported when the stage runs, not when a config is validated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from pipeline.errors import BackendUnavailable, DataError
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
+from pipeline.featuresets.folds import HELD_OUT, without_validation
 from pipeline.stages.base import StageContext, StageProgress, StageSpec, only_input, register_stage
+from pipeline.stages.cross_validation import cross_validate_model
 from pipeline.stages.train import SplitScores, TrainedModel
+from pipeline.stages.tuning import TorchTrainer, TuneSpec, run_search
+from pipeline.tasks import Task
 from pipeline.tensors.handoff import Handoff
+from pipeline.tensors.history import monitor_problem
 
 
 class EarlyStopping(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    monitor: Literal["val_loss", "val_auc"] = Field("val_loss", description="Validation metric to watch.")
+    monitor: Literal["val_loss", "val_auc", "val_accuracy", "val_rmse"] = Field(
+        "val_loss",
+        description="Validation metric to watch: val_loss for every task (the training loss on the validation "
+                    "rows; for regression the MSE of the standardised target), val_auc for binary, val_accuracy "
+                    "for multiclass, val_rmse (in the target's units) for regression.")
     patience: int = Field(5, ge=1, description="Epochs without improvement before stopping.")
     min_delta: float = Field(0.0, ge=0, allow_inf_nan=False, description="Smallest change that counts as an improvement.")
 
@@ -50,8 +64,35 @@ class TorchSpec(StageSpec):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: where the features are (cuda for the GPU backend).")
     pin_memory: bool = Field(True, description="Pinned, prefetched batches when host data trains on a GPU.")
+    tune: TuneSpec | None = Field(
+        None, description="Search these fields with Optuna before training (trials scored on the valid split or by "
+                          "the folds' mean; pruned on the validation loss per epoch), then train the best.")
     min_inputs = 1
     max_inputs = 1
+
+    @field_validator("tune")
+    @classmethod
+    def _tunable_fields(cls, tune: TuneSpec | None) -> TuneSpec | None:
+        if tune is not None:
+            problems = (tune.unknown_params(TORCH_TUNABLE, "the torch stage")
+                        or tune.value_problems(_torch_value_problem))
+            if problems:
+                raise ValueError("; ".join(problems))
+        return tune
+
+
+# Fields a tune: space may search: what shapes the model and its training, not where or how fast it runs.
+TORCH_TUNABLE = tuple(name for name in TorchSpec.model_fields if name not in {
+    "kind", "inputs", "description", "tune", "early_stopping", "precision", "compile", "device", "pin_memory"})
+
+
+def _torch_value_problem(field_name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the torch stage's ``field_name`` (a tune range's end), or None."""
+    try:
+        TorchSpec.model_validate({"kind": "torch", field_name: value})
+    except ValidationError as exc:
+        return "; ".join(error["msg"] for error in exc.errors())
+    return None
 
 
 @dataclass
@@ -74,20 +115,30 @@ def train_torch(
     name: str = "mlp",
     seed: int = 42,
     progress: StageProgress | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     **params: Any,
 ) -> TorchTrainedModel:
-    """Train the tabular MLP on ``features``; ``params`` are the ``torch`` stage's fields."""
+    """Train the tabular MLP on ``features``; ``params`` are the ``torch`` stage's fields.
+
+    The loss, output width and validation metrics follow ``features.task`` (binary
+    cross-entropy, cross-entropy over K classes, MSE of the standardised target).
+    ``on_epoch(epoch, history_row)`` runs after each epoch; what it raises (a tuner's
+    ``optuna.TrialPruned``) stops training and propagates from here.
+    """
     import torch
 
     from pipeline.tensors.classifier import MLPClassifier
     from pipeline.tensors.handoff import to_torch
     from pipeline.tensors.mlp import MLPArchitecture, default_embedding_dim
+    from pipeline.tensors.objectives import Objective
     from pipeline.tensors.training import FitOptions, Split, fit
 
     spec = TorchSpec(kind="torch", **params)
     features = features.in_memory(
         "the torch stage trains in one process and cannot take partitioned data; use model: xgboost in "
         "a train stage (xgboost.dask), or load without partitioned: true")
+    task = features.task
+    check_monitor(spec.early_stopping.monitor, task)
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
     device = _torch_device(spec.device, features)
@@ -104,6 +155,8 @@ def train_torch(
             codes, h_c = to_torch(features.codes[split], features.backend, f"{split}.codes")
             handoffs.append(h_c)
         splits[split] = Split(x=x, codes=codes, y=y)
+    _check_class_codes(splits, task)
+    objective = Objective.for_training(task, splits["train"].y)
 
     cardinalities = features.workflow.categorical_cardinalities()
     unknown = sorted(set(spec.embedding_dims) - set(features.categorical_columns))
@@ -116,7 +169,7 @@ def train_torch(
         cardinalities=[cardinalities[c] for c in features.categorical_columns],
         embedding_dims=[spec.embedding_dims.get(c) or default_embedding_dim(cardinalities[c])
                         for c in features.categorical_columns],
-        hidden=list(spec.hidden), dropout=spec.dropout, batch_norm=spec.batch_norm,
+        hidden=list(spec.hidden), dropout=spec.dropout, batch_norm=spec.batch_norm, n_outputs=task.n_outputs,
     )
     options = FitOptions(
         epochs=spec.epochs, batch_size=spec.batch_size, learning_rate=spec.learning_rate,
@@ -130,9 +183,10 @@ def train_torch(
     with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
         module = arch.build()
-        result = fit(module, splits["train"], splits.get("valid"), options, device=device, progress=progress)
-    classifier = MLPClassifier(module, device)
-    params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description"})
+        result = fit(module, splits["train"], splits.get("valid"), options, device=device, progress=progress,
+                     objective=objective, on_epoch=on_epoch)
+    classifier = MLPClassifier(module, device, objective)
+    params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description", "tune"})
     return TorchTrainedModel(
         name=name, model="mlp", estimator=classifier, features=features,
         scores=SplitScores(TorchScorer(classifier, features), features),
@@ -162,6 +216,26 @@ class TorchScorer:
         return self.classifier.predict_split(Split(x=x, codes=codes))
 
 
+def check_monitor(monitor: str, task: Task) -> None:
+    """A monitor another task's metric (val_auc on a regression) is refused before training."""
+    problem = monitor_problem(monitor, task.kind)
+    if problem:
+        raise DataError(f"torch stage: {problem}")
+
+
+def _check_class_codes(splits: dict[str, Any], task: Task) -> None:
+    """Multiclass labels must be codes 0..K-1: cross-entropy on a CUDA device would otherwise
+    stop the process with a device-side assert instead of an error."""
+    if task.kind != "multiclass":
+        return
+    for name, split in splits.items():
+        if split.y is not None and split.rows:
+            low, high = int(split.y.min()), int(split.y.max())
+            if low < 0 or high >= task.n_outputs:
+                raise DataError(f"{name} labels must be class codes 0..{task.n_outputs - 1} for "
+                                f"{task.describe()}; found {low}..{high}")
+
+
 def _torch_device(requested: str, features: FeatureSet) -> Any:
     import torch
 
@@ -178,8 +252,12 @@ def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
     from pipeline.store import atomic_write_json, atomic_write_text
     from pipeline.tensors.history import history_csv, plot_learning_curve
 
-    params = spec.model_dump(exclude={"kind", "inputs", "description"})
+    params = spec.model_dump(exclude={"kind", "inputs", "description", "tune"})
+    tuning = run_search(spec.tune, TorchTrainer(train_torch, dict(params), seed=ctx.seed), only_input(inputs), ctx) \
+        if spec.tune is not None else None    # tune: search first, then train the best fields as any others
+    params.update(tuning.best_params if tuning is not None else {})
     trained = train_torch(only_input(inputs), name=ctx.stage, seed=ctx.seed, progress=ctx.progress, **params)
+    trained.tuning = tuning.to_dict() if tuning is not None else None
     fit_result = trained.fit_result
     ctx.facts.update({
         "device": fit_result["device"], "precision": fit_result["precision"],
@@ -194,5 +272,9 @@ def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
         atomic_write_text(ctx.artifact_path("history.csv"), history_csv(trained.history))
         atomic_write_json(ctx.artifact_path("fit.json"), fit_result)
         plot_learning_curve(trained.history, ctx.artifact_path("learning_curve.png"),
-                            title=f"{ctx.stage}: learning curve", best_epoch=fit_result["best_epoch"])
+                            title=f"{ctx.stage}: learning curve", best_epoch=fit_result["best_epoch"],
+                            loss_label=trained.estimator.objective.loss_label)
+    if trained.features.fold_count():     # folds: k on the split: the same network trained per fold
+        cross_validate_model(ctx, trained, lambda fold: train_torch(
+            without_validation(fold), name=ctx.stage, seed=ctx.seed, **params).scores[HELD_OUT])
     return trained

@@ -17,10 +17,12 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends import Backend
-from pipeline.errors import DataError
+from pipeline.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
 from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.cross_validation import cross_validate_model
+from pipeline.stages.tuning import RegistryTrainer, TuneSpec, run_search
 from pipeline.tasks import Task
 
 
@@ -113,6 +115,9 @@ class TrainSpec(StageSpec):
                     "through XGBoost's external memory (true), or hold it in memory with xgboost.dask "
                     "(false). Default: external memory whenever the features were written as Parquet.",
     )
+    tune: TuneSpec | None = Field(
+        None, description="Search params with Optuna before training (trials scored on the valid split or by "
+                          "the folds' mean), then train the best; each trial's values override params.")
     min_inputs = 1
     max_inputs = 1
 
@@ -144,6 +149,24 @@ class TrainSpec(StageSpec):
             raise ValueError("; ".join(problems))
         return params
 
+    @field_validator("tune")
+    @classmethod
+    def _tunable_params(cls, tune: TuneSpec | None, info: ValidationInfo) -> TuneSpec | None:
+        model = info.data.get("model")
+        if tune is not None and model is not None:
+            problems = tune.unknown_params(get_model_spec(model).allowed_params(), f"model '{model}'")
+            if problems:
+                raise ValueError("; ".join(problems))
+        return tune
+
+    def task_problems(self, task: str) -> list[tuple[tuple[str, ...], str]]:
+        """(key path in this block, message) for a model or params that cannot serve ``task``,
+        the task a split upstream declares: the config loader asks, so a regression split
+        feeding a classifier fails at validation, not after the features are built."""
+        spec = get_model_spec(self.model)
+        where = ("model",) if not spec.serves(task) else ("params",)
+        return [(where, problem) for problem in spec.task_problems(task, self.params)]
+
 
 def train_model(
     features: FeatureSet,
@@ -153,10 +176,13 @@ def train_model(
     seed: int | None = 42,
     name: str | None = None,
     external_memory: bool | None = None,
+    estimator_kwargs: dict[str, Any] | None = None,
 ) -> TrainedModel:
     """Fit ``model`` (a registry name) on ``features``' training split.
 
     ``external_memory`` matters for partitioned features only (see ``TrainSpec``).
+    ``estimator_kwargs`` go to the estimator's constructor as they are, after translation and
+    outside ``params`` (a tuner's XGBoost ``callbacks``: not parameters a model file records).
     """
     backend: Backend = features.backend
     spec = get_model_spec(model)
@@ -166,10 +192,17 @@ def train_model(
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
+    task = features.task
+    refused = spec.task_problems(task.kind, params or {})
+    if refused:
+        where = f"stages.{name}" if name else ""
+        raise ConfigError([ConfigIssue(where, f"{problem} (the split's task is {task.describe()})")
+                           for problem in refused])
     kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=features.distributed)
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
-    estimator = backend.estimator(spec, kwargs, distributed=features.distributed)
+    estimator = backend.estimator(spec, {**kwargs, **(estimator_kwargs or {})}, distributed=features.distributed,
+                                  task=task.kind)
     fit_kwargs: dict[str, Any] = {}
     if spec.supports_eval_set and features.rows().get("valid"):
         fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
@@ -186,8 +219,15 @@ def train_model(
 
 @register_stage("train", TrainSpec, produces=TrainedModel, accepts=(FeatureSet,), resources=("gpu",))
 def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
-    trained = train_model(only_input(inputs), spec.model, spec.params, seed=ctx.seed, name=ctx.stage,
+    params, tuning = dict(spec.params), None
+    if spec.tune is not None:             # tune: search first, then train the best params as any others
+        tuning = run_search(spec.tune, RegistryTrainer(train_model, spec.model, spec.params, seed=ctx.seed,
+                                                       external_memory=spec.external_memory),
+                            only_input(inputs), ctx)
+        params.update(tuning.best_params)
+    trained = train_model(only_input(inputs), spec.model, params, seed=ctx.seed, name=ctx.stage,
                           external_memory=spec.external_memory)
+    trained.tuning = tuning.to_dict() if tuning is not None else None
     if trained.ignored_params:
         ctx.logger.warning("%s: %s has no %s on %s; ignored", ctx.stage, spec.model,
                            ", ".join(trained.ignored_params), ctx.backend.name)
@@ -196,4 +236,7 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     ctx.facts["estimator"] = type(trained.estimator).__module__ + "." + type(trained.estimator).__name__
     if trained.ignored_params:
         ctx.facts["ignored_params"] = trained.ignored_params
+    if trained.features.fold_count():     # folds: k on the split: the same model fitted per fold
+        cross_validate_model(ctx, trained, lambda fold: train_model(
+            fold, spec.model, params, seed=ctx.seed, name=ctx.stage).scores["valid"])
     return trained

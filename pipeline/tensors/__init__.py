@@ -23,6 +23,7 @@ _LAZY = {
     "MLPArchitecture": "pipeline.tensors.mlp",
     "TabularMLP": "pipeline.tensors.mlp",
     "MLPClassifier": "pipeline.tensors.classifier",
+    "Objective": "pipeline.tensors.objectives",
 }
 
 __all__ = ["Handoff", "matrix_handoff", "to_torch", *_LAZY]

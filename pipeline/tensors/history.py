@@ -6,7 +6,38 @@ import csv
 import io
 from pathlib import Path
 
-COLUMNS = ("epoch", "seconds", "loss", "val_loss", "val_auc")
+COLUMNS = ("epoch", "seconds", "loss", "val_loss", "val_auc", "val_accuracy", "val_rmse")
+
+# The validation numbers of each task, every one a possible early-stopping monitor. val_loss is
+# the training loss on the validation rows (for regression: the MSE of the standardised target,
+# comparable with ``loss``); val_rmse is in the target's own units.
+VALIDATION_METRICS: dict[str, tuple[str, ...]] = {
+    "binary": ("val_loss", "val_auc"),
+    "multiclass": ("val_loss", "val_accuracy"),
+    "regression": ("val_loss", "val_rmse"),
+}
+HIGHER_IS_BETTER: dict[str, bool] = {"val_loss": False, "val_auc": True, "val_accuracy": True, "val_rmse": False}
+LOSS_LABELS: dict[str, str] = {
+    "binary": "binary cross-entropy",
+    "multiclass": "cross-entropy",
+    "regression": "mean squared error (standardised target)",
+}
+_METRIC_LABELS = {"val_auc": "validation ROC AUC", "val_accuracy": "validation accuracy",
+                  "val_rmse": "validation RMSE"}
+
+
+def monitors_for(task_kind: str) -> tuple[str, ...]:
+    """The early-stopping monitors that apply to ``task_kind``."""
+    return VALIDATION_METRICS[task_kind]
+
+
+def monitor_problem(monitor: str, task_kind: str) -> str | None:
+    """Why ``monitor`` cannot watch a ``task_kind`` model (None: it can); for config checks too."""
+    allowed = monitors_for(task_kind)
+    if monitor in allowed:
+        return None
+    return (f"early_stopping.monitor {monitor!r} does not apply to a {task_kind} task; "
+            f"use one of {', '.join(allowed)}")
 
 
 def history_csv(history: list[dict[str, float]]) -> str:
@@ -18,8 +49,9 @@ def history_csv(history: list[dict[str, float]]) -> str:
     return out.getvalue()
 
 
-def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: str, best_epoch: int) -> None:
-    """Loss (left axis) and validation AUC (right axis) by epoch, the kept epoch marked."""
+def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: str, best_epoch: int,
+                        loss_label: str = LOSS_LABELS["binary"]) -> None:
+    """Loss (left axis) and the task's validation metric (right axis) by epoch, the kept epoch marked."""
     # Figure without pyplot: no global backend state, safe in threads and without a display.
     from matplotlib.figure import Figure
 
@@ -32,15 +64,16 @@ def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: s
     if any("val_loss" in row for row in history):
         ax.plot(epochs, [row.get("val_loss") for row in history], marker=".", label="val_loss")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("binary cross-entropy")
+    ax.set_ylabel(loss_label)
     if best_epoch:
         ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1, label=f"kept: epoch {best_epoch}")
     handles, labels = ax.get_legend_handles_labels()
-    if any("val_auc" in row for row in history):
-        auc = ax.twinx()
-        auc.plot(epochs, [row.get("val_auc") for row in history], color="tab:green", marker=".", label="val_auc")
-        auc.set_ylabel("validation ROC AUC")
-        more_handles, more_labels = auc.get_legend_handles_labels()
+    metric = next((m for m in _METRIC_LABELS if any(m in row for row in history)), None)
+    if metric is not None:
+        right = ax.twinx()
+        right.plot(epochs, [row.get(metric) for row in history], color="tab:green", marker=".", label=metric)
+        right.set_ylabel(_METRIC_LABELS[metric])
+        more_handles, more_labels = right.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize="small", frameon=False)
     ax.set_title(title)

@@ -29,9 +29,16 @@ class MLPArchitecture:
     hidden: list[int] = field(default_factory=lambda: [128, 64])
     dropout: float = 0.1
     batch_norm: bool = False
+    # Outputs per row: 1 (a binary logit or a regression value) or K class logits.
+    n_outputs: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format_version": 1, **asdict(self)}
+        """Plain numbers for ``architecture.json``; a one-output network's file is written as
+        before ``n_outputs`` existed, so older readers still load it."""
+        data = {"format_version": 1, **asdict(self)}
+        if self.n_outputs == 1:
+            del data["n_outputs"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MLPArchitecture:
@@ -45,7 +52,9 @@ class MLPArchitecture:
 
 
 class TabularMLP(nn.Module):
-    """[continuous | embeddings] -> (Linear, [BatchNorm], ReLU, [Dropout]) x len(hidden) -> 1 logit."""
+    """[continuous | embeddings] -> (Linear, [BatchNorm], ReLU, [Dropout]) x len(hidden) -> n_outputs.
+
+    One output comes back as a vector (n,), several as a matrix (n, n_outputs)."""
 
     def __init__(self, arch: MLPArchitecture) -> None:
         super().__init__()
@@ -65,7 +74,7 @@ class TabularMLP(nn.Module):
             if arch.dropout:
                 layers.append(nn.Dropout(arch.dropout))
             width = size
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, arch.n_outputs))
         self.body = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,4 +84,5 @@ class TabularMLP(nn.Module):
                 raise ValueError("this network embeds categorical columns: pass their codes")
             parts += [emb(codes[:, i]) for i, emb in enumerate(self.embeddings)]
         hidden = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-        return self.body(hidden).squeeze(1)
+        out = self.body(hidden)
+        return out.squeeze(1) if self.arch.n_outputs == 1 else out

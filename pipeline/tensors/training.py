@@ -16,15 +16,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ContextManager, Literal, Protocol
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pipeline.tensors.batches import TensorBatches
+from pipeline.tensors.objectives import Objective
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-Monitor = Literal["val_loss", "val_auc"]
+# val_loss for every task; val_auc binary, val_accuracy multiclass, val_rmse regression.
+Monitor = Literal["val_loss", "val_auc", "val_accuracy", "val_rmse"]
+EpochCallback = Callable[[int, dict[str, float]], None]
 
 
 class Progress(Protocol):
@@ -64,7 +65,8 @@ class FitOptions:
 
 @dataclass
 class Split:
-    """One split's tensors: features, optional category codes, optional 0/1 labels."""
+    """One split's tensors: features, optional category codes, optional labels (0/1, class
+    codes or target values)."""
 
     x: torch.Tensor
     codes: torch.Tensor | None = None
@@ -133,9 +135,19 @@ def fit(
     *,
     device: torch.device | str | None = None,
     progress: Progress | None = None,
+    objective: Objective | None = None,
+    on_epoch: EpochCallback | None = None,
 ) -> FitResult:
-    """Train ``module`` in place on ``train``; early-stop on ``valid`` and keep its best weights."""
+    """Train ``module`` in place on ``train``; early-stop on ``valid`` and keep its best weights.
+
+    ``objective`` says the task (binary when None); ``on_epoch(epoch, row)`` is called after
+    each epoch with its history row, and an exception it raises (a tuner's pruning) ends the
+    training and propagates.
+    """
     progress = progress or NoProgress()
+    objective = objective or Objective()
+    objective.check_monitor(options.monitor)
+    _check_outputs(module, objective)
     device = torch.device(device) if device is not None else train.x.device
     module.to(device)
     dtype, scaler = mixed_precision(options.precision, device)
@@ -150,7 +162,7 @@ def fit(
     notes = [] if monitor else ["no validation rows: trained every epoch, no early stopping"]
     if monitor == "val_auc" and valid is not None and valid.y is not None and len(torch.unique(valid.y)) < 2:
         monitor, notes = "val_loss", notes + ["validation split has one class: monitoring val_loss instead of val_auc"]
-    higher_is_better = monitor == "val_auc"
+    higher_is_better = monitor is not None and objective.higher_is_better(monitor)
     best_value, best_epoch, best_state, waited = -math.inf if higher_is_better else math.inf, 0, None, 0
     history: list[dict[str, float]] = []
     started = time.perf_counter()
@@ -164,7 +176,7 @@ def fit(
             for x, codes, y in batches:
                 with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                     logits = step(x, codes)
-                    loss = F.binary_cross_entropy_with_logits(logits.float(), y.float())
+                    loss = objective.loss(logits, objective.targets(y))
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
@@ -174,13 +186,15 @@ def fit(
                 advance(1)
         row: dict[str, float] = {"epoch": epoch, "loss": float(total.item()) / max(seen, 1)}
         if valid is not None and valid.rows and valid.y is not None:
-            row.update(_validate(module, valid, device, options.eval_batch_size))
+            row.update(_validate(module, valid, device, options.eval_batch_size, objective))
         row["seconds"] = time.perf_counter() - t0
         history.append(row)
         progress.message(epoch_line(row, options.epochs))
         report_metrics = getattr(progress, "metrics", None)      # a caller's own progress may lack it
         if report_metrics is not None:
             report_metrics(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        if on_epoch is not None:
+            on_epoch(epoch, dict(row))
         if monitor is None:
             continue
         value = row[monitor]
@@ -204,6 +218,13 @@ def fit(
                      seconds=time.perf_counter() - started, notes=notes)
 
 
+def _check_outputs(module: nn.Module, objective: Objective) -> None:
+    width = getattr(getattr(module, "arch", None), "n_outputs", None)
+    if width is not None and width != objective.n_outputs:
+        raise ValueError(f"the network has {width} output(s); a {objective.task.describe()} task needs "
+                         f"{objective.n_outputs}")
+
+
 def make_optimizer(module: nn.Module, options: FitOptions, device: torch.device) -> torch.optim.Optimizer:
     """AdamW; the fused kernel (one kernel for all parameters) where PyTorch has one."""
     fused = device.type in ("cpu", "cuda")
@@ -216,16 +237,19 @@ def epoch_line(row: dict[str, float], epochs: int) -> str:
     seconds = row["seconds"]
     took = f"{seconds:.1f}s" if seconds >= 1 else f"{seconds * 1000:.0f}ms"
     parts = [f"Epoch {int(row['epoch'])}/{epochs}", took, f"loss: {row['loss']:.4f}"]
-    parts += [f"{key}: {row[key]:.4f}" for key in ("val_loss", "val_auc") if key in row]
+    parts += [f"{key}: {row[key]:.4f}" for key in ("val_loss", "val_auc", "val_accuracy", "val_rmse") if key in row]
     return " - ".join(parts)
 
 
 @torch.inference_mode()
 def predict_logits(module: nn.Module, split: Split, device: torch.device, batch_size: int = 65536) -> torch.Tensor:
-    """Logits for every row in order, in fp32, on ``device``."""
+    """Logits (or values) for every row in order, in fp32, on ``device``: (n,) or (n, K)."""
     module.eval()
     out = [module(x, codes).float() for x, codes in _chunks(split, device, batch_size)]
-    return torch.cat(out) if out else torch.empty(0, device=device)
+    if out:
+        return torch.cat(out)
+    width = getattr(getattr(module, "arch", None), "n_outputs", 1)
+    return torch.empty((0,) if width == 1 else (0, width), device=device)
 
 
 def _chunks(split: Split, device: torch.device, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -235,14 +259,7 @@ def _chunks(split: Split, device: torch.device, size: int) -> Iterator[tuple[tor
         yield x, codes
 
 
-def _validate(module: nn.Module, valid: Split, device: torch.device, batch_size: int) -> dict[str, float]:
+def _validate(module: nn.Module, valid: Split, device: torch.device, batch_size: int,
+              objective: Objective) -> dict[str, float]:
     logits = predict_logits(module, valid, device, batch_size)
-    y = valid.y.to(device).float()
-    loss = float(F.binary_cross_entropy_with_logits(logits, y).item())
-    result = {"val_loss": loss}
-    y_host = y.cpu().numpy()
-    if len(np.unique(y_host)) == 2:
-        from sklearn.metrics import roc_auc_score
-
-        result["val_auc"] = float(roc_auc_score(y_host, torch.sigmoid(logits).cpu().numpy()))
-    return result
+    return objective.validation(logits, valid.y.to(device))

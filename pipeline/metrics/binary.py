@@ -76,3 +76,14 @@ def _log_loss(positive: np.ndarray, scores: np.ndarray) -> float:
     np.subtract(1.0, p, out=p, where=~positive)           # the probability of the true class
     np.log(p, out=p)
     return float(-p.mean())
+
+
+def binary_confusion(y_true: np.ndarray, scores: np.ndarray, *, threshold: float = 0.5) -> list[list[int]]:
+    """``[[tn, fp], [fn, tp]]``: rows are the true label (0, 1), columns the prediction at
+    ``threshold``, as scikit-learn's ``confusion_matrix(labels=[0, 1])``."""
+    positive = np.asarray(y_true).astype(bool, copy=False).ravel()
+    predicted = np.asarray(scores, dtype="float64").ravel() >= threshold
+    n_pos = int(np.count_nonzero(positive))
+    tp = int(np.count_nonzero(predicted & positive))
+    fp = int(np.count_nonzero(predicted)) - tp
+    return [[len(positive) - n_pos - fp, fp], [n_pos - tp, tp]]
