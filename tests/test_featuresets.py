@@ -20,7 +20,6 @@ from pipeline.featuresets import FeatureSet, InMemoryFeatures, PartitionedFeatur
 from pipeline.stages import SplitData, build_features, train_model
 from pipeline.stages.train import SplitScores
 from tests.conftest import TELCO
-from tests.test_xgboost_external import cluster_client  # noqa: F401 - the 2-worker LocalCluster
 
 TEXT = ["gender", "Partner", "Dependents", "PhoneService", "MultipleLines", "InternetService",
         "OnlineSecurity", "OnlineBackup", "DeviceProtection", "TechSupport", "StreamingTV",
