@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends import Backend, backend_for, get_backend
-from pipeline.distributed.predictions import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
+from pipeline.prediction_columns import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec

@@ -99,7 +99,7 @@ def run_predictions(run_dir: Path) -> pd.DataFrame:
 
 
 def test_class_columns_keep_letters_digits_and_underscores_and_stay_apart():
-    from pipeline.distributed.predictions import class_columns
+    from pipeline.prediction_columns import class_columns
 
     assert class_columns(CLASSES) == ["30_0", "30_1", "NO", "One_year"]
     assert class_columns(["Month-to-month", "", "?!", 3, 4.5]) == ["Month_to_month", "class_1", "class_2", "3", "4_5"]

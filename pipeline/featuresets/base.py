@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends import Backend
-from pipeline.distributed.predictions import CLASS_COLUMNS_KEY, class_column_map, task_columns, true_values
+from pipeline.prediction_columns import CLASS_COLUMNS_KEY, class_column_map, task_columns, true_values
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.tasks import BINARY, Task
