@@ -497,6 +497,7 @@ def _upstream_stages(run_dir: Path, stage: str) -> set[str]:
             continue
         seen.add(name)
         inputs = stages[name].get("inputs")
+        inputs = list(inputs.values()) if isinstance(inputs, dict) else inputs      # inputs by role
         todo += [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
     return seen
 

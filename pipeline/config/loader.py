@@ -32,7 +32,7 @@ from pipeline.errors import ConfigError, ConfigIssue
 from pipeline.features import OPS
 from pipeline.plugins import load_plugins
 from pipeline.stages import STAGE_KINDS
-from pipeline.stages.base import kinds_producing
+from pipeline.stages.base import input_list, kinds_producing
 
 
 def _tags() -> set[str]:
@@ -231,9 +231,10 @@ def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIss
     kinds: dict[str, str] = {}
     for name, block in stages.items():
         block = block if isinstance(block, dict) else {}
-        inputs = block.get("inputs", [])
-        graph[str(name)] = [str(i) for i in inputs] if isinstance(inputs, list) else []
         kinds[str(name)] = str(block.get("kind", ""))
+        kind = STAGE_KINDS.get(kinds[str(name)])
+        listed = input_list(block.get("inputs", []), kind.spec.input_roles if kind is not None else ())
+        graph[str(name)] = listed if isinstance(listed, list) else []     # a bad mapping: the schema says why
     issues = []
 
     def issue(stage: str, message: str) -> ConfigIssue:

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.backends import Backend
 from pipeline.hooks import LogProgress, StageProgress
 
 __all__ = [
     "STAGE_KINDS", "LogProgress", "StageContext", "StageKind", "StageProgress", "StageSpec", "Table",
-    "kinds_producing", "only_input", "register_stage",
+    "input_list", "kinds_producing", "only_input", "register_stage",
 ]
 
 
@@ -52,6 +52,45 @@ class StageSpec(BaseModel):
     # How many inputs a stage of this kind takes (what types: see ``register_stage``).
     min_inputs: ClassVar[int] = 0
     max_inputs: ClassVar[int | None] = None
+    # Names of the inputs by position (``join``: left, right). A kind with roles also takes
+    # ``inputs`` as a mapping ``{role: stage}``, kept as a list in role order.
+    input_roles: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _inputs_by_role(cls, inputs: Any) -> Any:
+        if isinstance(inputs, dict):
+            listed = input_list(inputs, cls.input_roles)
+            if isinstance(listed, str):
+                raise ValueError(listed)
+            return listed
+        return inputs
+
+    def at_cutoff(self, as_of: str) -> StageSpec:
+        """This stage as it runs when a run's tables are rebuilt from raw data at cut-off
+        ``as_of`` (``pipeline predict --as-of``): kinds with a cut-off return a copy at it."""
+        return self
+
+    def scoring_passthrough(self) -> int | None:
+        """When a run's tables are rebuilt for scoring, the position of the input whose table
+        this stage passes on unchanged instead of running (a label has no future to look at
+        then); None: it runs."""
+        return None
+
+
+def input_list(inputs: Any, roles: tuple[str, ...]) -> list[str] | str:
+    """``inputs`` as a list of stage names: a mapping ``{role: stage}`` in ``roles`` order, a
+    list as it is; a message (str) saying what is wrong with a mapping the roles refuse."""
+    if not isinstance(inputs, dict):
+        return [str(i) for i in inputs] if isinstance(inputs, list) else []
+    if not roles:
+        return "this stage kind takes inputs as a list of stage names, not a mapping"
+    unknown = [str(k) for k in inputs if k not in roles]
+    missing = [r for r in roles if r not in inputs]
+    if unknown or missing:
+        parts = ([f"unknown role(s) {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])
+        return f"inputs by role must name exactly {list(roles)}: {'; '.join(parts)}"
+    return [str(inputs[role]) for role in roles]
 
 
 @dataclass
