@@ -78,6 +78,7 @@ def predict_batch(
     na_values: Sequence[str] | None = None,
     partitioned: bool = False,
     scheduler: str | None = None,
+    as_of: str | None = None,
 ) -> PredictResult:
     """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
 
@@ -94,6 +95,8 @@ def predict_batch(
     ``model`` (``pipeline.scoring.scores_table``). ``partitioned``: score partition by
     partition with Dask (on the cluster at ``scheduler``, else local threads) into a Parquet
     folder at ``output`` (pipeline.predict_partitioned), for input larger than memory.
+    ``as_of``: ``input`` is raw events; the run's table stages (aggregate, label, join...) are
+    replayed on them at that cut-off and the rebuilt table is scored (``pipeline.rebuild``).
     Raises ``UsageError`` (a ``ConfigError``: bad options), ``DataError`` (run, artifacts or
     input), ``BackendUnavailable`` or ``StorageError``.
     """
@@ -102,6 +105,13 @@ def predict_batch(
 
     started = time.perf_counter()
     output = Path(output)
+    if as_of is not None:
+        from pipeline.rebuild import parse_as_of
+
+        as_of = parse_as_of(as_of)
+        if partitioned:
+            raise UsageError("--as-of and --partitioned cannot be combined yet: the features rebuilt from the "
+                             "events are scored in memory (they hold one row per entity)")
     if partitioned:
         from pipeline.predict_partitioned import check_output_folder
 
@@ -133,17 +143,42 @@ def predict_batch(
     saved = load_model(run_dir / models[name], device=backend.name)
     id_column = saved.meta.get("id_column")
     if partitioned:
-        rows = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values, scheduler)
+        rows = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values, scheduler,
+                                    dates=read["dates"])
         return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
                              run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind)
-    frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values,
-                       dtypes=read["dtypes"])
+    if as_of is not None:
+        frame = rebuilt_input(run_dir, name, files, as_of, saved, backend)
+    else:
+        frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values,
+                           dtypes=read["dtypes"], dates=read["dates"])
 
     table = scores_table(frame, saved, name, threshold, backend)
     rows = len(table)
     write_table(table, output, out_format)
     return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
                          run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind)
+
+
+def rebuilt_input(run_dir: Path, model: str, files: list[tuple[Path, str]], as_of: str, saved: Any,
+                  backend: Any) -> Any:
+    """The model's input table rebuilt from raw events at ``as_of`` with the run's own stage
+    definitions (its verified config.yaml), checked like any input: columns present, types as at fit."""
+    from pipeline.backends import compute_lazy, is_partitioned
+    from pipeline.config import load_config
+    from pipeline.rebuild import rebuild_table
+
+    config = load_config(run_dir / layout.CONFIG)
+    frame = rebuild_table(config.stages, model, files, as_of, backend, seed=config.seed)
+    if is_partitioned(frame):
+        (frame,) = compute_lazy(frame)
+    fitted = saved.workflow.input_columns_
+    id_column = saved.meta.get("id_column")
+    source = files[0][0].parent if len(files) > 1 else files[0][0]
+    missing = [c for c in [*fitted, *([id_column] if id_column else [])] if c not in frame.columns]
+    if missing:
+        raise DataError(f"the table rebuilt from {source} at {as_of} lacks column(s) {missing} that the model needs")
+    return check_types(frame, fitted, backend, source=source, fmt="table")
 
 
 def exported_task(folder: Path) -> Task:
@@ -171,7 +206,7 @@ def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any
 
 def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,
                          threshold: float | None, id_column: str | None, na_values: Sequence[str] | None,
-                         scheduler: str | None) -> int:
+                         scheduler: str | None, *, dates: Mapping[str, str | None] | None = None) -> int:
     """The same header and type checks as in memory, on each file's header and Dask's meta."""
     from pipeline.predict_partitioned import score_partitioned
 
@@ -180,6 +215,7 @@ def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], o
     text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
     return score_partitioned(saved, name, files, output, backend=backend, threshold=threshold, needed=needed,
                              text_columns=text_columns, na_values=na_values, scheduler=scheduler,
+                             dates={c: f for c, f in (dates or {}).items() if c in needed} or None,
                              check=lambda meta, source, fmt: check_types(meta, fitted, backend, source=source,
                                                                          fmt=fmt))
 
@@ -377,24 +413,26 @@ def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
 
 def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,
                id_column: str | None = None, na_values: Sequence[str] | None = None,
-               dtypes: Mapping[str, str] | None = None) -> Any:
+               dtypes: Mapping[str, str] | None = None, dates: Mapping[str, str | None] | None = None) -> Any:
     """Read and check every file, then concatenate them (in order).
 
     All headers are checked before any file is read in full, then each file's types, so a
     schema problem is reported before any scoring and names the file. Only the columns the
     workflow needs (and the id) are read; extra columns are ignored. ``dtypes``: the run's
-    load dtypes (those of columns read here apply).
+    load dtypes (those of columns read here apply); ``dates``: the run's load date formats (the
+    same: new rows' dates parse as the training rows' did).
     """
     needed = check_headers(files, fitted, id_column)
     text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
     run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
+    run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
     frames = []
     for path, fmt in files:
         # Text columns are read as text from CSV, as at training: digits-only categories would
         # otherwise become numbers and silently match no category.
         types = {**run_dtypes, **({c: "str" for c in text_columns} if fmt == "csv" else {})} or None
         frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
-                             na_values=list(na_values) if na_values else None)
+                             na_values=list(na_values) if na_values else None, dates=run_dates)
         frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
     if len(frames) == 1:
         return frames[0]
@@ -465,6 +503,7 @@ def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> d
     upstream = _upstream_stages(run_dir, model) or set(manifest.stages)
     na_values: list[str] = []
     dtypes: dict[str, str] = {}
+    dates: dict[str, str | None] = {}
     for stage in sorted(upstream):
         record_ = manifest.stages.get(stage)
         options = record_.facts.get("read_options") if record_ is not None else None
@@ -475,7 +514,10 @@ def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> d
         types = options.get("dtypes")
         if isinstance(types, dict):
             dtypes.update({k: v for k, v in types.items() if isinstance(k, str) and isinstance(v, str)})
-    return {"na_values": na_values, "dtypes": dtypes}
+        formats = options.get("dates")
+        if isinstance(formats, dict):
+            dates.update({k: v for k, v in formats.items() if isinstance(k, str) and (v is None or isinstance(v, str))})
+    return {"na_values": na_values, "dtypes": dtypes, "dates": dates}
 
 
 def _upstream_stages(run_dir: Path, stage: str) -> set[str]:

@@ -11,7 +11,7 @@ it was until then, and on any error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ def check_output_folder(path: Path) -> None:
 def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], output: Path, *,
                       backend: Any, threshold: float | None, needed: list[str], text_columns: list[str],
                       na_values: Sequence[str] | None, scheduler: str | None,
-                      check: Callable[[Any, Path, str], Any]) -> int:
+                      check: Callable[[Any, Path, str], Any], dates: Mapping[str, str | None] | None = None) -> int:
     """Score every row of ``files`` into the Parquet folder ``output``; returns the row count.
 
     The columns are ``scores_table``'s for the model's task (``threshold`` None: not binary).
@@ -46,7 +46,8 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
     fmt = formats.pop()
     dtypes = {c: "str" for c in text_columns} if fmt == "csv" else None
     frame = backend.read_partitioned([str(path) for path, _ in files], format=fmt, columns=needed,
-                                     dtypes=dtypes, na_values=list(na_values) if na_values else None)
+                                     dtypes=dtypes, na_values=list(na_values) if na_values else None,
+                                     dates=dict(dates) if dates else None)
     source = files[0][0].parent if len(files) > 1 else files[0][0]
     check(frame._meta_nonempty, source, fmt)
     scored = frame.map_partitions(scores_table, saved, name, threshold, backend,

@@ -337,6 +337,15 @@ UNTRACKED_RESULTS = frozenset({"to_pandas", "to_numpy", "to_arrow", "tolist", "t
                                "compute", "to_parquet", "to_csv", "random_split", "columns", "index",
                                "dtype", "dtypes", "shape", "npartitions", "ndim", "size", "name", "nbytes",
                                "strides", "flags", "data", "ptr", "items", "keys"})
+# What ``groupby`` returns, by the receiver's role and whether it is a Dask collection: members
+# used on a group-by are checked on these (a frame's ``size`` is a property, a group-by's a method);
+# what those members return is not followed.
+GROUP_BY_TYPES: dict[tuple[str, bool], str] = {
+    ("frame", False): "cudf.core.groupby.groupby.DataFrameGroupBy",
+    ("series", False): "cudf.core.groupby.groupby.SeriesGroupBy",
+    ("frame", True): "dask_cudf._expr.groupby.GroupBy",
+    ("series", True): "dask_cudf._expr.groupby.SeriesGroupBy",
+}
 # Attributes whose value has its own type (resolved in the installed library when checked).
 ACCESSOR_ATTRS = frozenset({"cat", "str", "dt", "list", "struct", "iloc", "loc"})
 # Types of attributes the installed library cannot tell (compiled descriptors without annotations).
@@ -1096,6 +1105,8 @@ class _FunctionState:
             kind, dask = role
             if member in UNTRACKED_RESULTS:
                 return None
+            if member == "groupby":
+                return GROUP_BY_TYPES.get((kind, dask))
             if member in TO_ARRAY:
                 return self.facts.type_of("array")
             if member in REDUCTIONS:
@@ -1166,12 +1177,19 @@ class _FunctionState:
     def expr_IfExp(self, node: ast.IfExp, env: dict[str, Kinds]) -> Kinds:
         self.expr(node.test, env)
         has = _hasattr_guard(node.test)
+        guard = _partition_guard(node.test, self.guards)
+        body_env, else_env = env, env
+        if guard is not None:                 # ``x._meta if is_partitioned(x) else x.iloc[:0]``
+            name, positive = guard
+            body_env, else_env = dict(env), dict(env)
+            self._refine(body_env, name, dask=positive)
+            self._refine(else_env, name, dask=not positive)
         if has:
             self.hasattr.add(has)
-        body = self.expr(node.body, env)
+        body = self.expr(node.body, body_env)
         if has:
             self.hasattr.discard(has)
-        return body.union(self.expr(node.orelse, env))
+        return body.union(self.expr(node.orelse, else_env))
 
     def expr_DictComp(self, node: ast.DictComp, env: dict[str, Kinds]) -> Kinds:
         local = dict(env)

@@ -31,7 +31,7 @@ stages:
   accounts: {kind: load, path: accounts.csv, na_values: [" "]}
   profile: {kind: load, path: profile.csv}
   joined:
-    kind: join
+    kind: key_join
     inputs: [accounts, profile]
     key: customerID
   split: {kind: split, inputs: [joined], target: Churn, positive: "Yes", test: 0.2, valid: 0.1}
@@ -81,7 +81,7 @@ def finished_run(project: Path) -> Path:
 def test_a_plugin_stage_kind_and_model_run_end_to_end(finished_run: Path):
     manifest = read_manifest(finished_run)
     assert manifest.status == "succeeded"
-    assert manifest.stages["joined"].kind == "join" and manifest.stages["joined"].facts["rows"] == 7043
+    assert manifest.stages["joined"].kind == "key_join" and manifest.stages["joined"].facts["rows"] == 7043
     assert set(manifest.metrics["models"]) == {"centroid", "logreg"}
     assert 0.6 < manifest.metrics["models"]["centroid"]["roc_auc"] < 1.0
     assert manifest.models["centroid"] == "export/models/centroid"
@@ -106,11 +106,11 @@ def test_schema_and_dag_show_the_plugin(project: Path):
     schema = cli(project, "schema", env={"PIPELINE_PLUGINS": "churn_plugin", "PYTHONPATH": str(project)})
     assert schema.returncode == 0, schema.stderr
     text = schema.stdout
-    assert '"join"' in text and '"centroid"' in text and "Key column both inputs have." in text
+    assert '"key_join"' in text and '"centroid"' in text and "Key column both inputs have." in text
     without = cli(project, "schema")
-    assert '"join"' not in without.stdout            # only where the plugin is loaded
+    assert '"key_join"' not in without.stdout            # only where the plugin is loaded
     dag = cli(project, "dag", "config.yaml")
-    assert dag.returncode == 0 and "joined [join] <- accounts, profile" in dag.stdout
+    assert dag.returncode == 0 and "joined [key_join] <- accounts, profile" in dag.stdout
 
 
 def test_a_plugin_kind_is_checked_by_the_types_it_accepts(project: Path):
@@ -119,7 +119,8 @@ def test_a_plugin_kind_is_checked_by_the_types_it_accepts(project: Path):
     (project / "bad.yaml").write_text(bad)
     done = cli(project, "validate", "bad.yaml")
     assert done.returncode == ExitCode.CONFIG
-    assert "input 'split' is a 'split' stage; a 'join' stage reads 'load' or 'join' stages" in done.stderr
+    assert "input 'split' is a 'split' stage; a 'key_join' stage reads 'load'" in done.stderr
+    assert "'key_join' stages" in done.stderr
 
 
 def test_a_plugin_that_cannot_be_imported_is_a_config_error(project: Path):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.dates import missing_date_columns, parse_dates, partition_dates
 from pipeline.errors import BackendUnavailable, DataError
 from pipeline.tasks import BINARY, Task
 
@@ -50,11 +51,14 @@ class Backend(ABC):
         dtypes: Mapping[str, str] | None = None,
         na_values: Sequence[str] | None = None,
         filters: Sequence[Filter] | None = None,
+        dates: Mapping[str, str | None] | None = None,
     ) -> Any:
         """Read a CSV or Parquet file into a frame of this backend.
 
         Filters go to the Parquet reader (row-group pruning) and are applied after the read
-        for CSV, so both formats give the same rows.
+        for CSV, so both formats give the same rows. ``dates`` (column -> strptime format, None
+        for the first value's layout) are parsed right after the read (``backends.dates``), so
+        a filter on one of them compares dates and is applied after the read on both formats.
         """
         path = Path(path)
         if not path.exists():
@@ -65,9 +69,10 @@ class Backend(ABC):
             check_row_widths(path)
         try:
             if fmt == "csv":
-                frame = self._read_csv(path, columns=columns, dtypes=dtypes, na_values=na_values)
+                types = text_dates(dtypes, dates, read_header(path, fmt)) if dates else dtypes
+                frame = self._read_csv(path, columns=columns, dtypes=types, na_values=na_values)
             elif fmt == "parquet":
-                frame = self._read_parquet(path, columns=columns, filters=filters)
+                frame = self._read_parquet(path, columns=columns, filters=pushed_filters(filters, dates))
                 if dtypes:
                     frame = frame.astype(dict(dtypes))
             else:
@@ -79,8 +84,11 @@ class Backend(ABC):
         missing = [c for c in (columns or []) if c not in frame.columns]
         if missing:
             raise DataError(f"{path}: missing columns {missing}")
-        if filters and fmt == "csv":
-            frame = apply_filters(frame, filters, source=str(path))
+        if dates:
+            frame = parse_dates(self, frame, dates, source=str(path), csv_files=[path] if fmt == "csv" else ())
+        late = filters if fmt == "csv" else late_filters(filters, dates)
+        if late:
+            frame = apply_filters(frame, late, source=str(path))
         return frame
 
     def read_partitioned(
@@ -93,11 +101,13 @@ class Backend(ABC):
         na_values: Sequence[str] | None = None,
         filters: Sequence[Filter] | None = None,
         blocksize: str | int | None = "64MiB",
+        dates: Mapping[str, str | None] | None = None,
     ) -> Any:
         """A Dask DataFrame over a Parquet folder/file or CSV file(s) (a glob or a list works).
 
         Partitions are pandas or cuDF frames as Dask's ``dataframe.backend`` says, so the
         same feature ops run on each partition. Nothing is read until something computes.
+        ``dates`` are parsed partition by partition, as ``read`` parses them.
         """
         import dask
         import dask.dataframe as dd
@@ -110,11 +120,13 @@ class Backend(ABC):
         try:
             with dask.config.set({"dataframe.backend": self.dask_backend}):
                 if fmt == "parquet":
+                    pushed = pushed_filters(filters, dates)
                     frame = dd.read_parquet(text, columns=list(columns) if columns else None,
-                                            filters=[tuple(f) for f in filters] if filters else None)
+                                            filters=[tuple(f) for f in pushed] if pushed else None)
                 elif fmt == "csv":
+                    types = text_dates(dtypes, dates, read_header(first, fmt) if dates and first.is_file() else None)
                     frame = dd.read_csv(text, usecols=list(columns) if columns else None,
-                                        dtype=dict(dtypes) if dtypes else None,
+                                        dtype=dict(types) if types else None,
                                         na_values=list(na_values) if na_values else None, blocksize=blocksize)
                 else:
                     raise DataError(f"{text}: unknown format '{fmt}' (expected csv or parquet)")
@@ -124,9 +136,31 @@ class Backend(ABC):
             raise DataError(f"cannot read {text} as partitioned {fmt}: {one_line(exc)}") from exc
         if dtypes and fmt == "parquet":
             frame = frame.astype(dict(dtypes))
-        if filters and fmt == "csv":
-            frame = frame.map_partitions(apply_filters, filters, source=str(text))
+        if dates:
+            frame = self._parse_partitioned_dates(frame, dates, text, fmt)
+        late = filters if fmt == "csv" else late_filters(filters, dates)
+        if late:
+            frame = frame.map_partitions(apply_filters, late, source=str(text))
         return frame
+
+    def _parse_partitioned_dates(self, frame: Any, dates: Mapping[str, str | None], text: str | list[str],
+                                 fmt: str) -> Any:
+        """``dates`` parsed in each partition; a column the data lacks is refused now, and a
+        bad value in a CSV is found by its line in the files when its partition is computed."""
+        missing = missing_date_columns(frame.columns, dates)
+        if missing:
+            raise DataError(f"{text}: dates names column(s) {missing} that the data does not have "
+                            f"(columns: {', '.join(map(str, frame.columns))})")
+        files = [p for p in partitioned_sources(text) if p.is_file()] if fmt == "csv" else []
+        options = {"source": str(text), "csv_files": files}
+        return frame.map_partitions(partition_dates, self, dict(dates), **options,
+                                    meta=parse_dates(self, frame._meta, dates, **options))
+
+    def strptime(self, text: Any, fmt: str) -> tuple[Any, Any]:
+        """``text`` parsed with the strptime format ``fmt`` (no offset), and the mask of the
+        present values that do not parse; the dates are unused when any does not."""
+        parsed = self.frame.to_datetime(text, format=fmt, errors="coerce")
+        return parsed, parsed.isna() & text.notna()
 
     @abstractmethod
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> Any: ...
@@ -548,6 +582,27 @@ def _infer_format(path: Path) -> str:
     raise DataError(f"{path}: cannot tell the format from the file name; set format: csv or parquet")
 
 
+def text_dates(dtypes: Mapping[str, str] | None, dates: Mapping[str, Any] | None,
+               header: Sequence[str] | None) -> dict[str, str] | None:
+    """CSV dtypes with each ``dates`` column of ``header`` read as text unless ``dtypes`` names
+    it: 19970101 keeps its digits (a gap would make it 19970101.0), and Dask does not guess a
+    type from its first rows that a bad value further on contradicts. A column the header lacks
+    is left to the check that names it."""
+    types = {**{c: "str" for c in dates or {} if header is None or c in header}, **(dtypes or {})}
+    return types or None
+
+
+def pushed_filters(filters: Sequence[Filter] | None, dates: Mapping[str, Any] | None) -> list[Filter]:
+    """The filters a Parquet reader can apply itself: those on columns not parsed as dates
+    (a filter on a date column compares dates, which exist only after the parse)."""
+    return [f for f in filters or () if f[0] not in (dates or {})]
+
+
+def late_filters(filters: Sequence[Filter] | None, dates: Mapping[str, Any] | None) -> list[Filter]:
+    """The filters on ``dates`` columns: applied after the parse."""
+    return [f for f in filters or () if f[0] in (dates or {})]
+
+
 def apply_filters(frame: Any, filters: Sequence[Filter], *, source: str = "") -> Any:
     """Keep rows matching every ``[column, op, value]`` filter (pyarrow's conjunctive form)."""
     mask = None
@@ -564,7 +619,10 @@ def apply_filters(frame: Any, filters: Sequence[Filter], *, source: str = "") ->
 
 
 def _filter_condition(col: Any, op: str, value: Any) -> Any:
-    """The row mask of one ``[column, op, value]`` filter."""
+    """The row mask of one ``[column, op, value]`` filter; on a date column the value is a
+    date (``"1997-06-01"``, or 19970601 as its digits)."""
+    if pd.api.types.is_datetime64_any_dtype(col.dtype):
+        value = [_as_date(v) for v in value] if op in ("in", "not in") else _as_date(value)
     if op == "in":
         return col.isin(list(value))
     if op == "not in":
@@ -573,6 +631,15 @@ def _filter_condition(col: Any, op: str, value: Any) -> Any:
     if compare is None:
         raise ValueError(f"unknown filter operator '{op}' (use one of {', '.join(FILTER_OPS)})")
     return compare(col, value)
+
+
+def _as_date(value: Any) -> pd.Timestamp:
+    """A filter value compared with a date column, as a date (an integer read as its digits:
+    pandas would read 19970601 as nanoseconds since 1970)."""
+    stamp = pd.Timestamp(str(value) if isinstance(value, (int, np.integer)) else value)
+    if stamp is pd.NaT:
+        raise ValueError(f"{value!r} is not a date")
+    return stamp
 
 
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {

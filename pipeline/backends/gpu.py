@@ -9,6 +9,7 @@ without a GPU.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,11 @@ import pandas as pd
 
 from pipeline.backends.base import Backend, compute_lazy, is_partitioned, row_major_matrix
 from pipeline.errors import DataError
+
+
+# Formats whose every directive writes a zero-padded number: a date parsed with one writes back
+# exactly the text it came from, which catches the days libcudf accepts and pandas does not.
+_ROUND_TRIP = re.compile(r"(?:[^%]|%[YmdHMS])*")
 
 
 def _column_array(series: cudf.Series) -> cp.ndarray:
@@ -50,6 +56,35 @@ class GpuBackend(Backend):
             columns=list(columns) if columns else None,
             filters=[tuple(f) for f in filters] if filters else None,
         )
+
+    def strptime(self, text: cudf.Series, fmt: str) -> tuple[cudf.Series, cudf.Series]:
+        """``text`` parsed on the GPU where cuDF parses it as pandas does, else on the host.
+
+        cuDF's ``to_datetime`` has no ``errors="coerce"``, refuses a column whose values differ
+        in length ("1/2/1997" beside "10/12/1997") and some directives, and libcudf checks each
+        field's range, not the date (it reads 1997-02-30). So the values are checked with
+        ``str.istimestamp`` first, and a format of zero-padded numbers only (ISO, %Y%m%d) is
+        checked once more by writing the dates back: any value found wanting, or any refusal,
+        sends the column to pandas, whose answer (the dates, the values that do not parse) is
+        the CPU backend's exactly.
+        """
+        present = text.notna()
+        try:
+            valid = text.str.istimestamp(fmt).fillna(False)
+            if bool((present & ~valid).any()):
+                return self._strptime_on_host(text, fmt)
+            parsed = cudf.to_datetime(text, format=fmt)
+            if _ROUND_TRIP.fullmatch(fmt) and bool((present & (parsed.dt.strftime(fmt) != text)).any()):
+                return self._strptime_on_host(text, fmt)
+        except (NotImplementedError, ValueError, TypeError, RuntimeError):
+            return self._strptime_on_host(text, fmt)
+        return parsed, present & parsed.isna()
+
+    def _strptime_on_host(self, text: cudf.Series, fmt: str) -> tuple[cudf.Series, cudf.Series]:
+        """pandas' parse of ``text`` (the CPU backend's rule), moved back to the GPU."""
+        host = text.to_pandas()
+        parsed = pd.to_datetime(host, format=fmt, errors="coerce")
+        return cudf.from_pandas(parsed), cudf.from_pandas(parsed.isna() & host.notna())
 
     def from_pandas(self, frame: pd.DataFrame) -> cudf.DataFrame:
         if isinstance(frame, cudf.DataFrame):

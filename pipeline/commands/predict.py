@@ -38,12 +38,15 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
               help="Score partition by partition with Dask into a Parquet folder: input larger than memory.")
 @click.option("--scheduler", metavar="ADDRESS",
               help="With --partitioned: score on the Dask cluster at this scheduler (default: local threads).")
+@click.option("--as-of", "as_of", metavar="DATE",
+              help="--input is raw events: rebuild the run's features from them at this cut-off (the run's own "
+                   "aggregate, label and join definitions) and score the rebuilt rows.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: every line on stdout and stderr is one JSON object, for log shippers.")
 @handle_errors
 def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str, pipeline_name: str | None,
             device: str, threshold: float | None, na_values: tuple[str, ...], partitioned: bool,
-            scheduler: str | None, log_format: str) -> None:
+            scheduler: str | None, as_of: str | None, log_format: str) -> None:
     """Score the rows of --input with a model of --run and write --output.
 
     Columns by the model's task: binary score and prediction (0/1 at the threshold);
@@ -64,7 +67,7 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
         check_scheduler_address(scheduler, where="--scheduler")
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
                            device=device, threshold=threshold, na_values=list(na_values) or None,
-                           partitioned=partitioned, scheduler=scheduler)
+                           partitioned=partitioned, scheduler=scheduler, as_of=as_of)
     how = f"threshold {result.threshold:g}" if result.threshold is not None else result.task
     line = (f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
             f"{how}) -> {result.output} in {result.seconds:.2f}s")

@@ -14,6 +14,9 @@ that decides what YAML may hold; the config file and every ``--set`` value are r
   of mappings; a string never holds a NUL character (strings become paths);
 - YAML 1.1 timestamps (``2024-01-01``) stay the text that was written: a config has no date
   fields, and a date object would not survive the JSON of the run record;
+- booleans are YAML 1.2's: only ``true`` / ``false`` (any case). YAML 1.1 also reads ``on``,
+  ``off``, ``yes`` and ``no`` as booleans, which turned a join's ``on:`` key into ``True`` and
+  ``positive: yes`` into a boolean; they stay text (a bool field still reads "yes" as true);
 - bounded: ``MAX_DOCUMENT_BYTES`` of text, ``MAX_DEPTH`` levels of nesting (checked while
   composing, before PyYAML's recursive composer can exhaust the stack) and ``MAX_VALUES``
   values once aliases are expanded (an 800-byte "billion laughs" document would otherwise
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -155,9 +159,19 @@ class _BoundPassed(yaml.MarkedYAMLError):
     ``context`` holds the key path."""
 
 
-def _without_timestamps(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
-    return {first: [(tag, regexp) for tag, regexp in entries if tag != f"{CORE}timestamp"]
-            for first, entries in resolvers.items()}
+# Booleans by the YAML 1.2 core schema: true and false only, in any case (TRUE, False...).
+CORE_BOOL = re.compile(r"^(?:true|false)$", re.IGNORECASE)
+
+
+def _core_resolvers(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
+    """PyYAML's implicit resolvers without timestamps, with YAML 1.2 booleans (true / false)
+    in place of YAML 1.1's (which include on / off / yes / no)."""
+    dropped = {f"{CORE}timestamp", f"{CORE}bool"}
+    out = {first: [(tag, regexp) for tag, regexp in entries if tag not in dropped]
+           for first, entries in resolvers.items()}
+    for first in "tTfF":
+        out.setdefault(first, []).insert(0, (f"{CORE}bool", CORE_BOOL))
+    return out
 
 
 try:                                   # libyaml's event parser: the same events, ~10x faster
@@ -175,14 +189,15 @@ except ImportError:                    # PyYAML built without libyaml
 
 
 class _BoundedComposer(Composer, _EventParser, Resolver):  # type: ignore[misc,valid-type]
-    """PyYAML's composer on an event parser, with bounds on depth and size; plain dates are text.
+    """PyYAML's composer on an event parser, with bounds on depth and size; plain dates are
+    text, and only true / false are booleans.
 
     The composer is PyYAML's Python one even where libyaml's is available: libyaml's composer
     recurses in C with no bound. It recurses once per level (a few stack frames each), so the
     bound is checked before descending: 3,000 nested brackets end here, not in a RecursionError.
     """
 
-    yaml_implicit_resolvers = _without_timestamps(Resolver.yaml_implicit_resolvers)
+    yaml_implicit_resolvers = _core_resolvers(Resolver.yaml_implicit_resolvers)
 
     def __init__(self, stream: str, *, root: KeyPath = ()) -> None:
         _EventParser.__init__(self, stream)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 
 from pipeline.backends import Backend, is_partitioned
 from pipeline.errors import DataError
+from pipeline.features.date_ops import DateDiffRules, DatePartsRules
 
 # A category or fill value as JSON holds it (the exact type is kept: 1, 1.0, "1", True).
 Scalar = Union[float, int, str, bool]
@@ -486,8 +487,20 @@ class Drop(FeatureOp):
         return [c for c in columns if c not in self.columns]
 
 
+class DateParts(DatePartsRules, FeatureOp):
+    """Calendar parts of date columns as numbers (``pipeline.features.date_ops``)."""
+
+    op: ClassVar[str] = "date_parts"
+
+
+class DateDiff(DateDiffRules, FeatureOp):
+    """Time from date columns to a date or a date column (``pipeline.features.date_ops``)."""
+
+    op: ClassVar[str] = "date_diff"
+
+
 OPS: dict[str, type[FeatureOp]] = {
-    cls.op: cls for cls in (FillMissing, OneHot, Categorify, Standardize, Log1p, Drop)
+    cls.op: cls for cls in (FillMissing, OneHot, Categorify, Standardize, Log1p, Drop, DateParts, DateDiff)
 }
 
 

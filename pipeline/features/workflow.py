@@ -120,11 +120,17 @@ class FeatureWorkflow:
             raise DataError(f"columns {repeated} appear more than once after the feature ops; rename or drop "
                             "the input column that an op's output collides with")
         non_numeric = [str(c) for c in frame.columns if not backend.is_numeric(frame[c])]
-        if non_numeric:
-            raise DataError(
-                f"columns {non_numeric} are still text after the feature ops; encode them with "
-                "one_hot or categorify, or remove them with drop"
-            )
+        dates = [c for c in non_numeric if pd.api.types.is_datetime64_any_dtype(frame[c].dtype)]
+        text = [c for c in non_numeric if c not in dates]
+        problems = []
+        if dates:
+            problems.append(f"columns {dates} are dates: turn them into numbers with date_parts or date_diff, "
+                            "or drop them")
+        if text:
+            problems.append(f"columns {text} are still text after the feature ops; encode them with "
+                            "one_hot or categorify, or remove them with drop")
+        if problems:
+            raise DataError("; ".join(problems))
         self.output_columns_ = names
 
     def categorical_cardinalities(self) -> dict[str, int]:

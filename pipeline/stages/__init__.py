@@ -6,6 +6,9 @@ function that works on data you already hold (``load_table``, ``split_frame``,
 # isort: off
 from pipeline.stages.base import STAGE_KINDS, StageContext, StageKind, StageSpec, register_stage
 from pipeline.stages.load import LoadSpec, load_table
+from pipeline.stages.aggregate import AggregateSpec, aggregate_events
+from pipeline.stages.label import LabelSpec, label_events
+from pipeline.stages.join import JoinSpec, join_tables
 from pipeline.stages.split import SplitData, SplitSpec, split_frame
 from pipeline.stages.features import FeatureSet, FeaturesSpec, build_features
 from pipeline.stages.cross_validation import CVResult, cross_validate
@@ -18,7 +21,7 @@ from pipeline.stages.python import PythonSpec
 # isort: on
 
 __all__ = [
-    "STAGE_KINDS", "CVResult", "EnsembleModel", "EnsembleSpec", "EvaluateSpec", "Evaluation", "ExportSpec", "FeatureSet", "FeaturesSpec",
+    "STAGE_KINDS", "AggregateSpec", "LabelSpec", "aggregate_events", "label_events", "JoinSpec", "join_tables", "CVResult", "EnsembleModel", "EnsembleSpec", "EvaluateSpec", "Evaluation", "ExportSpec", "FeatureSet", "FeaturesSpec",
     "LoadSpec", "PythonSpec", "SplitData", "SplitSpec", "StageContext", "StageKind", "StageSpec",
     "TorchSpec", "TorchTrainedModel", "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "cross_validate", "evaluate_models",
     "load_table", "predictions_frame", "register_stage", "save_model", "split_frame", "train_model",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
+from pipeline.backends.dates import check_date_format
 from pipeline.errors import DataError
 from pipeline.fingerprints import files_fingerprint
 from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
@@ -26,7 +27,21 @@ class LoadSpec(StageSpec):
     partitioned: bool = Field(
         False, description="Read as a Dask DataFrame (Parquet folder, CSV glob): for data larger than one process.")
     blocksize: str = Field("64MiB", pattern=r"(?i)^\s*\d+(\.\d+)?\s*([kmgtp]i?)?b?\s*$", description="CSV bytes per partition when partitioned.")
+    dates: dict[str, str | None] | None = Field(
+        None, description='Date columns and their strptime formats, e.g. {date: "%Y%m%d"}; null or "" reads the '
+                          "first value's layout (ISO 8601). Offsets are converted to UTC and dropped.")
     max_inputs = 0
+
+    @field_validator("dates")
+    @classmethod
+    def _date_formats(cls, dates: dict[str, str | None] | None, info: ValidationInfo) -> dict[str, str | None] | None:
+        if dates is None:
+            return None
+        columns = info.data.get("columns")
+        unread = [c for c in dates if columns is not None and c not in columns]
+        if unread:
+            raise ValueError(f"dates names column(s) {unread} that columns does not read")
+        return {column: check_date_format(fmt) for column, fmt in dates.items()}
 
     @field_validator("filters")
     @classmethod
@@ -48,10 +63,12 @@ def load_table(
     dtypes: dict[str, str] | None = None,
     na_values: list[str] | None = None,
     filters: list[tuple[str, str, Any]] | None = None,
+    dates: dict[str, str | None] | None = None,
 ) -> Any:
-    """Read a table as a pandas (cpu) or cuDF (gpu) frame."""
+    """Read a table as a pandas (cpu) or cuDF (gpu) frame; ``dates`` columns as naive datetimes."""
     backend = get_backend(backend) if isinstance(backend, str) else backend
-    return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters)
+    return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters,
+                        dates=dates)
 
 
 def load_fingerprint(spec: LoadSpec) -> dict[str, Any] | None:
@@ -65,14 +82,14 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
     if spec.partitioned:
         frame = ctx.backend.read_partitioned(
             spec.path, format=spec.format, columns=spec.columns, dtypes=spec.dtypes,
-            na_values=spec.na_values, filters=spec.filters, blocksize=spec.blocksize,
+            na_values=spec.na_values, filters=spec.filters, blocksize=spec.blocksize, dates=spec.dates,
         )
         # Lazy: counting rows would read everything once more; partitions are known now.
         ctx.facts["partitions"] = int(frame.npartitions)
     else:
         frame = load_table(
             spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
-            dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters,
+            dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
         )
         ctx.facts["rows"] = int(len(frame))
         if not len(frame):
@@ -84,6 +101,7 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
 
 def read_options(spec: LoadSpec) -> dict[str, Any]:
     """How this stage read its input, for the run record: ``pipeline predict`` reads new rows
-    the same way (placeholders such as " " as missing, the same dtypes) unless told otherwise."""
-    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns}
+    the same way (placeholders such as " " as missing, the same dtypes and date formats) unless
+    told otherwise."""
+    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns, "dates": spec.dates}
     return {key: value for key, value in options.items() if value is not None}

@@ -19,6 +19,9 @@ from pipeline.stages.base import StageContext, StageSpec, Table, only_input, reg
 from pipeline.tasks import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 
 SPLITS = ("train", "valid", "test")
+DEFAULT_TEST = 0.2
+TEST_LATEST_NEEDS_ORDER_BY = ("test_latest needs order_by: the column whose latest values (cut-offs, dates) "
+                              "are held out as the test split")
 FOLDS_WITH_VALID = ("folds use every non-test row (each fold scores the rows the others fit on, and the "
                     "final model fits on all of them); set valid: 0")
 
@@ -54,7 +57,12 @@ class SplitSpec(StageSpec):
     positive: str | int | float | bool | None = Field(
         None, description="Label value that means the positive class. Default: 1 / True."
     )
-    test: float = Field(0.2, ge=0, lt=1, allow_inf_nan=False, description="Fraction of rows for the test split.")
+    test: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False, description=(
+        "Fraction of rows for the test split. Default: 0.2 (0 with test_latest, which replaces it)."))
+    test_latest: int | None = Field(None, ge=1, description=(
+        "With order_by: the rows of the N latest distinct order_by values are the test split "
+        "(out-of-time validation on a table stacked from rolling cut-offs: test_latest: 1 holds "
+        "out the latest cut-off). Replaces test; valid is then a share of the other rows, newest first."))
     valid: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False, description="Fraction of rows for the validation split.")
     stratify: bool = Field(True, description="Keep the label ratio equal across splits (a random split only).")
     group: str | None = Field(None, min_length=1, description=(
@@ -75,9 +83,26 @@ class SplitSpec(StageSpec):
 
     @model_validator(mode="after")
     def _fractions(self) -> SplitSpec:
-        if self.test + self.valid >= 1:
-            raise ValueError(f"test + valid must be below 1 (got {self.test} + {self.valid})")
+        if self.test_latest is None and self.test_share() + self.valid >= 1:
+            raise ValueError(f"test + valid must be below 1 (got {self.test_share()} + {self.valid})")
         return self
+
+    @model_validator(mode="after")
+    def _latest_cutoffs_need_order_by(self) -> SplitSpec:
+        if self.test_latest is None:
+            return self
+        if self.order_by is None:
+            raise ValueError(TEST_LATEST_NEEDS_ORDER_BY)
+        if self.test is not None:
+            raise ValueError(f"set test or test_latest, not both: test_latest: {self.test_latest} holds out the "
+                             f"rows of the latest order_by values, test: {self.test} a share of the rows")
+        return self
+
+    def test_share(self) -> float:
+        """The fraction of rows for test: ``test``, else 0.2, or 0 with ``test_latest``."""
+        if self.test is not None:
+            return self.test
+        return 0.0 if self.test_latest is not None else DEFAULT_TEST
 
     @model_validator(mode="after")
     def _folds_use_every_non_test_row(self) -> SplitSpec:
@@ -278,6 +303,7 @@ def split_frame(
     backend: Backend | str | None = None,
     task: str | None = None,
     folds: int | None = None,
+    test_latest: int | None = None,
 ) -> SplitData:
     """Split a frame you already have; the target becomes the task's labels (``task``: binary,
     multiclass or regression; None infers it from the target, see ``resolve_task``).
@@ -286,7 +312,8 @@ def split_frame(
     newest rows are the test split, the next newest valid, the oldest train. Neither is
     stratified (the groups or the times decide where a row goes). ``folds``: k-fold positions
     over the training split, which then holds every non-test row (``valid`` must be 0); see
-    ``train_folds``."""
+    ``train_folds``. ``test_latest`` (with ``order_by``): the rows of that many latest distinct
+    times are the test split, in place of ``test``; ``valid`` is a share of the other rows."""
     from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
 
     backend = backend_for(frame, backend)
@@ -297,6 +324,8 @@ def split_frame(
             raise DataError(f"{role} column '{column}' not in the data (columns: {', '.join(map(str, frame.columns))})")
     if folds and valid:
         raise ValueError(FOLDS_WITH_VALID)
+    if test_latest is not None and order_by is None:
+        raise ValueError(TEST_LATEST_NEEDS_ORDER_BY)
     if is_partitioned(frame):
         if folds:
             raise DataError(FOLDS_NEED_MEMORY)
@@ -319,8 +348,8 @@ def split_frame(
         groups = _host_column(frame, group, backend) if group else None
         times = _host_column(frame, order_by, backend) if order_by else None
         train_pos, valid_pos, test_pos = ordered_positions(len(y), test=test, valid=valid, seed=seed,
-                                                           groups=groups, times=times,
-                                                           group_name=group, order_name=order_by)
+                                                           groups=groups, times=times, group_name=group,
+                                                           order_name=order_by, test_latest=test_latest)
         missing_rows = "the other class" if resolved.kind == "binary" else "those classes"
         advice = f"the {'groups' if group else 'times'} put every row of {missing_rows} outside it"
     else:
@@ -431,10 +460,12 @@ def _label_partition(part: Any, target: str, task: Task) -> Any:
 @register_stage("split", SplitSpec, produces=SplitData, accepts=(Table,))
 def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
     data = split_frame(
-        only_input(inputs), spec.target, positive=spec.positive, test=spec.test, valid=spec.valid,
+        only_input(inputs), spec.target, positive=spec.positive, test=spec.test_share(), valid=spec.valid,
         seed=ctx.seed, stratify=spec.stratify, group=spec.group, order_by=spec.order_by, backend=ctx.backend,
-        task=spec.task, folds=spec.folds,
+        task=spec.task, folds=spec.folds, test_latest=spec.test_latest,
     )
+    if spec.test_latest is not None:
+        ctx.facts["test_latest"] = spec.test_latest
     if data.folds:
         ctx.facts["folds"] = len(data.folds)
         ctx.facts["fold_rows"] = [{"fit": len(fit), "scored": len(score)} for fit, score in data.folds]

@@ -10,6 +10,9 @@ the same rows on CPU and GPU, and easy to test on their own.
   oldest train. Rows of one time never straddle a cut: a cut moves to the start of its time.
 - By both: each group takes the time of its newest row, and the groups are dealt newest
   first.
+- The latest times (``test_latest: n``): test is every row of the ``n`` latest distinct times
+  (with groups: every group whose newest row is at one of them); ``valid`` is then a share of
+  the rows left, dealt newest first as above.
 - By group on partitioned data (``group_draws``): each group value gets a seeded draw in
   [0, 1) from its hash, and the draw picks the split; no pass over the whole table needed.
 - Folds (``folds: k``, ``fold_positions``) over the non-test rows: random (stratified for a
@@ -32,23 +35,30 @@ Positions = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def ordered_positions(n_rows: int, *, test: float, valid: float, seed: int,
                       groups: pd.Series | None = None, times: pd.Series | None = None,
-                      group_name: str | None = None, order_name: str | None = None) -> Positions:
+                      group_name: str | None = None, order_name: str | None = None,
+                      test_latest: int | None = None) -> Positions:
     """(train, valid, test) row positions, each sorted; refuses a split that leaves train empty
-    (one group or one time holding most rows), naming the column."""
+    (one group or one time holding most rows), naming the column. ``test_latest``: the rows of
+    that many latest distinct ``times`` are test (``test`` is not used)."""
     positions = _positions(n_rows, test=test, valid=valid, seed=seed, groups=groups, times=times,
-                           group_name=group_name, order_name=order_name)
+                           group_name=group_name, order_name=order_name, test_latest=test_latest)
     if n_rows and not len(positions[0]):
         column = f"group column '{group_name}'" if groups is not None else f"order_by column '{order_name}'"
         what = "groups" if groups is not None else "times"
         raise DataError(f"{column}: no rows are left to train on (valid {len(positions[1])}, test "
                         f"{len(positions[2])} of {n_rows} rows): a split never cuts through one of its "
-                        f"{what}, and one holds too many rows for these shares; lower test / valid")
+                        f"{what}, and one holds too many rows for these shares; lower "
+                        f"{'test_latest' if test_latest else 'test'} / valid")
     return positions
 
 
 def _positions(n_rows: int, *, test: float, valid: float, seed: int, groups: pd.Series | None,
-               times: pd.Series | None, group_name: str | None, order_name: str | None) -> Positions:
+               times: pd.Series | None, group_name: str | None, order_name: str | None,
+               test_latest: int | None = None) -> Positions:
     wanted = (round(test * n_rows), round(valid * n_rows))
+    if test_latest is not None:
+        return _latest_positions(n_rows, test_latest, valid=valid, groups=groups, times=times,
+                                 group_name=group_name, order_name=order_name)
     if groups is None:
         key = time_key(times, order_name)
         newest_first = np.argsort(-key, kind="stable")
@@ -69,6 +79,33 @@ def _positions(n_rows: int, *, test: float, valid: float, seed: int, groups: pd.
     rank[group_order] = np.arange(n_groups)
     ordered = np.argsort(rank[codes], kind="stable")
     return _deal(ordered, rank[codes][ordered], wanted, n_rows)
+
+
+def _latest_positions(n_rows: int, n_latest: int, *, valid: float, groups: pd.Series | None,
+                      times: pd.Series | None, group_name: str | None, order_name: str | None) -> Positions:
+    """Test: the rows at the ``n_latest`` latest distinct times (by group: the groups whose
+    newest row is at one of them); valid: ``valid`` of the rest, newest first; train the rest."""
+    if times is None:
+        raise ValueError("test_latest needs order_by: the column whose latest values are held out")
+    key = time_key(times, order_name)                   # dense ranks 1..n_times
+    n_times = int(key.max()) if len(key) else 0
+    if n_latest >= n_times:
+        raise DataError(f"test_latest: {n_latest} holds out every row: order_by column '{order_name}' has "
+                        f"{n_times} distinct value(s), and training needs rows at an older one; lower test_latest")
+    held = key > n_times - n_latest
+    if groups is None:
+        ordered = np.argsort(-key, kind="stable")
+        same = key[ordered]
+    else:
+        codes = group_codes(groups, group_name)
+        newest = pd.Series(key).groupby(codes).max().to_numpy()
+        held = newest[codes] > n_times - n_latest
+        rank = np.empty(len(newest), dtype=np.int64)
+        rank[np.argsort(-newest, kind="stable")] = np.arange(len(newest))
+        ordered = np.argsort(rank[codes], kind="stable")
+        same = rank[codes][ordered]
+    n_test = int(held.sum())
+    return _deal(ordered, same, (n_test, round(valid * (n_rows - n_test))), n_rows)
 
 
 def _deal(ordered: np.ndarray, same: np.ndarray, wanted: tuple[int, int], n_rows: int) -> Positions:

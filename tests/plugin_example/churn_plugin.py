@@ -1,4 +1,4 @@
-"""A plugin as a user writes one, outside the package: a ``join`` stage kind over two tables
+"""A plugin as a user writes one, outside the package: a ``key_join`` stage kind over two tables
 and a ``centroid`` model with its own file format (class centroids as JSON).
 
 Importing it registers both; a config lists it under ``plugins:``.
@@ -20,16 +20,16 @@ from pipeline.stages.base import Table
 from pipeline.store import atomic_write_text
 
 
-class JoinSpec(StageSpec):
-    kind: Literal["join"]
+class KeyJoinSpec(StageSpec):
+    kind: Literal["key_join"]
     key: str = Field(description="Key column both inputs have.")
     how: Literal["inner", "left"] = Field("inner", description="Which rows to keep.")
     min_inputs = 2
     max_inputs = 2
 
 
-@register_stage("join", JoinSpec, produces=Table, accepts=(Table,))
-def run_join(spec: JoinSpec, ctx: Any, inputs: dict[str, Any]) -> Any:
+@register_stage("key_join", KeyJoinSpec, produces=Table, accepts=(Table,))
+def run_key_join(spec: KeyJoinSpec, ctx: Any, inputs: dict[str, Any]) -> Any:
     left, right = (inputs[name] for name in spec.inputs)
     joined = left.merge(right, on=spec.key, how=spec.how)
     ctx.facts["rows"] = int(len(joined))

@@ -1,0 +1,204 @@
+"""Dates as timezone-naive datetimes, from text, integers (19970101) or timestamps.
+
+One implementation for pandas and cuDF through the frame API: both spell these string and
+datetime calls alike. The one step that differs, text to datetimes with a strptime format and
+which values do not parse, is ``Backend.strptime`` (cuDF has no ``errors="coerce"``).
+
+Rules (the load's ``dates:`` and the date feature ops share them):
+
+- a format is a strptime format; none (or "") means the layout of the first value, as pandas
+  guesses it (ISO 8601 gives ``%Y-%m-%d``, ``%Y-%m-%d %H:%M:%S%z``...), and every value must
+  have that layout;
+- integers are read as their digits (19970101 with ``%Y%m%d``);
+- a value with a UTC offset (``-05:00``, ``+0100``, ``Z``) is converted to UTC and the zone
+  dropped, so a column whose offsets change with daylight saving time is one naive column; the
+  offset is split off as text and subtracted here, because cuDF parses no offsets;
+- a missing value stays missing (NaT); a value that does not parse is a DataError naming the
+  source, the column, the value and where it is (the line of a CSV file, else the row).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import DataError
+
+if TYPE_CHECKING:
+    from pipeline.backends.base import Backend
+
+# Text parsed into dates comes out in this unit (pandas 3's and cuDF's own for text); a
+# column that already holds datetimes keeps its unit.
+DATE_UNIT = "datetime64[us]"
+# A trailing UTC offset: "+05:00", "-0400" or "Z" (no groups: pandas warns on groups in contains).
+ZONE = r"[+-][0-9][0-9]:?[0-9][0-9]$|Z$"
+ZONE_PARTS = r"([+-])([0-9][0-9]):?([0-9][0-9])$"
+
+
+def check_date_format(fmt: str | None) -> str | None:
+    """A config's format, validated: None for "" (the first value's layout), else a strptime
+    format that can read back a date it wrote; a zone name (``%Z``) is refused and an offset
+    (``%z``) must end the format, where ``to_dates`` splits it off."""
+    if fmt is None or not fmt.strip():
+        return None
+    if "%Z" in fmt:
+        raise ValueError(f"date format {fmt!r}: zone names (%Z) are not read; write offsets with %z")
+    if "%z" in fmt and not fmt.endswith("%z"):
+        raise ValueError(f"date format {fmt!r}: %z (the UTC offset) must come last")
+    if "%" not in fmt:
+        raise ValueError(f"date format {fmt!r} has no % directive (e.g. %Y-%m-%d, %Y%m%d)")
+    sample = dt.datetime(2026, 11, 23, 10, 30, 15, 250000, tzinfo=dt.timezone.utc)
+    try:
+        dt.datetime.strptime(sample.strftime(fmt), fmt)
+    except ValueError as exc:
+        raise ValueError(f"date format {fmt!r} is not a strptime format that reads back what it writes: {exc}") from None
+    return fmt
+
+
+def missing_date_columns(columns: Sequence[Any], dates: Mapping[str, Any]) -> list[str]:
+    """The ``dates`` columns a frame with ``columns`` lacks."""
+    present = {str(c) for c in columns}
+    return [c for c in dates if c not in present]
+
+
+def parse_dates(backend: Backend, frame: Any, dates: Mapping[str, str | None], *, source: str,
+                csv_files: Sequence[Path] = ()) -> Any:
+    """``frame`` with each ``dates`` column as naive datetimes (one frame or one partition)."""
+    missing = missing_date_columns(frame.columns, dates)
+    if missing:
+        raise DataError(f"{source}: dates names column(s) {missing} that the data does not have "
+                        f"(columns: {', '.join(map(str, frame.columns))})")
+    if not dates:
+        return frame
+    frame = frame.copy(deep=False)
+    for column, fmt in dates.items():
+        frame[column] = to_dates(backend, frame[column], fmt, column=column, source=source, csv_files=csv_files)
+    return frame
+
+
+def to_dates(backend: Backend, series: Any, fmt: str | None = None, *, column: str, source: str,
+             csv_files: Sequence[Path] = ()) -> Any:
+    """``series`` as naive datetimes: datetimes as they are (an aware one converted to UTC),
+    text and integers parsed with ``fmt`` (see the module's rules)."""
+    dtype = series.dtype
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        return naive_utc(series)
+    if pd.api.types.is_bool_dtype(dtype):
+        raise DataError(f"{source}: column '{column}' is {dtype}, not dates")
+    if backend.is_numeric(series):
+        text = integer_text(series)
+    elif pd.api.types.is_string_dtype(dtype):
+        text = series if str(dtype) != "object" else series.astype("str")
+    else:
+        raise DataError(f"{source}: column '{column}' is {dtype}, not dates or text holding dates")
+    return text_to_dates(backend, text, fmt, column=column, source=source, csv_files=csv_files)
+
+
+def naive_utc(series: Any) -> Any:
+    """A datetime column without a zone: an aware one converted to UTC first."""
+    if isinstance(series.dtype, pd.DatetimeTZDtype):
+        return series.dt.tz_convert(None)
+    return series
+
+
+def integer_text(series: Any) -> Any:
+    """Whole numbers as their digits (19970101.0, a CSV integer column with a gap, included);
+    a number with a fraction keeps its decimal text, which no date format reads."""
+    present = series.notna()
+    whole = series.fillna(0)
+    digits = whole.astype("int64").astype("str")
+    if pd.api.types.is_float_dtype(series.dtype):
+        digits = digits.where(whole % 1 == 0, series.astype("str"))
+    return digits.where(present)
+
+
+def text_to_dates(backend: Backend, text: Any, fmt: str | None, *, column: str, source: str,
+                  csv_files: Sequence[Path] = ()) -> Any:
+    """Text parsed with ``fmt`` (or the first value's layout); offsets converted to UTC."""
+    first = first_value(backend, text)
+    if first is None:                                   # no values: all missing, in the date unit
+        return text.astype(DATE_UNIT)
+    layout = fmt or pd.tseries.api.guess_datetime_format(first)
+    if layout is None:
+        raise DataError(f"{source}: column '{column}': cannot tell the date format from its first value {first!r}; "
+                        f"give it, e.g. dates: {{{column}: '%d/%m/%Y'}}")
+    zoned = layout.endswith("%z")
+    plain = text.str.replace(ZONE, "", regex=True) if zoned else text
+    parsed, bad = backend.strptime(plain, layout.removesuffix("%z"))
+    if zoned:                                           # an offset is part of this format
+        bad = bad | (text.notna() & ~text.str.contains(ZONE, regex=True).fillna(False))
+    if bool(backend.to_host(bad.any())):
+        raise bad_date(backend, text, bad, layout=layout, inferred=not fmt, column=column, source=source,
+                       csv_files=csv_files)
+    if zoned:
+        parsed = parsed - zone_offsets(text)
+    return parsed.astype(DATE_UNIT)
+
+
+def first_value(backend: Backend, text: Any) -> str | None:
+    """The first present value as host text, or None when the column has none."""
+    head = backend.to_host(text.dropna().head(1))
+    return str(head.iloc[0]) if len(head) else None
+
+
+def zone_offsets(text: Any) -> Any:
+    """Each value's UTC offset as a duration (0 for ``Z`` and for values without one)."""
+    parts = text.str.extract(ZONE_PARTS)
+    minutes = (parts[1].astype("float64") * 60 + parts[2].astype("float64")).fillna(0)
+    minutes = minutes.where(parts[0].fillna("+") != "-", -minutes)
+    return (minutes * 60).astype("int64").astype("timedelta64[s]")
+
+
+def bad_date(backend: Backend, text: Any, bad: Any, *, layout: str, inferred: bool, column: str, source: str,
+             csv_files: Sequence[Path]) -> DataError:
+    """The error for the first value of ``text`` that ``bad`` marks, with where it is."""
+    marks = backend.to_host(bad)
+    position = int(np.flatnonzero(marks.fillna(False).to_numpy(dtype=bool))[0])
+    value = str(backend.to_host(text.iloc[position:position + 1]).iloc[0])
+    found = csv_line_of_value(csv_files, column, value) if csv_files else None
+    if found is not None:
+        file, line = found
+        where = f"line {line}" + (f" of {file}" if len(csv_files) > 1 else "")
+    else:
+        where = f"row {position + 1}"
+    how = (f"the format {layout!r}, inferred from its first value (give the column's format: "
+           f"dates: {{{column}: '...'}})") if inferred else f"the format {layout!r}"
+    return DataError(f"{source}: column '{column}' holds {value!r} at {where}, which is not a date in {how}")
+
+
+def csv_line_of_value(files: Sequence[Path], column: str, value: str) -> tuple[Path, int] | None:
+    """(file, line) of the first record whose ``column`` field is ``value``, or None.
+
+    Only read when a value failed: the first record holding the same text is the first bad
+    one, in a whole file or in any partition of it.
+    """
+    for path in files:
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as fh:
+                reader = csv.reader(fh)
+                index = None
+                line = reader.line_num + 1
+                for record in reader:
+                    if index is None:
+                        if record:
+                            if column not in record:
+                                break
+                            index = record.index(column)
+                    elif index < len(record) and record[index] == value:
+                        return path, line
+                    line = reader.line_num + 1
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+    return None
+
+
+def partition_dates(partition: Any, backend: Backend, dates: Mapping[str, str | None], *, source: str,
+                    csv_files: Sequence[Path] = ()) -> Any:
+    """``parse_dates`` with the partition first, as ``map_partitions`` calls it."""
+    return parse_dates(backend, partition, dates, source=source, csv_files=csv_files)

@@ -1,0 +1,72 @@
+"""``label``: the entity table with a target column from the events in the horizon after each
+cut-off (churn as no event, or an aggregate of future events as a regression target)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pipeline.backends import is_partitioned
+from pipeline.events import label_events, parse_duration, parse_target, plan_label
+from pipeline.events.durations import normalize_duration
+from pipeline.stages.aggregate import CutoffFields
+from pipeline.stages.base import StageContext, Table, register_stage
+
+__all__ = ["LabelSpec", "label_events", "run_label"]
+
+
+class LabelSpec(CutoffFields):
+    kind: Literal["label"]
+    horizon: str = Field(description=(
+        "How far after the cut-off the label looks: <n>d, <n>w or <n>h. Events with "
+        "as_of <= time < as_of + horizon make the label."))
+    target: dict[str, str | dict[str, str]] = Field(description=(
+        "One entry <name>: no_event | any_event | count, or <name>: {sum|mean|min|max|nunique: column}. "
+        "no_event is 1 for an entity without events in the horizon (churn)."))
+    input_roles: ClassVar[tuple[str, ...]] = ("events", "entities")
+    min_inputs = 2
+    max_inputs = 2
+
+    @field_validator("horizon")
+    @classmethod
+    def _horizon(cls, horizon: str) -> str:
+        parse_duration(horizon, allow_all=False)
+        return normalize_duration(horizon, allow_all=False)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, target: dict[str, Any]) -> dict[str, Any]:
+        parse_target(target)
+        return target
+
+    @model_validator(mode="after")
+    def _names(self) -> LabelSpec:
+        self._check_cutoff_column()
+        name = parse_target(self.target).name
+        if name in (*self.keys, self.cutoff_column):
+            raise ValueError(f"the target '{name}' is also a key or the cut-off column; name it otherwise")
+        return self
+
+    def scoring_passthrough(self) -> int:
+        """At scoring time there is no future to label: the entity table (input 1) goes on."""
+        return 1
+
+
+@register_stage("label", LabelSpec, produces=Table, accepts=(Table,))
+def run_label(spec: LabelSpec, ctx: StageContext, inputs) -> Any:
+    events, entities = inputs.values()
+    plan = plan_label(by=spec.by, time=spec.time, as_of=spec.as_of, horizon=spec.horizon, target=spec.target,
+                      cutoff_column=spec.cutoff_column)
+    facts: dict[str, Any] = {}
+    out = label_events(events, entities, by=spec.by, time=spec.time, as_of=spec.as_of, horizon=spec.horizon,
+                       target=spec.target, cutoff_column=spec.cutoff_column, backend=ctx.backend, facts=facts)
+    ctx.facts["cutoffs"] = [c.isoformat() for c in plan.cutoffs]
+    ctx.facts["columns"] = [plan.target.name]
+    if is_partitioned(out):
+        ctx.facts["partitions"] = int(out.npartitions)
+        return out
+    ctx.facts["rows"] = int(len(out))
+    ctx.facts["rows_without_key"] = int(facts.get("rows_without_key", 0))
+    ctx.facts["unlabeled"] = int(facts.get("unlabeled", 0))
+    return out
