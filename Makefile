@@ -12,10 +12,10 @@ $(STAMP): pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[cpu,dev]'
+	$(BIN)/pip install --quiet -e '.[cpu,dev,bench]'
 	touch $(STAMP)
 
-setup: $(STAMP)            ## create .venv and install the package (CPU extra) with test tools
+setup: $(STAMP)            ## create .venv and install the package (CPU extra) with test and benchmark tools
 
 run: setup                 ## run the example pipeline on the bundled Telco churn data
 	$(BIN)/pipeline run configs/churn.yaml

@@ -9,11 +9,12 @@ the value at the row of the smallest / largest rank after one sort by (time, row
 total order, so the answer does not depend on a sort's stability (cuDF's is not stable).
 
 The same functions run on pandas and cuDF frames (the frame API only). A Dask frame is
-shuffled once on the keys (every event of an entity lands in one partition; Dask's p2p shuffle
-spills to disk, so events larger than the workers' memory complete) and each partition goes
-through the in-memory engine: every aggregate is exact there, ``nunique`` / ``first`` /
-``last`` / ``std`` included, which Dask's own ``groupby.agg`` either lacks (``nunique``) or
-computes in partition order (``first`` / ``last``).
+shuffled once on the keys (every event of an entity lands in one partition; the task-based
+shuffle's pieces spill to disk, so events larger than the workers' memory complete, see
+``frames.shuffle_method``) and each partition goes through the in-memory engine: every
+aggregate is exact there, ``nunique`` / ``first`` / ``last`` / ``std`` included, which Dask's own
+``groupby.agg`` either lacks (``nunique``) or computes in partition order (``first`` / ``last``).
+One shuffle serves every window and cut-off.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pipeline.events.checks import check_has_columns, check_no_missing_times, ch
 from pipeline.events.durations import ALL, DAY, parse_cutoffs, parse_duration
 from pipeline.events.frames import (
     POSITION, cast_output, drop_rows_without_key, key_list, merge_left, set_constant,
-    stack_and_sort, with_positions,
+    shuffle_method, stack_and_sort, with_positions,
 )
 from pipeline.events.specs import NUMERIC_AGGREGATES, ZERO_WHEN_EMPTY, EventFeature, check_output_names, parse_features
 
@@ -117,7 +118,7 @@ def _aggregate_partitioned(events: Any, plan: AggregationPlan, backend: Backend)
     if plan.needs_order:
         # Row positions before the shuffle (which reorders rows): first/last ties keep input order.
         frame = frame.map_partitions(with_positions, backend, meta=with_positions(frame._meta, backend))
-    shuffled = frame.shuffle(on=list(plan.keys))
+    shuffled = frame.shuffle(on=list(plan.keys), shuffle_method=shuffle_method())
     # Meta from Dask's stand-in rows, not an empty frame: the path real partitions take.
     meta = aggregate_frame(frame._meta_nonempty, plan, backend).iloc[:0]
     return shuffled.map_partitions(aggregate_frame, plan, backend, meta=meta)

@@ -23,6 +23,16 @@ def key_list(by: str | Sequence[str]) -> list[str]:
     return [by] if isinstance(by, str) else [str(k) for k in by]
 
 
+def shuffle_method() -> str:
+    """How the engine shuffles Dask frames: as ``dataframe.shuffle.method`` says, else Dask's
+    task-based shuffle. Its pieces are ordinary managed results that a worker spills to disk
+    under its memory limit; P2P's buffers are unmanaged memory, and with 20M events on two
+    450 MiB workers they kept both workers paused for good (the task shuffle finished)."""
+    import dask
+
+    return dask.config.get("dataframe.shuffle.method", None) or "tasks"
+
+
 def with_positions(frame: Any, backend: Backend, partition_info: dict[str, Any] | None = None) -> Any:
     """``frame`` with its rows' input positions in ``POSITION`` (Dask passes ``partition_info``)."""
     offset = int((partition_info or {}).get("number") or 0) * _PARTITION_STRIDE

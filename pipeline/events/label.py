@@ -30,7 +30,7 @@ from pipeline.events.checks import (
     check_has_columns, check_key_kinds, check_no_missing_times, check_time_column, check_value_columns,
 )
 from pipeline.events.durations import DAY, normalize_duration, parse_cutoffs, parse_duration
-from pipeline.events.frames import drop_rows_without_key, key_list, set_constant
+from pipeline.events.frames import drop_rows_without_key, key_list, set_constant, shuffle_method
 from pipeline.events.specs import NUMERIC_AGGREGATES, EventTarget, parse_target
 
 _COUNT = "__events"        # events in the horizon (no_event / any_event / count)
@@ -160,7 +160,7 @@ def target_frame(events: Any, plan: LabelPlan, backend: Backend) -> Any:
 
 
 def _targets_partitioned(events: Any, plan: LabelPlan, backend: Backend) -> Any:
-    shuffled = events[plan.columns].shuffle(on=list(plan.keys))
+    shuffled = events[plan.columns].shuffle(on=list(plan.keys), shuffle_method=shuffle_method())
     # Meta from Dask's stand-in rows, not an empty frame: the path real partitions take.
     meta = target_frame(events[plan.columns]._meta_nonempty, plan, backend).iloc[:0]
     return shuffled.map_partitions(target_frame, plan, backend, meta=meta)
@@ -227,7 +227,7 @@ def _label_partitioned(entities: Any, targets: Any, plan: LabelPlan, backend: Ba
         targets = targets.map_partitions(_cutoff_like, dtype, plan, meta=_cutoff_like(targets._meta, dtype, plan))
     else:
         targets = _cutoff_like(targets, dtype, plan)
-    merged = rows.merge(targets, on=plan.join_keys, how="left")
+    merged = rows.merge(targets, on=plan.join_keys, how="left", shuffle_method=shuffle_method())
     return merged.map_partitions(finish_labels, plan, meta=finish_labels(merged._meta_nonempty, plan).iloc[:0])
 
 
