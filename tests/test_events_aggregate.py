@@ -183,6 +183,15 @@ def test_a_feature_may_have_its_own_windows():
     assert list(out.columns) == ["k", "as_of", "n_1d", "n_all", "big_all"]
 
 
+def test_an_aggregate_of_the_events_may_have_its_own_windows():
+    """{recency: true, windows: [all]}: no empty-window recency to fill when only `all` is wanted."""
+    events = pd.DataFrame({"k": ["a", "b"], "t": pd.to_datetime(["2020-01-01", "2020-01-09"])})
+    out = aggregate_events(events, by="k", time="t", as_of="2020-01-10", windows=["2d", "all"],
+                           features={"n": "count", "r": {"recency": True, "windows": ["all"]}})
+    assert list(out.columns) == ["k", "as_of", "n_2d", "n_all", "r_all"]
+    assert out["r_all"].tolist() == [9.0, 1.0]
+
+
 # ------------------------------------------------------------------ leakage
 def test_planted_events_change_features_only_from_before_the_cutoff():
     rng = np.random.default_rng(3)
@@ -249,6 +258,7 @@ def test_data_errors_name_the_column(change, message):
     ({"windows": ["3m"]}, "not a fixed length; write 30d / 365d"),
     ({"windows": ["1w", "7d"]}, "'1w' and '7d' are the same window"),
     ({"features": {"s": {"median": "v"}}}, "unknown aggregate 'median'"),
+    ({"features": {"r": {"recency": "t"}}}, "'recency' takes no column"),
     ({"features": {}}, "features is empty"),
     ({"as_of": "not a date"}, "'not a date' is not a date"),
     ({"as_of": ["2020-01-01", "2020-01-01"]}, "twice"),

@@ -56,19 +56,28 @@ def check_key_kinds(left: Any, right: Any, keys: Sequence[str], *, left_name: st
     matches: say so instead of labelling every row as if it had no events."""
     for key in keys:
         a, b = left[key].dtype, right[key].dtype
-        if _dtype_kind(a) != _dtype_kind(b):
+        if key_kind(a) != key_kind(b):
             raise DataError(f"key {key!r} is {a} in the {left_name} and {b} in the {right_name}; give both loads the "
                             f"same dtypes: for it (for example dtypes: {{{key}: str}})")
 
 
-def _dtype_kind(dtype: Any) -> str:
+def key_kind(dtype: Any) -> str:
+    """What a key holds, for telling keys that can match from keys that cannot: number, text,
+    date, duration, bool (a category counts as what its categories hold)."""
+    categories = getattr(dtype, "categories", None)
+    if str(dtype) == "category" and categories is not None:
+        return key_kind(categories.dtype)
     if pd.api.types.is_bool_dtype(dtype):
         return "bool"
-    if pd.api.types.is_numeric_dtype(dtype):
-        return "number"
     if pd.api.types.is_datetime64_any_dtype(dtype):
         return "date"
-    return "text"
+    if pd.api.types.is_timedelta64_dtype(dtype):
+        return "duration"
+    if pd.api.types.is_numeric_dtype(dtype):
+        return "number"
+    if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
+        return "text"
+    return str(dtype)
 
 
 def count_missing(series: Any) -> int:

@@ -1,8 +1,9 @@
 """What an ``aggregate`` feature and a ``label`` target are, parsed from their YAML forms.
 
 A feature is ``name: count`` (an aggregate of the events themselves: count, recency, tenure,
-interval_mean) or ``name: {sum: column}`` (an aggregate of a column), optionally with its own
-``windows``. A target is ``name: no_event | any_event | count`` or ``name: {sum: column}``.
+interval_mean) or ``name: {sum: column}`` (an aggregate of a column); the mapping form takes its
+own ``windows`` (``{sum: column, windows: [all]}``, and ``{recency: true, windows: [all]}`` for
+an aggregate of the events). A target is ``name: no_event | any_event | count`` or ``name: {sum: column}``.
 Parsing raises ``ValueError`` naming the entry, so a config error points at the key.
 """
 
@@ -81,16 +82,21 @@ def _feature_parts(value: Any) -> tuple[str, str | None, list[str] | None]:
             raise ValueError(f"windows must be a list such as [30d, all], not {windows!r}")
         windows = check_windows(windows)
     aggregates = [k for k in value if k != "windows"]
-    unknown = [k for k in aggregates if k not in COLUMN_AGGREGATES]
+    unknown = [k for k in aggregates if k not in COLUMN_AGGREGATES and k not in EVENT_AGGREGATES]
     if unknown:
-        hint = (f" ('{unknown[0]}' takes no column: write the name alone)" if unknown[0] in EVENT_AGGREGATES
-                else "")
-        raise ValueError(f"unknown aggregate '{unknown[0]}' (use one of {', '.join(COLUMN_AGGREGATES)}){hint}")
+        raise ValueError(f"unknown aggregate '{unknown[0]}' (use one of {', '.join(COLUMN_AGGREGATES)} with a "
+                         f"column, or one of {', '.join(EVENT_AGGREGATES)} with true)")
     if len(aggregates) != 1:
         raise ValueError("a feature takes exactly one {<aggregate>: <column>} entry "
                          f"(got {len(aggregates)}: {', '.join(map(str, aggregates)) or 'none'})")
     aggregate = aggregates[0]
     column = value[aggregate]
+    if aggregate in EVENT_AGGREGATES:
+        # {recency: true, windows: [all]}: an aggregate of the events themselves, with its own windows.
+        if column is not True:
+            raise ValueError(f"'{aggregate}' takes no column: write {{{aggregate}: true, windows: [...]}} "
+                             f"or the name alone")
+        return aggregate, None, windows
     if not isinstance(column, str) or not column:
         raise ValueError(f"{aggregate}: the column must be a name, not {column!r}")
     return aggregate, column, windows

@@ -31,6 +31,7 @@ from pydantic import Field, field_validator
 
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.errors import DataError
+from pipeline.events.checks import key_kind
 from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
 
 __all__ = ["JoinSpec", "join_tables"]
@@ -150,25 +151,6 @@ def _check_options(how: str, validate: str, suffixes: Sequence[str]) -> None:
 
 
 # ------------------------------------------------------------------------------ key dtypes
-def key_kind(dtype: Any) -> str:
-    """What a key holds, for telling keys that can match from keys that cannot: number, text,
-    date, duration, bool (a category counts as what its categories hold)."""
-    categories = getattr(dtype, "categories", None)
-    if str(dtype) == "category" and categories is not None:
-        return key_kind(categories.dtype)
-    if pd.api.types.is_bool_dtype(dtype):
-        return "bool"
-    if pd.api.types.is_datetime64_any_dtype(dtype):
-        return "date"
-    if pd.api.types.is_timedelta64_dtype(dtype):
-        return "duration"
-    if pd.api.types.is_numeric_dtype(dtype):
-        return "number"
-    if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
-        return "text"
-    return str(dtype)
-
-
 def _check_key_kinds(left: Any, right: Any, keys: list[str]) -> None:
     for key in keys:
         a, b = left[key].dtype, right[key].dtype
