@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import re
 import shutil
 import subprocess
@@ -286,6 +287,13 @@ def zygote_main() -> None:
 ZYGOTE = "from tests.adversarial_support import zygote_main; zygote_main()"
 
 
+def interruptible() -> None:
+    """In the child before exec: SIGINT back to its default, as at a terminal. A job started in
+    the background of a non-interactive shell (a CI script's ``cmd &``) inherits SIGINT ignored,
+    and Python then never raises KeyboardInterrupt: the Ctrl-C cases would test the shell."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Zygote:
     """The parent's end of ``zygote_main``."""
 
@@ -353,7 +361,8 @@ class _Running:
         if self.launch.exec_:
             with open(self.out, "wb") as out, open(self.err, "wb") as err:
                 proc = subprocess.Popen(cli_command(self.launch.args), cwd=self.launch.cwd, env=self.launch.env,
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        preexec_fn=interruptible)
             proc.returncode = 0          # reaped below with os.wait4; keep Popen from reaping it
             return proc.pid
         return self.zygote.start(self.key, self.launch, self.out, self.err)
