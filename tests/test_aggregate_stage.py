@@ -4,9 +4,6 @@ for scoring at a cut-off, facts, and a run of the ``pipeline`` command on an eve
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +16,7 @@ from pipeline.errors import ConfigError, DataError, ExitCode
 from pipeline.stages import STAGE_KINDS, StageContext
 from pipeline.stages.aggregate import AggregateSpec
 from pipeline.stages.label import LabelSpec
+from tests.test_cli import cli
 
 CONFIG = """\
 name: events_test
@@ -142,12 +140,6 @@ def test_a_cutoff_before_every_event_is_a_data_error():
     spec = load_config(text=CONFIG).stages["customers"]
     with pytest.raises(DataError, match="no entity has an event before the cut-off"):
         run_stage("aggregate", spec, {"events": events})
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.slow

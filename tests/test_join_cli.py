@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +11,7 @@ import pytest
 
 from pipeline.errors import ExitCode
 from pipeline.record import read_manifest
+from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +36,6 @@ stages:
       - standardize: {columns: [spend, size]}
   logreg: {kind: train, inputs: [features], model: logistic_regression}
 """
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env={**os.environ, "COLUMNS": "200"},
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture

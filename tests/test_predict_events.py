@@ -8,9 +8,6 @@ own scores) and at a later one.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +17,7 @@ import pytest
 from pipeline.errors import ExitCode, UsageError
 from pipeline.predict import predict_batch
 from tests.conftest import working_directory
+from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -85,12 +83,6 @@ def write_events(folder: Path, *, seed: int = 0) -> None:
     customers = pd.DataFrame({"customer_id": [f"{c:05d}" for c in range(0, 300, 2)],
                               "segment": rng.choice(["a", "b", "c"], size=150)})
     customers.to_csv(folder / "customers.csv", index=False)
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")
