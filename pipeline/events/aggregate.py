@@ -30,8 +30,8 @@ from pipeline.errors import ConfigError
 from pipeline.events.checks import check_has_columns, check_no_missing_times, check_time_column, check_value_columns
 from pipeline.events.durations import ALL, DAY, parse_cutoffs, parse_duration
 from pipeline.events.frames import (
-    POSITION, cast_output, drop_rows_without_key, key_list, merge_left, set_constant,
-    shuffle_method, stack_and_sort, with_positions,
+    POSITION, cast_output, drop_rows_without_key, insert_constant, key_list, shuffle_method, side_by_side,
+    with_positions,
 )
 from pipeline.events.specs import NUMERIC_AGGREGATES, ZERO_WHEN_EMPTY, EventFeature, check_output_names, parse_features
 
@@ -132,8 +132,9 @@ def aggregate_frame(events: Any, plan: AggregationPlan, backend: Backend, *,
     check_no_missing_times(frame, plan.time)
     if plan.needs_order:
         frame = _ranked(frame, plan, backend)
+    # Cut-offs ascending, each snapshot sorted by the keys: the stack is in (cut-off, keys) order.
     snapshots = [_snapshot(frame, plan, cutoff, backend) for cutoff in plan.cutoffs]
-    return stack_and_sort(snapshots, [plan.cutoff_column, *plan.keys], backend)
+    return snapshots[0] if len(snapshots) == 1 else backend.frame.concat(snapshots, ignore_index=True)
 
 
 def _ranked(frame: Any, plan: AggregationPlan, backend: Backend) -> Any:
@@ -146,53 +147,61 @@ def _ranked(frame: Any, plan: AggregationPlan, backend: Backend) -> Any:
 
 
 def _snapshot(frame: Any, plan: AggregationPlan, cutoff: pd.Timestamp, backend: Backend) -> Any:
-    """The features of every entity with an event before ``cutoff``."""
-    times = frame[plan.time]
-    before = times < cutoff
-    out = None
-    for window in _windows_all_first(plan):
-        length = parse_duration(window)
-        mask = before if length is None else before & (times >= cutoff - length)
+    """The features of every entity with an event before ``cutoff``, sorted by the keys.
+
+    The ``all`` pass (a sorted group-by) decides the rows; every shorter window's pass is
+    aligned onto its index by a reindex (one hash lookup per window, no merge, no copy of the
+    columns already built). Windows go longest first, each filtering the rows of the last:
+    they all end at the cut-off, so each is inside the one before."""
+    rows = frame[frame[plan.time] < cutoff]
+    index = None
+    columns: dict[str, Any] = {}
+    for window, length in _windows_longest_first(plan):
+        if length is not None:
+            rows = rows[rows[plan.time] >= cutoff - length]
         features = [f for f in plan.features if window in f.windows]
-        part = _window_features(frame[mask], frame, plan, features, window, cutoff, backend)
-        out = part if out is None else merge_left(out, part, list(plan.keys))
-    return _output_columns(out, plan, cutoff, times.dtype, backend)
+        part = _window_features(rows, frame, plan, features, window, cutoff, backend)
+        if index is None:
+            index = part.index
+        elif len(part.columns):
+            part = part.reindex(index)
+        columns.update((name, part[name]) for name in part.columns)
+    return _output_columns(columns, index, plan, cutoff, frame[plan.time].dtype, backend)
 
 
-def _output_columns(out: Any, plan: AggregationPlan, cutoff: pd.Timestamp, time_dtype: Any,
-                    backend: Backend) -> Any:
+def _output_columns(columns: dict[str, Any], index: Any, plan: AggregationPlan, cutoff: pd.Timestamp,
+                    time_dtype: Any, backend: Backend) -> Any:
     """Keys, the cut-off, then the features in spec order x window order, each filled for
     empty windows (0 for count / nunique / sum, missing otherwise) in its documented dtype,
-    so every backend and every partition agree. Built in one go: a column at a time costs
-    pandas a block insert each."""
-    columns = {key: out[key] for key in plan.keys}
-    columns[plan.cutoff_column] = out[plan.keys[0]]          # placeholder: keeps the column order
+    so every backend and every partition agree."""
+    ordered = {}
     for feature in plan.features:
         zero = feature.aggregate in ZERO_WHEN_EMPTY
         for name in feature.output_names():
-            columns[name] = cast_output(out[name], feature.aggregate, zero_when_missing=zero)
-    result = backend.frame.DataFrame(columns)
-    set_constant(result, plan.cutoff_column, cutoff, time_dtype)
+            ordered[name] = cast_output(columns[name], feature.aggregate, zero_when_missing=zero)
+    result = side_by_side(ordered, index, backend).reset_index()
+    insert_constant(result, len(plan.keys), plan.cutoff_column, cutoff, time_dtype)
     return result
 
 
-def _windows_all_first(plan: AggregationPlan) -> list[str]:
+def _windows_longest_first(plan: AggregationPlan) -> list[tuple[str, pd.Timedelta | None]]:
     """``all`` first: its pass decides the rows (every entity with an event before the cut-off),
-    whether or not a feature uses it; the other windows are merged onto it."""
-    return [ALL, *[w for w in plan.windows if w != ALL]]
+    whether or not a feature uses it; then the other windows, longest first."""
+    lengths = {w: parse_duration(w) for w in plan.windows if w != ALL}
+    return [(ALL, None), *sorted(lengths.items(), key=lambda item: item[1], reverse=True)]
 
 
 def _window_features(rows: Any, frame: Any, plan: AggregationPlan, features: list[EventFeature], window: str,
                      cutoff: pd.Timestamp, backend: Backend) -> Any:
-    """One group-by pass over the rows of one window: every feature of that window."""
+    """One group-by pass over the rows of one window: every feature of that window, indexed
+    by the keys (sorted)."""
     stats = _named_aggregations(features, plan)
     if not stats:                                   # `all` kept only for its rows
         stats = {"__rows": (plan.time, "count")}
-    grouped = rows.groupby(list(plan.keys), sort=False).agg(**stats).reset_index()
-    columns = {key: grouped[key] for key in plan.keys}
-    for feature in features:
-        columns[feature.output_name(window)] = _feature_values(grouped, frame, feature, plan, cutoff)
-    return backend.frame.DataFrame(columns)
+    grouped = rows.groupby(list(plan.keys), sort=True).agg(**stats)
+    columns = {feature.output_name(window): _feature_values(grouped, frame, feature, plan, cutoff)
+               for feature in features}
+    return side_by_side(columns, grouped.index, backend)
 
 
 def _stat(column: str, func: str) -> str:
@@ -240,7 +249,9 @@ def _feature_values(grouped: Any, frame: Any, feature: EventFeature, plan: Aggre
         return (span / (count - 1).astype("float64")).where(count >= 2)
     if agg in _ORDERED:
         positions = grouped[_stat(RANK, "min" if agg == "first" else "max")]
-        return frame[feature.column].take(positions.values).reset_index(drop=True)
+        values = frame[feature.column].take(positions.values)
+        values.index = grouped.index
+        return values
     return grouped[_stat(feature.column, agg)]
 
 

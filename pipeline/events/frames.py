@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.backends import Backend
@@ -53,20 +54,65 @@ def drop_rows_without_key(frame: Any, keys: Sequence[str], facts: dict[str, Any]
     return frame[~missing] if dropped else frame
 
 
-def merge_left(left: Any, right: Any, keys: list[str]) -> Any:
-    """Every row of ``left`` with ``right``'s columns where the keys match (missing elsewhere)."""
-    return left.merge(right, on=keys, how="left")
-
-
-def stack_and_sort(frames: list[Any], by: list[str], backend: Backend) -> Any:
-    """Frames stacked and sorted by ``by`` (unique per row here, so any sort gives one order)."""
-    frame = frames[0] if len(frames) == 1 else backend.frame.concat(frames, ignore_index=True)
-    return frame.sort_values(by).reset_index(drop=True)
-
-
 def set_constant(frame: Any, name: str, value: Any, dtype: Any) -> None:
     """Column ``name`` holding ``value`` in every row, of ``dtype``."""
     frame[name] = value
+    frame[name] = frame[name].astype(dtype)
+
+
+def matching_key_dtypes(left: Any, right: Any, keys: list[str]) -> tuple[Any, Any]:
+    """Keys of one kind in one dtype (int32 and int64 -> int64, int and float -> float64,
+    datetime64 units -> the finer, categories -> their values), so every backend merges them."""
+    for key in keys:
+        left, right = _plain_categories(left, key), _plain_categories(right, key)
+        a, b = left[key].dtype, right[key].dtype
+        if a == b or not (isinstance(a, np.dtype) and isinstance(b, np.dtype)):
+            continue                     # pandas' own nullable dtypes: pandas merges them as they are
+        common = np.result_type(a, b)
+        if a != common:
+            left = left.assign(**{key: left[key].astype(common)})
+        if b != common:
+            right = right.assign(**{key: right[key].astype(common)})
+    return left, right
+
+
+def _plain_categories(frame: Any, key: str) -> Any:
+    dtype = frame[key].dtype
+    if str(dtype) == "category" and getattr(dtype, "categories", None) is not None:
+        return frame.assign(**{key: frame[key].astype(dtype.categories.dtype)})
+    return frame
+
+
+def lookup(rows: Any, table: Any, keys: list[str], backend: Backend) -> Any:
+    """``table``'s other columns for each row of ``rows`` (missing where its keys are not in
+    ``table``), on ``rows``' index. ``table`` holds each key once.
+
+    A reindex on the keys: one hash lookup, and only the looked-up columns are written. A left
+    merge would also copy every column of ``rows`` (and give no row order on cuDF)."""
+    probe, table = matching_key_dtypes(rows[keys], table, keys)
+    found = table.set_index(keys).reindex(_key_index(probe, keys, backend))
+    found.index = rows.index
+    return found
+
+
+def _key_index(frame: Any, keys: list[str], backend: Backend) -> Any:
+    if len(keys) == 1:
+        return backend.frame.Index(frame[keys[0]], name=keys[0])
+    return backend.frame.MultiIndex.from_frame(frame[keys])
+
+
+def side_by_side(columns: dict[str, Any], index: Any, backend: Backend) -> Any:
+    """A frame of ``columns`` (Series on ``index``), in that order. A concat, not
+    ``DataFrame(dict)``: pandas' constructor copies same-dtype columns into one block, and on
+    millions of rows that copy (fresh pages) cost more than the group-by it followed."""
+    if not columns:
+        return backend.frame.DataFrame(index=index)
+    return backend.frame.concat([series.rename(name) for name, series in columns.items()], axis=1)
+
+
+def insert_constant(frame: Any, loc: int, name: str, value: Any, dtype: Any) -> None:
+    """Column ``name`` holding ``value`` in every row, of ``dtype``, inserted at ``loc``."""
+    frame.insert(loc, name, value)
     frame[name] = frame[name].astype(dtype)
 
 

@@ -2,10 +2,10 @@
 
 The label of (entity, ``c``) reads only the events with ``c <= time < c + horizon``: a label
 cannot see the past the features saw, nor the features the future, by construction. Per
-cut-off it is ONE ``groupby(keys).agg(...)`` over the rows in the horizon, then a left merge
-onto the entity table (every entity row is kept; one without events in the horizon gets
-no_event = 1, count / sum / nunique = 0, and is dropped for mean / min / max, which have no
-value there).
+cut-off it is ONE ``groupby(keys).agg(...)`` over the rows in the horizon, then a lookup of
+each entity row's target on its keys (every entity row is kept, in order; one without events
+in the horizon gets no_event = 1, count / sum / nunique = 0, and is dropped for mean / min /
+max, which have no value there).
 
 An entity table with a cut-off column is joined on the keys and that column; without one (a
 static customer table) every row is labelled at every cut-off. A horizon that reaches past
@@ -30,12 +30,11 @@ from pipeline.events.checks import (
     check_has_columns, check_key_kinds, check_no_missing_times, check_time_column, check_value_columns,
 )
 from pipeline.events.durations import DAY, normalize_duration, parse_cutoffs, parse_duration
-from pipeline.events.frames import drop_rows_without_key, key_list, set_constant, shuffle_method
+from pipeline.events.frames import drop_rows_without_key, key_list, lookup, set_constant, shuffle_method
 from pipeline.events.specs import NUMERIC_AGGREGATES, EventTarget, parse_target
 
 _COUNT = "__events"        # events in the horizon (no_event / any_event / count)
 _VALUE = "__value"         # the aggregate of the target column
-_ROW = "__entity_row"      # entity row position: the output keeps the entity table's order
 
 
 @dataclass(frozen=True)
@@ -198,14 +197,24 @@ def label_frame(entities: Any, targets: Any, plan: LabelPlan, backend: Backend, 
     rows = drop_rows_without_key(entities, plan.keys, counts)
     rows = entity_rows(rows.reset_index(drop=True), plan, targets[plan.cutoff_column].dtype, backend)
     targets = _cutoff_like(targets, rows[plan.cutoff_column].dtype, plan)
-    rows = rows.copy(deep=False)
-    rows[_ROW] = backend.array.arange(len(rows), dtype="int64")
-    merged = rows.merge(targets, on=plan.join_keys, how="left").sort_values(_ROW)
-    out = finish_labels(merged.drop(columns=[_ROW]).reset_index(drop=True), plan, facts=counts)
+    out = rows.copy(deep=False)
+    found = _targets_of_rows(rows, targets, plan, backend)
+    for name in found.columns:
+        out[name] = found[name]
+    out = finish_labels(out, plan, facts=counts)
     if facts is not None:
         facts["rows_without_key"] = int(facts.get("rows_without_key", 0)) + int(counts.get("rows_without_key", 0))
         facts["unlabeled"] = int(facts.get("unlabeled", 0)) + int(counts.get("unlabeled", 0))
     return out
+
+
+def _targets_of_rows(rows: Any, targets: Any, plan: LabelPlan, backend: Backend) -> Any:
+    """The targets of each entity row (missing where it had no event in the horizon), looked
+    up on the keys and the cut-off; on the keys alone when there is one cut-off (and every
+    row is at it), which saves hashing a column that holds one value."""
+    if len(plan.cutoffs) == 1 and not bool(rows[plan.cutoff_column].isna().any()):
+        return lookup(rows, targets.drop(columns=[plan.cutoff_column]), list(plan.keys), backend)
+    return lookup(rows, targets, plan.join_keys, backend)
 
 
 def _cutoff_like(targets: Any, dtype: Any, plan: LabelPlan) -> Any:

@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.errors import DataError
 from pipeline.events.checks import key_kind
+from pipeline.events.frames import lookup, matching_key_dtypes
 from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
 
 __all__ = ["JoinSpec", "join_tables"]
@@ -160,35 +161,12 @@ def _check_key_kinds(left: Any, right: Any, keys: list[str]) -> None:
                             f"{{{key}: ...}}, or dates: for a date column)")
 
 
-def _matching_key_dtypes(left: Any, right: Any, keys: list[str]) -> tuple[Any, Any]:
-    """Keys of one kind in one dtype (int32 and int64 -> int64, int and float -> float64,
-    datetime64 units -> the finer, categories -> their values), so every backend merges them."""
-    for key in keys:
-        left, right = _plain_categories(left, key), _plain_categories(right, key)
-        a, b = left[key].dtype, right[key].dtype
-        if a == b or not (isinstance(a, np.dtype) and isinstance(b, np.dtype)):
-            continue                     # pandas' own nullable dtypes: pandas merges them as they are
-        common = np.result_type(a, b)
-        if a != common:
-            left = left.assign(**{key: left[key].astype(common)})
-        if b != common:
-            right = right.assign(**{key: right[key].astype(common)})
-    return left, right
-
-
-def _plain_categories(frame: Any, key: str) -> Any:
-    dtype = frame[key].dtype
-    if str(dtype) == "category" and getattr(dtype, "categories", None) is not None:
-        return frame.assign(**{key: frame[key].astype(dtype.categories.dtype)})
-    return frame
-
-
 # ------------------------------------------------------------------------------ in memory
 def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: tuple[str, str], validate: str,
                     backend: Backend, *, check: tuple[str, ...] | None = None) -> tuple[Any, dict[str, int]]:
     """The join on in-memory frames: checked, merged with positions and a null guard, sorted."""
     left, right = left.reset_index(drop=True), right.reset_index(drop=True)
-    left, right = _matching_key_dtypes(left, right, keys)
+    left, right = matching_key_dtypes(left, right, keys)
     left_ok, right_ok = _complete_keys(left, keys), _complete_keys(right, keys)
     for side in UNIQUE_SIDES[validate] if check is None else check:
         frame, ok = (left, left_ok) if side == "left" else (right, right_ok)
@@ -196,6 +174,8 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     left, right = _suffixed(left, right, keys, suffixes)
     lrow, rrow, guard = _helper_names(left, right)
     n_left, n_right = len(left), len(right)
+    if how in ("left", "inner") and "right" in UNIQUE_SIDES[validate]:
+        return _lookup_join(left, right[right_ok], keys, how, rrow, n_right, backend)
     left = left.assign(**{lrow: backend.asarray(np.arange(n_left, dtype=np.int64))})
     right = right.assign(**{rrow: backend.asarray(np.arange(n_right, dtype=np.int64))})
     left = left.assign(**{guard: _guard(left[lrow], left_ok, -1)})
@@ -205,6 +185,26 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
         merged = merged.sort_values([lrow, rrow], na_position="last")
     counts = _counts(merged, lrow, rrow, n_left, n_right)
     return merged.drop(columns=[lrow, rrow, guard]).reset_index(drop=True), counts
+
+
+def _lookup_join(left: Any, right: Any, keys: list[str], how: str, rrow: str, n_right: int,
+                 backend: Backend) -> tuple[Any, dict[str, int]]:
+    """A left or inner join onto a right table with each key once (checked), as a lookup: the
+    left rows stay as they are, in their order, and only the right's columns are written (a
+    merge would copy every left column too). ``right`` holds only rows with complete keys, so
+    a missing left key finds nothing."""
+    right = right.assign(**{rrow: backend.asarray(np.arange(len(right), dtype=np.int64))})
+    found = lookup(left, right, keys, backend)
+    positions = found[rrow]
+    matched = positions.notna()
+    joined = backend.frame.concat([left, found.drop(columns=[rrow])], axis=1)
+    if how == "inner":
+        joined = joined[matched].reset_index(drop=True)
+    matched_left = int(matched.sum())
+    counts = {"rows": int(len(joined)), "left_rows": int(len(left)), "right_rows": n_right,
+              "unmatched_left_rows": int(len(left)) - matched_left,
+              "unmatched_right_rows": n_right - int(positions[matched].nunique())}
+    return joined, counts
 
 
 def _complete_keys(frame: Any, keys: list[str]) -> Any:
