@@ -245,3 +245,49 @@ def test_cudf_gives_the_pandas_result(gpu, target):
     got = gpu.to_host(label_events(gpu.from_pandas(events), gpu.from_pandas(entities), backend=gpu, **kwargs))
     pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-9, check_dtype=False)
     assert str(got["y"].dtype) == str(expected["y"].dtype)
+
+
+def _merges(frame) -> set[str]:
+    """The merge / join expressions a Dask frame is built from."""
+    return {type(node).__name__ for node in frame.expr.walk()} & {"Merge", "JoinRecursive", "HashJoinP2P"}
+
+
+def test_labels_of_an_aggregate_on_dask_move_only_the_horizon_events():
+    """The entity table an aggregate made is already partitioned on the keys: the label lines
+    the events up with it partition by partition instead of merging (which would shuffle the
+    whole, wide entity table)."""
+    import dask
+    import dask.dataframe as dd
+
+    events = random_events(seed=23)
+    kwargs = dict(by="k", time="t", as_of=CUTOFFS, horizon="45d", target={"y": "count"})
+    expected = label_events(events, aggregate_events(events, **FEATURES), **kwargs)
+    lazy_events = dd.from_pandas(events, npartitions=4)
+    lazy_entities = aggregate_events(lazy_events, **FEATURES)
+    lined_up = label_events(lazy_events, lazy_entities, **kwargs)
+    assert not _merges(lined_up)
+    assert lined_up.npartitions == lazy_entities.npartitions
+    # The same entity table, no longer known to be partitioned on the keys: a merge.
+    reshuffled = lazy_entities.repartition(npartitions=3)
+    merged = label_events(lazy_events, reshuffled, **kwargs)
+    assert _merges(merged)
+    with dask.config.set(scheduler="threads"):
+        for got in (lined_up, merged):
+            got = got.compute().sort_values(["as_of", "k"]).reset_index(drop=True)
+            pd.testing.assert_frame_equal(got, expected)
+
+
+def test_an_entity_table_with_other_key_dtypes_is_merged_not_lined_up():
+    import dask
+    import dask.dataframe as dd
+
+    events = random_events(seed=24)
+    kwargs = dict(by="k", time="t", as_of=CUTOFFS, horizon="45d", target={"y": "no_event"})
+    expected = label_events(events, aggregate_events(events, **FEATURES), **kwargs)
+    lazy_entities = aggregate_events(dd.from_pandas(events, npartitions=4), **FEATURES)
+    narrow_keys = dd.from_pandas(events.astype({"k": "int32"}), npartitions=4)
+    got = label_events(narrow_keys, lazy_entities, **kwargs)
+    assert _merges(got)
+    with dask.config.set(scheduler="threads"):
+        got = got.compute().sort_values(["as_of", "k"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected)

@@ -30,8 +30,8 @@ from pipeline.errors import ConfigError
 from pipeline.events.checks import check_has_columns, check_no_missing_times, check_time_column, check_value_columns
 from pipeline.events.durations import ALL, DAY, parse_cutoffs, parse_duration
 from pipeline.events.frames import (
-    POSITION, cast_output, drop_rows_without_key, insert_constant, key_list, shuffle_method, side_by_side,
-    with_positions,
+    POSITION, cast_output, drop_rows_without_key, insert_constant, key_list, remember_key_partitioned,
+    shuffle_on_keys, side_by_side, with_positions,
 )
 from pipeline.events.specs import NUMERIC_AGGREGATES, ZERO_WHEN_EMPTY, EventFeature, check_output_names, parse_features
 
@@ -114,14 +114,16 @@ def check_events(events: Any, plan: AggregationPlan) -> None:
 
 def _aggregate_partitioned(events: Any, plan: AggregationPlan, backend: Backend) -> Any:
     """Shuffle on the keys, then the in-memory engine on each partition."""
+    # Events from the last cut-off on make no feature: they are not shuffled.
     frame = events[plan.columns]
+    frame = frame[frame[plan.time] < plan.cutoffs[-1]]
     if plan.needs_order:
         # Row positions before the shuffle (which reorders rows): first/last ties keep input order.
         frame = frame.map_partitions(with_positions, backend, meta=with_positions(frame._meta, backend))
-    shuffled = frame.shuffle(on=list(plan.keys), shuffle_method=shuffle_method())
+    shuffled = shuffle_on_keys(frame, plan.keys)
     # Meta from Dask's stand-in rows, not an empty frame: the path real partitions take.
     meta = aggregate_frame(frame._meta_nonempty, plan, backend).iloc[:0]
-    return shuffled.map_partitions(aggregate_frame, plan, backend, meta=meta)
+    return remember_key_partitioned(shuffled.map_partitions(aggregate_frame, plan, backend, meta=meta), plan.keys)
 
 
 def aggregate_frame(events: Any, plan: AggregationPlan, backend: Backend, *,

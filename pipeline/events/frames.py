@@ -34,6 +34,34 @@ def shuffle_method() -> str:
     return dask.config.get("dataframe.shuffle.method", None) or "tasks"
 
 
+# Dask frames (by expression name) whose partition i holds exactly the entities that
+# ``shuffle_on_keys(..., npartitions=n)`` sends to partition i: another frame shuffled the same
+# way lines up with them partition by partition, and joins them without moving either again.
+_KEY_PARTITIONED: dict[str, tuple[tuple[str, ...], int]] = {}
+_REMEMBERED = 256
+
+
+def shuffle_on_keys(frame: Any, keys: Sequence[str], npartitions: int | None = None) -> Any:
+    """A Dask frame hash-partitioned on ``keys`` (every row of a key in one partition). The
+    same call with the same keys, key dtypes and ``npartitions`` puts a key in the same
+    partition number whatever the frame."""
+    return frame.shuffle(on=list(keys), npartitions=npartitions, shuffle_method=shuffle_method())
+
+
+def remember_key_partitioned(frame: Any, keys: Sequence[str]) -> Any:
+    """Note that ``frame`` came from ``shuffle_on_keys(..., keys)`` with partitions kept as
+    they were (a per-partition result of the shuffled frame), and return it."""
+    _KEY_PARTITIONED[frame._name] = (tuple(keys), int(frame.npartitions))
+    while len(_KEY_PARTITIONED) > _REMEMBERED:
+        _KEY_PARTITIONED.pop(next(iter(_KEY_PARTITIONED)))
+    return frame
+
+
+def is_key_partitioned(frame: Any, keys: Sequence[str]) -> bool:
+    """Whether ``frame`` is hash-partitioned on exactly ``keys`` (in that order), as noted."""
+    return _KEY_PARTITIONED.get(getattr(frame, "_name", None)) == (tuple(keys), int(frame.npartitions))
+
+
 def with_positions(frame: Any, backend: Backend, partition_info: dict[str, Any] | None = None) -> Any:
     """``frame`` with its rows' input positions in ``POSITION`` (Dask passes ``partition_info``)."""
     offset = int((partition_info or {}).get("number") or 0) * _PARTITION_STRIDE

@@ -12,8 +12,10 @@ static customer table) every row is labelled at every cut-off. A horizon that re
 the last event in the data (+ 1 day) is refused: those labels would call customers churned
 only because the data ends.
 
-On Dask the events are shuffled on the keys and each partition labelled by the in-memory
-engine, then the targets are merged onto the entity table (a hash join).
+On Dask only the events in some horizon are shuffled on the keys. An entity table that an
+``aggregate`` made on the same keys is already partitioned that way, so partition i of it is
+labelled from partition i of the events (nothing else moves); any other entity table gets
+the targets merged onto it (a hash join).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from pipeline.events.checks import (
     check_has_columns, check_key_kinds, check_no_missing_times, check_time_column, check_value_columns,
 )
 from pipeline.events.durations import DAY, normalize_duration, parse_cutoffs, parse_duration
-from pipeline.events.frames import drop_rows_without_key, key_list, lookup, set_constant, shuffle_method
+from pipeline.events.frames import (
+    drop_rows_without_key, is_key_partitioned, key_list, lookup, set_constant, shuffle_method, shuffle_on_keys,
+)
 from pipeline.events.specs import NUMERIC_AGGREGATES, EventTarget, parse_target
 
 _COUNT = "__events"        # events in the horizon (no_event / any_event / count)
@@ -87,6 +91,8 @@ def label_events(events: Any, entities: Any, *, by: str | Sequence[str], time: s
     backend = backend_for(events, backend)
     _check_tables(events, entities, plan)
     _check_horizon_observed(events, plan)
+    if is_partitioned(events) and is_partitioned(entities) and _lined_up(events, entities, plan):
+        return _label_lined_up(events, entities, plan, backend)
     if is_partitioned(events):
         targets = _targets_partitioned(events, plan, backend)
     else:
@@ -158,11 +164,41 @@ def target_frame(events: Any, plan: LabelPlan, backend: Backend) -> Any:
     return parts[0] if len(parts) == 1 else backend.frame.concat(parts, ignore_index=True)
 
 
+def _horizon_events(events: Any, plan: LabelPlan) -> Any:
+    """The events some cut-off's horizon holds (the columns the target reads): all a label
+    reads, so only they are shuffled."""
+    frame = events[plan.columns]
+    times = frame[plan.time]
+    return frame[(times >= plan.cutoffs[0]) & (times < plan.cutoffs[-1] + plan.horizon)]
+
+
 def _targets_partitioned(events: Any, plan: LabelPlan, backend: Backend) -> Any:
-    shuffled = events[plan.columns].shuffle(on=list(plan.keys), shuffle_method=shuffle_method())
+    frame = _horizon_events(events, plan)
     # Meta from Dask's stand-in rows, not an empty frame: the path real partitions take.
-    meta = target_frame(events[plan.columns]._meta_nonempty, plan, backend).iloc[:0]
-    return shuffled.map_partitions(target_frame, plan, backend, meta=meta)
+    meta = target_frame(frame._meta_nonempty, plan, backend).iloc[:0]
+    return shuffle_on_keys(frame, plan.keys).map_partitions(target_frame, plan, backend, meta=meta)
+
+
+def _lined_up(events: Any, entities: Any, plan: LabelPlan) -> bool:
+    """Whether the entity table is hash-partitioned on the keys (an ``aggregate`` of the events
+    on the same keys) with key dtypes the events share, so events shuffled the same way line up
+    with it partition by partition."""
+    keys = list(plan.keys)
+    return (is_key_partitioned(entities, keys)
+            and all(events._meta[k].dtype == entities._meta[k].dtype for k in keys))
+
+
+def _label_lined_up(events: Any, entities: Any, plan: LabelPlan, backend: Backend) -> Any:
+    """Partition i of the entity table labelled from partition i of the events shuffled the
+    same way: only the (few, narrow) horizon events move; the entity table, as wide as its
+    features, stays where it is (a merge would shuffle it whole)."""
+    shuffled = shuffle_on_keys(_horizon_events(events, plan), plan.keys, int(entities.npartitions))
+    meta = _label_partition(entities._meta, shuffled._meta, plan, backend)
+    return entities.map_partitions(_label_partition, shuffled, plan, backend, meta=meta)
+
+
+def _label_partition(entities: Any, events: Any, plan: LabelPlan, backend: Backend) -> Any:
+    return label_frame(entities, target_frame(events, plan, backend), plan, backend)
 
 
 def entity_rows(entities: Any, plan: LabelPlan, time_dtype: Any, backend: Backend) -> Any:
