@@ -291,11 +291,13 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
     from distributed import Client, LocalCluster
 
     from pipeline.backends import get_backend
+    from pipeline.backends.cluster import worker_preload
 
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.ERROR,
-                      local_directory=str(out.parent / "dask-worker-space")) as cluster, Client(cluster) as client:
+                      local_directory=str(out.parent / "dask-worker-space"),
+                      preload=worker_preload()) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
         started_workers = set(client.scheduler_info()["workers"])
         watch = PauseWatch(client, stall_s, memory_limit, out.with_name(out.name + ".failure"))

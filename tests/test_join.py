@@ -243,6 +243,46 @@ def test_a_partitioned_join_equals_the_in_memory_one(how, right_partitioned):
     assert list(lazy.columns) == list(expected.columns)
 
 
+@pytest.mark.parametrize("how", ["left", "inner"])
+@pytest.mark.parametrize("right_partitioned", [False, True])
+def test_a_left_partitioned_on_the_keys_meets_the_right_partition_by_partition(how, right_partitioned):
+    """An aggregate's output is partitioned on its keys: the right table is shuffled the same
+    way instead of broadcast whole to every partition, with the in-memory result."""
+    import dask.dataframe as dd
+
+    from pipeline.events import aggregate_events
+    from pipeline.events.frames import is_key_partitioned
+
+    rng = np.random.default_rng(5)
+    events = pd.DataFrame({"customer": rng.integers(0, 90, 600).astype(float),
+                           "t": pd.Timestamp("2021-01-01") + pd.to_timedelta(rng.integers(0, 300, 600), unit="D"),
+                           "v": rng.normal(size=600)})
+    _, right = _events()
+    spec = dict(by="customer", time="t", as_of="2021-09-01", features={"n": "count", "s": {"sum": "v"}})
+    expected = join_tables(aggregate_events(events, **spec), right, on="customer", how=how)
+    lazy_left = aggregate_events(dd.from_pandas(events, npartitions=4), **spec)
+    lazy_right = dd.from_pandas(right, npartitions=3) if right_partitioned else right
+    lazy = join_tables(lazy_left, lazy_right, on="customer", how=how)
+    assert is_key_partitioned(lazy, ["customer"])
+    kinds = {type(node).__name__ for node in lazy.expr.walk()}
+    assert "RearrangeByColumn" in kinds and not kinds & {"Merge", "_DelayedExpr"}    # shuffled, not broadcast
+    got = lazy.compute().sort_values(["customer"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected.sort_values(["customer"]).reset_index(drop=True), check_dtype=False)
+
+
+def test_a_lined_up_join_still_refuses_a_repeated_right_key():
+    import dask.dataframe as dd
+
+    from pipeline.events import aggregate_events
+
+    events = pd.DataFrame({"id": [1, 2, 3, 1], "t": pd.to_datetime(["2021-01-0%d" % d for d in (1, 2, 3, 4)])})
+    lazy_left = aggregate_events(dd.from_pandas(events, npartitions=2), by="id", time="t", as_of="2021-02-01",
+                                 features={"n": "count"})
+    lazy = join_tables(lazy_left, RIGHT_DUP, on="id")
+    with pytest.raises(DataError, match="not unique in the right table"):
+        lazy.compute()
+
+
 def test_a_partitioned_left_is_checked_for_repeats_when_validate_says_unique():
     import dask.dataframe as dd
 
@@ -251,9 +291,11 @@ def test_a_partitioned_left_is_checked_for_repeats_when_validate_says_unique():
         join_tables(left, RIGHT_ONE, on="id", validate="one_to_many")
     with pytest.raises(DataError, match="not unique in the right table"):
         join_tables(left, RIGHT_DUP, on="id")                       # an in-memory right: at once
-    lazy = join_tables(left, dd.from_pandas(RIGHT_DUP, npartitions=2), on="id")
     with pytest.raises(DataError, match="not unique in the right table"):
-        lazy.compute()                                              # a partitioned right: as it streams
+        join_tables(left, dd.from_pandas(RIGHT_DUP, npartitions=2), on="id")   # a partitioned right: once, first
+    lazy = join_tables(left, dd.from_pandas(RIGHT_DUP, npartitions=2), on="id", how="outer")
+    with pytest.raises(DataError, match="not unique in the right table"):
+        lazy.compute()                                              # outer: as it streams
 
 
 def test_an_in_memory_left_with_a_partitioned_right_is_in_memory():

@@ -128,8 +128,16 @@ def _local_cluster(config: Any) -> Any:
     return LocalCluster(
         n_workers=config.n_workers or 2, threads_per_worker=config.threads_per_worker, processes=True,
         memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address=":0",   # any free port
-        silence_logs=logging.WARNING,
+        silence_logs=logging.WARNING, preload=worker_preload(),
     )
+
+
+def worker_preload() -> list[str]:
+    """Modules every local worker imports as it starts. A worker the nanny restarts (past its
+    memory limit) gets data from its peers at once, and unpickling it in one thread while a task
+    imports ``dask.dataframe`` in another broke that import ("partially initialized module
+    'dask.dataframe.core'"), losing the worker; imported first, it is there for both."""
+    return ["dask.dataframe"]
 
 
 def _local_cuda_cluster(config: Any, plan: GpuMemoryPlan | None = None) -> Any:
@@ -149,6 +157,7 @@ def local_cuda_cluster_options(config: Any, plan: GpuMemoryPlan | None = None) -
         "enable_cudf_spill": config.enable_cudf_spill, "resources": {GPU_RESOURCE: 1},
         # One memory pool shared by cuDF/CuPy and PyTorch on each worker.
         "rmm_allocator_external_lib_list": ["torch", "cupy"] if config.rmm_pool_size else None,
+        "preload": worker_preload(),
     }
     for key in ("CUDA_VISIBLE_DEVICES", "rmm_pool_size", "device_memory_limit", "protocol", "n_workers"):
         value = getattr(config, key)

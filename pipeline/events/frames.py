@@ -118,8 +118,16 @@ def lookup(rows: Any, table: Any, keys: list[str], backend: Backend) -> Any:
     A reindex on the keys: one hash lookup, and only the looked-up columns are written. A left
     merge would also copy every column of ``rows`` (and give no row order on cuDF)."""
     probe, table = matching_key_dtypes(rows[keys], table, keys)
-    found = table.set_index(keys).reindex(_key_index(probe, keys, backend))
-    found.index = rows.index
+    return lookup_indexed(probe, table.set_index(keys), backend)
+
+
+def lookup_indexed(probe: Any, indexed: Any, backend: Backend) -> Any:
+    """``indexed``'s columns for each row of ``probe`` (a frame holding the key columns that
+    ``indexed`` is indexed on, in their dtypes), on ``probe``'s index. Indexing a table once
+    and probing it many times (a Dask partition at a time) builds its hash table once."""
+    keys = [str(name) for name in indexed.index.names]
+    found = indexed.reindex(_key_index(probe, keys, backend))
+    found.index = probe.index
     return found
 
 

@@ -33,7 +33,8 @@ from pipeline.events.checks import (
 )
 from pipeline.events.durations import DAY, normalize_duration, parse_cutoffs, parse_duration
 from pipeline.events.frames import (
-    drop_rows_without_key, is_key_partitioned, key_list, lookup, set_constant, shuffle_method, shuffle_on_keys,
+    drop_rows_without_key, is_key_partitioned, key_list, lookup, remember_key_partitioned, set_constant,
+    shuffle_method, shuffle_on_keys,
 )
 from pipeline.events.specs import NUMERIC_AGGREGATES, EventTarget, parse_target
 
@@ -194,7 +195,8 @@ def _label_lined_up(events: Any, entities: Any, plan: LabelPlan, backend: Backen
     features, stays where it is (a merge would shuffle it whole)."""
     shuffled = shuffle_on_keys(_horizon_events(events, plan), plan.keys, int(entities.npartitions))
     meta = _label_partition(entities._meta, shuffled._meta, plan, backend)
-    return entities.map_partitions(_label_partition, shuffled, plan, backend, meta=meta)
+    labelled = entities.map_partitions(_label_partition, shuffled, plan, backend, meta=meta)
+    return remember_key_partitioned(labelled, list(plan.keys))     # still partitioned on the keys
 
 
 def _label_partition(entities: Any, events: Any, plan: LabelPlan, backend: Backend) -> Any:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -32,7 +33,9 @@ from pydantic import Field, field_validator
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.errors import DataError
 from pipeline.events.checks import key_kind
-from pipeline.events.frames import lookup, matching_key_dtypes
+from pipeline.events.frames import (
+    is_key_partitioned, lookup_indexed, matching_key_dtypes, remember_key_partitioned, shuffle_on_keys,
+)
 from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
 
 __all__ = ["JoinSpec", "join_tables"]
@@ -175,7 +178,7 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     lrow, rrow, guard = _helper_names(left, right)
     n_left, n_right = len(left), len(right)
     if how in ("left", "inner") and "right" in UNIQUE_SIDES[validate]:
-        return _lookup_join(left, right[right_ok], keys, how, rrow, n_right, backend)
+        return _lookup_join(left, _lookup_table(right, left, keys, suffixes, backend), how, backend)
     left = left.assign(**{lrow: backend.asarray(np.arange(n_left, dtype=np.int64))})
     right = right.assign(**{rrow: backend.asarray(np.arange(n_right, dtype=np.int64))})
     left = left.assign(**{guard: _guard(left[lrow], left_ok, -1)})
@@ -187,23 +190,56 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     return merged.drop(columns=[lrow, rrow, guard]).reset_index(drop=True), counts
 
 
-def _lookup_join(left: Any, right: Any, keys: list[str], how: str, rrow: str, n_right: int,
-                 backend: Backend) -> tuple[Any, dict[str, int]]:
+@dataclass(frozen=True)
+class LookupTable:
+    """A right table holding each key once, ready to be probed by left rows: its rows with
+    complete keys, indexed on the keys (dtypes already matched to the left's), with its row
+    positions in ``row`` (to count the right rows matched). Built once: a Dask worker probes the
+    same object for every partition, so the index's hash table is built once too."""
+
+    indexed: Any
+    rows: int
+    row: str
+    left_renames: dict[str, str]
+    left_dtypes: dict[str, Any]
+
+
+def _lookup_table(right: Any, left_meta: Any, keys: list[str], suffixes: tuple[str, str],
+                  backend: Backend) -> LookupTable:
+    """``right`` as a :class:`LookupTable` for left tables shaped like ``left_meta``."""
+    right = right.reset_index(drop=True)
+    left_keys, right = matching_key_dtypes(left_meta[keys].iloc[:0], right, keys)
+    renamed_left, right = _suffixed(left_meta.iloc[:0], right, keys, suffixes)
+    left_renames = {old: new for old, new in zip(left_meta.columns, renamed_left.columns) if old != new}
+    left_dtypes = {k: left_keys[k].dtype for k in keys if left_keys[k].dtype != left_meta[k].dtype}
+    _, row, _ = _helper_names(renamed_left, right)
+    n_right = len(right)
+    right = right[_complete_keys(right, keys)]
+    right = right.assign(**{row: backend.asarray(np.arange(len(right), dtype=np.int64))})
+    return LookupTable(right.set_index(keys), n_right, row, left_renames, left_dtypes)
+
+
+def _lookup_join(left: Any, table: LookupTable, how: str, backend: Backend) -> tuple[Any, dict[str, int]]:
     """A left or inner join onto a right table with each key once (checked), as a lookup: the
     left rows stay as they are, in their order, and only the right's columns are written (a
-    merge would copy every left column too). ``right`` holds only rows with complete keys, so
-    a missing left key finds nothing."""
-    right = right.assign(**{rrow: backend.asarray(np.arange(len(right), dtype=np.int64))})
-    found = lookup(left, right, keys, backend)
-    positions = found[rrow]
+    merge would copy every left column too, then sort them back into order). A missing left
+    key finds nothing: the table holds only complete keys."""
+    left = left.reset_index(drop=True)
+    if table.left_dtypes:
+        left = left.astype(table.left_dtypes)
+    if table.left_renames:
+        left = left.rename(columns=table.left_renames)
+    keys = [str(name) for name in table.indexed.index.names]
+    found = lookup_indexed(left[keys], table.indexed, backend)
+    positions = found[table.row]
     matched = positions.notna()
-    joined = backend.frame.concat([left, found.drop(columns=[rrow])], axis=1)
+    joined = backend.frame.concat([left, found.drop(columns=[table.row])], axis=1)
     if how == "inner":
         joined = joined[matched].reset_index(drop=True)
     matched_left = int(matched.sum())
-    counts = {"rows": int(len(joined)), "left_rows": int(len(left)), "right_rows": n_right,
+    counts = {"rows": int(len(joined)), "left_rows": int(len(left)), "right_rows": table.rows,
               "unmatched_left_rows": int(len(left)) - matched_left,
-              "unmatched_right_rows": n_right - int(positions[matched].nunique())}
+              "unmatched_right_rows": table.rows - int(positions[matched].nunique())}
     return joined, counts
 
 
@@ -302,6 +338,8 @@ def _join_partitioned(left: Any, right: Any, keys: list[str], how: str, suffixes
         meta_keys = left[keys]
         _check_unique(meta_keys[_complete_keys(meta_keys, keys)], keys, "left", validate, backend)
     check_right = ("right",) if "right" in UNIQUE_SIDES[validate] else ()
+    if how in ("left", "inner") and is_key_partitioned(left, keys) and _same_key_dtypes(left, right, keys):
+        return _join_lined_up(left, right, keys, how, suffixes, validate, check_right, backend)
     right_partitioned = is_partitioned(right)
     if right_partitioned:
         right_meta = right._meta
@@ -314,6 +352,8 @@ def _join_partitioned(left: Any, right: Any, keys: list[str], how: str, suffixes
         broadcast = dask.delayed(right, pure=False)      # not hashed: its key is a fresh name
     # Per partition: every left row (left / outer) or only matched ones (inner / right).
     part_how = "left" if how in ("left", "outer") else "inner"
+    if how in ("left", "inner") and check_right:
+        return _lookup_join_partitioned(left, broadcast, right_meta, keys, how, suffixes, validate, backend)
     meta = _join_in_memory(left._meta, right_meta, keys, part_how, suffixes, validate, backend, check=())[0]
     joined = left.map_partitions(_join_partition, broadcast, keys, part_how, suffixes, validate, check_right,
                                  meta=meta, align_dataframes=False)
@@ -325,6 +365,48 @@ def _join_partitioned(left: Any, right: Any, keys: list[str], how: str, suffixes
     only = right_frame.map_partitions(_right_only_rows, left_keys, left._meta, keys, suffixes, meta=meta,
                                       align_dataframes=False)
     return dd.concat([joined, only])
+
+
+def _same_key_dtypes(left: Any, right: Any, keys: list[str]) -> bool:
+    right_meta = right._meta if is_partitioned(right) else right
+    return all(left._meta[k].dtype == right_meta[k].dtype for k in keys)
+
+
+def _join_lined_up(left: Any, right: Any, keys: list[str], how: str, suffixes: tuple[str, str], validate: str,
+                   check_right: tuple[str, ...], backend: Backend) -> Any:
+    """A left table already hash-partitioned on the keys (an aggregate's or a label's output)
+    joined with the right table shuffled the same way: partition i of one meets partition i of
+    the other, and no worker holds the whole right table. Each key's rows are all in one
+    partition, so the per-partition uniqueness check is the whole check (made as partitions
+    are computed)."""
+    import dask.dataframe as dd
+
+    if not is_partitioned(right):
+        right = dd.from_pandas(right, npartitions=1)
+    pieces = shuffle_on_keys(right, keys, int(left.npartitions))
+    meta = _join_in_memory(left._meta, right._meta, keys, how, suffixes, validate, backend, check=())[0]
+    joined = left.map_partitions(_join_partition, pieces, keys, how, suffixes, validate, check_right, meta=meta)
+    return remember_key_partitioned(joined, keys)
+
+
+def _lookup_join_partitioned(left: Any, broadcast: Any, right_meta: Any, keys: list[str], how: str,
+                             suffixes: tuple[str, str], validate: str, backend: Backend) -> Any:
+    """A left / inner join onto a right table that must hold each key once: the right table is
+    checked and made a :class:`LookupTable` once, in one task, and every partition of the left
+    probes it (the alternative, a join per partition, re-checks and re-indexes the whole right
+    table in every partition: memory a worker below the data's size does not have)."""
+    import dask
+
+    if is_partitioned(broadcast):
+        _check_unique(broadcast[_complete_keys(broadcast, keys)], keys, "right", validate, backend)
+        broadcast = broadcast.to_delayed()[0]
+    table = dask.delayed(_lookup_table)(broadcast, left._meta, keys, suffixes, backend)
+    meta = _lookup_join(left._meta, _lookup_table(right_meta, left._meta, keys, suffixes, backend), how, backend)[0]
+    return left.map_partitions(_lookup_join_partition, table, how, meta=meta, align_dataframes=False)
+
+
+def _lookup_join_partition(part: Any, table: LookupTable, how: str) -> Any:
+    return _lookup_join(part, table, how, backend_for(part))[0]
 
 
 def _join_partition(part: Any, right: Any, keys: list[str], how: str, suffixes: tuple[str, str], validate: str,
