@@ -292,6 +292,7 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
 
     from pipeline.backends import get_backend
     from pipeline.backends.cluster import worker_preload
+    from pipeline.backends.worker_memory import register_memory_release
 
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
@@ -299,6 +300,7 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
                       local_directory=str(out.parent / "dask-worker-space"),
                       preload=worker_preload()) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
+        register_memory_release(client)                 # as the pipeline's own local clusters do
         started_workers = set(client.scheduler_info()["workers"])
         watch = PauseWatch(client, stall_s, memory_limit, out.with_name(out.name + ".failure"))
         watch.start()

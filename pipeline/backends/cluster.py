@@ -87,6 +87,8 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
     """Connect to ``config.address``, or start a local cluster for ``device`` ("cpu" | "gpu")."""
     from distributed import Client
 
+    from pipeline.backends.worker_memory import register_memory_release
+
     # distributed sets its loggers to INFO when imported; a run's log keeps only its warnings.
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker",
                  "distributed.core", "distributed.http.proxy"):
@@ -112,6 +114,7 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
     except Exception as exc:  # noqa: BLE001 - cluster start fails in many ways (ports, CUDA, memory)
         raise ClusterUnavailable(f"cannot start a local Dask cluster: {type(exc).__name__}: {exc}") from exc
     client = Client(cluster, set_as_default=False)
+    register_memory_release(client)
     workers = len(cluster.workers)
     kind = type(cluster).__name__
     details = {"address": cluster.scheduler_address, "workers": workers, "started_here": True,

@@ -1,0 +1,68 @@
+"""What every worker of a local cluster the pipeline starts has from its start: dask.dataframe
+imported, and the plugin that gives a paused worker's freed memory back to the OS."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from pipeline.config.schema import ClusterConfig
+
+PLUGIN = "pipeline-release-memory-when-paused"
+
+
+@pytest.fixture(scope="module")
+def session():
+    from pipeline.backends.cluster import open_cluster
+
+    opened = open_cluster(ClusterConfig(n_workers=1, threads_per_worker=1), "cpu")
+    yield opened
+    opened.close()
+
+
+def _has_dask_dataframe() -> bool:
+    return "dask.dataframe" in sys.modules
+
+
+def test_local_workers_import_dask_dataframe_as_they_start(session):
+    """A restarted worker unpickles its peers' data in one thread while a task imports
+    dask.dataframe in another; that race broke the import and lost the worker. Preloaded, the
+    module is there before either runs."""
+    imported = session.client.run(_has_dask_dataframe)
+    assert imported and all(imported.values())
+
+
+async def _releases_while_paused(dask_worker, seconds: float = 10.0) -> tuple[int, int]:
+    """(releases before, releases after) the worker spent up to ``seconds`` paused by its own
+    memory monitor (its pause threshold lowered below what it holds). A coroutine: it runs on
+    the worker's event loop, which the monitor and the plugin's timer need free."""
+    import asyncio
+
+    from distributed.core import Status
+
+    plugin, memory = dask_worker.plugins[PLUGIN], dask_worker.memory_manager
+    before, threshold = plugin.releases, memory.memory_pause_fraction
+    memory.memory_pause_fraction = 1e-9
+    try:
+        deadline = time.monotonic() + seconds
+        while plugin.releases == before and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        paused = dask_worker.status == Status.paused
+    finally:
+        memory.memory_pause_fraction = threshold
+    assert paused, "the worker's memory monitor did not pause it"
+    return before, plugin.releases
+
+
+def _releases(dask_worker) -> int:
+    return dask_worker.plugins[PLUGIN].releases
+
+
+def test_a_paused_worker_releases_unused_memory_and_a_running_one_does_not(session):
+    (idle,) = session.client.run(_releases).values()
+    time.sleep(2.5)                                            # running: longer than one check
+    assert list(session.client.run(_releases).values()) == [idle]
+    (before, after), = session.client.run(_releases_while_paused).values()
+    assert after > before
