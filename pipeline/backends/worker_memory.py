@@ -5,9 +5,10 @@ limit) and runs no task until it falls back. It spills its managed data to disk 
 what remains is memory the allocators keep after the data was freed: glibc's heap, Python's
 arenas, and pyarrow's mimalloc pool (Parquet reads). Nothing frees those on its own, so a
 worker can stay paused for good with no data in memory: 20-50M events on 2 workers × 558 MiB
-did, and the run stalled. While a worker is paused, this plugin collects garbage and asks
-pyarrow's pool and glibc to return what is unused (``malloc_trim``) every couple of seconds:
-40-75 MiB per worker there, enough to resume, and the same run finished.
+did, and the run stalled; running workers near the limit were killed at 95% by a task's
+peak, and their results computed again. While a worker is paused or past its spill threshold
+(70%), this plugin collects garbage and asks pyarrow's pool and glibc to return what is
+unused (``malloc_trim``) every couple of seconds: 40-75 MiB per worker there.
 
 Imported only where a cluster is started (it imports ``distributed``).
 """
@@ -49,8 +50,8 @@ def _malloc_trim() -> Any:
 
 
 class ReleaseMemoryWhenPaused(WorkerPlugin):
-    """While its worker is paused, release unused memory every ``CHECK_MS`` milliseconds;
-    ``releases`` counts the calls."""
+    """While its worker is paused or past its spill threshold, release unused memory every
+    ``CHECK_MS`` milliseconds; ``releases`` counts the calls."""
 
     name = "pipeline-release-memory-when-paused"
     idempotent = True
@@ -72,9 +73,20 @@ class ReleaseMemoryWhenPaused(WorkerPlugin):
             self._callback.stop()
 
     def _check(self) -> None:
-        if self._worker is not None and self._worker.status == Status.paused:
+        if self._worker is not None and self._holding_too_much():
             release_unused_memory()
             self.releases += 1
+
+    def _holding_too_much(self) -> bool:
+        """Paused, or past the spill threshold: a running worker that starts a task there can
+        pass the 95% limit, where the nanny kills it and its results are computed again."""
+        if self._worker.status == Status.paused:
+            return True
+        memory = self._worker.memory_manager
+        limit, spill = memory.memory_limit, memory.memory_spill_fraction
+        if not limit or not spill:
+            return False
+        return self._worker.monitor.get_process_memory() > spill * limit
 
 
 def register_memory_release(client: Any) -> None:
