@@ -2302,10 +2302,23 @@ def named_init_params(cls: type) -> set[str]:
     return names
 
 
+def forwarded_to_workers(cls: type) -> set[str]:
+    """Keywords a local Dask cluster passes on: ``LocalCluster`` (``LocalCUDACluster`` too) hands
+    those it does not declare to each worker's ``Nanny``, which hands its leftovers to the
+    ``Worker`` (``preload``, for one)."""
+    try:
+        from distributed import LocalCluster, Nanny, Worker
+    except ImportError:
+        return set()
+    if isinstance(cls, type) and issubclass(cls, LocalCluster):
+        return named_init_params(Nanny) | named_init_params(Worker)
+    return set()
+
+
 def _bind_constructor(cls: type, kwargs: Mapping[str, Any]) -> BindResult:
     result = check_bind(cls, 0, kwargs.keys(), allow_var_keyword=True)
     if result.ok and result.via_var_keyword:
-        unknown = sorted(set(result.via_var_keyword) - named_init_params(cls))
+        unknown = sorted(set(result.via_var_keyword) - named_init_params(cls) - forwarded_to_workers(cls))
         if unknown:
             return BindResult(False, f"{', '.join(unknown)}: accepted only through **kwargs and declared by no "
                                      f"__init__ in {cls.__name__}'s MRO", result.via_var_keyword)

@@ -31,7 +31,7 @@ from pipeline.events.checks import check_has_columns, check_no_missing_times, ch
 from pipeline.events.durations import ALL, DAY, parse_cutoffs, parse_duration
 from pipeline.events.frames import (
     POSITION, cast_output, drop_rows_without_key, insert_constant, key_list, remember_key_partitioned,
-    shuffle_on_keys, side_by_side, with_positions,
+    rows_before, shuffle_on_keys, side_by_side, with_positions,
 )
 from pipeline.events.specs import NUMERIC_AGGREGATES, ZERO_WHEN_EMPTY, EventFeature, check_output_names, parse_features
 
@@ -115,8 +115,7 @@ def check_events(events: Any, plan: AggregationPlan) -> None:
 def _aggregate_partitioned(events: Any, plan: AggregationPlan, backend: Backend) -> Any:
     """Shuffle on the keys, then the in-memory engine on each partition."""
     # Events from the last cut-off on make no feature: they are not shuffled.
-    frame = events[plan.columns]
-    frame = frame[frame[plan.time] < plan.cutoffs[-1]]
+    frame = rows_before(events[plan.columns], plan.time, plan.cutoffs[-1])
     if plan.needs_order:
         # Row positions before the shuffle (which reorders rows): first/last ties keep input order.
         frame = frame.map_partitions(with_positions, backend, meta=with_positions(frame._meta, backend))
@@ -155,7 +154,7 @@ def _snapshot(frame: Any, plan: AggregationPlan, cutoff: pd.Timestamp, backend: 
     aligned onto its index by a reindex (one hash lookup per window, no merge, no copy of the
     columns already built). Windows go longest first, each filtering the rows of the last:
     they all end at the cut-off, so each is inside the one before."""
-    rows = frame[frame[plan.time] < cutoff]
+    rows = rows_before(frame, plan.time, cutoff)
     index = None
     columns: dict[str, Any] = {}
     for window, length in _windows_longest_first(plan):

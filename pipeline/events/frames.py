@@ -133,7 +133,7 @@ def lookup_indexed(probe: Any, indexed: Any, backend: Backend) -> Any:
 
 def _key_index(frame: Any, keys: list[str], backend: Backend) -> Any:
     if len(keys) == 1:
-        return backend.frame.Index(frame[keys[0]], name=keys[0])
+        return backend.frame.Index(frame[keys[0]])
     return backend.frame.MultiIndex.from_frame(frame[keys])
 
 
@@ -144,6 +144,11 @@ def side_by_side(columns: dict[str, Any], index: Any, backend: Backend) -> Any:
     if not columns:
         return backend.frame.DataFrame(index=index)
     return backend.frame.concat([series.rename(name) for name, series in columns.items()], axis=1)
+
+
+def rows_before(frame: Any, time: str, cutoff: Any) -> Any:
+    """The rows whose ``time`` is before ``cutoff`` (in memory or on Dask)."""
+    return frame[frame[time] < cutoff]
 
 
 def insert_constant(frame: Any, loc: int, name: str, value: Any, dtype: Any) -> None:
