@@ -30,8 +30,8 @@ from pipeline.errors import ConfigError
 from pipeline.events.checks import check_has_columns, check_no_missing_times, check_time_column, check_value_columns
 from pipeline.events.durations import ALL, DAY, parse_cutoffs, parse_duration
 from pipeline.events.frames import (
-    POSITION, cast_output, drop_rows_without_key, insert_constant, key_list, remember_key_partitioned,
-    rows_before, shuffle_on_keys, side_by_side, with_positions,
+    POSITION, cast_output, drop_rows_without_key, key_list, remember_key_partitioned, rows_before,
+    set_constant, shuffle_on_keys, side_by_side, with_positions,
 )
 from pipeline.events.specs import NUMERIC_AGGREGATES, ZERO_WHEN_EMPTY, EventFeature, check_output_names, parse_features
 
@@ -181,7 +181,7 @@ def _output_columns(columns: dict[str, Any], index: Any, plan: AggregationPlan, 
         for name in feature.output_names():
             ordered[name] = cast_output(columns[name], feature.aggregate, zero_when_missing=zero)
     result = side_by_side(ordered, index, backend).reset_index()
-    insert_constant(result, len(plan.keys), plan.cutoff_column, cutoff, time_dtype)
+    set_constant(result, plan.cutoff_column, cutoff, time_dtype, loc=len(plan.keys))
     return result
 
 

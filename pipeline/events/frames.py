@@ -82,12 +82,6 @@ def drop_rows_without_key(frame: Any, keys: Sequence[str], facts: dict[str, Any]
     return frame[~missing] if dropped else frame
 
 
-def set_constant(frame: Any, name: str, value: Any, dtype: Any) -> None:
-    """Column ``name`` holding ``value`` in every row, of ``dtype``."""
-    frame[name] = value
-    frame[name] = frame[name].astype(dtype)
-
-
 def matching_key_dtypes(left: Any, right: Any, keys: list[str]) -> tuple[Any, Any]:
     """Keys of one kind in one dtype (int32 and int64 -> int64, int and float -> float64,
     datetime64 units -> the finer, categories -> their values), so every backend merges them."""
@@ -151,9 +145,10 @@ def rows_before(frame: Any, time: str, cutoff: Any) -> Any:
     return frame[frame[time] < cutoff]
 
 
-def insert_constant(frame: Any, loc: int, name: str, value: Any, dtype: Any) -> None:
-    """Column ``name`` holding ``value`` in every row, of ``dtype``, inserted at ``loc``."""
-    frame.insert(loc, name, value)
+def set_constant(frame: Any, name: str, value: Any, dtype: Any, *, loc: int | None = None) -> None:
+    """A new column ``name`` holding ``value`` in every row, of ``dtype``, at position ``loc``
+    (default: last)."""
+    frame.insert(len(frame.columns) if loc is None else loc, name, value)
     frame[name] = frame[name].astype(dtype)
 
 

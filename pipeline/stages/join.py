@@ -174,11 +174,11 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     for side in UNIQUE_SIDES[validate] if check is None else check:
         frame, ok = (left, left_ok) if side == "left" else (right, right_ok)
         _check_unique(frame[ok], keys, side, validate, backend)
+    if how in ("left", "inner") and "right" in UNIQUE_SIDES[validate]:
+        return _lookup_join(left, _lookup_table(right, left, keys, suffixes, backend), how, backend)
     left, right = _suffixed(left, right, keys, suffixes)
     lrow, rrow, guard = _helper_names(left, right)
     n_left, n_right = len(left), len(right)
-    if how in ("left", "inner") and "right" in UNIQUE_SIDES[validate]:
-        return _lookup_join(left, _lookup_table(right, left, keys, suffixes, backend), how, backend)
     left = left.assign(**{lrow: backend.asarray(np.arange(n_left, dtype=np.int64))})
     right = right.assign(**{rrow: backend.asarray(np.arange(n_right, dtype=np.int64))})
     left = left.assign(**{guard: _guard(left[lrow], left_ok, -1)})
