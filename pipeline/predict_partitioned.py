@@ -65,6 +65,9 @@ def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any
     """On the cluster at ``scheduler`` (never shut down), else on local threads."""
     import dask
 
+    from pipeline.backends.base import fused
+
+    collections = fused(collections)
     if scheduler is None:
         return tuple(dask.compute(*collections))
     from pipeline.backends.cluster import check_scheduler_address, open_cluster

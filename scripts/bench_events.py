@@ -291,6 +291,7 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
     from distributed import Client, LocalCluster
 
     from pipeline.backends import get_backend
+    from pipeline.backends.base import compute_lazy
     from pipeline.backends.cluster import worker_preload
     from pipeline.backends.worker_memory import register_memory_release
 
@@ -310,9 +311,9 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
         customers = cpu.read_partitioned(customers_path, format="parquet")
         result = pipeline_steps(events, customers)
         if save is not None:
-            result.compute().to_parquet(save, index=False)
-        else:
-            result.to_parquet(out, write_index=False)
+            compute_lazy(result)[0].to_parquet(save, index=False)
+        else:                                       # as the pipeline writes a partitioned table
+            compute_lazy(result.to_parquet(out, write_index=False, compute=False))
         timer["end"] = time.perf_counter()
         watch.stop()
         spill = client.run(_worker_spill)

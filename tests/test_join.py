@@ -270,6 +270,28 @@ def test_a_left_partitioned_on_the_keys_meets_the_right_partition_by_partition(h
     pd.testing.assert_frame_equal(got, expected.sort_values(["customer"]).reset_index(drop=True), check_dtype=False)
 
 
+def test_a_right_table_in_fewer_partitions_is_cut_before_it_is_shuffled():
+    """A right table read as one partition is cut into as many partitions as the left has
+    before the shuffle: no task holds the whole table to split it 4 (or 234) ways."""
+    import dask.dataframe as dd
+
+    from pipeline.events import aggregate_events
+
+    rng = np.random.default_rng(7)
+    events = pd.DataFrame({"customer": rng.integers(0, 90, 600).astype(float),
+                           "t": pd.Timestamp("2021-01-01") + pd.to_timedelta(rng.integers(0, 300, 600), unit="D")})
+    _, right = _events()
+    spec = dict(by="customer", time="t", as_of="2021-09-01", features={"n": "count"})
+    lazy_left = aggregate_events(dd.from_pandas(events, npartitions=4), **spec)
+    lazy = join_tables(lazy_left, dd.from_pandas(right, npartitions=1), on="customer", how="left")
+    shuffles = [node for node in lazy.expr.walk() if type(node).__name__ == "RearrangeByColumn"]
+    right_shuffle = [node for node in shuffles if "age" in node.frame.columns]
+    assert right_shuffle and all(node.frame.npartitions == node.npartitions_out == 4 for node in right_shuffle)
+    expected = join_tables(aggregate_events(events, **spec), right, on="customer", how="left")
+    got = lazy.compute().sort_values(["customer"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected.sort_values(["customer"]).reset_index(drop=True), check_dtype=False)
+
+
 def test_a_lined_up_join_still_refuses_a_repeated_right_key():
     import dask.dataframe as dd
 

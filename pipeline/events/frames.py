@@ -44,7 +44,15 @@ _REMEMBERED = 256
 def shuffle_on_keys(frame: Any, keys: Sequence[str], npartitions: int | None = None) -> Any:
     """A Dask frame hash-partitioned on ``keys`` (every row of a key in one partition). The
     same call with the same keys, key dtypes and ``npartitions`` puts a key in the same
-    partition number whatever the frame."""
+    partition number whatever the frame.
+
+    A frame with fewer partitions than asked for is first cut into that many by rows: a table
+    read as one 57 MiB partition (1.7M customers) and shuffled into 234 pieces held the whole
+    partition twice over in one task, and pushed a 558 MiB worker past its limit. Cut first,
+    every task handles a piece the size of an output partition; which partition a key lands
+    in depends on its hash alone, so the result is the same."""
+    if npartitions is not None and int(frame.npartitions) < npartitions:
+        frame = frame.repartition(npartitions=npartitions)
     return frame.shuffle(on=list(keys), npartitions=npartitions, shuffle_method=shuffle_method())
 
 
