@@ -139,8 +139,10 @@ def test_binary_keeps_its_keys_and_default():
               model("b", BINARY, y, np.clip(y * 0.6 + rng.random(200) * 0.4, 0, 1))]
     evaluation = evaluate_models(models)
     assert evaluation.rank_by == "roc_auc" and evaluation.best == "b"
-    assert set(evaluation.to_dict()) == {"split", "threshold", "rank_by", "best", "models"}
-    assert evaluation.record() == evaluation.to_dict()
+    written = evaluation.to_dict()
+    assert {"split", "threshold", "rank_by", "best", "models"} <= set(written)      # what readers had
+    assert set(written) - {"split", "threshold", "rank_by", "best", "models"} == {"confusion", "splits"}
+    assert evaluation.record() == {key: value for key, value in written.items() if key != "confusion"}
     assert evaluate_models(models, rank_by="log_loss").best == "b"
 
 
@@ -165,3 +167,50 @@ def test_the_run_summary_table_shows_the_tasks_metrics(regression_models, multic
             out = capsys.readouterr().out
             assert all(name in out for name in names) and "roc_auc " not in out and "threshold" not in out
             assert f"* best by {record['rank_by']}: {record['best']}" in out
+
+
+def _binary_model(name: str, rng: np.random.Generator, rows: dict[str, int], skill: float) -> TrainedModel:
+    """A binary model with train/valid/test labels and scores; higher ``skill`` separates better."""
+    y = {split: rng.integers(0, 2, n).astype("int32") for split, n in rows.items()}
+    scores = {split: np.clip(labels * skill + rng.random(len(labels)) * (1 - skill), 0, 1)
+              for split, labels in y.items()}
+    feats = InMemoryFeatures(X={s: np.zeros((n, 1), dtype="float32") for s, n in rows.items()}, y=y, ids={},
+                             feature_names=["x"], workflow=None, target="y", id_column=None,
+                             backend=get_backend("cpu"), task=BINARY)
+    return TrainedModel(name=name, model="logreg", estimator=None, features=feats, scores=scores, params={})
+
+
+def test_every_split_is_evaluated_side_by_side_with_the_ranked_one():
+    rng = np.random.default_rng(3)
+    models = [_binary_model("a", rng, {"train": 300, "valid": 80, "test": 120}, 0.3),
+              _binary_model("b", rng, {"train": 300, "valid": 80, "test": 120}, 0.6)]
+    evaluation = evaluate_models(models)
+    assert list(evaluation.splits) == ["train", "valid", "test"]
+    assert evaluation.splits["test"] == evaluation.metrics
+    for split in ("train", "valid"):
+        for m in models:
+            labels, scores = m.features.labels(split), m.scores[split]
+            assert evaluation.splits[split][m.name]["roc_auc"] == pytest.approx(skm.roc_auc_score(labels, scores))
+    matrix = evaluation.confusion["b"]["matrix"]
+    assert matrix == skm.confusion_matrix(models[1].features.labels("test"),
+                                          (models[1].scores["test"] >= 0.5).astype(int), labels=[0, 1]).tolist()
+    assert set(evaluation.curves) == {"a", "b"} and evaluation.curves["a"]["rows"] == 120
+    only = evaluate_models(models, splits=["train"])
+    assert list(only.splits) == ["train", "test"]                  # the ranked split always
+    assert "valid" not in only.splits
+
+
+def test_asking_for_a_split_a_model_lacks_names_model_and_split(regression_models):
+    with pytest.raises(DataError, match="model 'close' has no 'train' split"):
+        evaluate_models(regression_models, splits=["train"])
+
+
+def test_run_evaluate_writes_the_curves_it_computed(tmp_path):
+    rng = np.random.default_rng(4)
+    models = {m.name: m for m in (_binary_model("a", rng, {"train": 50, "test": 60}, 0.5),)}
+    ctx = StageContext(backend=get_backend("cpu"), seed=0, stage="ev", artifacts_dir=tmp_path)
+    evaluation = run_evaluate(EvaluateSpec(kind="evaluate", inputs=["a"]), ctx, models)
+    curves = json.loads((tmp_path / "curves.json").read_text())
+    assert curves["split"] == "test" and curves["task"] == {"kind": "binary"}
+    assert curves["models"]["a"] == json.loads(json.dumps(evaluation.curves["a"]))
+    assert ctx.run_record["metrics"]["splits"]["train"]["a"] == evaluation.splits["train"]["a"]

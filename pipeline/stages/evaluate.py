@@ -1,4 +1,6 @@
-"""``evaluate``: each model's metrics on one split, for the task the models were trained for.
+"""``evaluate``: each model's metrics on one split, for the task the models were trained for,
+beside its metrics on the other splits (overfitting shows as train far above test), and the
+curves a report draws (``pipeline.metrics.curves``: exact points of the evaluated split).
 
 Metrics are computed on the host from the scores ``train`` kept, with scikit-learn's
 definitions and a few vectors of memory (pipeline.metrics): one implementation for both
@@ -17,8 +19,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from pipeline.errors import ConfigError, ConfigIssue, DataError
-from pipeline.metrics import (ALL_METRICS, binary_metrics, class_table, confusion_matrix, default_metric,
-                              is_better, metric_names, task_metrics)
+from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, class_table, confusion_matrix,
+                              default_metric, is_better, metric_names, task_metrics)
+from pipeline.metrics.curves import binary_curves, regression_curves
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
 from pipeline.tasks import BINARY, Task
@@ -42,6 +45,10 @@ class Evaluation:
     per_class: dict[str, dict[str, Any]] = field(default_factory=dict)
     # cross-validated models: model -> {"mean": {metric: value}, "std": {...}, "folds": [...]}
     cv: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # split -> model -> metric -> value: every split evaluated, ``split``'s equal to ``metrics``
+    splits: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    # model -> the curves of ``pipeline.metrics.curves`` on ``split`` (binary, regression)
+    curves: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def best(self) -> str:
@@ -60,8 +67,13 @@ class Evaluation:
         if self.task.kind != "binary":
             out["task"] = self.task.to_dict()
         out.update({key: value for key, value in
-                    (("confusion", self.confusion), ("per_class", self.per_class), ("cv", self.cv)) if value})
+                    (("confusion", self.confusion), ("per_class", self.per_class), ("cv", self.cv),
+                     ("splits", self.splits)) if value})
         return out
+
+    def curves_dict(self) -> dict[str, Any]:
+        """curves.json: what the report draws, with the split and task it belongs to."""
+        return {"split": self.split, "threshold": self.threshold, "task": self.task.to_dict(), "models": self.curves}
 
     def record(self) -> dict[str, Any]:
         """The run record's ``metrics``: ``to_dict`` less the per-class tables, which grow with
@@ -78,7 +90,10 @@ def _rank_by_schema(schema: dict[str, Any]) -> None:
 
 class EvaluateSpec(StageSpec):
     kind: Literal["evaluate"]
-    split: Literal["test", "valid", "train"] = Field("test", description="Split to score on.")
+    split: Literal["test", "valid", "train"] = Field("test", description="Split to score on (and rank by).")
+    splits: list[Literal["train", "valid", "test"]] | None = Field(
+        None, description="Splits whose metrics are recorded beside it (default: every non-empty split); "
+                          "scoring the training split costs a prediction pass over it.")
     threshold: float = Field(0.5, gt=0, lt=1, allow_inf_nan=False,
                              description="Binary: score at or above which a row is predicted positive.")
     rank_by: str | None = Field(
@@ -121,8 +136,10 @@ def resolve_rank_by(rank_by: str | None, task: Task, *, where: str = "rank_by") 
 
 def evaluate_models(
     models: list[TrainedModel], *, split: str = "test", threshold: float = 0.5, rank_by: str | None = None,
+    splits: list[str] | None = None,
 ) -> Evaluation:
-    """Each model's metrics on ``split``; ``rank_by`` None ranks by the task's default metric."""
+    """Each model's metrics on ``split`` and on ``splits`` (None: every split it has rows in);
+    ``rank_by`` None ranks by the task's default metric."""
     task = shared_task(models)
     rank_by = resolve_rank_by(rank_by, task)
     evaluation = Evaluation(split=split, threshold=threshold, metrics={}, rank_by=rank_by, task=task)
@@ -135,20 +152,47 @@ def evaluate_models(
             matrix = confusion_matrix(task, labels, scores)
             evaluation.per_class[model.name] = table = class_table(task, matrix)
             evaluation.confusion[model.name] = {"labels": table["labels"], "matrix": matrix}
+        elif task.kind == "binary":
+            evaluation.confusion[model.name] = {"labels": [0, 1],
+                                                "matrix": binary_confusion(labels, scores, threshold=threshold)}
+            evaluation.curves[model.name] = binary_curves(labels, scores)
+        else:
+            evaluation.curves[model.name] = regression_curves(labels, scores)
+        for other in _splits_of(model, split, splits):
+            metrics = (evaluation.metrics[model.name] if other == split else
+                       task_metrics(task, model.features.labels(other), model.scores[other], threshold=threshold))
+            evaluation.splits.setdefault(other, {})[model.name] = metrics
         if model.cv:
             evaluation.cv[model.name] = {key: model.cv[key] for key in ("mean", "std", "folds") if key in model.cv}
     return evaluation
+
+
+def _splits_of(model: TrainedModel, split: str, wanted: list[str] | None) -> list[str]:
+    """The splits to record for ``model`` in train, valid, test order: ``wanted`` (each must
+    have rows) or every split with rows; ``split`` always."""
+    order = ("train", "valid", "test")
+    if wanted is None:
+        chosen = {name for name in order if name in model.scores} | {split}
+    else:
+        for name in wanted:
+            if name not in model.scores:
+                raise DataError(f"model '{model.name}' has no '{name}' split to evaluate (is it empty?)")
+        chosen = set(wanted) | {split}
+    return [name for name in order if name in chosen]
 
 
 @register_stage("evaluate", EvaluateSpec, produces=Evaluation, accepts=(TrainedModel,), records=("metrics",))
 def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
     models = list(inputs.values())
     rank_by = resolve_rank_by(spec.rank_by, shared_task(models), where=f"stages.{ctx.stage}.rank_by")
-    evaluation = evaluate_models(models, split=spec.split, threshold=spec.threshold, rank_by=rank_by)
+    evaluation = evaluate_models(models, split=spec.split, threshold=spec.threshold, rank_by=rank_by,
+                                 splits=spec.splits)
     if ctx.artifacts_dir is not None:
         from pipeline.store import atomic_write_json
 
         atomic_write_json(ctx.artifact_path("metrics.json"), evaluation.to_dict())
+        if evaluation.curves:
+            atomic_write_json(ctx.artifact_path("curves.json"), evaluation.curves_dict())
     ctx.facts["best"] = evaluation.best
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation
