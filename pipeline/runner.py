@@ -37,6 +37,7 @@ from pipeline.hooks import (
 )
 from pipeline.locks import RunLock
 from pipeline.record import DeviceRecord, RunManifest, StageRecord, check_metrics
+from pipeline.report import ReportHook, report_enabled
 from pipeline.signing import check_signing_key, sign_run
 from pipeline.stages import STAGE_KINDS
 from pipeline.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
@@ -98,7 +99,10 @@ class Runner:
             self.cluster = base.model_copy(update={"address": scheduler})
         self.requested_device = device or config.device
         self.store = RunStore(runs_dir or config.runs_dir, config.name)
-        self.hooks = HookList(hooks if hooks is not None else [LibraryLogHook()])
+        chosen = list(hooks if hooks is not None else [LibraryLogHook()])
+        if report_enabled(config.report.enabled) and not any(isinstance(hook, ReportHook) for hook in chosen):
+            chosen.append(ReportHook())          # last: it reads the record the others saw finished
+        self.hooks = HookList(chosen)
         self.keep_outputs = keep_outputs
         self.config_path = config_path
         self.cache = StageCache(self.store.layout.cache_dir)

@@ -14,6 +14,11 @@ import pytest
 
 from pipeline.backends import available_devices, get_backend
 
+# Runs in tests write no report.html unless a test asks for one (tests/test_report*.py do):
+# drawing it costs a second or two per run, and the suite makes hundreds of runs. Subprocess
+# runs of the CLI inherit this.
+os.environ.setdefault("PIPELINE_REPORT", "off")
+
 ROOT = Path(__file__).resolve().parents[1]
 TELCO = ROOT / "data" / "telco_customer_churn.csv"
 DEVICES = available_devices()

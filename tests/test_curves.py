@@ -59,10 +59,19 @@ def test_gain_lift_calibration_and_the_threshold_sweep():
     sweep = curves["thresholds"]
     for i in (0, 30, 49, 98):
         predicted = (scores >= SWEEP[i]).astype(int)
-        assert sweep["precision"][i] == pytest.approx(skm.precision_score(y, predicted, zero_division=0), abs=1e-6)
+        if predicted.any():
+            assert sweep["precision"][i] == pytest.approx(skm.precision_score(y, predicted), abs=1e-6)
+        else:
+            assert sweep["precision"][i] is None                  # undefined, drawn as a gap
         assert sweep["recall"][i] == pytest.approx(skm.recall_score(y, predicted), abs=1e-6)
         assert sweep["f1"][i] == pytest.approx(skm.f1_score(y, predicted), abs=1e-6)
         assert sweep["positive_rate"][i] == pytest.approx(predicted.mean(), abs=1e-6)
+
+
+def test_precision_past_the_top_score_is_undefined():
+    sweep = binary_curves(np.array([0, 1, 1, 0]), np.array([0.1, 0.4, 0.3, 0.2]))["thresholds"]
+    assert sweep["precision"][SWEEP.tolist().index(0.4)] == 1.0
+    assert sweep["precision"][SWEEP.tolist().index(0.41)] is None and sweep["recall"][-1] == 0.0
 
 
 def test_one_class_split_has_no_roc_but_the_rest():

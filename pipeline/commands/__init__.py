@@ -14,6 +14,7 @@ COMMANDS: tuple[str, ...] = (
     "pipeline.commands.runs:runs",
     "pipeline.commands.cache:cache",
     "pipeline.commands.predict:predict",
+    "pipeline.commands.report:report",
 )
 
 

@@ -162,6 +162,15 @@ class CacheConfig(BaseModel):
         return "none" if value is None else value  # type: ignore[return-value]
 
 
+class ReportConfig(BaseModel):
+    """The run report (``pipeline.report``): report.html in every run folder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Write report.html into the run folder when the run ends "
+                                            "(`pipeline report RUN` builds it later either way).")
+
+
 class PipelineConfig(BaseModel):
     """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``)."""
 
@@ -185,6 +194,7 @@ class PipelineConfig(BaseModel):
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="The stage cache's size limit.")
+    report: ReportConfig = Field(default_factory=ReportConfig, description="The HTML report of each run.")
 
     def inputs_of(self) -> dict[str, list[str]]:
         return {name: list(stage.inputs) for name, stage in self.stages.items()}

@@ -8,13 +8,14 @@ curve is exact where it has points and a 5M-row split still gives a small JSON.
 - binary: ROC and precision-recall points, calibration (mean score against the positive rate
   per score decile), cumulative gain and lift (positives found against rows contacted, the
   rows ranked by score), and a threshold sweep (precision, recall, F1 and positive rate at
-  thresholds 0.01 ... 0.99);
+  thresholds 0.01 ... 0.99; precision is None where no row is predicted positive);
 - regression: predicted against actual (an evenly spaced subset of rows, sorted by actual)
   and a histogram of residuals.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -106,13 +107,14 @@ def _sweep(positive: np.ndarray, scores: np.ndarray) -> dict[str, list[float]]:
     predicted = n - np.searchsorted(ranked, SWEEP, side="left")          # scores >= threshold
     tp = n_pos - np.searchsorted(pos_ranked, SWEEP, side="left")
     with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(predicted > 0, tp / np.maximum(predicted, 1), 0.0)
+        precision = np.where(predicted > 0, tp / np.maximum(predicted, 1), np.nan)   # none predicted: undefined
         recall = tp / n_pos if n_pos else np.zeros(len(SWEEP))
         f1 = np.where(predicted + n_pos > 0, 2 * tp / np.maximum(predicted + n_pos, 1), 0.0)
     return {"threshold": _listed(SWEEP), "precision": _listed(precision), "recall": _listed(recall),
             "f1": _listed(f1), "positive_rate": _listed(predicted / n if n else np.zeros(len(SWEEP)))}
 
 
-def _listed(values: np.ndarray) -> list[float]:
-    """Plain floats rounded to 6 places: exact enough to draw, small enough to keep."""
-    return [round(float(v), 6) for v in np.asarray(values, dtype="float64")]
+def _listed(values: np.ndarray) -> list[float | None]:
+    """Plain floats rounded to 6 places (exact enough to draw, small enough to keep); an
+    undefined value (NaN) is None, which JSON keeps and a plot leaves as a gap."""
+    return [None if math.isnan(v) else round(v, 6) for v in np.asarray(values, dtype="float64").tolist()]

@@ -1,0 +1,40 @@
+"""Building the page: where it goes, whether a run writes one, and the build itself."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pipeline.errors import ConfigError, ConfigIssue
+from pipeline.report.sources import read_sources
+
+REPORT = "report.html"
+ENV_REPORT = "PIPELINE_REPORT"
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def report_enabled(configured: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a run writes its report: ``$PIPELINE_REPORT`` (on/off) when set, else the config's
+    ``report.enabled``. A nightly job can turn it off (or on) without editing the config."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(ENV_REPORT, "").strip().lower()
+    if not value:
+        return configured
+    if value in _ON or value in _OFF:
+        return value in _ON
+    raise ConfigError([ConfigIssue(f"${ENV_REPORT}", f"must be on or off (1/0, true/false, yes/no), not {value!r}")])
+
+
+def build_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
+    """Write the report of the run at ``run_dir`` (to ``run_dir/report.html`` unless ``output``)
+    atomically, and return its path."""
+    from pipeline import __version__
+    from pipeline.report.page import render
+    from pipeline.store import atomic_write_text
+
+    sources = read_sources(Path(run_dir))
+    path = Path(output) if output is not None else sources.run_dir / REPORT
+    atomic_write_text(path, render(sources, generated=datetime.now(timezone.utc), version=__version__))
+    return path

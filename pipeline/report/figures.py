@@ -1,0 +1,217 @@
+"""The report's figures: matplotlib drawn to inline SVG text.
+
+Static SVG rather than a JavaScript charting library: the page must open offline from a mail
+attachment, and an inlined plotting library (Plotly's is ~4.5 MB) would take the whole
+5 MB budget. Text stays text (``svg.fonttype: none``), so a figure is a few tens of kB and
+searchable. Every artist that belongs to a model carries the id ``<figure>--m<i>`` (i: the
+model's position in the report), which the page's model switches use to show or hide a model
+in every figure at once.
+
+Figures are drawn from the numbers the run recorded (curves.json, metrics.json, the stage
+records), never recomputed from data, so what a figure shows is what the record holds.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+STATUS_COLOURS = {"succeeded": "#2ca02c", "cached": "#9ecae1", "failed": "#d62728", "interrupted": "#ff7f0e",
+                  "running": "#bcbd22", "pending": "#cccccc"}
+
+
+def colour(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def model_id(figure: str, index: int) -> str:
+    """The SVG id of a model's artists in ``figure`` (what the page's switches look for)."""
+    return f"{figure}--m{index}"
+
+
+def to_svg(fig: Figure) -> str:
+    """The figure as SVG text without the XML prolog (it is inlined into HTML)."""
+    buffer = io.StringIO()
+    # Text as text; ids that do not change from build to build.
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "pipeline-report"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _figure(width: float = 5.2, height: float = 3.6, *, left: float = 0.13, right: float = 0.97,
+            bottom: float = 0.14, top: float = 0.91) -> tuple[Figure, Any]:
+    """A figure with fixed margins: a constrained layout draws every figure twice to measure
+    it, which was 40% of building a report."""
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=left, right=right, bottom=bottom, top=top)
+    return fig, fig.add_subplot()
+
+
+# ------------------------------------------------------------------------------ run
+def timeline(stages: Sequence[Mapping[str, Any]]) -> str:
+    """Stages as bars from their start to their end (seconds since the run began)."""
+    height = 0.45 * max(len(stages), 2) + 1.2
+    longest = max((len(str(stage["name"])) for stage in stages), default=4)
+    fig, ax = _figure(7.5, height, left=min(0.45, 0.03 + 0.0105 * longest), right=0.98,
+                      bottom=0.75 / height, top=1 - 0.2 / height)
+    for row, stage in enumerate(stages):
+        width = max(stage["end"] - stage["start"], 0.0)
+        ax.barh(row, width if width > 0 else 0.001, left=stage["start"], height=0.6,
+                color=STATUS_COLOURS.get(stage["status"], "#999999"), edgecolor="#555555", linewidth=0.5)
+        ax.text(stage["start"] + width, row, f"  {stage['label']}", va="center", fontsize="x-small")
+    ax.set_yticks(range(len(stages)), [stage["name"] for stage in stages], fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the run started")
+    ax.set_xlim(0, max([stage["end"] for stage in stages] + [0.001]) * 1.3)    # room for the labels
+    handles = [ax.bar(0, 0, color=colour_, label=status) for status, colour_ in STATUS_COLOURS.items()
+               if any(stage["status"] == status for stage in stages)]
+    ax.legend(handles=handles, fontsize="x-small", loc="lower right", frameon=False)
+    return to_svg(fig)
+
+
+# --------------------------------------------------------------------------- binary
+def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]], *, key: str, x: str,
+                y: str, xlabel: str, ylabel: str, title: str, legend: Mapping[str, str] | None = None,
+                diagonal: str | None = None, step: bool = False) -> str:
+    """One line per model (those whose curves hold ``key``) from ``curves[model][key][x|y]``."""
+    fig, ax = _figure()
+    for index, name in enumerate(models):
+        points = curves.get(name, {}).get(key)
+        if not points:
+            continue
+        label = legend.get(name, name) if legend else name
+        draw = ax.step if step else ax.plot
+        (line,) = draw(points[x], points[y], color=colour(index), linewidth=1.5, label=label,
+                       **({"where": "post"} if step else {}))
+        line.set_gid(model_id(figure, index))
+    if diagonal == "chance":
+        ax.plot([0, 1], [0, 1], color="#999999", linestyle="--", linewidth=1, label="chance")
+    elif diagonal == "one":
+        ax.axhline(1.0, color="#999999", linestyle="--", linewidth=1, label="no model")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
+def calibration(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]]) -> str:
+    """Mean score against the positive rate per score bin, the perfect diagonal dashed."""
+    fig, ax = _figure()
+    ax.plot([0, 1], [0, 1], color="#999999", linestyle="--", linewidth=1, label="perfectly calibrated")
+    for index, name in enumerate(models):
+        points = curves.get(name, {}).get("calibration")
+        if not points or not points["mean_score"]:
+            continue
+        (line,) = ax.plot(points["mean_score"], points["fraction_positive"], marker="o", markersize=3,
+                          color=colour(index), linewidth=1.5, label=name)
+        line.set_gid(model_id(figure, index))
+    ax.set_xlabel("mean score in bin")
+    ax.set_ylabel("fraction positive")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title("Calibration", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
+def threshold_sweep(figure: str, name: str, index: int, sweep: Mapping[str, Sequence[float]], threshold: float) -> str:
+    """Precision, recall, F1 and the share predicted positive by threshold, for one model."""
+    fig, ax = _figure()
+    group = []
+    for key, style in (("precision", "-"), ("recall", "--"), ("f1", "-."), ("positive_rate", ":")):
+        (line,) = ax.plot(sweep["threshold"], sweep[key], linestyle=style, linewidth=1.5, label=key.replace("_", " "))
+        group.append(line)
+    ax.axvline(threshold, color="#555555", linewidth=1, label=f"threshold {threshold:g}")
+    for line in group:
+        line.set_gid(model_id(figure, index))
+    ax.set_xlabel("threshold")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"Threshold sweep: {name}", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
+# ------------------------------------------------------------------------ regression
+def predicted_vs_actual(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]]) -> str:
+    fig, ax = _figure()
+    low, high = float("inf"), float("-inf")
+    for index, name in enumerate(models):
+        points = curves.get(name, {}).get("scatter")
+        if not points:
+            continue
+        dots = ax.scatter(points["actual"], points["predicted"], s=4, alpha=0.5, color=colour(index), label=name)
+        dots.set_gid(model_id(figure, index))
+        low = min(low, min(points["actual"]), min(points["predicted"]))
+        high = max(high, max(points["actual"]), max(points["predicted"]))
+    if low < high:
+        ax.plot([low, high], [low, high], color="#999999", linestyle="--", linewidth=1, label="predicted = actual")
+    ax.set_xlabel("actual")
+    ax.set_ylabel("predicted")
+    ax.set_title("Predicted against actual", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False, markerscale=3)
+    return to_svg(fig)
+
+
+def residuals(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]]) -> str:
+    fig, ax = _figure()
+    for index, name in enumerate(models):
+        hist = curves.get(name, {}).get("residuals")
+        if not hist:
+            continue
+        steps = ax.stairs(hist["counts"], hist["edges"], color=colour(index), linewidth=1.5, label=name)
+        steps.set_gid(model_id(figure, index))
+    ax.axvline(0, color="#999999", linestyle="--", linewidth=1)
+    ax.set_xlabel("predicted - actual")
+    ax.set_ylabel("rows")
+    ax.set_title("Residuals", fontsize="medium")
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
+# -------------------------------------------------------------------------- training
+def learning_curve(history: Sequence[Mapping[str, float]], title: str) -> str:
+    """Loss by epoch (train and validation), and the validation metric on a second axis."""
+    fig, ax = _figure(6.0, 3.6, right=0.87)
+    epochs = [row["epoch"] for row in history]
+    for key in ("loss", "val_loss"):
+        if any(key in row for row in history):
+            ax.plot(epochs, [row.get(key) for row in history], marker=".", label=key)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss")
+    handles, labels = ax.get_legend_handles_labels()
+    metric = next((key for key in ("val_auc", "val_accuracy", "val_rmse") if any(key in row for row in history)), None)
+    if metric:
+        right = ax.twinx()
+        right.plot(epochs, [row.get(metric) for row in history], color="tab:green", marker=".", label=metric)
+        right.set_ylabel(metric)
+        more, more_labels = right.get_legend_handles_labels()
+        handles, labels = handles + more, labels + more_labels
+    ax.legend(handles, labels, fontsize="x-small", frameon=False)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    return to_svg(fig)
+
+
+def trials(values: Sequence[float | None], metric: str, title: str) -> str:
+    """Each tuning trial's value in the order they ran, the best so far as a step line."""
+    fig, ax = _figure(6.0, 3.2, left=0.12, bottom=0.16)
+    xs = [i + 1 for i, v in enumerate(values) if v is not None]
+    ys = [v for v in values if v is not None]
+    ax.scatter(xs, ys, s=12, label="trial")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    return to_svg(fig)

@@ -1,0 +1,102 @@
+"""What a report is drawn from: the run folder's record and the files its stages wrote.
+
+Only recorded numbers are read (manifest.json, and the JSON/CSV artifacts listed in it), so a
+report rebuilt a month later shows what the run measured. A file whose sha256 no longer
+matches the manifest is not read: its section says so instead of showing changed numbers.
+Which file a section reads is decided by the file's name (``metrics.json``, ``curves.json``,
+``history.csv``) and the stage's recorded facts, never by a stage kind.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.layout import CONFIG, MANIFEST
+from pipeline.record import RunManifest, read_manifest
+
+
+@dataclass
+class Evaluation:
+    """One evaluating stage's files: metrics.json, and curves.json where it wrote one."""
+
+    stage: str
+    metrics: dict[str, Any]
+    curves: dict[str, Any] | None = None
+
+
+@dataclass
+class RunSources:
+    run_dir: Path
+    manifest: RunManifest
+    config_text: str | None
+    evaluations: list[Evaluation] = field(default_factory=list)
+    histories: dict[str, list[dict[str, float]]] = field(default_factory=dict)   # stage -> epochs
+    changed: list[str] = field(default_factory=list)        # artifacts whose sha256 no longer matches
+
+    @property
+    def models(self) -> list[str]:
+        """Every evaluated model, in the order evaluation listed them (fixes each one's colour)."""
+        names: dict[str, None] = {}
+        for evaluation in self.evaluations:
+            names.update(dict.fromkeys(evaluation.metrics.get("models", {})))
+        return list(names)
+
+
+def read_sources(run_dir: Path) -> RunSources:
+    """The run at ``run_dir`` (a ManifestError when it has no readable manifest)."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    config = run_dir / CONFIG
+    sources = RunSources(run_dir=run_dir, manifest=manifest,
+                         config_text=config.read_text(encoding="utf-8") if config.is_file() else None)
+    for name in manifest.stages:
+        metrics = _json(sources, f"{name}/metrics.json")
+        if isinstance(metrics, dict) and isinstance(metrics.get("models"), dict):
+            curves = _json(sources, f"{name}/curves.json")
+            sources.evaluations.append(Evaluation(name, metrics, curves if isinstance(curves, dict) else None))
+        history = _history(sources, f"{name}/history.csv")
+        if history:
+            sources.histories[name] = history
+    return sources
+
+
+def _verified(sources: RunSources, relative: str) -> Path | None:
+    """The artifact's path if it exists and still has the sha256 the manifest recorded for it."""
+    path = sources.run_dir / relative
+    if not path.is_file() or relative == MANIFEST:
+        return None
+    recorded = sources.manifest.artifacts.get(relative)
+    if recorded is not None and hashlib.sha256(path.read_bytes()).hexdigest() != recorded:
+        sources.changed.append(relative)
+        return None
+    return path
+
+
+def _json(sources: RunSources, relative: str) -> Any:
+    path = _verified(sources, relative)
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        sources.changed.append(relative)
+        return None
+
+
+def _history(sources: RunSources, relative: str) -> list[dict[str, float]]:
+    path = _verified(sources, relative)
+    if path is None:
+        return []
+    rows = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                rows.append({key: float(value) for key, value in row.items() if value not in ("", None)})
+            except ValueError:
+                continue
+    return rows

@@ -1,0 +1,239 @@
+"""The run report: written when a run ends (on by default), rebuilt by ``pipeline report``,
+self-contained, and showing the numbers the run recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ExitCode
+from pipeline.record import read_manifest
+from pipeline.report import REPORT, report_enabled
+from pipeline.report.page import _number
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, cwd: Path, report: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it: with no PIPELINE_REPORT unless ``report`` sets one."""
+    env = {key: value for key, value in os.environ.items() if key != "PIPELINE_REPORT"}
+    if report is not None:
+        env["PIPELINE_REPORT"] = report
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env={**env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+class Page(HTMLParser):
+    """Sections, figures, tables (as rows of cell texts) and every URL-bearing attribute of a page."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.svgs: list[int] = []           # elements inside each <svg>
+        self.tables: list[list[list[str]]] = []
+        self.urls: list[str] = []
+        self.scripts: list[str] = []
+        self._svg_depth = 0
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+        self._script = False
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "section":
+            self.sections.append(values.get("id") or "")
+        if tag == "svg":
+            self._svg_depth += 1
+            self.svgs.append(0)
+        elif self._svg_depth:
+            self.svgs[-1] += 1
+        for name in ("src", "href", "xlink:href", "action", "data"):
+            if values.get(name) and not values[name].startswith("#"):
+                self.urls.append(values[name])
+        if tag == "link":
+            self.urls.append(values.get("href") or "<link>")
+        if tag == "table":
+            self.tables.append([])
+        if tag == "tr":
+            self._row = []
+        if tag in ("td", "th"):
+            self._cell = []
+        if tag == "script":
+            self._script = True
+            if values.get("src"):
+                self.urls.append(values["src"])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg":
+            self._svg_depth -= 1
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        if tag == "tr" and self._row is not None and self.tables:
+            self.tables[-1].append(self._row)
+            self._row = None
+        if tag == "script":
+            self._script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._script:
+            self.scripts.append(data)
+
+
+@pytest.fixture(scope="module")
+def churn_run(tmp_path_factory) -> Path:
+    """One run of the shipped churn config, as a user starts it (the report on by default)."""
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path_factory.mktemp("report"))
+    proc = cli("run", "configs/churn.yaml", "--device", "cpu", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    return (project / "runs" / "churn" / "latest").resolve()
+
+
+def test_a_run_writes_a_self_contained_report_by_default(churn_run):
+    path = churn_run / REPORT
+    assert path.is_file()
+    assert path.stat().st_size < 5 * 2**20
+    page = Page(path.read_text(encoding="utf-8"))
+    assert page.urls == []                                   # nothing fetched: no src, href, link
+    assert "http" not in "".join(page.scripts)
+    assert {"summary", "stages", "models-evaluate", "training"} <= set(page.sections)
+    assert len(page.svgs) >= 8 and all(count > 20 for count in page.svgs)   # every figure has content
+    manifest = read_manifest(churn_run)
+    assert REPORT not in manifest.artifacts                  # derived from the record, rebuilt at will
+
+
+def test_every_metric_shown_is_the_recorded_one(churn_run):
+    metrics = json.loads((churn_run / "evaluate" / "metrics.json").read_text())
+    manifest = read_manifest(churn_run)
+    assert manifest.metrics["splits"] == metrics["splits"]
+    page = Page((churn_run / REPORT).read_text(encoding="utf-8"))
+    table = next(t for t in page.tables if t and t[0][:2] == ["model", "split"])
+    header, rows = table[0], table[1:]
+    assert {row[0] for row in rows} == set(metrics["models"])
+    assert len(rows) == len(metrics["models"]) * len(metrics["splits"])      # every model on every split
+    for row in rows:
+        model, split = row[0], row[1]
+        for column, name in enumerate(header[2:], start=2):
+            assert row[column] == _number(metrics["splits"][split][model][name]), (model, split, name)
+    stages = next(t for t in page.tables if t and t[0][:3] == ["stage", "kind", "status"])
+    for row in stages[1:]:
+        record = manifest.stages[row[0]]
+        assert (row[1], row[2], row[3]) == (record.kind, record.status, _number(record.seconds))
+    confusions = [t for t in page.tables if t and t[0][0] == "true \\ predicted"]
+    assert len(confusions) == len(metrics["models"])
+    for table, model in zip(confusions, metrics["models"]):
+        shown_matrix = [[int(v.replace(",", "")) for v in row[1:]] for row in table[1:]]
+        assert shown_matrix == metrics["confusion"][model]["matrix"]
+
+
+def test_report_command_rebuilds_and_a_changed_file_is_not_shown(churn_run, tmp_path):
+    run = tmp_path / churn_run.name
+    shutil.copytree(churn_run, run)
+    (run / REPORT).unlink()
+    out = tmp_path / "again.html"
+    proc = cli("report", str(run), "--output", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file() and not (run / REPORT).exists()
+    metrics = run / "evaluate" / "metrics.json"
+    metrics.write_text(metrics.read_text().replace('"roc_auc": 0.', '"roc_auc": 0.9'), encoding="utf-8")
+    proc = cli("report", str(run), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (run / REPORT).read_text(encoding="utf-8")
+    assert "evaluate/metrics.json changed since the run" in text
+    assert "models-evaluate" not in {s for s in Page(text).sections}
+
+
+def test_report_command_names_a_run_that_is_not_there(tmp_path):
+    proc = cli("report", "latest", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert proc.returncode == ExitCode.CONFIG and "Traceback" not in proc.stderr
+
+
+def test_the_switch_and_the_environment_turn_it_off_and_on(project):
+    proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu",
+               "--set", "report.enabled=false", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    latest = project / "runs" / "churn" / "latest"
+    assert not (latest / REPORT).exists()
+    proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu",
+               "--set", "report.enabled=false", cwd=project, report="on")
+    assert proc.returncode == 0, proc.stderr
+    assert (latest.resolve() / REPORT).is_file()
+    proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", cwd=project, report="maybe")
+    assert proc.returncode == ExitCode.CONFIG and "PIPELINE_REPORT" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_failed_run_gets_a_report_that_says_why(project):
+    proc = cli("run", "configs/churn.yaml", "--device", "cpu", "--set", "stages.raw.path=data/nope.csv",
+               cwd=project, report="on")
+    assert proc.returncode != 0
+    (run,) = [p for p in (project / "runs" / "churn").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    text = (run / REPORT).read_text(encoding="utf-8")
+    assert "failed" in text and "nope.csv" in text
+
+
+def test_report_enabled_reads_the_environment_first():
+    assert report_enabled(True, {}) is True and report_enabled(False, {}) is False
+    assert report_enabled(True, {"PIPELINE_REPORT": "off"}) is False
+    assert report_enabled(False, {"PIPELINE_REPORT": " On "}) is True
+
+
+# ---------------------------------------------------------------------- in a real browser
+def _chromium() -> str:
+    """The distribution's Chromium (``make test`` installs it); CI must have it, elsewhere skip."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if os.environ.get("CI"):
+        pytest.fail("no Chromium on PATH: make test installs the distribution's chromium package")
+    pytest.skip("no Chromium on PATH (apt-get install chromium)")
+
+
+def test_the_report_opens_in_chromium_with_no_error_and_no_request(churn_run, tmp_path):
+    """Headless Chromium loads the page from disk: no console error, no request but the page
+    itself, every figure drawn with a size, and a model switch hides that model everywhere.
+    The screenshot goes to $PIPELINE_REPORT_SCREENSHOT when set (README's picture)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = _chromium()
+    url = (churn_run / REPORT).as_uri()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1800})
+            errors: list[str] = []
+            requests: list[str] = []
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(url, wait_until="load")
+            assert errors == [] and requests == [url]
+            sections = page.locator("section").evaluate_all("nodes => nodes.map(n => n.id)")
+            assert {"summary", "stages", "models-evaluate", "training"} <= set(sections)
+            sizes = page.locator("figure svg").evaluate_all(
+                "nodes => nodes.map(n => { const r = n.getBoundingClientRect(); return [r.width, r.height]; })")
+            assert len(sizes) >= 8 and all(w > 100 and h > 100 for w, h in sizes)
+            first = page.locator(".switches input").first
+            index = first.get_attribute("data-model")
+            lines = page.locator(f'[id$="--m{index}"]')
+            assert lines.count() >= 6                                  # the model is in every curve
+            first.uncheck()
+            hidden = lines.evaluate_all("nodes => nodes.map(n => getComputedStyle(n).display)")
+            assert set(hidden) == {"none"}
+            first.check()
+            shot = Path(os.environ.get("PIPELINE_REPORT_SCREENSHOT") or tmp_path / "report.png")
+            page.screenshot(path=str(shot), full_page=False)
+            assert shot.stat().st_size > 10_000
+        finally:
+            browser.close()
