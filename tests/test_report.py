@@ -232,6 +232,7 @@ def test_the_report_opens_in_chromium_with_no_error_and_no_request(churn_run, tm
             hidden = lines.evaluate_all("nodes => nodes.map(n => getComputedStyle(n).display)")
             assert set(hidden) == {"none"}
             first.check()
+            page.evaluate("document.getElementById('models-evaluate').scrollIntoView()")
             shot = Path(os.environ.get("PIPELINE_REPORT_SCREENSHOT") or tmp_path / "report.png")
             page.screenshot(path=str(shot), full_page=False)
             assert shot.stat().st_size > 10_000
