@@ -16,7 +16,7 @@ import pytest
 from pipeline.errors import ExitCode
 from pipeline.record import read_manifest
 from pipeline.report import REPORT, report_enabled
-from pipeline.report.page import _number
+from pipeline.report.html import number
 
 pytestmark = pytest.mark.slow
 
@@ -126,11 +126,11 @@ def test_every_metric_shown_is_the_recorded_one(churn_run):
     for row in rows:
         model, split = row[0], row[1]
         for column, name in enumerate(header[2:], start=2):
-            assert row[column] == _number(metrics["splits"][split][model][name]), (model, split, name)
+            assert row[column] == number(metrics["splits"][split][model][name]), (model, split, name)
     stages = next(t for t in page.tables if t and t[0][:3] == ["stage", "kind", "status"])
     for row in stages[1:]:
         record = manifest.stages[row[0]]
-        assert (row[1], row[2], row[3]) == (record.kind, record.status, _number(record.seconds))
+        assert (row[1], row[2], row[3]) == (record.kind, record.status, number(record.seconds))
     confusions = [t for t in page.tables if t and t[0][0] == "true \\ predicted"]
     assert len(confusions) == len(metrics["models"])
     for table, model in zip(confusions, metrics["models"]):
@@ -187,6 +187,28 @@ def test_report_enabled_reads_the_environment_first():
     assert report_enabled(True, {}) is True and report_enabled(False, {}) is False
     assert report_enabled(True, {"PIPELINE_REPORT": "off"}) is False
     assert report_enabled(False, {"PIPELINE_REPORT": " On "}) is True
+
+
+def test_runs_compare_writes_differences_metrics_and_overlaid_curves(churn_run, tmp_path):
+    project = churn_run.parents[2]
+    proc = cli("run", "configs/churn.yaml", "--device", "cpu", "--set", "stages.forest.params.n_estimators=20",
+               cwd=project, report="off")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "compare.html"
+    proc = cli("runs", "compare", churn_run.name, "latest", "--pipeline", "churn", "--output", str(out), cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    page = Page(out.read_text(encoding="utf-8"))
+    assert page.urls == [] and {"runs", "differences", "metrics", "curves"} <= set(page.sections)
+    config = next(t for t in page.tables if t and t[0] == ["key", "change", "A", "B"])
+    assert config[1:] == [["stages.forest.params.n_estimators", "changed", "300", "20"]]
+    a = read_manifest(churn_run).metrics["models"]
+    b = read_manifest((project / "runs" / "churn" / "latest").resolve()).metrics["models"]
+    metrics = next(t for t in page.tables if t and t[0] == ["model", "metric", "A", "B", "B - A"])
+    assert len(metrics) - 1 == sum(len(values) for values in a.values())
+    for model, metric, shown_a, shown_b, delta in metrics[1:]:
+        assert (shown_a, shown_b) == (number(a[model][metric]), number(b[model][metric]))
+        assert delta == number(b[model][metric] - a[model][metric])
+    assert len(page.svgs) == 3 and all(count > 20 for count in page.svgs)
 
 
 # ---------------------------------------------------------------------- in a real browser

@@ -33,7 +33,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 @click.group()
 def runs() -> None:
-    """Past runs: list, show, diff and prune run folders."""
+    """Past runs: list, show, diff, compare and prune run folders."""
 
 
 @runs.command("list")
@@ -129,6 +129,29 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
         _print_metrics(metrics)
     if manifest.error:
         stdout.print(Text("error: ", style="bold red") + Text(manifest.error))
+
+
+@runs.command("compare")
+@click.argument("run_a")
+@click.argument("run_b")
+@runs_dir_option
+@pipeline_option
+@click.option("--output", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Where the page goes (default: compare-<A>-<B>.html here).")
+@handle_errors
+def compare_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | None, output: str | None) -> None:
+    """An HTML page comparing RUN_A and RUN_B: what differs, metrics side by side, curves overlaid.
+
+    The differences are those `runs diff` prints; the page opens offline like a run's report.
+    """
+    from pipeline.report import build_comparison
+
+    a = history.resolve_run(run_a, runs_dir, pipeline_name, argument="RUN_A")
+    b = history.resolve_run(run_b, runs_dir, pipeline_name, argument="RUN_B")
+    history.require_manifest(a)
+    history.require_manifest(b)
+    path = build_comparison(a, b, output or f"compare-{a.run_id}-{b.run_id}.html")
+    stdout.print(Text(str(path)))
 
 
 @runs.command("diff")

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import ConfigError, ConfigIssue
 from pipeline.report.sources import read_sources
@@ -37,4 +38,15 @@ def build_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     sources = read_sources(Path(run_dir))
     path = Path(output) if output is not None else sources.run_dir / REPORT
     atomic_write_text(path, render(sources, generated=datetime.now(timezone.utc), version=__version__))
+    return path
+
+
+def build_comparison(run_a: Any, run_b: Any, output: str | Path) -> Path:
+    """Write the comparison page of two runs (``history.Run``s) to ``output``, atomically."""
+    from pipeline import __version__
+    from pipeline.report.compare import render_comparison
+    from pipeline.store import atomic_write_text
+
+    path = Path(output)
+    atomic_write_text(path, render_comparison(run_a, run_b, generated=datetime.now(timezone.utc), version=__version__))
     return path

@@ -103,6 +103,21 @@ def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping
     return to_svg(fig)
 
 
+def overlay(figure: str, lines: Sequence[tuple[str, Sequence[float], Sequence[float], int, str]], *, xlabel: str,
+            ylabel: str, title: str) -> str:
+    """Lines of several runs on one plot: (label, xs, ys, model index, line style) each."""
+    fig, ax = _figure()
+    for label, xs, ys, index, style in lines:
+        (line,) = ax.plot(xs, ys, color=colour(index), linestyle=style, linewidth=1.4, label=label)
+        line.set_gid(model_id(figure, index))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="xx-small", frameon=False, ncols=2)
+    return to_svg(fig)
+
+
 def calibration(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]]) -> str:
     """Mean score against the positive rate per score bin, the perfect diagonal dashed."""
     fig, ax = _figure()

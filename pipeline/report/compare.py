@@ -1,0 +1,97 @@
+"""The comparison page of two runs: what differs (run fields, versions, resolved config), the
+metrics side by side with B - A, and the curves of both runs overlaid (A solid, B dashed).
+
+The differences are ``history.diff_runs``'s, the same ones ``pipeline runs diff`` prints; the
+curves are each run's recorded curves.json. Nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pipeline.history import Run, diff_runs
+from pipeline.report import figures
+from pipeline.report.html import cell, document, e, figure_row, number, plain, switches, table, text
+from pipeline.report.sources import RunSources, read_sources
+
+_CURVES = (("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve"),
+           ("pr", "recall", "precision", "recall", "precision", "Precision-recall curve"),
+           ("gain", "fraction_rows", "fraction_positives", "fraction of rows, highest scores first",
+            "fraction of positives found", "Cumulative gain"))
+
+
+def render_comparison(a: Run, b: Run, *, generated: datetime, version: str) -> str:
+    diff = diff_runs(a, b)
+    sources = {"A": read_sources(a.path), "B": read_sources(b.path)}
+    models = list(dict.fromkeys(m for side in sources.values() for m in side.models))
+    sections = [("runs", "Runs", _runs(diff)), ("differences", "What differs", _differences(diff)),
+                ("metrics", "Metrics", _metrics(diff)), ("curves", "Curves", _curves(sources, models))]
+    heading = (f"<h1>{e(a.pipeline)}: {e(a.run_id)} against {e(b.run_id)}</h1>"
+               '<p class="note">A is the first run named, B the second; B - A is B\'s value less A\'s.</p>')
+    footer = (f"Built {e(generated.isoformat(timespec='seconds'))} by pipeline {e(version)} from both runs' "
+              "manifest.json, config.yaml and curves.json.")
+    return document(f"{a.run_id} vs {b.run_id}", heading, sections, footer)
+
+
+def _runs(diff: Mapping[str, Any]) -> str:
+    header = ["", "run id", "pipeline", "status", "started", "duration", "device", "headline"]
+    rows = []
+    for side in ("a", "b"):
+        row = diff[side]
+        headline = row.get("headline") or {}
+        shown = (f"{headline.get('model')}: {headline.get('metric')} {number(headline.get('value'))}"
+                 if headline else "-")
+        rows.append([text(side.upper()), text(row["run_id"]), text(row["pipeline"]), text(row["status"]),
+                     text(row.get("started")), cell(row.get("duration_s")), text(row.get("device")), text(shown)])
+    return table(header, rows)
+
+
+def _differences(diff: Mapping[str, Any]) -> str:
+    parts = []
+    if diff["run"]:
+        rows = [[text(r["key"]), text(plain(r["a"])), text(plain(r["b"]))] for r in diff["run"]]
+        parts.append(f"<h3>Run and versions</h3>{table(['field', 'A', 'B'], rows)}")
+    if diff["config"]:
+        rows = [[text(r["key"]), text(r["change"]), text("(absent)" if r["change"] == "added" else plain(r["a"])),
+                 text("(absent)" if r["change"] == "removed" else plain(r["b"]))] for r in diff["config"]]
+        parts.append(f"<h3>Resolved config</h3>{table(['key', 'change', 'A', 'B'], rows)}")
+    else:
+        parts.append("<p>The resolved configs are identical.</p>")
+    return "".join(parts)
+
+
+def _metrics(diff: Mapping[str, Any]) -> str:
+    rows = diff["metrics"]["models"]
+    if not rows:
+        return ""
+    settings = ", ".join(f"{s['key']} {plain(s['a'])}" if s["a"] == s["b"] else
+                         f"{s['key']} {plain(s['a'])} → {plain(s['b'])}" for s in diff["metrics"]["settings"])
+    body = [[text(r["model"]), text(r["metric"]), cell(r["a"]), cell(r["b"]), cell(r["delta"])] for r in rows]
+    return f'<p class="note">{e(settings)}</p>{table(["model", "metric", "A", "B", "B - A"], body)}'
+
+
+def _curves(sources: Mapping[str, RunSources], models: Sequence[str]) -> str:
+    curves = {side: _binary_curves(found) for side, found in sources.items()}
+    if not all(curves.values()):
+        return ""
+    drawn = []
+    for key, x, y, xlabel, ylabel, title in _CURVES:
+        lines = []
+        for side, style in (("A", "-"), ("B", "--")):
+            for name, points in curves[side].items():
+                if key in points:
+                    lines.append((f"{name} ({side})", points[key][x], points[key][y], models.index(name), style))
+        drawn.append(figures.overlay(f"compare-{key}", lines, xlabel=xlabel, ylabel=ylabel, title=title))
+    index = {name: models.index(name) for name in models}
+    return switches(models, index) + figure_row(drawn) + '<p class="note">A solid, B dashed.</p>'
+
+
+def _binary_curves(sources: RunSources) -> dict[str, Any]:
+    """The first evaluation's binary curves by model (what both runs can be drawn from)."""
+    for evaluation in sources.evaluations:
+        found = evaluation.curves or {}
+        if (found.get("task") or {}).get("kind") == "binary":
+            return found.get("models", {})
+    return {}

@@ -1,0 +1,111 @@
+"""HTML pieces the report pages share: styles, the model switches' script, tables, and the one
+place recorded text is escaped (``e``).
+
+Numbers are printed as the record holds them (``number``: integers whole, floats to 4
+decimals), so each one can be found in the file a section names.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pipeline.report import figures
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1180px;
+padding:0 1.2rem 3rem;color:#222;line-height:1.4}
+h1{margin:1.2rem 0 .2rem;font-size:1.6rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+h3{margin:1.2rem 0 .4rem;font-size:1.05rem}
+table{border-collapse:collapse;margin:.4rem 0 1rem;font-size:.86rem}
+th,td{border:1px solid #ddd;padding:.2rem .5rem;text-align:right;vertical-align:top}
+th{background:#f4f6f8}td.text,th.text{text-align:left}
+.best{font-weight:600;background:#eef7ee}
+.figures{display:flex;flex-wrap:wrap;gap:.6rem}.figures figure{margin:0;border:1px solid #eee;padding:.2rem}
+figure svg{display:block;max-width:100%;height:auto}
+.status-succeeded{color:#1a7f37}.status-failed,.status-interrupted{color:#b42318}
+.note{color:#666;font-size:.85rem}.switches label{margin-right:1rem;cursor:pointer}
+pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem;max-height:28rem}
+nav a{margin-right:.8rem}.swatch{display:inline-block;width:.8rem;height:.8rem;margin-right:.25rem;vertical-align:-1px}
+"""
+
+# Show or hide a model in every figure: each of its artists has an id ending "--m<i>".
+SCRIPT = """
+document.querySelectorAll('.switches input').forEach(function (box) {
+  box.addEventListener('change', function () {
+    var suffix = '--m' + box.dataset.model;
+    document.querySelectorAll('[id$="' + suffix + '"]').forEach(function (node) {
+      node.style.display = box.checked ? '' : 'none';
+    });
+  });
+});
+"""
+
+
+def switches(models: Sequence[str], index: Mapping[str, int]) -> str:
+    boxes = "".join(
+        f'<label><input type="checkbox" checked data-model="{index[m]}">'
+        f'<span class="swatch" style="background:{figures.colour(index[m])}"></span>{e(m)}</label>' for m in models)
+    return f'<p class="switches">Show: {boxes}</p>'
+
+
+def figure_row(svgs: Iterable[str]) -> str:
+    return '<div class="figures">' + "".join(f"<figure>{svg}</figure>" for svg in svgs) + "</div>"
+
+
+def key_values(rows: Iterable[tuple[str, Any]]) -> str:
+    body = "".join(f'<tr><th class="text">{e(k)}</th><td class="text">{e(plain(v))}</td></tr>'
+                   for k, v in rows if v is not None)
+    return f"<table>{body}</table>"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table whose headings align as their column's first cells do (text left, numbers right)."""
+    text = [i == 0 or bool(rows) and i < len(rows[0]) and rows[0][i].startswith('<td class="text')
+            for i in range(len(header))]
+    head = "".join(f'<th class="text">{e(h)}</th>' if text[i] else f"<th>{e(h)}</th>" for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def cell(value: Any) -> str:
+    return f"<td>{e(number(value))}</td>"
+
+
+def text(value: Any, css: str = "text") -> str:
+    return f'<td class="{css}">{e(value)}</td>'
+
+
+def number(value: Any) -> str:
+    """A recorded number as shown: integers whole, floats to 4 decimals, NaN as NaN, None as -."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if math.isnan(value):
+        return "NaN"
+    return f"{value:.4f}"
+
+
+def plain(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def document(title: str, heading: str, sections: Sequence[tuple[str, str, str]], footer: str) -> str:
+    """A whole page: ``sections`` as (anchor, heading, HTML) with a link bar; empty ones left out."""
+    shown = [(anchor, label, content) for anchor, label, content in sections if content]
+    nav = "".join(f'<a href="#{anchor}">{e(label)}</a>' for anchor, label, _ in shown)
+    body = "".join(f'<section id="{anchor}"><h2>{e(label)}</h2>{content}</section>' for anchor, label, content in shown)
+    return ("<!DOCTYPE html>\n"
+            '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
+            f"<title>{e(title)}</title><style>{STYLE}</style></head><body>{heading}<nav>{nav}</nav>{body}"
+            f'<p class="note">{footer}</p><script>{SCRIPT}</script></body></html>\n')
