@@ -138,6 +138,29 @@ def test_every_metric_shown_is_the_recorded_one(churn_run):
         assert shown_matrix == metrics["confusion"][model]["matrix"]
 
 
+@pytest.mark.parametrize("config,tables,figures_in_models", [
+    ("telco_charges", [], 2),                                     # regression: scatter and residuals
+    ("telco_contract", ["true \\ predicted", "class"], 0),      # multiclass: confusion and per class
+])
+def test_regression_and_multiclass_runs_get_their_tasks_sections(project, config, tables, figures_in_models):
+    proc = cli("run", f"configs/{config}.yaml", "--device", "cpu", "--set", "stages.mlp.epochs=2",
+               "--set", "stages.forest.params.n_estimators=10", "--set", "stages.xgb.params.n_estimators=10",
+               cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    run = (project / "runs" / config / "latest").resolve()
+    text = (run / REPORT).read_text(encoding="utf-8")
+    page = Page(text)
+    assert "models-evaluate" in page.sections and page.urls == []
+    metrics = json.loads((run / "evaluate" / "metrics.json").read_text())
+    table = next(t for t in page.tables if t and t[0][:2] == ["model", "split"])
+    assert table[0][2:] == list(metrics["models"][metrics["best"]])
+    for heading in tables:
+        assert sum(1 for t in page.tables if t and t[0][0] == heading) == len(metrics["models"])
+    models_html = text[text.index('<section id="models-evaluate">'):text.index("</section>", text.index(
+        '<section id="models-evaluate">'))]
+    assert models_html.count("<svg") == figures_in_models
+
+
 def test_report_command_rebuilds_and_a_changed_file_is_not_shown(churn_run, tmp_path):
     run = tmp_path / churn_run.name
     shutil.copytree(churn_run, run)

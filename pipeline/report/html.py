@@ -64,9 +64,9 @@ def key_values(rows: Iterable[tuple[str, Any]]) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A table whose headings align as their column's first cells do (text left, numbers right)."""
-    text = [i == 0 or bool(rows) and i < len(rows[0]) and rows[0][i].startswith('<td class="text')
+    left = [i == 0 or bool(rows) and i < len(rows[0]) and rows[0][i].startswith('<td class="text')
             for i in range(len(header))]
-    head = "".join(f'<th class="text">{e(h)}</th>' if text[i] else f"<th>{e(h)}</th>" for i, h in enumerate(header))
+    head = "".join(f'<th class="text">{e(h)}</th>' if left[i] else f"<th>{e(h)}</th>" for i, h in enumerate(header))
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

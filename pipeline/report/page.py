@@ -55,11 +55,11 @@ def _summary(sources: RunSources) -> tuple[str, str, str]:
         rows.insert(3, ("error", m.error))
     if m.cluster:
         rows.append(("cluster", json.dumps(m.cluster, default=str)))
-    table = key_values(rows)
+    fields = key_values(rows)
     versions = key_values(sorted(m.versions.items()))
     config = (f"<details><summary>The resolved config (config.yaml)</summary><pre>{e(sources.config_text)}</pre>"
               "</details>" if sources.config_text else "")
-    return "summary", "Summary", f"{table}<h3>Versions</h3>{versions}{config}"
+    return "summary", "Summary", f"{fields}<h3>Versions</h3>{versions}{config}"
 
 
 def _timeline(sources: RunSources) -> tuple[str, str, str]:
@@ -190,12 +190,12 @@ def _per_class(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
     per_class = metrics.get("per_class") or {}
     parts = []
     for model in models:
-        table = per_class.get(model)
-        if not table:
+        entry = per_class.get(model)
+        if not entry:
             continue
         header = ["class", "precision", "recall", "f1", "support"]
-        rows = [[text(plain(label)), *(cell(table[key][i]) for key in header[1:])]
-                for i, label in enumerate(table["labels"])]
+        rows = [[text(plain(label)), *(cell(entry[key][i]) for key in header[1:])]
+                for i, label in enumerate(entry["labels"])]
         parts.append(f"<div><h3>Per class: {e(model)}</h3>{table(header, rows)}</div>")
     return f'<div class="figures">{"".join(parts)}</div>' if parts else ""
 
