@@ -112,6 +112,13 @@ def test_a_run_writes_a_self_contained_report_by_default(churn_run):
     assert len(page.svgs) >= 8 and all(count > 20 for count in page.svgs)   # every figure has content
     manifest = read_manifest(churn_run)
     assert REPORT not in manifest.artifacts                  # derived from the record, rebuilt at will
+    rounds = (churn_run / "xgb" / "eval_history.csv").read_text().splitlines()
+    assert rounds[0].startswith("round,valid_") and "xgb/eval_history.csv" in manifest.artifacts
+    import yaml
+
+    config = yaml.safe_load((churn_run / "config.yaml").read_text())
+    assert len(rounds) - 1 == config["stages"]["xgb"]["params"]["n_estimators"]     # a row per round
+    assert "xgb: evaluation rounds" in path.read_text(encoding="utf-8")
 
 
 def test_every_metric_shown_is_the_recorded_one(churn_run):

@@ -219,6 +219,20 @@ def learning_curve(history: Sequence[Mapping[str, float]], title: str) -> str:
     return to_svg(fig)
 
 
+def boosting_rounds(rounds: Sequence[Mapping[str, float]], title: str) -> str:
+    """Each recorded evaluation metric by boosting round."""
+    fig, ax = _figure(6.0, 3.4)
+    xs = [row["round"] for row in rounds]
+    for key in [k for k in rounds[0] if k != "round"]:
+        ax.plot(xs, [row.get(key) for row in rounds], linewidth=1.5, label=key)
+    ax.set_xlabel("boosting round")
+    ax.set_ylabel("metric on the evaluation set")
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
 def trials(values: Sequence[float | None], metric: str, title: str) -> str:
     """Each tuning trial's value in the order they ran, the best so far as a step line."""
     fig, ax = _figure(6.0, 3.2, left=0.12, bottom=0.16)

@@ -132,6 +132,10 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
         parts.append(f"<h3>{e(stage)}: learning curve</h3>"
                      f"{figure_row([figures.learning_curve(history, f'{stage} by epoch')])}"
                      f'<p class="note">From {e(stage)}/history.csv.</p>')
+    for stage, rounds in sources.rounds.items():
+        parts.append(f"<h3>{e(stage)}: evaluation rounds</h3>"
+                     f"{figure_row([figures.boosting_rounds(rounds, f'{stage} by boosting round')])}"
+                     f'<p class="note">From {e(stage)}/eval_history.csv ({len(rounds)} rounds).</p>')
     for name, record in sources.manifest.stages.items():
         tuning = (record.facts or {}).get("tuning")
         if not isinstance(tuning, dict) or not tuning.get("trials"):

@@ -4,7 +4,7 @@ Only recorded numbers are read (manifest.json, and the JSON/CSV artifacts listed
 report rebuilt a month later shows what the run measured. A file whose sha256 no longer
 matches the manifest is not read: its section says so instead of showing changed numbers.
 Which file a section reads is decided by the file's name (``metrics.json``, ``curves.json``,
-``history.csv``) and the stage's recorded facts, never by a stage kind.
+``history.csv``, ``eval_history.csv``) and the stage's recorded facts, never by a stage kind.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class RunSources:
     config_text: str | None
     evaluations: list[Evaluation] = field(default_factory=list)
     histories: dict[str, list[dict[str, float]]] = field(default_factory=dict)   # stage -> epochs
+    rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)      # stage -> boosting rounds
     changed: list[str] = field(default_factory=list)        # artifacts whose sha256 no longer matches
 
     @property
@@ -62,6 +63,9 @@ def read_sources(run_dir: Path) -> RunSources:
         history = _history(sources, f"{name}/history.csv")
         if history:
             sources.histories[name] = history
+        rounds = _history(sources, f"{name}/eval_history.csv")
+        if rounds:
+            sources.rounds[name] = rounds
     return sources
 
 

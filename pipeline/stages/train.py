@@ -217,6 +217,35 @@ def train_model(
     )
 
 
+EVAL_HISTORY = "eval_history.csv"
+
+
+def evaluation_rounds(estimator: Any) -> str | None:
+    """The metric per boosting round on the evaluation set, as CSV (``round``, then one column
+    per set and metric: ``valid_logloss``), for an estimator that records them (XGBoost's
+    ``evals_result``); None for one that does not or was fitted without an evaluation set."""
+    recorded = getattr(estimator, "evals_result", None)
+    if not callable(recorded):
+        return None
+    try:
+        history = recorded()
+    except Exception:  # noqa: BLE001 - no evaluation set given: nothing was recorded
+        return None
+    columns = {f"{'valid' if name == 'validation_0' else name}_{metric}": list(values)
+               for name, metrics in (history or {}).items() for metric, values in metrics.items()}
+    if not columns:
+        return None
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["round", *columns])
+    for i, row in enumerate(zip(*columns.values())):
+        writer.writerow([i + 1, *(repr(float(v)) for v in row)])
+    return out.getvalue()
+
+
 @register_stage("train", TrainSpec, produces=TrainedModel, accepts=(FeatureSet,), resources=("gpu",))
 def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     params, tuning = dict(spec.params), None
@@ -234,6 +263,11 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     ctx.facts["fit_seconds"] = round(trained.fit_seconds, 3)
     ctx.facts.update(trained.features.fit_facts(trained.external_memory))
     ctx.facts["estimator"] = type(trained.estimator).__module__ + "." + type(trained.estimator).__name__
+    rounds = evaluation_rounds(trained.estimator)
+    if rounds and ctx.artifacts_dir is not None:
+        from pipeline.store import atomic_write_text
+
+        atomic_write_text(ctx.artifact_path(EVAL_HISTORY), rounds)
     if trained.ignored_params:
         ctx.facts["ignored_params"] = trained.ignored_params
     if trained.features.fold_count():     # folds: k on the split: the same model fitted per fold
