@@ -290,3 +290,13 @@ def test_the_report_opens_in_chromium_with_no_error_and_no_request(churn_run, tm
             assert shot.stat().st_size > 10_000
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("folds,shown", [(5, "5"), ([{"roc_auc": 0.8}, {"roc_auc": 0.9}], "2")])
+def test_cross_validation_table_takes_the_fold_count_or_the_folds(folds, shown):
+    from pipeline.report.page import _cross_validation
+
+    html_text = _cross_validation({"cv": {"xgb": {"mean": {"roc_auc": 0.85}, "std": {"roc_auc": 0.01},
+                                                  "folds": folds}}})
+    (table,) = Page(html_text).tables
+    assert table[1] == ["xgb", shown, "0.8500 ± 0.0100"]

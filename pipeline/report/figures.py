@@ -233,12 +233,15 @@ def boosting_rounds(rounds: Sequence[Mapping[str, float]], title: str) -> str:
     return to_svg(fig)
 
 
-def trials(values: Sequence[float | None], metric: str, title: str) -> str:
-    """Each tuning trial's value in the order they ran, the best so far as a step line."""
-    fig, ax = _figure(6.0, 3.2, left=0.12, bottom=0.16)
-    xs = [i + 1 for i, v in enumerate(values) if v is not None]
-    ys = [v for v in values if v is not None]
-    ax.scatter(xs, ys, s=12, label="trial")
+def trials(numbers: Sequence[int], values: Sequence[float | None], metric: str, title: str) -> str:
+    """Each tuning trial's value by its number (as the record numbers them); pruned or failed
+    trials (no value) are left out."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = _figure(6.0, 3.2, left=0.17, bottom=0.16)
+    kept = [(n, v) for n, v in zip(numbers, values) if v is not None]
+    ax.scatter([n for n, _ in kept], [v for _, v in kept], s=12)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial")
     ax.set_ylabel(metric)
     ax.set_title(title, fontsize="medium")

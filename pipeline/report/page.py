@@ -141,9 +141,10 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
         if not isinstance(tuning, dict) or not tuning.get("trials"):
             continue
         trials = tuning["trials"]
-        values = [t.get("value") for t in trials]
+        numbers = [t.get("number", i) for i, t in enumerate(trials)]
         metric = str(tuning.get("metric", "value"))
-        figure = figures.trials(values, metric, f"{name}: tuning trials ({tuning.get('direction', '')})")
+        figure = figures.trials(numbers, [t.get("value") for t in trials], metric,
+                                f"{name}: tuning trials ({tuning.get('direction', '')})")
         best = [("best trial", tuning.get("best_trial")), ("best value", number(tuning.get("best_value"))),
                 ("best params", json.dumps(tuning.get("best_params"), default=str)),
                 ("scored on", tuning.get("scored_on")), ("trials", len(trials)),
@@ -210,10 +211,19 @@ def _cross_validation(metrics: Mapping[str, Any]) -> str:
         return ""
     names = list(dict.fromkeys(k for entry in cv.values() for k in entry.get("mean", {})))
     header = ["model", "folds", *names]
-    rows = [[text(model), cell(len(entry.get("folds", []))),
+    rows = [[text(model), cell(_fold_count(entry.get("folds"))),
              *(text(f"{number(entry['mean'].get(n))} ± {number(entry.get('std', {}).get(n))}") for n in names)]
             for model, entry in cv.items()]
     return f"<h3>Cross-validation (mean ± std over folds)</h3>{table(header, rows)}"
+
+
+def _fold_count(folds: Any) -> int | None:
+    """How many folds: the cross-validation's ``folds`` is their number, or a list of them."""
+    if isinstance(folds, bool):
+        return None
+    if isinstance(folds, int):
+        return folds
+    return len(folds) if isinstance(folds, list) else None
 
 
 def _indexed(names: Sequence[str], everyone: Sequence[str]) -> list[str]:
