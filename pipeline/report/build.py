@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,22 +31,25 @@ def report_enabled(configured: bool, environ: Mapping[str, str] | None = None) -
 def build_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     """Write the report of the run at ``run_dir`` (to ``run_dir/report.html`` unless ``output``)
     atomically, and return its path."""
-    from pipeline import __version__
     from pipeline.report.page import render
-    from pipeline.store import atomic_write_text
 
     sources = read_sources(Path(run_dir))
-    path = Path(output) if output is not None else sources.run_dir / REPORT
-    atomic_write_text(path, render(sources, generated=datetime.now(timezone.utc), version=__version__))
-    return path
+    return _write(Path(output) if output is not None else sources.run_dir / REPORT,
+                  lambda generated, version: render(sources, generated=generated, version=version))
 
 
 def build_comparison(run_a: Any, run_b: Any, output: str | Path) -> Path:
     """Write the comparison page of two runs (``history.Run``s) to ``output``, atomically."""
-    from pipeline import __version__
     from pipeline.report.compare import render_comparison
+
+    return _write(Path(output), lambda generated, version: render_comparison(run_a, run_b, generated=generated,
+                                                                           version=version))
+
+
+def _write(path: Path, render: Callable[[datetime, str], str]) -> Path:
+    """``render(generated, version)`` written to ``path`` atomically."""
+    from pipeline import __version__
     from pipeline.store import atomic_write_text
 
-    path = Path(output)
-    atomic_write_text(path, render_comparison(run_a, run_b, generated=datetime.now(timezone.utc), version=__version__))
+    atomic_write_text(path, render(datetime.now(timezone.utc), __version__))
     return path

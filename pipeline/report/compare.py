@@ -84,8 +84,7 @@ def _curves(sources: Mapping[str, RunSources], models: Sequence[str]) -> str:
                 if key in points:
                     lines.append((f"{name} ({side})", points[key][x], points[key][y], models.index(name), style))
         drawn.append(figures.overlay(f"compare-{key}", lines, xlabel=xlabel, ylabel=ylabel, title=title))
-    index = {name: models.index(name) for name in models}
-    return switches(models, index) + figure_row(drawn) + '<p class="note">A solid, B dashed.</p>'
+    return switches(models, models) + figure_row(drawn) + '<p class="note">A solid, B dashed.</p>'
 
 
 def _binary_curves(sources: RunSources) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def timeline(stages: Sequence[Mapping[str, Any]]) -> str:
 # --------------------------------------------------------------------------- binary
 def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]], *, key: str, x: str,
                 y: str, xlabel: str, ylabel: str, title: str, legend: Mapping[str, str] | None = None,
-                diagonal: str | None = None, step: bool = False) -> str:
+                diagonal: str | None = None) -> str:
     """One line per model (those whose curves hold ``key``) from ``curves[model][key][x|y]``."""
     fig, ax = _figure()
     for index, name in enumerate(models):
@@ -87,9 +87,7 @@ def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping
         if not points:
             continue
         label = legend.get(name, name) if legend else name
-        draw = ax.step if step else ax.plot
-        (line,) = draw(points[x], points[y], color=colour(index), linewidth=1.5, label=label,
-                       **({"where": "post"} if step else {}))
+        (line,) = ax.plot(points[x], points[y], color=colour(index), linewidth=1.5, label=label)
         line.set_gid(model_id(figure, index))
     if diagonal == "chance":
         ax.plot([0, 1], [0, 1], color="#999999", linestyle="--", linewidth=1, label="chance")
@@ -196,27 +194,11 @@ def residuals(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[s
 
 
 # -------------------------------------------------------------------------- training
-def learning_curve(history: Sequence[Mapping[str, float]], title: str) -> str:
-    """Loss by epoch (train and validation), and the validation metric on a second axis."""
-    fig, ax = _figure(6.0, 3.6, right=0.87)
-    epochs = [row["epoch"] for row in history]
-    for key in ("loss", "val_loss"):
-        if any(key in row for row in history):
-            ax.plot(epochs, [row.get(key) for row in history], marker=".", label=key)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("loss")
-    handles, labels = ax.get_legend_handles_labels()
-    metric = next((key for key in ("val_auc", "val_accuracy", "val_rmse") if any(key in row for row in history)), None)
-    if metric:
-        right = ax.twinx()
-        right.plot(epochs, [row.get(metric) for row in history], color="tab:green", marker=".", label=metric)
-        right.set_ylabel(metric)
-        more, more_labels = right.get_legend_handles_labels()
-        handles, labels = handles + more, labels + more_labels
-    ax.legend(handles, labels, fontsize="x-small", frameon=False)
-    ax.set_title(title, fontsize="medium")
-    ax.grid(alpha=0.3)
-    return to_svg(fig)
+def learning_curve(history: Sequence[Mapping[str, float]], title: str, best_epoch: int = 0) -> str:
+    """The torch stage's learning curve, drawn as the run folder's PNG is (``tensors.history``)."""
+    from pipeline.tensors.history import learning_curve_figure
+
+    return to_svg(learning_curve_figure(list(history), title=title, best_epoch=best_epoch))
 
 
 def boosting_rounds(rounds: Sequence[Mapping[str, float]], title: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipeline.report import figures
@@ -45,10 +45,13 @@ document.querySelectorAll('.switches input').forEach(function (box) {
 """
 
 
-def switches(models: Sequence[str], index: Mapping[str, int]) -> str:
+def switches(models: Sequence[str], everyone: Sequence[str]) -> str:
+    """A check box per model of ``models``; a model's number (its colour, its figures' ids) is
+    its position in ``everyone``, the page's model order."""
     boxes = "".join(
-        f'<label><input type="checkbox" checked data-model="{index[m]}">'
-        f'<span class="swatch" style="background:{figures.colour(index[m])}"></span>{e(m)}</label>' for m in models)
+        f'<label><input type="checkbox" checked data-model="{everyone.index(m)}">'
+        f'<span class="swatch" style="background:{figures.colour(everyone.index(m))}"></span>{e(m)}</label>'
+        for m in models)
     return f'<p class="switches">Show: {boxes}</p>'
 
 

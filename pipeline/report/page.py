@@ -9,15 +9,15 @@ dependency to fill one fixed layout.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pipeline.report import figures
 from pipeline.report.html import cell, document, e, figure_row, key_values, number, plain, switches, table, text
 from pipeline.report.sources import Evaluation, RunSources
+from pipeline.stages.split import SPLITS
 
-SPLITS = ("train", "valid", "test")
 _BINARY_CURVES = (
     ("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve", "chance", "roc_auc"),
     ("pr", "recall", "precision", "recall", "precision", "Precision-recall curve", None, "pr_auc"),
@@ -26,6 +26,7 @@ _BINARY_CURVES = (
     ("lift", "fraction_rows", "lift", "fraction of rows, highest scores first", "lift over the base rate",
      "Lift", "one", None),
 )
+
 
 def render(sources: RunSources, *, generated: datetime, version: str) -> str:
     """The whole page for one run."""
@@ -93,23 +94,20 @@ def _evaluation(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, 
     metrics = evaluation.metrics
     models = list(metrics.get("models", {}))
     everyone = sources.models
-    index = {name: everyone.index(name) for name in models}
     task = (metrics.get("task") or {}).get("kind", "binary")
-    parts = [switches(models, index), _metric_table(metrics, models),
+    parts = [switches(models, everyone), _metric_table(metrics, models),
              f'<p class="note">From {e(evaluation.stage)}/metrics.json; ranked by {e(metrics.get("rank_by"))} '
              f'on the {e(metrics.get("split"))} split; best: <b>{e(metrics.get("best"))}</b>.</p>']
     curves = (evaluation.curves or {}).get("models", {})
     key = evaluation.stage
     if task == "binary" and curves:
-        ordered = [name for name in everyone if name in curves]
         shown = []
         for name, x, y, xlabel, ylabel, title, diagonal, area in _BINARY_CURVES:
-            legend = ({m: f"{m} ({area} {number(metrics['models'][m].get(area))})" for m in ordered}
+            legend = ({m: f"{m} ({area} {number(metrics['models'][m].get(area))})" for m in models}
                       if area else None)
-            shown.append(figures.curve_lines(f"{key}-{name}", _indexed(ordered, everyone), curves, key=name, x=x,
-                                             y=y, xlabel=xlabel, ylabel=ylabel, title=title, legend=legend,
-                                             diagonal=diagonal))
-        shown.append(figures.calibration(f"{key}-calibration", _indexed(ordered, everyone), curves))
+            shown.append(figures.curve_lines(f"{key}-{name}", everyone, curves, key=name, x=x, y=y, xlabel=xlabel,
+                                             ylabel=ylabel, title=title, legend=legend, diagonal=diagonal))
+        shown.append(figures.calibration(f"{key}-calibration", everyone, curves))
         best = metrics.get("best")
         if best in curves and "thresholds" in curves[best]:
             shown.append(figures.threshold_sweep(f"{key}-sweep", best, everyone.index(best),
@@ -117,9 +115,8 @@ def _evaluation(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, 
         parts.append(figure_row(shown))
         parts.append(f'<p class="note">Curves from {e(key)}/curves.json on the {e(metrics.get("split"))} split.</p>')
     if task == "regression" and curves:
-        ordered = _indexed([name for name in everyone if name in curves], everyone)
-        parts.append(figure_row([figures.predicted_vs_actual(f"{key}-scatter", ordered, curves),
-                               figures.residuals(f"{key}-residuals", ordered, curves)]))
+        parts.append(figure_row([figures.predicted_vs_actual(f"{key}-scatter", everyone, curves),
+                                 figures.residuals(f"{key}-residuals", everyone, curves)]))
     parts.append(_confusions(metrics, models))
     parts.append(_per_class(metrics, models))
     parts.append(_cross_validation(metrics))
@@ -129,8 +126,9 @@ def _evaluation(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, 
 def _training(sources: RunSources) -> tuple[str, str, str]:
     parts = []
     for stage, history in sources.histories.items():
+        best = (sources.manifest.stages[stage].facts or {}).get("best_epoch") or 0
         parts.append(f"<h3>{e(stage)}: learning curve</h3>"
-                     f"{figure_row([figures.learning_curve(history, f'{stage} by epoch')])}"
+                     f"{figure_row([figures.learning_curve(history, f'{stage} by epoch', int(best))])}"
                      f'<p class="note">From {e(stage)}/history.csv.</p>')
     for stage, rounds in sources.rounds.items():
         parts.append(f"<h3>{e(stage)}: evaluation rounds</h3>"
@@ -173,35 +171,35 @@ def _metric_table(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
 
 
 def _confusions(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
-    confusion = metrics.get("confusion") or {}
-    parts = []
-    for model in models:
-        entry = confusion.get(model)
-        if not entry:
-            continue
+    def matrix(entry: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         labels = [plain(label) for label in entry["labels"]]
-        header = ["true \\ predicted", *labels]
-        rows = [[text(label), *(cell(v) for v in row)] for label, row in zip(labels, entry["matrix"])]
-        parts.append(f"<div><h3>Confusion: {e(model)}</h3>{table(header, rows)}</div>")
-    if not parts:
+        return (["true \\ predicted", *labels],
+                [[text(label), *(cell(v) for v in row)] for label, row in zip(labels, entry["matrix"])])
+
+    tables = _per_model(metrics.get("confusion"), models, "Confusion", matrix)
+    if not tables:
         return ""
     binary = (metrics.get("task") or {}).get("kind", "binary") == "binary"
     where = f" at threshold {number(metrics.get('threshold'))}" if binary else ""
-    return (f'<div class="figures">{"".join(parts)}</div><p class="note">Rows are the true class, columns the '
-            f"predicted one{e(where)}, on the {e(metrics.get('split'))} split.</p>")
+    return (f"{tables}<p class=\"note\">Rows are the true class, columns the predicted one{e(where)}, on the "
+            f"{e(metrics.get('split'))} split.</p>")
 
 
 def _per_class(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
-    per_class = metrics.get("per_class") or {}
-    parts = []
-    for model in models:
-        entry = per_class.get(model)
-        if not entry:
-            continue
-        header = ["class", "precision", "recall", "f1", "support"]
-        rows = [[text(plain(label)), *(cell(entry[key][i]) for key in header[1:])]
-                for i, label in enumerate(entry["labels"])]
-        parts.append(f"<div><h3>Per class: {e(model)}</h3>{table(header, rows)}</div>")
+    header = ["class", "precision", "recall", "f1", "support"]
+
+    def classes(entry: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+        return header, [[text(plain(label)), *(cell(entry[key][i]) for key in header[1:])]
+                        for i, label in enumerate(entry["labels"])]
+
+    return _per_model(metrics.get("per_class"), models, "Per class", classes)
+
+
+def _per_model(entries: Mapping[str, Any] | None, models: Sequence[str], heading: str,
+               build: Callable[[Mapping[str, Any]], tuple[list[str], list[list[str]]]]) -> str:
+    """A table per model that ``entries`` holds one for, side by side ("" when none does)."""
+    parts = [f"<div><h3>{heading}: {e(model)}</h3>{table(*build(entries[model]))}</div>"
+             for model in models if (entries or {}).get(model)]
     return f'<div class="figures">{"".join(parts)}</div>' if parts else ""
 
 
@@ -224,11 +222,6 @@ def _fold_count(folds: Any) -> int | None:
     if isinstance(folds, int):
         return folds
     return len(folds) if isinstance(folds, list) else None
-
-
-def _indexed(names: Sequence[str], everyone: Sequence[str]) -> list[str]:
-    """``names`` padded so that position i holds model i of the report (its colour and id)."""
-    return [name if name in names else "" for name in everyone]
 
 
 def _bytes(value: int | None) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,38 +70,41 @@ def read_sources(run_dir: Path) -> RunSources:
     return sources
 
 
-def _verified(sources: RunSources, relative: str) -> Path | None:
-    """The artifact's path if it exists and still has the sha256 the manifest recorded for it."""
+def _verified_text(sources: RunSources, relative: str) -> str | None:
+    """The artifact's text, read once, if it exists and still has the sha256 the manifest
+    recorded for it (a file the manifest does not list is read as it is)."""
     path = sources.run_dir / relative
-    if not path.is_file() or relative == MANIFEST:
+    if relative == MANIFEST or not path.is_file():
         return None
-    recorded = sources.manifest.artifacts.get(relative)
-    if recorded is not None and hashlib.sha256(path.read_bytes()).hexdigest() != recorded:
+    try:
+        data = path.read_bytes()
+        recorded = sources.manifest.artifacts.get(relative)
+        if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+            raise ValueError("changed since the run")
+        return data.decode("utf-8")
+    except (OSError, ValueError):           # UnicodeDecodeError is a ValueError
         sources.changed.append(relative)
         return None
-    return path
 
 
 def _json(sources: RunSources, relative: str) -> Any:
-    path = _verified(sources, relative)
-    if path is None:
+    content = _verified_text(sources, relative)
+    if content is None:
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return json.loads(content)
+    except ValueError:
         sources.changed.append(relative)
         return None
 
 
 def _history(sources: RunSources, relative: str) -> list[dict[str, float]]:
-    path = _verified(sources, relative)
-    if path is None:
-        return []
+    """A per-epoch or per-round CSV as rows of numbers (a row that is not numbers is skipped)."""
+    content = _verified_text(sources, relative)
     rows = []
-    with path.open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            try:
-                rows.append({key: float(value) for key, value in row.items() if value not in ("", None)})
-            except ValueError:
-                continue
+    for row in csv.DictReader(io.StringIO(content or "")):
+        try:
+            rows.append({key: float(value) for key, value in row.items() if value not in ("", None)})
+        except ValueError:
+            continue
     return rows

@@ -23,6 +23,7 @@ from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, cla
                               default_metric, is_better, metric_names, task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
 from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.stages.split import SPLITS
 from pipeline.stages.train import TrainedModel
 from pipeline.tasks import BINARY, Task
 
@@ -170,15 +171,14 @@ def evaluate_models(
 def _splits_of(model: TrainedModel, split: str, wanted: list[str] | None) -> list[str]:
     """The splits to record for ``model`` in train, valid, test order: ``wanted`` (each must
     have rows) or every split with rows; ``split`` always."""
-    order = ("train", "valid", "test")
     if wanted is None:
-        chosen = {name for name in order if name in model.scores} | {split}
+        chosen = {name for name in SPLITS if name in model.scores} | {split}
     else:
         for name in wanted:
             if name not in model.scores:
                 raise DataError(f"model '{model.name}' has no '{name}' split to evaluate (is it empty?)")
         chosen = set(wanted) | {split}
-    return [name for name in order if name in chosen]
+    return [name for name in SPLITS if name in chosen]
 
 
 @register_stage("evaluate", EvaluateSpec, produces=Evaluation, accepts=(TrainedModel,), records=("metrics",))

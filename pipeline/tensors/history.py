@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import Any
 
 COLUMNS = ("epoch", "seconds", "loss", "val_loss", "val_auc", "val_accuracy", "val_rmse")
 
@@ -49,14 +50,18 @@ def history_csv(history: list[dict[str, float]]) -> str:
     return out.getvalue()
 
 
-def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: str, best_epoch: int,
-                        loss_label: str = LOSS_LABELS["binary"]) -> None:
-    """Loss (left axis) and the task's validation metric (right axis) by epoch, the kept epoch marked."""
+def learning_curve_figure(history: list[dict[str, float]], *, title: str, best_epoch: int = 0,
+                          loss_label: str | None = None) -> Any:
+    """Loss (left axis) and the task's validation metric (right axis) by epoch, the kept epoch
+    marked: a matplotlib ``Figure`` (the run folder's PNG, the report's SVG). ``loss_label``
+    defaults to the loss of the task whose validation metric the history holds."""
     # Figure without pyplot: no global backend state, safe in threads and without a display.
     from matplotlib.figure import Figure
 
-    from pipeline.store import atomic_destination
-
+    metric = next((m for m in _METRIC_LABELS if any(m in row for row in history)), None)
+    if loss_label is None:
+        kind = next((k for k, names in VALIDATION_METRICS.items() if metric in names), "")
+        loss_label = LOSS_LABELS.get(kind, "loss")
     epochs = [row["epoch"] for row in history]
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
@@ -68,7 +73,6 @@ def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: s
     if best_epoch:
         ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1, label=f"kept: epoch {best_epoch}")
     handles, labels = ax.get_legend_handles_labels()
-    metric = next((m for m in _METRIC_LABELS if any(m in row for row in history)), None)
     if metric is not None:
         right = ax.twinx()
         right.plot(epochs, [row.get(metric) for row in history], color="tab:green", marker=".", label=metric)
@@ -77,5 +81,14 @@ def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: s
         handles, labels = handles + more_handles, labels + more_labels
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize="small", frameon=False)
     ax.set_title(title)
+    return fig
+
+
+def plot_learning_curve(history: list[dict[str, float]], path: Path, *, title: str, best_epoch: int,
+                        loss_label: str = LOSS_LABELS["binary"]) -> None:
+    """The learning curve as a PNG at ``path``."""
+    from pipeline.store import atomic_destination
+
+    fig = learning_curve_figure(history, title=title, best_epoch=best_epoch, loss_label=loss_label)
     with atomic_destination(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
