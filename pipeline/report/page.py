@@ -16,7 +16,6 @@ from typing import Any
 from pipeline.report import figures
 from pipeline.report.html import cell, document, e, figure_row, key_values, number, plain, switches, table, text
 from pipeline.report.sources import Evaluation, RunSources
-from pipeline.stages.split import SPLITS
 
 _BINARY_CURVES = (
     ("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve", "chance", "roc_auc"),
@@ -155,14 +154,14 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
 def _metric_table(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
     """A row per model and split (train, valid, test), the metrics across: a model far better
     on train than on test shows at a glance."""
+    # evaluate records the splits in train, valid, test order
     by_split = metrics.get("splits") or {metrics.get("split", "test"): metrics.get("models", {})}
-    splits = [s for s in SPLITS if s in by_split]
     names = list(dict.fromkeys(k for m in models for k in (metrics["models"].get(m) or {})))
     best, ranked = metrics.get("best"), metrics.get("split")
     rows = []
     for model in models:
-        for split in splits:
-            values = by_split.get(split, {}).get(model)
+        for split, values_by_model in by_split.items():
+            values = values_by_model.get(model)
             if values is None:
                 continue
             css = "text best" if model == best and split == ranked else "text"
