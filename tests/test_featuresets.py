@@ -137,3 +137,30 @@ def test_both_layouts_train_score_and_write_predictions_through_one_interface(la
         assert tables["memory"][column].tolist() == tables["parts"][column].tolist()
     assert list(tables["memory"].columns) == list(tables["parts"].columns) == [
         "customerID", "split", "Churn", "score_xgb"]
+
+
+def test_a_host_sample_is_rows_of_the_split_with_their_own_labels(layouts):
+    """At most the rows asked for, each one a row of the split beside its own label."""
+    for features in layouts:
+        whole = np.asarray(features.backend.to_host(features.X["train"]), dtype="float64")
+        labels = features.labels("train")
+        rows = {tuple(np.round(x, 5)): int(y) for x, y in zip(whole, labels)}
+        x, y = features.host_sample("train", 50)
+        assert x.shape == (50, len(features.feature_names)) and y.shape == (50,)
+        assert all(rows[tuple(np.round(row, 5))] == int(label) for row, label in zip(x, y))
+        assert features.host_sample("train", 10_000)[0].shape[0] == SIZES["train"]
+
+
+def test_both_layouts_profile_every_row_alike(layouts):
+    """Asked for more rows than a split has, both layouts profile every row: the same
+    histograms and target balance, whichever order the rows came in."""
+    memory, parts = (features.profile(rows=10_000) for features in layouts)
+    assert memory["rows"] == parts["rows"] == memory["sample_rows"] == SIZES
+    assert memory["balance"] == parts["balance"]
+    assert memory["balance"]["counts"]["train"] == np.bincount(layouts[0].labels("train"), minlength=2).tolist()
+    assert list(memory["histograms"]) == layouts[0].feature_names
+    for name, entry in memory["histograms"].items():
+        other = parts["histograms"][name]
+        assert entry.keys() == other.keys()
+        for split in SIZES:
+            np.testing.assert_allclose(entry["shares"][split], other["shares"][split], atol=1e-12)

@@ -297,6 +297,49 @@ def test_cross_validation_table_takes_the_fold_count_or_the_folds(folds, shown):
     from pipeline.report.page import _cross_validation
 
     html_text = _cross_validation({"cv": {"xgb": {"mean": {"roc_auc": 0.85}, "std": {"roc_auc": 0.01},
-                                                  "folds": folds}}})
+                                                  "folds": folds}}}, "evaluate", ["xgb"])
     (table,) = Page(html_text).tables
     assert table[1] == ["xgb", shown, "0.8500 ± 0.0100"]
+
+
+def test_the_folds_spread_is_drawn_from_each_folds_metric():
+    from pipeline.report.page import _cross_validation
+
+    folds = [{"roc_auc": 0.8}, {"roc_auc": 0.9}, {"roc_auc": 0.7}]
+    html_text = _cross_validation({"rank_by": "roc_auc", "cv": {"xgb": {"mean": {"roc_auc": 0.8}, "std": {},
+                                                                       "folds": 3, "per_fold": folds}}},
+                                  "evaluate", ["logreg", "xgb"])
+    page = Page(html_text)
+    assert len(page.svgs) == 1 and page.svgs[0] > 20
+    assert 'id="evaluate-folds--m1"' in html_text and "roc_auc per fold" in html_text     # xgb is model 1
+
+
+def test_the_data_and_explanations_sections_show_the_recorded_numbers(churn_run):
+    text = (churn_run / REPORT).read_text(encoding="utf-8")
+    page = Page(text)
+    assert {"data", "explanations-evaluate"} <= set(page.sections)
+    profile = json.loads((churn_run / "features" / "profile.json").read_text())
+    splits = next(t for t in page.tables if t and t[0] == ["split", "rows", "share", "rows profiled"])
+    assert [row[:2] for row in splits[1:]] == [[split, number(n)] for split, n in profile["rows"].items()]
+    balance = next(t for t in page.tables if t and t[0] == ["split", "0", "1"])
+    assert balance[1:] == [[split, *(number(n) for n in counts)]
+                           for split, counts in profile["balance"]["counts"].items()]
+    columns = json.loads((churn_run / "raw" / "columns.json").read_text())
+    missing = next(t for t in page.tables if t and t[0] == ["column", "type", "missing", "of rows"])
+    assert missing[1:] == [[c["name"], c["dtype"], number(c["missing"]), f"{100 * c['missing'] / columns['rows']:.2f}%"]
+                           for c in columns["columns"] if c["missing"]]
+    assert missing[1][:3] == ["TotalCharges", "float64", "11"]          # the blanks of the Telco table
+
+    def section(name: str) -> str:
+        start = text.index(f'<section id="{name}">')
+        return text[start:text.index("</section>", start)]
+
+    metrics = json.loads((churn_run / "evaluate" / "metrics.json").read_text())
+    importance = json.loads((churn_run / "evaluate" / "importance.json").read_text())
+    assert set(importance["models"]) == set(metrics["models"]) and importance["skipped"] == {}
+    kinds = {kind for entry in importance["models"].values() for kind in entry}
+    assert kinds == {"permutation", "gain", "shap"}                     # gain and SHAP: the XGBoost model's
+    assert section("explanations-evaluate").count("<svg") == len(kinds)
+    data = section("data")
+    assert data.count("<svg") == 1 + 6                                  # target balance, six features
+    assert f"Ranked by {metrics['best']}&#x27;s permutation importance" in data

@@ -21,6 +21,7 @@ from pipeline.backends import Backend
 from pipeline.prediction_columns import CLASS_COLUMNS_KEY, class_column_map, task_columns, true_values
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
+from pipeline.metrics.profile import PROFILE_ROWS, feature_histograms, target_balance
 from pipeline.tasks import BINARY, Task
 
 if TYPE_CHECKING:
@@ -87,6 +88,23 @@ class FeatureSet(ABC):
     def fold_count(self) -> int:
         """Cross-validation folds these features can build (``folds: k`` of the split); 0 without."""
         return 0
+
+    @abstractmethod
+    def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``rows`` rows of ``split`` spread over it: the features as a host float64
+        matrix and the labels as a host vector. What profiles and explanations read, at a cost
+        that does not grow with the table."""
+
+    def profile(self, rows: int = PROFILE_ROWS) -> dict[str, Any]:
+        """profile.json of the features stage: rows per split, the target's balance and each
+        feature's histogram per split (``pipeline.metrics.profile``), on samples of ``rows``."""
+        samples = {split: self.host_sample(split, rows) for split, n in self.rows().items() if n}
+        return {"rows": self.rows(), "sample_rows": {split: int(x.shape[0]) for split, (x, _) in samples.items()},
+                "features": self.feature_names, "categorical": self.categorical_columns,
+                "target": self.target, "task": self.task.to_dict(),
+                "balance": target_balance(self.task, {split: y for split, (_, y) in samples.items()}),
+                "histograms": feature_histograms({split: x for split, (x, _) in samples.items()},
+                                                 self.feature_names)}
 
     @abstractmethod
     def in_memory(self, refusal: str) -> InMemoryFeatures:

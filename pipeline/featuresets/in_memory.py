@@ -51,6 +51,12 @@ class InMemoryFeatures(FeatureSet):
     def in_memory(self, refusal: str) -> InMemoryFeatures:
         return self
 
+    def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every k-th row (a strided view, then one copy to the host)."""
+        step = max(1, -(-self.rows()[split] // max(rows, 1)))
+        x = np.asarray(self.backend.to_host(self.X[split][::step][:rows]), dtype="float64")
+        return x, np.asarray(self.backend.to_host(self.y[split][::step][:rows]))
+
     def fold_count(self) -> int:
         return self.folds.count if self.folds is not None else 0
 

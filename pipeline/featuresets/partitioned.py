@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+import pandas as pd
+
 from pipeline.backends import Backend, compute_lazy
 from pipeline.distributed.predictions import write_predictions as write_partition_predictions
 from pipeline.distributed.training import DistributedScorer, fit_distributed, use_external_memory
@@ -26,6 +29,10 @@ from pipeline.features import FeatureOp, FeatureWorkflow
 from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, ScoredModel
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.tasks import BINARY, Task
+
+
+# Partitions a host sample reads from (spread over the split).
+SAMPLE_PARTITIONS = 8
 
 
 @dataclass
@@ -58,6 +65,18 @@ class PartitionedFeatures(FeatureSet):
 
     def in_memory(self, refusal: str) -> InMemoryFeatures:
         raise DataError(refusal)
+
+    def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first rows of up to ``SAMPLE_PARTITIONS`` partitions spread over the split, read
+        in one compute: never a pass over the whole split."""
+        x, y = self.X[split], self.y[split]
+        picked = np.unique(np.linspace(0, x.npartitions - 1, min(x.npartitions, SAMPLE_PARTITIONS)).astype(int))
+        each = -(-rows // len(picked))
+        heads = [frame.partitions[int(i)].head(each, npartitions=1, compute=False) for i in picked for frame in (x, y)]
+        parts = [self.backend.to_host(part) for part in compute_lazy(*heads)]
+        features = pd.concat(parts[0::2], ignore_index=True).iloc[:rows]
+        labels = pd.concat(parts[1::2], ignore_index=True).iloc[:rows]
+        return features.to_numpy(dtype="float64", na_value=np.nan), labels.to_numpy()
 
     def fit(self, estimator: Any, fit_kwargs: dict[str, Any], *, stage: str, model: str = "",
             external_memory: bool | None = None) -> dict[str, Any] | None:

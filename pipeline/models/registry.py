@@ -10,7 +10,8 @@ are named as ``module:Class`` strings so this module never imports a GPU library
 imports them.
 
 Everything that depends on which model it is (what ``train`` offers, what can stream from
-Parquet, how ``export`` writes it and ``predict`` reads it back) is a field of the entry, so
+Parquet, how ``export`` writes it and ``predict`` reads it back, what importances it computes
+itself) is a field of the entry, so
 plugin code adds a model with ``register_model`` and no module here names it.
 """
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.models.ensemble import EnsembleFormat
+from pipeline.models.explainers import Explainer, xgboost_importance
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
@@ -89,6 +91,9 @@ class ModelSpec:
     # Checks of params against the task (a classifier-only parameter given to a regressor);
     # run by ``task_problems``, so at validation when the task is declared, else at training.
     task_param_rules: TaskParamRules | None = None
+    # Importances the fitted estimator computes itself (``pipeline.models.explainers``), beside
+    # the permutation importance ``evaluate`` measures for every model; None: none.
+    explain: Explainer | None = None
 
     @property
     def trainable(self) -> bool:
@@ -395,6 +400,7 @@ MODELS: dict[str, ModelSpec] = {
                 dask_gpu="xgboost.dask:DaskXGBRegressor",
             ),
             task_param_rules=_xgboost_task_rules,
+            explain=xgboost_importance,
         ),
         ModelSpec(
             name="ridge",

@@ -193,6 +193,104 @@ def residuals(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[s
     return to_svg(fig)
 
 
+# ------------------------------------------------------------------------------ data
+SPLIT_COLOURS = {"train": "#4c72b0", "valid": "#dd8452", "test": "#55a868"}
+
+
+def split_bars(categories: Sequence[str], shares: Mapping[str, Sequence[float]], *, title: str,
+               xlabel: str = "") -> str:
+    """Each split's share of rows per category, bars side by side (split colours, not models')."""
+    fig, ax = _figure(5.2, 3.2, bottom=0.22)
+    width = 0.8 / max(len(shares), 1)
+    for k, (split, values) in enumerate(shares.items()):
+        ax.bar([i + (k - (len(shares) - 1) / 2) * width for i in range(len(categories))], values, width=width,
+               color=SPLIT_COLOURS.get(split, colour(k)), label=split)
+    ax.set_xticks(range(len(categories)), [_short(c) for c in categories], fontsize="x-small",
+                  rotation=30 if len(categories) > 4 else 0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share of rows")
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
+def split_histogram(edges: Sequence[float], shares: Mapping[str, Sequence[float]], *, title: str) -> str:
+    """Each split's share of rows per bin on the training split's bins, as outlines."""
+    fig, ax = _figure(5.2, 3.2)
+    for k, (split, values) in enumerate(shares.items()):
+        ax.stairs(values, edges, color=SPLIT_COLOURS.get(split, colour(k)), linewidth=1.5, label=split)
+    ax.set_ylabel("share of rows")
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", frameon=False)
+    return to_svg(fig)
+
+
+# ---------------------------------------------------------------------- explanations
+def importances(figure: str, models: Sequence[str], everyone: Sequence[str],
+                values: Mapping[str, Mapping[str, float]], features: Sequence[str], *, title: str, xlabel: str,
+                errors: Mapping[str, Mapping[str, float]] | None = None) -> str:
+    """Horizontal bars per feature (most important on top), one bar per model of ``models``."""
+    height = 0.9 + 0.22 * len(features) * max(1, min(len(models), 3))
+    longest = max((len(_short(f)) for f in features), default=4)
+    fig, ax = _figure(6.2, height, left=min(0.5, 0.04 + 0.0105 * longest), right=0.97,
+                      bottom=0.6 / height, top=1 - 0.35 / height)
+    width = 0.8 / max(len(models), 1)
+    for k, name in enumerate(models):
+        index = everyone.index(name)
+        rows = [i + (k - (len(models) - 1) / 2) * width for i in range(len(features))]
+        spread = [errors[name].get(f, 0.0) for f in features] if errors and name in errors else None
+        bars = ax.barh(rows, [values[name].get(f, 0.0) for f in features], height=width, color=colour(index),
+                       xerr=spread, error_kw={"linewidth": 0.6}, label=name)
+        _tag(bars, figure, index)
+    ax.set_yticks(range(len(features)), [_short(f) for f in features], fontsize="x-small")
+    ax.invert_yaxis()
+    ax.axvline(0, color="#999999", linewidth=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(alpha=0.3, axis="x")
+    if len(models) > 1:
+        ax.legend(fontsize="x-small", frameon=False, loc="lower right")
+    return to_svg(fig)
+
+
+def fold_spread(figure: str, models: Sequence[str], everyone: Sequence[str], folds: Mapping[str, Sequence[float]],
+                metric: str) -> str:
+    """Each fold's value of ``metric`` per model (dots) and their mean (a bar across)."""
+    fig, ax = _figure(5.2, 3.2, bottom=0.2)
+    for k, name in enumerate(models):
+        index = everyone.index(name)
+        values = [v for v in folds.get(name, []) if v is not None]
+        dots = ax.scatter([k] * len(values), values, s=18, color=colour(index), zorder=3)
+        dots.set_gid(model_id(figure, index))
+        if values:
+            (mean,) = ax.plot([k - 0.25, k + 0.25], [sum(values) / len(values)] * 2, color=colour(index))
+            mean.set_gid(model_id(figure, index))
+    ax.set_xticks(range(len(models)), [_short(m) for m in models], fontsize="x-small")
+    ax.set_xlim(-0.6, len(models) - 0.4)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} per fold (line: mean)", fontsize="medium")
+    ax.grid(alpha=0.3, axis="y")
+    return to_svg(fig)
+
+
+def _tag(bars: Any, figure: str, index: int) -> None:
+    """Give each bar (and whisker) of a model's ``BarContainer`` an id the switches find
+    (unique ids ending in the model's suffix)."""
+    parts = list(bars.patches)
+    if bars.errorbar is not None:
+        parts += [artist for group in bars.errorbar.lines for artist in (group if isinstance(group, tuple) else [group])
+                  if artist is not None]
+    for j, artist in enumerate(parts):
+        artist.set_gid(model_id(f"{figure}-{j}", index))
+
+
+def _short(label: Any, limit: int = 28) -> str:
+    text = str(label)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 # -------------------------------------------------------------------------- training
 def learning_curve(history: Sequence[Mapping[str, float]], title: str, best_epoch: int = 0) -> str:
     """The torch stage's learning curve, drawn as the run folder's PNG is (``tensors.history``)."""

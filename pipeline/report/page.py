@@ -27,11 +27,23 @@ _BINARY_CURVES = (
 )
 
 
+# Features whose distributions the data section draws, and bars per importance figure.
+TOP_DISTRIBUTIONS = 6
+TOP_IMPORTANCES = 15
+# (figure title, axis label) per kind of importance a model records.
+_IMPORTANCE_LABELS = {
+    "permutation": ("Permutation importance", ""),
+    "gain": ("Gain", "average loss reduction of the splits on the feature"),
+    "shap": ("SHAP contributions", "mean |contribution| to the raw score"),
+}
+
+
 def render(sources: RunSources, *, generated: datetime, version: str) -> str:
     """The whole page for one run."""
     manifest = sources.manifest
-    sections = [_summary(sources), _timeline(sources)]
-    sections += [_evaluation(sources, evaluation) for evaluation in sources.evaluations]
+    sections = [_summary(sources), _timeline(sources), _data(sources)]
+    for evaluation in sources.evaluations:
+        sections += [_evaluation(sources, evaluation), _explanations(sources, evaluation)]
     sections.append(_training(sources))
     heading = (f'<h1>{e(manifest.pipeline)}</h1><p class="note">run {e(manifest.run_id)} · '
                f'<span class="status-{e(manifest.status)}">{e(manifest.status)}</span></p>')
@@ -118,8 +130,153 @@ def _evaluation(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, 
                                  figures.residuals(f"{key}-residuals", everyone, curves)]))
     parts.append(_confusions(metrics, models))
     parts.append(_per_class(metrics, models))
-    parts.append(_cross_validation(metrics))
+    parts.append(_cross_validation(metrics, key, everyone))
     return f"models-{key}", f"Models ({key})", "".join(parts)
+
+
+def _data(sources: RunSources) -> tuple[str, str, str]:
+    """Rows and columns per stage, each read table's missing values, and per features stage
+    the split sizes, the target's balance and the most important features' distributions."""
+    header = ["stage", "kind", "rows", "columns"]
+    rows = []
+    for name, record in sources.manifest.stages.items():
+        facts = record.facts or {}
+        count, width = facts.get("rows"), facts.get("columns", facts.get("features"))
+        if count is None and width is None:
+            continue
+        shown = (text(" · ".join(f"{split} {number(n)}" for split, n in count.items()))
+                 if isinstance(count, dict) else cell(count))
+        rows.append([text(name), text(record.kind), shown, cell(width if isinstance(width, int) else None)])
+    parts = [table(header, rows)] if rows else []
+    for stage, columns in sources.columns.items():
+        parts.append(_missing(stage, columns))
+    for stage, profile in sources.profiles.items():
+        parts.append(_profile(sources, stage, profile))
+    return "data", "Data", "".join(parts)
+
+
+def _missing(stage: str, columns: Mapping[str, Any]) -> str:
+    total = columns.get("rows") or 0
+    entries = columns.get("columns") or []
+    gaps = sorted((c for c in entries if c.get("missing")), key=lambda c: -c["missing"])
+    rows = [[text(c["name"]), text(c["dtype"]), cell(c["missing"]),
+             text(f"{100 * c['missing'] / total:.2f}%" if total else "")] for c in gaps]
+    found = (table(["column", "type", "missing", "of rows"], rows) if rows
+             else '<p class="note">No missing values in any column.</p>')
+    every = table(["column", "type", "missing"], [[text(c["name"]), text(c["dtype"]), cell(c["missing"])]
+                                                   for c in entries])
+    return (f"<h3>{e(stage)}: missing values ({number(total)} rows, {len(entries)} columns)</h3>{found}"
+            f"<details><summary>Every column's type</summary>{every}</details>"
+            f'<p class="note">From {e(stage)}/columns.json, counted on the table as read.</p>')
+
+
+def _profile(sources: RunSources, stage: str, profile: Mapping[str, Any]) -> str:
+    sizes = profile.get("rows") or {}
+    total = sum(sizes.values()) or 1
+    sampled = profile.get("sample_rows") or {}
+    parts = [f"<h3>{e(stage)}: splits</h3>",
+             table(["split", "rows", "share", "rows profiled"],
+                   [[text(split), cell(n), text(f"{100 * n / total:.1f}%"), cell(sampled.get(split))]
+                    for split, n in sizes.items()])]
+    balance = profile.get("balance") or {}
+    counts = balance.get("counts") or {}
+    if balance.get("kind") == "classes" and counts:
+        classes = [plain(c) for c in balance.get("classes", [])]
+        shares = {split: [n / (sum(values) or 1) for n in values] for split, values in counts.items()}
+        parts.append(f"<h3>{e(stage)}: target balance ({e(profile.get('target'))})</h3>")
+        parts.append(table(["split", *classes], [[text(split), *(cell(n) for n in values)]
+                                                for split, values in counts.items()]))
+        parts.append(figure_row([figures.split_bars(classes, shares, title=f"{profile.get('target')} by split")]))
+    elif balance.get("kind") == "values" and counts:
+        summary = balance.get("summary") or {}
+        parts.append(f"<h3>{e(stage)}: target ({e(profile.get('target'))})</h3>")
+        parts.append(table(["split", "mean", "std", "min", "max"],
+                           [[text(split), *(cell(values.get(k)) for k in ("mean", "std", "min", "max"))]
+                            for split, values in summary.items()]))
+        shares = {split: [n / (sum(values) or 1) for n in values] for split, values in counts.items()}
+        parts.append(figure_row([figures.split_histogram(balance["edges"], shares,
+                                                         title=f"{profile.get('target')} by split")]))
+    histograms = profile.get("histograms") or {}
+    top = _top_features(sources, list(histograms))[:TOP_DISTRIBUTIONS]
+    shown = []
+    for name in top:
+        entry = histograms[name]
+        if "values" in entry:
+            shown.append(figures.split_bars([plain(v) for v in entry["values"]], entry["shares"], title=name))
+        else:
+            shown.append(figures.split_histogram(entry["edges"], entry["shares"], title=name))
+    if shown:
+        parts.append(f"<h3>{e(stage)}: the most important features</h3>{figure_row(shown)}")
+        parts.append(f'<p class="note">Values as the models see them (after the feature ops), on the training '
+                     f"split's bins; from {e(stage)}/profile.json. Ranked by {e(_ranking_source(sources))}.</p>")
+    return "".join(parts)
+
+
+def _ranking(sources: RunSources) -> tuple[str, Mapping[str, float]] | None:
+    """The importances the data section ranks features by: the best model's of the first
+    evaluation, SHAP where it has them, else permutation, else any kind it has."""
+    for evaluation in sources.evaluations:
+        found = (evaluation.importance or {}).get("models", {})
+        best = found.get(evaluation.metrics.get("best")) or next(iter(found.values()), None)
+        if not best:
+            continue
+        model = next(name for name, entry in found.items() if entry is best)
+        for kind in ("shap", "permutation", *best):
+            values = best.get(kind)
+            if isinstance(values, dict):
+                values = values.get("mean", values)
+                return f"{model}'s {kind} importance", values
+    return None
+
+
+def _top_features(sources: RunSources, names: Sequence[str]) -> list[str]:
+    ranking = _ranking(sources)
+    if ranking is None:
+        return list(names)
+    values = ranking[1]
+    return sorted(names, key=lambda name: -(values.get(name) or 0.0))
+
+
+def _ranking_source(sources: RunSources) -> str:
+    ranking = _ranking(sources)
+    return ranking[0] if ranking else "the features' order (no importances were recorded)"
+
+
+def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, str]:
+    key, importance = evaluation.stage, evaluation.importance or {}
+    found = importance.get("models") or {}
+    everyone = sources.models
+    models = [m for m in everyone if m in found]
+    parts = [switches(models, everyone)] if models else []
+    kinds = list(dict.fromkeys(kind for entry in found.values() for kind in entry))
+    shown = []
+    for kind in kinds:
+        having = [m for m in models if isinstance(found[m].get(kind), dict)]
+        means = {m: found[m][kind].get("mean", found[m][kind]) for m in having}
+        errors = {m: found[m][kind]["std"] for m in having if "std" in found[m][kind]}
+        strongest: dict[str, float] = {}
+        for values in means.values():
+            for feature, value in values.items():
+                strongest[feature] = max(strongest.get(feature, float("-inf")), value or 0.0)
+        top = sorted(strongest, key=lambda f: -strongest[f])[:TOP_IMPORTANCES]
+        label, axis = _IMPORTANCE_LABELS.get(kind, (kind, kind))
+        if kind == "permutation":
+            axis = f"{importance.get('metric')} lost when the feature is shuffled"
+        title = f"{label}: {having[0]}" if len(having) == 1 else label
+        shown.append(figures.importances(f"{key}-{kind}", having, everyone, means,
+                                         top[:max(TOP_IMPORTANCES * 2 // (len(having) + 1), 8)], title=title,
+                                         xlabel=axis, errors=errors or None))
+    if shown:
+        parts.append(figure_row(shown))
+    rows = importance.get("rows") or {}
+    parts.append(f'<p class="note">Measured on {e(", ".join(f"{m}: {number(n)}" for m, n in rows.items()))} rows '
+                 f"of the {e(importance.get('split'))} split ({e(importance.get('repeats'))} shuffles per feature "
+                 f"for permutation importance; bars show their mean, whiskers their spread); from "
+                 f"{e(key)}/importance.json.</p>" if found else
+                 '<p class="note">No importances were recorded (evaluate with importance: true writes them).</p>')
+    for model, reason in (importance.get("skipped") or {}).items():
+        parts.append(f'<p class="note">{e(model)}: no permutation importance: {e(reason)}.</p>')
+    return f"explanations-{key}", f"Explanations ({key})", "".join(parts)
 
 
 def _training(sources: RunSources) -> tuple[str, str, str]:
@@ -202,7 +359,7 @@ def _per_model(entries: Mapping[str, Any] | None, models: Sequence[str], heading
     return f'<div class="figures">{"".join(parts)}</div>' if parts else ""
 
 
-def _cross_validation(metrics: Mapping[str, Any]) -> str:
+def _cross_validation(metrics: Mapping[str, Any], key: str, everyone: Sequence[str]) -> str:
     cv = metrics.get("cv") or {}
     if not cv:
         return ""
@@ -211,7 +368,12 @@ def _cross_validation(metrics: Mapping[str, Any]) -> str:
     rows = [[text(model), cell(_fold_count(entry.get("folds"))),
              *(text(f"{number(entry['mean'].get(n))} ± {number(entry.get('std', {}).get(n))}") for n in names)]
             for model, entry in cv.items()]
-    return f"<h3>Cross-validation (mean ± std over folds)</h3>{table(header, rows)}"
+    metric = metrics.get("rank_by")
+    folds = {model: [fold.get(metric) for fold in entry["per_fold"]] for model, entry in cv.items()
+             if isinstance(entry.get("per_fold"), list)}
+    spread = (figure_row([figures.fold_spread(f"{key}-folds", list(folds), everyone, folds, str(metric))])
+              if folds else "")
+    return f"<h3>Cross-validation (mean ± std over folds)</h3>{table(header, rows)}{spread}"
 
 
 def _fold_count(folds: Any) -> int | None:

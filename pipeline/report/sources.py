@@ -4,7 +4,8 @@ Only recorded numbers are read (manifest.json, and the JSON/CSV artifacts listed
 report rebuilt a month later shows what the run measured. A file whose sha256 no longer
 matches the manifest is not read: its section says so instead of showing changed numbers.
 Which file a section reads is decided by the file's name (``metrics.json``, ``curves.json``,
-``history.csv``, ``eval_history.csv``) and the stage's recorded facts, never by a stage kind.
+``importance.json``, ``columns.json``, ``profile.json``, ``history.csv``, ``eval_history.csv``)
+and the stage's recorded facts, never by a stage kind.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from pipeline.record import RunManifest, read_manifest
 
 @dataclass
 class Evaluation:
-    """One evaluating stage's files: metrics.json, and curves.json where it wrote one."""
+    """One evaluating stage's files: metrics.json, and curves.json and importance.json where
+    it wrote them."""
 
     stage: str
     metrics: dict[str, Any]
     curves: dict[str, Any] | None = None
+    importance: dict[str, Any] | None = None
 
 
 @dataclass
@@ -38,6 +41,8 @@ class RunSources:
     evaluations: list[Evaluation] = field(default_factory=list)
     histories: dict[str, list[dict[str, float]]] = field(default_factory=dict)   # stage -> epochs
     rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)      # stage -> boosting rounds
+    columns: dict[str, dict[str, Any]] = field(default_factory=dict)     # stage -> columns.json (a read table)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)    # stage -> profile.json (features)
     changed: list[str] = field(default_factory=list)        # artifacts whose sha256 no longer matches
 
     @property
@@ -59,8 +64,13 @@ def read_sources(run_dir: Path) -> RunSources:
     for name in manifest.stages:
         metrics = _json(sources, f"{name}/metrics.json")
         if isinstance(metrics, dict) and isinstance(metrics.get("models"), dict):
-            curves = _json(sources, f"{name}/curves.json")
-            sources.evaluations.append(Evaluation(name, metrics, curves if isinstance(curves, dict) else None))
+            curves, importance = (_json(sources, f"{name}/{file}") for file in ("curves.json", "importance.json"))
+            sources.evaluations.append(Evaluation(name, metrics, curves if isinstance(curves, dict) else None,
+                                                  importance if isinstance(importance, dict) else None))
+        for file, found in (("columns.json", sources.columns), ("profile.json", sources.profiles)):
+            content = _json(sources, f"{name}/{file}")
+            if isinstance(content, dict):
+                found[name] = content
         history = _history(sources, f"{name}/history.csv")
         if history:
             sources.histories[name] = history

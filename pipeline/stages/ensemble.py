@@ -99,6 +99,21 @@ class EnsembleModel(TrainedModel):
             meta["categorical_columns"] = list(categorical)
         return meta
 
+    def scorer_for(self, features: FeatureSet) -> Any:
+        return MembersScorer([m.scorer_for(features) for m in self.members], list(self.weights.values()))
+
+
+@dataclass
+class MembersScorer:
+    """Ensemble scores of a split from the members' scorers (rows the members have not scored)."""
+
+    scorers: list[Any]
+    weights: list[float]
+
+    def __call__(self, split: str) -> np.ndarray:
+        used = [(s, w) for s, w in zip(self.scorers, self.weights) if w > 0]
+        return blend([s(split) for s, _ in used], [w for _, w in used])
+
 
 def fit_ensemble(models: Sequence[TrainedModel], *, name: str = ENSEMBLE_MODEL, on: str = "auto",
                  weights: Mapping[str, float] | None = None) -> EnsembleModel:

@@ -8,6 +8,8 @@ devices, and a 5M-row test split costs a few vectors rather than scikit-learn's 
 copies. Every input must be of one task (their metrics would not compare); the best model is
 picked by ``rank_by`` in that metric's direction (``HIGHER_IS_BETTER``), and ``predict``
 takes the run's best from the record, so it never guesses a direction either.
+
+``importance.json`` says which features each model leans on (``pipeline.stages.explain``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, cla
                               default_metric, is_better, metric_names, task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
 from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, explain_models
 from pipeline.stages.split import SPLITS
 from pipeline.stages.train import TrainedModel
 from pipeline.tasks import BINARY, Task
@@ -44,7 +47,8 @@ class Evaluation:
     confusion: dict[str, dict[str, Any]] = field(default_factory=dict)
     # multiclass: model -> {"labels", "precision", "recall", "f1", "support"} (lists in class order)
     per_class: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # cross-validated models: model -> {"mean": {metric: value}, "std": {...}, "folds": [...]}
+    # cross-validated models: model -> {"mean": {metric: value}, "std": {...}, "folds": count,
+    # "per_fold": [{metric: value}, ...]}
     cv: dict[str, dict[str, Any]] = field(default_factory=dict)
     # split -> model -> metric -> value: every split evaluated, ``split``'s equal to ``metrics``
     splits: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
@@ -101,6 +105,13 @@ class EvaluateSpec(StageSpec):
         None, json_schema_extra=_rank_by_schema,
         description="Metric that picks the best model (its direction is known). Default per task: "
                     "roc_auc (binary), log_loss (multiclass), rmse (regression).")
+    importance: bool = Field(
+        True, description="Write importance.json: permutation importance of every model that scores in memory, "
+                          "and the importances a model computes itself (XGBoost gain and SHAP).")
+    importance_rows: int = Field(IMPORTANCE_ROWS, gt=0, description="Rows of the evaluated split importances are "
+                                 "measured on (a sample spread over it; the cost does not grow with the table).")
+    importance_repeats: int = Field(REPEATS, gt=0, le=20, description="Shuffles per feature for permutation "
+                                    "importance (its mean and std over them).")
     min_inputs = 1
 
     @field_validator("rank_by")
@@ -164,7 +175,8 @@ def evaluate_models(
                        task_metrics(task, model.features.labels(other), model.scores[other], threshold=threshold))
             evaluation.splits.setdefault(other, {})[model.name] = metrics
         if model.cv:
-            evaluation.cv[model.name] = {key: model.cv[key] for key in ("mean", "std", "folds") if key in model.cv}
+            evaluation.cv[model.name] = {key: model.cv[key] for key in ("mean", "std", "folds", "per_fold")
+                                          if key in model.cv}
     return evaluation
 
 
@@ -193,6 +205,10 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
         atomic_write_json(ctx.artifact_path("metrics.json"), evaluation.to_dict())
         if evaluation.curves:
             atomic_write_json(ctx.artifact_path("curves.json"), evaluation.curves_dict())
+        if spec.importance:
+            importance = explain_models(models, split=spec.split, metric=rank_by, threshold=spec.threshold,
+                                        rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed)
+            atomic_write_json(ctx.artifact_path("importance.json"), importance)
     ctx.facts["best"] = evaluation.best
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation

@@ -4,6 +4,9 @@ memory, or lazy partitioned frames (``pipeline.featuresets``).
 
 With ``folds: k`` on the split, the features also carry a ``FoldSource``: each model stage
 builds each fold's features from it, the workflow refitted on the fold's fit rows only.
+
+``profile.json`` holds what the report's data section draws: rows per split, the target's
+balance and each feature's histogram per split, from samples of a fixed size.
 """
 
 from __future__ import annotations
@@ -54,4 +57,8 @@ def run_features(spec: FeaturesSpec, ctx: StageContext, inputs) -> FeatureSet:
     ctx.facts.update(result.facts())
     if result.fold_count():
         ctx.facts["folds"] = result.fold_count()
+    if ctx.artifacts_dir is not None:
+        from pipeline.store import atomic_write_json
+
+        atomic_write_json(ctx.artifact_path("profile.json"), result.profile())
     return result

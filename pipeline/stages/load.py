@@ -94,9 +94,22 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         ctx.facts["rows"] = int(len(frame))
         if not len(frame):
             raise DataError(f"{spec.path}: no rows" + (f" left after the filters {spec.filters}" if spec.filters else ""))
+        if ctx.artifacts_dir is not None:
+            from pipeline.store import atomic_write_json
+
+            atomic_write_json(ctx.artifact_path("columns.json"), column_summary(frame, ctx.backend))
     ctx.facts["columns"] = int(len(frame.columns))
     ctx.facts["read_options"] = read_options(spec)
     return frame
+
+
+def column_summary(frame: Any, backend: Backend) -> dict[str, Any]:
+    """columns.json: each column's type and missing values, for the report's data section (a
+    partitioned read is lazy and gets none: counting would read every file once more)."""
+    missing = backend.to_host(frame.isna().sum())
+    return {"rows": int(len(frame)),
+            "columns": [{"name": str(name), "dtype": str(dtype), "missing": int(missing[name])}
+                        for name, dtype in frame.dtypes.items()]}
 
 
 def read_options(spec: LoadSpec) -> dict[str, Any]:

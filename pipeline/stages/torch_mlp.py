@@ -108,6 +108,9 @@ class TorchTrainedModel(TrainedModel):
         return {"categorical_columns": self.features.categorical_columns,
                 "best_epoch": self.fit_result.get("best_epoch")}
 
+    def scorer_for(self, features: FeatureSet) -> Any:
+        return TorchScorer(self.estimator, features.in_memory("the MLP scores matrices in memory"))
+
 
 def train_torch(
     features: FeatureSet,

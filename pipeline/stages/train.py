@@ -19,6 +19,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pipeline.backends import Backend
 from pipeline.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
+from pipeline.featuresets.base import Scorer
 from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.cross_validation import cross_validate_model
@@ -90,6 +91,11 @@ class TrainedModel:
         """Keys ``export`` adds to model.json beyond the estimator's files (none here; models
         trained by other stages add what scoring them needs)."""
         return {}
+
+    def scorer_for(self, features: FeatureSet) -> Scorer:
+        """How this model scores other rows of its features' layout (a sample, a shuffled
+        column): the features' own scorer of the estimator; models of other stages say theirs."""
+        return features.scorer(self.estimator)
 
 
 def external_memory_models() -> list[str]:

@@ -1,0 +1,73 @@
+"""Which features a model leans on: permutation importance for every model that scores in
+memory, and XGBoost's own gain and SHAP contributions, on real fitted models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.backends import get_backend
+from pipeline.features import Categorify, Standardize
+from pipeline.stages import SplitData, build_features, train_model, train_torch
+from pipeline.stages.explain import SAMPLE, explain_models, shuffled, strided_sample
+
+
+def frames(rows: int, seed: int) -> pd.DataFrame:
+    """``signal`` decides the label (with a little noise), ``group`` a little, ``noise`` not at all."""
+    rng = np.random.default_rng(seed)
+    signal, noise = rng.normal(size=rows), rng.normal(size=rows)
+    group = rng.choice(["a", "b", "c"], size=rows)
+    logit = 3 * signal + np.where(group == "a", 1.0, 0.0) + rng.normal(scale=0.3, size=rows)
+    return pd.DataFrame({"signal": signal, "noise": noise, "group": group, "y": (logit > 0).astype("int8")})
+
+
+@pytest.fixture(scope="module")
+def features():
+    data = SplitData(frames={"train": frames(2000, 1), "valid": frames(300, 2), "test": frames(600, 3)},
+                     target="y", positive=1, backend=get_backend("cpu"))
+    return build_features(data, [Standardize(columns=["signal", "noise"]), Categorify(columns=["group"])])
+
+
+@pytest.fixture(scope="module")
+def models(features):
+    return [train_model(features, "logistic_regression", seed=0, name="logreg"),
+            train_model(features, "xgboost", {"n_estimators": 30, "max_depth": 3}, seed=0, name="xgb"),
+            train_torch(features, name="mlp", epochs=10, batch_size=64, hidden=[16], seed=0)]
+
+
+def test_every_model_is_measured_and_the_signal_comes_first(models):
+    found = explain_models(models, split="test", metric="roc_auc", threshold=0.5, rows=400, repeats=2, seed=0)
+    assert found["rows"] == {"logreg": 400, "xgb": 400, "mlp": 400} and found["skipped"] == {}
+    for name, entry in found["models"].items():
+        permutation = entry["permutation"]
+        assert list(permutation["mean"])[0] == "signal", name                 # most important first
+        assert permutation["mean"]["signal"] > 0.2 > abs(permutation["mean"]["noise"]), name
+        assert set(permutation["std"]) == {"signal", "noise", "group"}
+        assert 0.9 < permutation["base"] <= 1.0                               # the unshuffled roc_auc
+    xgb = found["models"]["xgb"]
+    assert set(xgb) == {"permutation", "gain", "shap"}                        # its registry entry explains
+    assert set(found["models"]["logreg"]) == {"permutation"}
+    assert list(xgb["gain"])[0] == list(xgb["shap"])[0] == "signal"
+    assert xgb["shap"]["signal"] > 5 * xgb["shap"]["noise"]
+
+
+def test_a_lower_is_better_metric_still_counts_a_needed_feature_as_important(models):
+    found = explain_models(models[:1], split="test", metric="log_loss", threshold=0.5, rows=400, repeats=1)
+    assert found["models"]["logreg"]["permutation"]["mean"]["signal"] > 0.1
+
+
+def test_a_shuffle_reorders_one_column_and_its_category_codes(features):
+    sample = strided_sample(features, "test", 100)
+    assert sample.rows() == {SAMPLE: 100}
+    np.testing.assert_array_equal(sample.X[SAMPLE], features.X["test"][::6][:100])
+    order = np.arange(100)[::-1]
+    group = features.feature_names.index("group")
+    stacked = shuffled(sample, [(group, order), (0, order)])
+    x, codes = stacked.X[SAMPLE], stacked.codes[SAMPLE]
+    assert x.shape == (200, len(features.feature_names)) and codes.shape == (200, 1)
+    np.testing.assert_array_equal(x[:100, group], sample.X[SAMPLE][order, group])
+    np.testing.assert_array_equal(codes[:100, 0], sample.codes[SAMPLE][order, 0])
+    np.testing.assert_array_equal(np.delete(x[:100], group, axis=1), np.delete(sample.X[SAMPLE], group, axis=1))
+    np.testing.assert_array_equal(x[100:, 0], sample.X[SAMPLE][order, 0])
+    np.testing.assert_array_equal(codes[100:], sample.codes[SAMPLE])            # codes of another column: as they were
