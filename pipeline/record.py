@@ -124,6 +124,9 @@ class StageRecord(BaseModel):
     error: str | None = None
     worker: str | None = None            # Dask worker address, on a cluster
     cache_key: str | None = None         # content key of the stage (None: not cacheable)
+    # A cached stage: the seconds the run that computed its output took for it (what the
+    # cache saved this run).
+    computed_seconds: Seconds | None = None
 
     @field_validator("status")
     @classmethod

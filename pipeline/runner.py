@@ -327,6 +327,8 @@ class Runner:
         record = manifest.stages[name]
         record.status, record.started = "cached", utc_now()
         record.ended, record.seconds, record.facts = record.started, 0.0, dict(entry.record.get("facts", {}))
+        computed = entry.record.get("seconds")
+        record.computed_seconds = computed if isinstance(computed, (int, float)) and computed >= 0 else None
         self._add_to_record(manifest, event, dict(entry.record.get("run_record") or {}))
         self.hooks.stage_finished(event)
         run.write_manifest(manifest)

@@ -124,12 +124,20 @@ def test_partitioned_predictions_are_gathered_where_a_model_scores_no_partition(
 
 @pytest.mark.slow
 def test_both_layouts_train_score_and_write_predictions_through_one_interface(layouts, cluster_client, tmp_path):  # noqa: F811
+    from pipeline.stages.explain import explain_models
+
     memory, parts = layouts
     tables = {}
     for name, features in (("memory", memory), ("parts", parts)):
         trained = train_model(features, "xgboost", {"n_estimators": 10}, seed=0, name="xgb")
         assert trained.scores["test"].shape == (100,)
         assert ((trained.scores["test"] >= 0) & (trained.scores["test"] <= 1)).all()
+        # Both explain themselves on a sample; only the in-memory one is shuffled and scored.
+        found = explain_models([trained], split="test", metric="roc_auc", threshold=0.5, rows=60, repeats=1)
+        assert set(found["models"]["xgb"]) == ({"permutation", "gain", "shap"} if name == "memory"
+                                              else {"gain", "shap"})
+        assert ("xgb" in found["skipped"]) == (name == "parts")
+        assert set(found["models"]["xgb"]["shap"]) == set(features.feature_names)
         written = features.write_predictions([trained], "test", tmp_path / name / "predictions.parquet")
         tables[name] = pd.read_parquet(tmp_path / name / "predictions.parquet")
         assert len(written) == (1 if name == "memory" else 3)

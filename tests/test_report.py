@@ -166,6 +166,15 @@ def test_regression_and_multiclass_runs_get_their_tasks_sections(project, config
     models_html = text[text.index('<section id="models-evaluate">'):text.index("</section>", text.index(
         '<section id="models-evaluate">'))]
     assert models_html.count("<svg") == figures_in_models
+    profile = json.loads((run / "features" / "profile.json").read_text())
+    balance = profile["balance"]
+    if balance["kind"] == "classes":                    # rows per class value, per split
+        shown = next(t for t in page.tables if t and t[0] == ["split", *map(str, balance["classes"])])
+        assert shown[1:] == [[split, *(number(n) for n in counts)] for split, counts in balance["counts"].items()]
+    else:                                               # the target's summary per split
+        shown = next(t for t in page.tables if t and t[0] == ["split", "mean", "std", "min", "max"])
+        assert shown[1][1] == number(balance["summary"]["train"]["mean"])
+    assert json.loads((run / "evaluate" / "importance.json").read_text())["metric"] == metrics["rank_by"]
 
 
 def test_report_command_rebuilds_and_a_changed_file_is_not_shown(churn_run, tmp_path):
@@ -343,3 +352,16 @@ def test_the_data_and_explanations_sections_show_the_recorded_numbers(churn_run)
     data = section("data")
     assert data.count("<svg") == 1 + 6                                  # target balance, six features
     assert f"Ranked by {metrics['best']}&#x27;s permutation importance" in data
+
+
+def test_a_cached_stage_shows_the_time_its_output_took_to_compute(project):
+    for _ in range(2):
+        proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", cwd=project, report="on")
+        assert proc.returncode == 0, proc.stderr
+    first, second = sorted(p for p in (project / "runs" / "churn").iterdir() if p.name[0].isdigit())
+    computed, cached = read_manifest(first).stages, read_manifest(second).stages
+    text = (second / REPORT).read_text(encoding="utf-8")
+    for name in ("split", "features"):
+        assert cached[name].status == "cached" and cached[name].seconds == 0
+        assert cached[name].computed_seconds == computed[name].seconds
+        assert f"cached (computed in {number(computed[name].seconds)} s)" in text

@@ -85,7 +85,10 @@ def _timeline(sources: RunSources) -> tuple[str, str, str]:
         if begin is None or start is None:
             continue
         end = end if end is not None else start
-        label = "cached" if record.status == "cached" else f"{number(record.seconds)} s"
+        label = f"{number(record.seconds)} s"
+        if record.status == "cached":
+            label = "cached" + (f" (computed in {number(record.computed_seconds)} s)"
+                                if record.computed_seconds is not None else "")
         bars.append({"name": record.name, "start": start - begin, "end": end - begin, "status": record.status,
                      "label": label})
     figure = f"<figure>{figures.timeline(bars)}</figure>" if bars else ""
@@ -97,7 +100,8 @@ def _timeline(sources: RunSources) -> tuple[str, str, str]:
                      cell(record.seconds), cell(_bytes(record.peak_rss_bytes)),
                      cell(_bytes(record.peak_device_bytes)), text(record.worker or "in process"),
                      text(", ".join(f"{k}={plain(v)}" for k, v in facts.items()))])
-    note = '<p class="note">A cached stage took its output from the stage cache; its time is not counted.</p>'
+    note = ('<p class="note">A cached stage took its output from the stage cache; its time is not counted, and '
+            "the time its output took to compute in the run that stored it is shown beside it.</p>")
     return "stages", "Stages", f'<div class="figures">{figure}</div>{table(header, rows)}{note}'
 
 
