@@ -110,6 +110,10 @@ def test_run_evaluate_names_the_stage_key_and_writes_metrics_json(regression_mod
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["best"] == "strong" and written["rank_by"] == "log_loss" and "confusion" in written
     assert ctx.run_record["metrics"] == evaluation.record() and ctx.facts["best"] == "strong"
+    # These models hold scores and no estimator: their importances are skipped, saying why.
+    importance = json.loads((tmp_path / "importance.json").read_text())
+    assert importance["models"] == {} and set(importance["skipped"]) == {m.name for m in multiclass_models}
+    assert all("could not score other rows (AttributeError" in why for why in importance["skipped"].values())
 
 
 def test_unknown_rank_by_is_a_config_error_listing_every_metric():

@@ -209,6 +209,8 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
             importance = explain_models(models, split=spec.split, metric=rank_by, threshold=spec.threshold,
                                         rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed)
             atomic_write_json(ctx.artifact_path("importance.json"), importance)
+            for name, reason in importance["skipped"].items():
+                ctx.logger.info("%s: importances of %s skipped: %s", ctx.stage, name, reason)
     ctx.facts["best"] = evaluation.best
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation

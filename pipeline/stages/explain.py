@@ -33,6 +33,9 @@ REPEATS = 3
 SAMPLE = "sample"
 # Rows of shuffled copies scored in one call.
 BATCH_ROWS = 200_000
+# What a model that cannot score rows other than its own (a plugin's, holding only its scores)
+# raises: its importances are skipped and the evaluation goes on.
+UNSCORABLE = (AttributeError, TypeError, ValueError, NotImplementedError)
 
 
 def explain_models(models: list[TrainedModel], *, split: str, metric: str, threshold: float,
@@ -49,7 +52,12 @@ def explain_models(models: list[TrainedModel], *, split: str, metric: str, thres
                                                           rows=rows, repeats=repeats, seed=seed)
         except DataError as exc:
             out["skipped"][model.name] = str(exc)
-        entry.update(native_importance(model, split=split, rows=rows))
+        except UNSCORABLE as exc:
+            out["skipped"][model.name] = f"it could not score other rows ({type(exc).__name__}: {exc})"
+        try:
+            entry.update(native_importance(model, split=split, rows=rows))
+        except UNSCORABLE as exc:
+            out["skipped"].setdefault(model.name, f"its own importances failed ({type(exc).__name__}: {exc})")
         if entry:
             out["models"][model.name] = entry
     return out
