@@ -84,6 +84,12 @@ class FeatureSet(ABC):
         ids = self.ids.get(split)
         return None if ids is None else self.backend.to_host(ids).reset_index(drop=True)
 
+    @abstractmethod
+    def sample_matrix(self, split: str, limit: int) -> np.ndarray:
+        """At most ``limit`` rows of the split's feature matrix on the host (``feature_names``
+        order), spread over the split and the same on every call: what a profile of the split
+        reads (``export``'s drift reference) without copying the whole split."""
+
     def fold_count(self) -> int:
         """Cross-validation folds these features can build (``folds: k`` of the split); 0 without."""
         return 0
@@ -171,3 +177,8 @@ class FeatureSet(ABC):
     def matrix_handoffs(self) -> list[Handoff]:
         """What building device matrices copied (none unless the layout builds them)."""
         return []
+
+
+def sample_step(rows: int, limit: int) -> int:
+    """The stride that takes at most ``limit`` of ``rows`` rows, spread evenly."""
+    return max(1, -(-rows // max(limit, 1)))

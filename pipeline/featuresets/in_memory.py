@@ -17,7 +17,7 @@ import numpy as np
 from pipeline.backends import Backend
 from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer
+from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, sample_step
 from pipeline.tasks import BINARY, Task
 from pipeline.tensors.handoff import Handoff, matrix_handoff
 
@@ -50,6 +50,12 @@ class InMemoryFeatures(FeatureSet):
 
     def in_memory(self, refusal: str) -> InMemoryFeatures:
         return self
+
+    def sample_matrix(self, split: str, limit: int) -> np.ndarray:
+        """Every k-th row, k the smallest step that keeps at most ``limit``: a strided view on
+        the device, so only the sample is copied to the host."""
+        matrix = self.X[split]
+        return np.asarray(self.backend.to_host(matrix[::sample_step(int(matrix.shape[0]), limit)]))
 
     def fold_count(self) -> int:
         return self.folds.count if self.folds is not None else 0
