@@ -177,8 +177,3 @@ class FeatureSet(ABC):
     def matrix_handoffs(self) -> list[Handoff]:
         """What building device matrices copied (none unless the layout builds them)."""
         return []
-
-
-def sample_step(rows: int, limit: int) -> int:
-    """The stride that takes at most ``limit`` of ``rows`` rows, spread evenly."""
-    return max(1, -(-rows // max(limit, 1)))

@@ -17,7 +17,7 @@ import numpy as np
 from pipeline.backends import Backend
 from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, sample_step
+from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer
 from pipeline.tasks import BINARY, Task
 from pipeline.tensors.handoff import Handoff, matrix_handoff
 
@@ -55,7 +55,8 @@ class InMemoryFeatures(FeatureSet):
         """Every k-th row, k the smallest step that keeps at most ``limit``: a strided view on
         the device, so only the sample is copied to the host."""
         matrix = self.X[split]
-        return np.asarray(self.backend.to_host(matrix[::sample_step(int(matrix.shape[0]), limit)]))
+        step = max(1, -(-int(matrix.shape[0]) // max(limit, 1)))
+        return np.asarray(self.backend.to_host(matrix[::step]))
 
     def fold_count(self) -> int:
         return self.folds.count if self.folds is not None else 0

@@ -25,7 +25,7 @@ from pipeline.distributed.predictions import write_predictions as write_partitio
 from pipeline.distributed.training import DistributedScorer, fit_distributed, use_external_memory
 from pipeline.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, ScoredModel, sample_step
+from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, ScoredModel
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.tasks import BINARY, Task
 
@@ -83,16 +83,16 @@ class PartitionedFeatures(FeatureSet):
 
     def sample_matrix(self, split: str, limit: int) -> np.ndarray:
         """Whole partitions evenly spaced over the split, as many as hold about ``limit`` rows
-        by the split's average partition, computed together; then strided down to ``limit``.
-        A profile reads a few partitions, not the split."""
+        at the split's average partition size, computed together; then ``limit`` rows evenly
+        spaced over them. A profile reads a few partitions, not the split."""
         frame, rows = self.X[split], self.row_counts.get(split, 0)
         parts = frame.npartitions
         if rows > limit:
-            wanted = min(parts, -(-parts * limit // rows))
+            wanted = max(1, min(parts, -(-parts * limit // rows)))
             frame = frame.partitions[sorted(set(np.linspace(0, parts - 1, wanted).round().astype(int).tolist()))]
         (part,) = compute_lazy(frame)
         matrix = self.backend.to_host(part).to_numpy(dtype="float32", na_value=np.nan)
-        return matrix[::sample_step(len(matrix), limit)]
+        return matrix[np.linspace(0, len(matrix) - 1, limit).astype("int64")] if len(matrix) > limit else matrix
 
     def layout_facts(self) -> dict[str, Any]:
         return {"passes": self.passes, "partitions": {s: int(x.npartitions) for s, x in self.X.items()}}
