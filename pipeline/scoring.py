@@ -122,16 +122,17 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None) -> 
     backend = get_backend(device) if device else None
     workflow = FeatureWorkflow.load(folder / "workflow.json", backend=backend)
     predictor = model_format.load(folder, meta, backend=backend)
-    reference = read_reference(folder / REFERENCE_FILE, meta) if REFERENCE_FILE in files else None
+    reference = None if REFERENCE_FILE not in files else read_reference(folder / REFERENCE_FILE,
+                                                                           workflow.output_columns_)
     return SavedModel(name=meta.get("name", folder.name), kind=kind, meta=meta, workflow=workflow,
                       predictor=predictor, backend=backend, reference=reference)
 
 
-def read_reference(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """The drift profile at ``path``, checked against the model's features (model.json's
-    ``features``); a ``DataError`` when it is not one."""
+def read_reference(path: Path, features: list[str]) -> dict[str, Any]:
+    """The drift profile at ``path``, checked against the model's ``features`` (its workflow's
+    output columns, the matrix's columns); a ``DataError`` when it is not one."""
     try:
-        return check_profile(json.loads(path.read_text(encoding="utf-8")), list(meta.get("features") or []))
+        return check_profile(json.loads(path.read_text(encoding="utf-8")), features)
     except (OSError, ValueError, RecursionError) as exc:
         raise DataError(f"{path}: not a drift profile of this model's features ({exc})") from None
 
@@ -156,7 +157,7 @@ def scores_with_counts(frame: Any, saved: SavedModel, name: str, threshold: floa
     if len(frame):
         scores, matrix = saved.score_matrix(frame)
     else:
-        scores, matrix = empty_scores(saved.task), np.empty((0, len(saved.meta.get("features") or [])))
+        scores, matrix = empty_scores(saved.task), np.empty((0, len(saved.workflow.output_columns_)))
     table = scores_table(frame, saved, name, threshold, backend, scores=scores)
     return table, None if saved.reference is None else bin_counts(saved.reference, backend.to_host(matrix))
 
