@@ -117,12 +117,13 @@ def bin_counts(profile: Mapping[str, Any], matrix: np.ndarray) -> Counts:
     features = profile["features"]
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[1] != len(features):
-        raise ValueError(f"the matrix has {matrix.shape[1:] or 'no'} columns; the profile has {len(features)} features")
+        raise ValueError(f"a matrix of shape {matrix.shape} for a profile of {len(features)} features")
     return {name: _bucket_counts(feature, matrix[:, i].astype("float64"))
             for i, (name, feature) in enumerate(features.items())}
 
 
 def _bucket_counts(feature: Mapping[str, Any], column: np.ndarray) -> np.ndarray:
+    """Rows of one column (float64) per bucket of its feature, in ``bin_counts``' order."""
     if "values" in feature:
         index, buckets = _category_index(np.asarray(feature["values"], dtype="float64"), column)
     else:
@@ -134,18 +135,20 @@ def _bucket_counts(feature: Mapping[str, Any], column: np.ndarray) -> np.ndarray
 
 def _category_index(values: np.ndarray, column: np.ndarray) -> tuple[np.ndarray, int]:
     """Per row, the position of its training value, or ``len(values)`` (other); and the number
-    of buckets before the missing one. Nearest value by bisection: no rows x values matrix."""
-    k = len(values)
-    right = np.searchsorted(values, column)
-    below, above = np.clip(right - 1, 0, k - 1), np.clip(right, 0, k - 1)
-    nearest = np.where(np.abs(column - values[below]) <= np.abs(values[above] - column), below, above)
-    seen = np.isclose(column, values[nearest], rtol=_RTOL, atol=_ATOL)
-    return np.where(seen, nearest, k), k + 1
+    of buckets before the missing one. The nearest value is found by bisecting the midpoints
+    between values (one pass, no rows x values matrix), then must lie within the tolerance."""
+    nearest = np.searchsorted((values[1:] + values[:-1]) / 2, column)
+    seen = np.abs(column - values[nearest]) <= (_ATOL + _RTOL * np.abs(values))[nearest]
+    return np.where(seen, nearest, len(values)), len(values) + 1
 
 
 def sum_counts(parts: Sequence[Counts]) -> Counts:
-    """The counts of all ``parts`` (partitions of one input) together."""
-    return {name: sum((part[name] for part in parts[1:]), parts[0][name].copy()) for name in parts[0]}
+    """The counts of all ``parts`` (partitions of one input, at least one) together."""
+    total = {name: counts.copy() for name, counts in parts[0].items()}
+    for part in parts[1:]:
+        for name in total:
+            total[name] += part[name]
+    return total
 
 
 # ---------------------------------------------------------------------------- the index
