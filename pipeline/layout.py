@@ -7,7 +7,7 @@
             config.yaml             the resolved config
             manifest.json           the run record (pipeline.record)
             <stage>/...             each stage's artifacts
-            <stage>/models/<name>/  an exported model (model.json, workflow.json, model files)
+            <stage>/models/<name>/  an exported model (model.json, workflow.json, reference.json, model files)
         latest -> <run-id>          the newest succeeded run
         .cache/<key>/               stage cache entries (pipeline.cache)
         .lock                       the run lock (pipeline.locks)
@@ -32,6 +32,8 @@ MANIFEST = "manifest.json"
 CONFIG = "config.yaml"
 MODELS_DIR = "models"
 MODEL_DESCRIPTION = "model.json"
+# An exported model's drift reference: the profile of its training features (pipeline.metrics.drift).
+REFERENCE_FILE = "reference.json"
 # Prefix of a run folder being deleted: hidden, so a half-deleted run is never listed as a run.
 DELETING_PREFIX = ".deleting-"
 

@@ -16,7 +16,11 @@ been scored:
    then the model's task: a threshold is for binary models only;
 4. the input's columns and types against those the feature workflow was fitted on, file by
    file, so a schema problem names the file and every offending column at once;
-5. scoring, then one atomic write: on any error the output path is left as it was.
+5. scoring, then one atomic write: on any error the output path is left as it was;
+6. once the scores are written, the drift summary beside them (``drift_path``): the PSI per
+   feature of the scored rows' feature matrix against the model's training profile
+   (``pipeline.metrics.drift``), counted in the same pass as the scores. Drift only warns: a
+   feature over the threshold is a warning line, never an error.
 
 Device handling stays in ``pipeline.backends`` and ``pipeline.scoring``: this module only
 passes the device name on.
@@ -38,8 +42,9 @@ import pandas as pd
 
 from pipeline import layout, record
 from pipeline.errors import DataError, StorageError, UsageError
+from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
 from pipeline.plugins import load_run_plugins
-from pipeline.scoring import scores_table
+from pipeline.scoring import scores_with_counts
 from pipeline.record import RunManifest
 from pipeline.signing import signing_key, verify_run
 from pipeline.tasks import Task
@@ -49,6 +54,8 @@ log = logging.getLogger("pipeline")
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
 INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 DEFAULT_THRESHOLD = 0.5
+DRIFT_SUFFIX = ".drift.json"           # scores.parquet -> scores.drift.json, beside it
+PARTITIONED_DRIFT = "_drift.json"      # inside a partitioned scores folder: Parquet readers skip "_" names
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class PredictResult:
     device: str
     threshold: float | None           # None: the model is not binary (no threshold applies)
     task: str = "binary"
+    drift: Path | None = None         # the drift summary; None when the model has no reference profile
+    over_threshold: tuple[str, ...] = ()     # features whose PSI is over the drift threshold, largest first
 
 
 def predict_batch(
@@ -79,6 +88,7 @@ def predict_batch(
     partitioned: bool = False,
     scheduler: str | None = None,
     as_of: str | None = None,
+    drift_threshold: float | None = None,
 ) -> PredictResult:
     """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
 
@@ -97,6 +107,10 @@ def predict_batch(
     folder at ``output`` (pipeline.predict_partitioned), for input larger than memory.
     ``as_of``: ``input`` is raw events; the run's table stages (aggregate, label, join...) are
     replayed on them at that cut-off and the rebuilt table is scored (``pipeline.rebuild``).
+    Once the scores are written, the drift summary goes beside them (``drift_path``; skipped,
+    with an info line, for a model exported before reference profiles): a feature whose PSI is
+    over ``drift_threshold`` (above 0; None: ``DRIFT_THRESHOLD``, 0.2) is named in a warning
+    and in ``over_threshold``.
     Raises ``UsageError`` (a ``ConfigError``: bad options), ``DataError`` (run, artifacts or
     input), ``BackendUnavailable`` or ``StorageError``.
     """
@@ -122,6 +136,9 @@ def predict_batch(
         out_format = output_format(output)
     if threshold is not None and not 0.0 < threshold < 1.0:
         raise UsageError(f"--threshold must be between 0 and 1 (exclusive), got {threshold}")
+    drift_threshold = DRIFT_THRESHOLD if drift_threshold is None else drift_threshold
+    if not drift_threshold > 0.0:
+        raise UsageError(f"--drift-threshold must be above 0, got {drift_threshold}")
     files = input_files(input)
 
     run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline)
@@ -143,21 +160,22 @@ def predict_batch(
     saved = load_model(run_dir / models[name], device=backend.name)
     id_column = saved.meta.get("id_column")
     if partitioned:
-        rows = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values, scheduler,
-                                    dates=read["dates"])
-        return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
-                             run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind)
-    if as_of is not None:
-        frame = rebuilt_input(run_dir, name, files, as_of, saved, backend)
+        rows, counts = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values,
+                                            scheduler, dates=read["dates"])
     else:
-        frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column, na_values=na_values,
-                           dtypes=read["dtypes"], dates=read["dates"])
-
-    table = scores_table(frame, saved, name, threshold, backend)
-    rows = len(table)
-    write_table(table, output, out_format)
+        if as_of is not None:
+            frame = rebuilt_input(run_dir, name, files, as_of, saved, backend)
+        else:
+            frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column,
+                               na_values=na_values, dtypes=read["dtypes"], dates=read["dates"])
+        table, counts = scores_with_counts(frame, saved, name, threshold, backend)
+        rows = len(table)
+        write_table(table, output, out_format)
+    drift, over = report_drift(saved, counts, rows, drift_path(output, partitioned=partitioned),
+                               run_dir=run_dir, model=name, threshold=drift_threshold)
     return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
-                         run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind)
+                         run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind, drift=drift,
+                         over_threshold=tuple(over))
 
 
 def rebuilt_input(run_dir: Path, model: str, files: list[tuple[Path, str]], as_of: str, saved: Any,
@@ -206,8 +224,10 @@ def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any
 
 def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,
                          threshold: float | None, id_column: str | None, na_values: Sequence[str] | None,
-                         scheduler: str | None, *, dates: Mapping[str, str | None] | None = None) -> int:
-    """The same header and type checks as in memory, on each file's header and Dask's meta."""
+                         scheduler: str | None, *,
+                         dates: Mapping[str, str | None] | None = None) -> tuple[int, Counts | None]:
+    """The same header and type checks as in memory, on each file's header and Dask's meta;
+    returns the rows and their drift counts."""
     from pipeline.predict_partitioned import score_partitioned
 
     fitted = saved.workflow.input_columns_
@@ -244,6 +264,52 @@ def write_table(table: pd.DataFrame, path: Path, fmt: str) -> None:
                 table.to_csv(tmp, index=False)
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+# ------------------------------------------------------------------ drift
+def drift_path(output: Path, *, partitioned: bool) -> Path:
+    """Where the drift summary of the scores at ``output`` goes: ``scores.drift.json`` beside
+    ``scores.parquet`` (or ``.csv``); ``_drift.json`` inside a partitioned scores folder, which
+    it then moves and is copied with (Parquet readers skip names that start with ``_``)."""
+    return output / PARTITIONED_DRIFT if partitioned else output.with_suffix(DRIFT_SUFFIX)
+
+
+def report_drift(saved: Any, counts: Counts | None, rows: int, path: Path, *, run_dir: Path, model: str,
+                 threshold: float) -> tuple[Path | None, list[str]]:
+    """Write the drift summary of the scored rows (their ``counts``; None when the model has
+    no reference profile) at ``path``, atomically and after the scores, and log it: a warning
+    naming the features whose PSI is over ``threshold``, else an info line. Returns the
+    summary's path and those features.
+
+    A model exported before reference profiles has none to compare with: no summary (an info
+    line says why), and one an earlier scoring left at ``path`` is removed, since it describes
+    other rows. With no rows there is no share to compare: the summary has no PSI."""
+    from pipeline.store import atomic_write_json, cannot_write
+
+    if counts is None:
+        log.info("drift: model %s was exported without a reference profile (%s), before drift summaries: no drift "
+                 "summary; export the model again to get one", model, layout.REFERENCE_FILE)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise cannot_write(path, exc, verb="remove") from exc
+        return None, []
+    values = psi(saved.reference, counts) if rows else {}
+    over = over_threshold(values, threshold)
+    atomic_write_json(path, {
+        "psi": values, "threshold": threshold, "over_threshold": over, "rows": rows,
+        "reference_rows": saved.reference["rows"], "model": model, "run": run_dir.name,
+        "counts": {name: part.tolist() for name, part in counts.items()},
+    })
+    if over:
+        log.warning("drift: %d feature%s over PSI %g: %s (%s)", len(over), "" if len(over) == 1 else "s", threshold,
+                    ", ".join(f"{name} {values[name]:.2f}" for name in over), path)
+    elif values:
+        largest = max(values, key=lambda name: values[name])
+        log.info("drift: no feature over PSI %g (largest: %s %.2f) (%s)", threshold, largest, values[largest], path)
+    else:
+        log.info("drift: no rows scored, no PSI (%s)", path)
+    return path, over
 
 
 # ------------------------------------------------------------------ the run

@@ -7,6 +7,10 @@ partitions. Without ``scheduler`` Dask's local threads do the work in this proce
 the workers of that cluster do (they must see the input and output paths). The folder is
 written beside the output and renamed into place when complete: an existing output stays as
 it was until then, and on any error.
+
+Each partition's task also counts its feature matrix into the model's drift buckets
+(``pipeline.scoring.scores_with_counts``); the counts are added up in the same computation as
+the write, so the drift summary costs no second pass over the input.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import DataError, UsageError
+from pipeline.metrics.drift import Counts, sum_counts
 
 
 def check_output_folder(path: Path) -> None:
@@ -29,15 +34,20 @@ def check_output_folder(path: Path) -> None:
 def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], output: Path, *,
                       backend: Any, threshold: float | None, needed: list[str], text_columns: list[str],
                       na_values: Sequence[str] | None, scheduler: str | None,
-                      check: Callable[[Any, Path, str], Any], dates: Mapping[str, str | None] | None = None) -> int:
-    """Score every row of ``files`` into the Parquet folder ``output``; returns the row count.
+                      check: Callable[[Any, Path, str], Any],
+                      dates: Mapping[str, str | None] | None = None) -> tuple[int, Counts | None]:
+    """Score every row of ``files`` into the Parquet folder ``output``; returns the row count
+    and the drift counts of all rows (None when the model has no reference profile).
 
     The columns are ``scores_table``'s for the model's task (``threshold`` None: not binary).
 
     ``check(frame, source, format)`` is the in-memory type check, applied to Dask's sample
     partition (its dtypes), so a column of the wrong type is refused before anything is read.
     """
-    from pipeline.scoring import scores_table
+    import dask
+    import dask.dataframe as dd
+
+    from pipeline.scoring import scores_table, scores_with_counts
     from pipeline.store import atomic_folder
 
     formats = {fmt for _, fmt in files}
@@ -50,15 +60,27 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
                                      dates=dict(dates) if dates else None)
     source = files[0][0].parent if len(files) > 1 else files[0][0]
     check(frame._meta_nonempty, source, fmt)
-    scored = frame.map_partitions(scores_table, saved, name, threshold, backend,
-                                  meta=scores_table(frame._meta, saved, name, threshold, backend))
+    # One task per partition (its read fused in) gives its table and its counts: the tables
+    # become the output frame, the rows and counts are added up, and all of it is computed
+    # together below, as delayed objects (Dask warns on mixing them with DataFrame collections).
+    scored = [dask.delayed(scores_with_counts, nout=2)(part, saved, name, threshold, backend)
+              for part in frame.to_delayed()]
+    tables = dd.from_delayed([table for table, _ in scored],
+                             meta=scores_table(frame._meta, saved, name, threshold, backend))
+    total = dask.delayed(_total, nout=2)([dask.delayed(len)(table) for table, _ in scored],
+                                         [part_counts for _, part_counts in scored])
     with atomic_folder(output) as folder:
-        write = scored.to_parquet(str(folder), write_index=False, compute=False)
+        write = tables.to_parquet(str(folder), write_index=False, compute=False).to_delayed()
         try:
-            _, rows = _compute(scheduler, backend.name, write, scored.shape[0])
+            _, (rows, counts) = _compute(scheduler, backend.name, write, total)
         except (ValueError, TypeError, KeyError) as exc:
             raise DataError(f"scoring {source} failed: {type(exc).__name__}: {exc}") from exc
-    return int(rows)
+    return rows, counts
+
+
+def _total(rows: list[int], counts: list[Counts | None]) -> tuple[int, Counts | None]:
+    """The partitions' rows and drift counts added up (counts None without a reference profile)."""
+    return sum(rows), None if not counts or counts[0] is None else sum_counts(counts)
 
 
 def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any, ...]:

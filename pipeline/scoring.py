@@ -11,6 +11,11 @@ both halves, so raw rows go in and scores (or predictions) come out::
 
 What the scores are depends on the model's task (``model.task``, from model.json; a folder
 exported before tasks is binary): see ``pipeline.tasks``.
+
+A folder holds ``reference.json`` too when it was exported with drift profiles (model.json
+lists it among its ``files``): ``model.reference`` is then the training features' profile and
+``scores_with_counts`` bins the feature matrix of the scored rows against it
+(``pipeline.metrics.drift``); it is None for folders exported before.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from pipeline.backends import Backend, backend_for, get_backend
 from pipeline.prediction_columns import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
+from pipeline.layout import REFERENCE_FILE
+from pipeline.metrics.drift import Counts, bin_counts, check_profile
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
 from pipeline.signing import verify_model_folder
 from pipeline.tasks import Task
 
-__all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table"]
+__all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table", "scores_with_counts"]
 
 
 @dataclass
@@ -45,6 +52,8 @@ class SavedModel:
     workflow: FeatureWorkflow
     predictor: Predictor
     backend: Backend | None = None
+    # The training features' drift profile (reference.json); None in folders exported before it.
+    reference: dict[str, Any] | None = None
 
     @property
     def categorical_columns(self) -> list[str]:
@@ -62,12 +71,17 @@ class SavedModel:
         """Scores per row of ``frame`` (pandas or cuDF, raw columns), host float64, shaped by the
         task: binary the positive-class probability, multiclass an ``n x K`` matrix of class
         probabilities (``task.classes`` order), regression the predicted value."""
+        return self.score_matrix(frame)[0]
+
+    def score_matrix(self, frame: Any) -> tuple[np.ndarray, Any]:
+        """``score``'s scores and the feature matrix they came from (on the frame's device), so
+        that drift counts read the matrix the model saw without running the workflow again."""
         backend = backend_for(frame, self.backend)
         out = self.workflow.transform(frame)
         X = backend.to_matrix(out, dtype="float32")
         codes = backend.to_matrix(out, columns=self.categorical_columns, dtype="int64") \
             if self.categorical_columns else None
-        return self.predictor(X, codes)
+        return self.predictor(X, codes), X
 
     def predict(self, frame: Any, *, threshold: float = 0.5) -> np.ndarray:
         """Predictions per row of ``frame``: binary 1 where the score is at least ``threshold``
@@ -108,8 +122,19 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None) -> 
     backend = get_backend(device) if device else None
     workflow = FeatureWorkflow.load(folder / "workflow.json", backend=backend)
     predictor = model_format.load(folder, meta, backend=backend)
+    reference = None if REFERENCE_FILE not in files else read_reference(folder / REFERENCE_FILE,
+                                                                           workflow.output_columns_)
     return SavedModel(name=meta.get("name", folder.name), kind=kind, meta=meta, workflow=workflow,
-                      predictor=predictor, backend=backend)
+                      predictor=predictor, backend=backend, reference=reference)
+
+
+def read_reference(path: Path, features: list[str]) -> dict[str, Any]:
+    """The drift profile at ``path``, checked against the model's ``features`` (its workflow's
+    output columns, the matrix's columns); a ``DataError`` when it is not one."""
+    try:
+        return check_profile(json.loads(path.read_text(encoding="utf-8")), features)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise DataError(f"{path}: not a drift profile of this model's features ({exc})") from None
 
 
 def model_format_of(meta: dict[str, Any], where: Path | str) -> ModelFormat:
@@ -124,16 +149,33 @@ def model_format_of(meta: dict[str, Any], where: Path | str) -> ModelFormat:
     return get_model_spec(name).format
 
 
-def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, backend: Any) -> pd.DataFrame:
+def scores_with_counts(frame: Any, saved: SavedModel, name: str, threshold: float | None,
+                       backend: Any) -> tuple[pd.DataFrame, Counts | None]:
+    """``scores_table``'s rows for ``frame`` and the drift counts of its feature matrix
+    (``pipeline.metrics.drift.bin_counts``; None when the model has no reference profile), from
+    one pass of the workflow: for a whole input, or one partition whose counts are then added."""
+    if len(frame):
+        scores, matrix = saved.score_matrix(frame)
+    else:
+        scores, matrix = empty_scores(saved.task), np.empty((0, len(saved.workflow.output_columns_)))
+    table = scores_table(frame, saved, name, threshold, backend, scores=scores)
+    return table, None if saved.reference is None else bin_counts(saved.reference, backend.to_host(matrix))
+
+
+def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, backend: Any, *,
+                 scores: np.ndarray | None = None) -> pd.DataFrame:
     """The output rows for ``frame`` (a whole input, or one partition), in the frame's order:
-    the id column when the model has one, the task's columns, then ``model``.
+    the id column when the model has one, the task's columns, then ``model``. ``scores``: the
+    frame's scores when the caller has them (``scores_with_counts``), else computed here.
 
     binary: ``score`` and ``prediction`` (1 when score >= ``threshold``, else 0); multiclass:
     ``score_<class>`` per class and ``prediction`` (the original class value; names of class
     columns: ``pipeline.distributed.predictions``); regression: ``prediction``.
     """
     task = saved.task
-    scores = np.asarray(saved.score(frame), dtype="float64") if len(frame) else empty_scores(task)
+    if scores is None:
+        scores = saved.score(frame) if len(frame) else empty_scores(task)
+    scores = np.asarray(scores, dtype="float64")
     id_column = saved.meta.get("id_column")
     table: dict[str, Any] = {}
     if id_column:

@@ -60,7 +60,7 @@ def test_both_layouts_implement_the_same_interface(layouts):
     assert type(memory) is InMemoryFeatures and type(parts) is PartitionedFeatures
     assert isinstance(memory, FeatureSet) and isinstance(parts, FeatureSet)
     assert (memory.distributed, parts.distributed) == (False, True)
-    for name in ("fit", "scorer", "write_predictions", "in_memory", "rows", "labels"):
+    for name in ("fit", "scorer", "write_predictions", "in_memory", "rows", "labels", "host_sample"):
         assert inspect.signature(getattr(type(memory), name)) == inspect.signature(getattr(type(parts), name)), name
 
 
@@ -76,6 +76,21 @@ def test_both_layouts_give_the_same_rows_labels_ids_and_features(layouts):
         assert memory.host_ids(split).tolist() == parts.host_ids(split).tolist()
         lazy = parts.X[split].compute().to_numpy(dtype="float32")
         np.testing.assert_allclose(memory.X[split], lazy, rtol=1e-5, atol=1e-6)
+
+
+def test_both_layouts_sample_the_training_matrix_on_the_host_over_the_whole_split(layouts):
+    memory, parts = layouts
+    whole = memory.host_sample("train", 1_000)[0]
+    assert isinstance(whole, np.ndarray) and whole.shape == (400, len(memory.feature_names))
+    np.testing.assert_array_equal(whole, memory.X["train"])
+    np.testing.assert_allclose(parts.host_sample("train", 1_000)[0], whole, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(memory.host_sample("train", 100)[0], memory.X["train"][::4])
+    # Partitioned: the partitions read (all 3 here: at least four are), then 200 rows evenly over them.
+    sample = parts.host_sample("train", 200)[0]
+    assert sample.shape == (200, len(parts.feature_names))
+    np.testing.assert_allclose(sample[[0, -1]], whole[[0, -1]], rtol=1e-5, atol=1e-6)
+    assert all(np.isclose(whole, row, rtol=1e-5, atol=1e-6).all(axis=1).any() for row in sample)
+    assert parts.host_sample("train", 200)[0].tolist() == sample.tolist()           # the same every time
 
 
 def test_only_in_memory_features_hand_out_matrices(layouts):
@@ -150,7 +165,7 @@ def test_both_layouts_train_score_and_write_predictions_through_one_interface(la
 def test_a_host_sample_is_rows_of_the_split_with_their_own_labels(layouts):
     """At most the rows asked for, each one a row of the split beside its own label."""
     for features in layouts:
-        whole = np.asarray(features.backend.to_host(features.X["train"]), dtype="float64")
+        whole = np.asarray(features.backend.to_host(features.X["train"]), dtype="float32")
         labels = features.labels("train")
         rows = {tuple(np.round(x, 5)): int(y) for x, y in zip(whole, labels)}
         x, y = features.host_sample("train", 50)

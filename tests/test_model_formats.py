@@ -132,13 +132,14 @@ def test_save_model_writes_the_files_and_keys_as_before_and_load_model_scores_ra
     trained = _train(name, features)
     folder = tmp_path / name
     written = save_model(trained, folder)
-    assert sorted(p.name for p in written) == sorted([*files, "workflow.json", "model.json"])
-    assert sorted(p.name for p in folder.iterdir()) == sorted([*files, "workflow.json", "model.json"])
+    assert sorted(p.name for p in written) == sorted([*files, "reference.json", "workflow.json", "model.json"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*files, "reference.json", "workflow.json", "model.json"])
     meta = json.loads((folder / "model.json").read_text())
     common = {"name", "model", "device", "estimator", "params", "features", "target", "id_column", "file", "files",
               "format", "task"}
     assert set(meta) == common | keys
-    assert meta["file"] == files[0] and meta["files"] == files and meta["model"] == name
+    # The drift profile is listed after the model's own files, so predict verifies it too.
+    assert meta["file"] == files[0] and meta["files"] == [*files, "reference.json"] and meta["model"] == name
     assert meta["format"] == get_model_spec(name).format.name
     if name == "mlp":
         assert meta["architecture"] == "architecture.json"
@@ -281,9 +282,10 @@ def test_a_model_registered_from_outside_saves_and_loads_with_its_own_format(
     run_dir = tmp_path / "run"
     folder = run_dir / "models" / "j"
     written = save_model(trained, folder)
-    assert sorted(p.name for p in written) == ["coef.json", "model.json", "workflow.json"]
+    assert sorted(p.name for p in written) == ["coef.json", "model.json", "reference.json", "workflow.json"]
     meta = json.loads((folder / "model.json").read_text())
-    assert meta["files"] == ["coef.json"] and meta["coef_format"] == 1 and meta["model"] == "json_logreg"
+    assert meta["files"] == ["coef.json", "reference.json"] and meta["coef_format"] == 1
+    assert meta["model"] == "json_logreg"
     verify_artifacts(run_dir, _manifest(run_dir, "models/j")["artifacts"], "models/j")
     model = load_model(folder, device="cpu")
     # float64 coefficients against the estimator's float32 arithmetic on the same matrix.

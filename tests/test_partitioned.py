@@ -3,6 +3,8 @@ memory, Parquet outputs, distributed training on a real local cluster."""
 
 from __future__ import annotations
 
+import json
+
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -98,6 +100,13 @@ def test_partitioned_pipeline_trains_xgboost_on_the_cluster(in_project):
     auc = roc_auc_score(predictions["Churn"], predictions["score_xgb"])
     assert auc == pytest.approx(manifest.metrics["models"]["xgb"]["roc_auc"], abs=1e-9)
     assert set(manifest.artifacts) >= {f"export/predictions.parquet/{p.name}" for p in exported.iterdir()}
+    # The drift profile of the training features, every training row (fewer than the cap).
+    folder = result.run_dir / "export" / "models" / "xgb"
+    reference = json.loads((folder / "reference.json").read_text())
+    assert reference["rows"] == facts["rows"]["train"]
+    assert list(reference["features"]) == json.loads((folder / "model.json").read_text())["features"]
+    # Category codes, one bucket each; code 0 (a category unseen at fit) would count as other.
+    assert reference["features"]["Contract"]["values"] == [1.0, 2.0, 3.0]
 
 
 @pytest.mark.slow

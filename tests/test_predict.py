@@ -349,14 +349,21 @@ def test_partitioned_scoring_writes_a_parquet_folder_equal_to_the_runs_scores(ch
     proc = cli("--run", "latest", "--model", model, "--input", str(source), "--output", str(out),
                "--partitioned", "--na-values", " ", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["part.0.parquet", "part.1.parquet", "part.2.parquet"]
-    table = pd.read_parquet(out)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["_drift.json", "part.0.parquet", "part.1.parquet", "part.2.parquet"]
+    table = pd.read_parquet(out)                     # the drift summary is not read as a part
     assert list(table.columns) == ["customerID", "score", "prediction", "model"]
     merged = predictions.merge(table, on="customerID", validate="one_to_one")
     assert len(merged) == len(predictions)
     np.testing.assert_allclose(merged["score"], merged[f"score_{model}"], rtol=0, atol=1e-6)
     assert (merged["prediction"] == (merged["score"] >= 0.5)).all()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # The partitions' counts add up to the counts of the same rows scored in memory.
+    summary = json.loads((out / "_drift.json").read_text())
+    whole = predict_batch(churn_run["run_dir"], source, tmp_path / "whole.parquet", model=model, na_values=[" "])
+    in_memory = json.loads(whole.drift.read_text())
+    assert summary["rows"] == in_memory["rows"] == len(predictions)
+    assert summary["counts"] == in_memory["counts"] and summary["psi"] == in_memory["psi"]
 
 
 def test_partitioned_scoring_replaces_an_output_only_when_complete(churn_run, tmp_path):
@@ -410,3 +417,99 @@ def test_partitioned_scoring_runs_on_a_cluster(churn_run, tmp_path):
     assert result.rows == len(table) == len(churn_run["test_rows"])
     merged = churn_run["predictions"].merge(table, on="customerID")
     np.testing.assert_allclose(merged["score"], merged["score_xgb"], rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------- drift summary
+def _training_rows(churn_run) -> pd.DataFrame:
+    """Every row of the data the run trained on, as the CSV has them."""
+    return pd.read_csv(churn_run["project"] / "data" / "telco_customer_churn.csv", dtype=str, keep_default_na=False)
+
+
+def test_rows_like_the_training_rows_have_no_drift_and_a_psi_per_feature(churn_run, tmp_path):
+    run_dir, best = churn_run["run_dir"], churn_run["metrics"]["best"]
+    rows = _training_rows(churn_run)
+    source = write_rows(rows, tmp_path / "new.csv")
+    out = tmp_path / "scores.parquet"
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), cwd=churn_run["project"])
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr          # the summary line, no warning
+    summary = json.loads((tmp_path / "scores.drift.json").read_text())
+    features = json.loads((run_dir / "export" / "models" / best / "model.json").read_text())["features"]
+    assert list(summary["psi"]) == features
+    assert all(0.0 <= value < 0.1 for value in summary["psi"].values()), summary["psi"]
+    assert summary["over_threshold"] == [] and summary["threshold"] == 0.2
+    assert summary["rows"] == len(rows) and summary["model"] == best and summary["run"] == run_dir.name
+    assert summary["reference_rows"] == read_manifest(run_dir).stages["features"].facts["rows"]["train"]
+    assert all(sum(counts) == len(rows) for counts in summary["counts"].values())
+
+
+def test_a_shifted_column_is_named_in_the_summary_and_on_stderr(churn_run, tmp_path):
+    rows = _training_rows(churn_run)
+    rows["tenure"] = (rows["tenure"].astype(int) + 200).astype(str)         # months: far past any at training
+    source = write_rows(rows, tmp_path / "new.csv")
+    out = tmp_path / "scores.csv"
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), cwd=churn_run["project"])
+    assert proc.returncode == 0, proc.stderr                                # drift only warns
+    summary = json.loads((tmp_path / "scores.drift.json").read_text())
+    assert summary["over_threshold"] == ["tenure"] and summary["psi"]["tenure"] > 0.2
+    warning = next(line for line in proc.stderr.splitlines() if line.startswith("drift:"))
+    assert f"1 feature over PSI 0.2: tenure {summary['psi']['tenure']:.2f}" in warning
+    assert "scores.drift.json" in warning
+
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), "--drift-threshold", "1000",
+               "--log-format", "json", cwd=churn_run["project"])
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["event"] == "predict_result" and result["over_threshold"] == []
+    assert result["drift"] == str(tmp_path / "scores.drift.json")
+    assert json.loads((tmp_path / "scores.drift.json").read_text())["threshold"] == 1000
+
+
+def test_a_drift_threshold_of_zero_or_less_is_a_usage_error(churn_run, tmp_path):
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(tmp_path / "o.csv"), "--drift-threshold",
+               "0", cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.CONFIG and "--drift-threshold" in proc.stderr, proc.stderr
+    with pytest.raises(ConfigError, match="--drift-threshold must be above 0"):
+        predict_batch(churn_run["run_dir"], source, tmp_path / "o.csv", na_values=[" "], drift_threshold=-0.5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.csv"]
+
+
+def _without_reference(run_copy: Path, model: str) -> None:
+    """``model``'s folder as exported before drift profiles: no reference.json, in no list."""
+    folder = run_copy / "export" / "models" / model
+    (folder / "reference.json").unlink()
+    meta = json.loads((folder / "model.json").read_text())
+    meta["files"].remove("reference.json")
+    (folder / "model.json").write_text(json.dumps(meta))
+    manifest = read_manifest(run_copy)
+    del manifest.artifacts[f"export/models/{model}/reference.json"]
+    manifest.artifacts[f"export/models/{model}/model.json"] = sha256_file(folder / "model.json")
+    (run_copy / "manifest.json").write_text(manifest.to_json())
+
+
+def test_a_model_folder_without_reference_json_scores_without_a_summary(churn_run, tmp_path, caplog):
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    _without_reference(run_copy, "xgb")
+    source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")
+    out = tmp_path / "scores.parquet"
+    (tmp_path / "scores.drift.json").write_text("{}")          # an earlier scoring's: not these rows'
+    with caplog.at_level("INFO", logger="pipeline"):
+        result = predict_batch(run_copy, source, out, model="xgb", na_values=[" "])
+    assert result.rows == len(pd.read_parquet(out)) == len(churn_run["test_rows"])
+    assert result.drift is None and result.over_threshold == ()
+    assert not (tmp_path / "scores.drift.json").exists()
+    assert any("without a reference profile (reference.json)" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda path: path.write_text(path.read_text().replace('"rows": ', '"rows": 1')), "corrupt"),
+    (lambda path: path.unlink(), "is missing"),
+])
+def test_a_changed_or_missing_reference_json_is_a_data_error(churn_run, tmp_path, damage, message):
+    run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
+    damage(run_copy / "export" / "models" / "logreg" / "reference.json")
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    with pytest.raises(DataError, match=f"reference.json.*{message}|{message}.*reference.json"):
+        predict_batch(run_copy, source, tmp_path / "out.csv", model="logreg", na_values=[" "])
+    assert not (tmp_path / "out.csv").exists()

@@ -146,16 +146,17 @@ def test_scikit_learn_models_are_skops_files_with_only_allowed_types(name, train
 
     save_model(trained[name], tmp_path / name)
     meta = json.loads((tmp_path / name / "model.json").read_text())
-    assert meta["format"] == "skops" and meta["files"] == ["model.skops"]
+    assert meta["format"] == "skops" and meta["files"] == ["model.skops", "reference.json"]
     file = tmp_path / name / "model.skops"
     assert zipfile.is_zipfile(file)
     assert set(sio.get_untrusted_types(file=file)) <= set(SKOPS.trusted)
 
 
 def _swap(folder: Path, filename: str, write, marker: Path, **meta_changes: Any) -> None:
-    """Replace ``filename`` of an exported folder with a payload (and edit model.json)."""
+    """Replace the model files of an exported folder with a payload at ``filename`` (and edit
+    model.json); its description, workflow and drift profile stay."""
     for old in folder.iterdir():
-        if old.name not in ("model.json", "workflow.json"):
+        if old.name not in ("model.json", "workflow.json", "reference.json"):
             old.unlink()
     write(folder / filename, marker)
     if meta_changes:
@@ -358,6 +359,22 @@ def test_a_model_swapped_with_its_checksum_is_refused_when_the_key_is_set(signed
     assert not (tmp_path / "out.csv").exists()
     with pytest.raises(DataError, match="does not match"):
         load_model(run_copy / "export" / "models" / "forest")
+
+
+def test_a_drift_profile_swapped_with_its_checksum_is_refused_when_the_key_is_set(signed_project, key, tmp_path):
+    """reference.json decides which features predict reports as drifted: one edited to hide a
+    shift (and its checksum updated) is refused like a swapped model file."""
+    run_copy = _copy(signed_project["signed"], tmp_path)
+    path = run_copy / "export" / "models" / "forest" / "reference.json"
+    profile = json.loads(path.read_text())
+    profile["features"]["tenure"]["edges"] = [1e9]
+    path.write_text(json.dumps(profile))
+    data = json.loads((run_copy / "manifest.json").read_text())
+    data["artifacts"]["export/models/forest/reference.json"] = sha256_file(path)
+    (run_copy / "manifest.json").write_text(json.dumps(data, indent=2))
+    with pytest.raises(DataError, match="signature .* does not match .*changed after it was signed"):
+        _predict(run_copy, signed_project, tmp_path / "out.csv")
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_a_model_swapped_without_updating_the_checksum_is_refused_by_load_model(signed_project, key, tmp_path):

@@ -10,6 +10,7 @@ import click
 from pipeline.commands.common import JSON_ERRORS, handle_errors, stderr
 
 _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
+_DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
 
 
 @click.command()
@@ -31,6 +32,10 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
               help="Binary models: score at or above which prediction is 1 (default: the run's evaluate "
                    "threshold, else 0.5). Multiclass and regression models have no threshold: giving one "
                    "is a usage error (exit 2).")
+@click.option("--drift-threshold", type=_DRIFT_THRESHOLD, metavar="PSI",
+              help="Features whose population stability index (scored rows against the training rows) is over "
+                   "this are named in a warning (default: 0.2, a significant shift); the drift summary is "
+                   "written beside --output either way.")
 @click.option("--na-values", multiple=True, metavar="TEXT",
               help="Strings read as missing in CSV input (repeatable). Default: those the run's load stage "
                    "read as missing (its na_values); given here, they replace them.")
@@ -45,14 +50,18 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
               help="json: every line on stdout and stderr is one JSON object, for log shippers.")
 @handle_errors
 def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str, pipeline_name: str | None,
-            device: str, threshold: float | None, na_values: tuple[str, ...], partitioned: bool,
-            scheduler: str | None, as_of: str | None, log_format: str) -> None:
+            device: str, threshold: float | None, drift_threshold: float | None, na_values: tuple[str, ...],
+            partitioned: bool, scheduler: str | None, as_of: str | None, log_format: str) -> None:
     """Score the rows of --input with a model of --run and write --output.
 
     Columns by the model's task: binary score and prediction (0/1 at the threshold);
     multiclass score_<class> per class and prediction (the original class value; a class
     value keeps its letters, digits and _ in the column name); regression prediction. Then
     the model's name; the id column first when the model has one.
+
+    The drift summary (PSI per feature against the training rows) goes beside the scores:
+    scores.drift.json for scores.parquet, _drift.json inside a --partitioned folder. Drift
+    only warns: the exit code does not change.
     """
     from pipeline.logs import json_line, setup_logging
     from pipeline.predict import predict_batch
@@ -67,13 +76,16 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
         check_scheduler_address(scheduler, where="--scheduler")
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
                            device=device, threshold=threshold, na_values=list(na_values) or None,
-                           partitioned=partitioned, scheduler=scheduler, as_of=as_of)
+                           partitioned=partitioned, scheduler=scheduler, as_of=as_of,
+                           drift_threshold=drift_threshold)
     how = f"threshold {result.threshold:g}" if result.threshold is not None else result.task
     line = (f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
             f"{how}) -> {result.output} in {result.seconds:.2f}s")
     if log_format == "json":
         click.echo(json_line(line, event="predict_result", rows=result.rows, model=result.model,
                              run_id=result.run_dir.name, device=result.device, threshold=result.threshold,
-                             task=result.task, output=str(result.output), seconds=round(result.seconds, 3)), err=True)
+                             task=result.task, output=str(result.output), seconds=round(result.seconds, 3),
+                             drift=str(result.drift) if result.drift else None,
+                             over_threshold=list(result.over_threshold)), err=True)
     else:
         stderr.print(line, markup=False, highlight=False)

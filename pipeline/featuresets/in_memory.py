@@ -52,10 +52,11 @@ class InMemoryFeatures(FeatureSet):
         return self
 
     def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every k-th row (a strided view, then one copy to the host)."""
+        """Every k-th row, k the smallest step that keeps at most ``rows``: strided views on
+        the device, so only the sample is copied to the host."""
         step = max(1, -(-self.rows()[split] // max(rows, 1)))
-        x = np.asarray(self.backend.to_host(self.X[split][::step][:rows]), dtype="float64")
-        return x, np.asarray(self.backend.to_host(self.y[split][::step][:rows]))
+        x = np.asarray(self.backend.to_host(self.X[split][::step]), dtype="float32")
+        return x, np.asarray(self.backend.to_host(self.y[split][::step]))
 
     def fold_count(self) -> int:
         return self.folds.count if self.folds is not None else 0

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
 from pipeline.backends import Backend, compute_lazy
 from pipeline.distributed.predictions import write_predictions as write_partition_predictions
@@ -31,8 +30,8 @@ from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.tasks import BINARY, Task
 
 
-# Partitions a host sample reads from (spread over the split).
-SAMPLE_PARTITIONS = 8
+# The fewest partitions a host sample reads (spread over the split), when it needs fewer.
+SAMPLE_PARTITIONS = 4
 
 
 @dataclass
@@ -67,16 +66,22 @@ class PartitionedFeatures(FeatureSet):
         raise DataError(refusal)
 
     def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first rows of up to ``SAMPLE_PARTITIONS`` partitions spread over the split, read
-        in one compute: never a pass over the whole split."""
-        x, y = self.X[split], self.y[split]
-        picked = np.unique(np.linspace(0, x.npartitions - 1, min(x.npartitions, SAMPLE_PARTITIONS)).astype(int))
-        each = -(-rows // len(picked))
-        heads = [frame.partitions[int(i)].head(each, npartitions=1, compute=False) for i in picked for frame in (x, y)]
-        parts = [self.backend.to_host(part) for part in compute_lazy(*heads)]
-        features = pd.concat(parts[0::2], ignore_index=True).iloc[:rows]
-        labels = pd.concat(parts[1::2], ignore_index=True).iloc[:rows]
-        return features.to_numpy(dtype="float64", na_value=np.nan), labels.to_numpy()
+        """Whole partitions evenly spaced over the split (as many as hold about ``rows`` rows at
+        its average partition size, and at least ``SAMPLE_PARTITIONS``), features and labels
+        computed together; then ``rows`` rows evenly spaced over them. A few partitions are
+        read, never the split."""
+        x, y, total = self.X[split], self.y[split], self.row_counts.get(split, 0)
+        parts = x.npartitions
+        if total > rows:
+            wanted = min(parts, max(SAMPLE_PARTITIONS, -(-parts * rows // total)))
+            picked = sorted(set(np.linspace(0, parts - 1, wanted).round().astype(int).tolist()))
+            x, y = x.partitions[picked], y.partitions[picked]
+        features, labels = (self.backend.to_host(part) for part in compute_lazy(x, y))
+        matrix, labels = features.to_numpy(dtype="float32", na_value=np.nan), labels.to_numpy()
+        if len(matrix) > rows:
+            keep = np.linspace(0, len(matrix) - 1, rows).astype("int64")
+            return matrix[keep], labels[keep]
+        return matrix, labels
 
     def fit(self, estimator: Any, fit_kwargs: dict[str, Any], *, stage: str, model: str = "",
             external_memory: bool | None = None) -> dict[str, Any] | None:
