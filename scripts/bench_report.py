@@ -1,14 +1,18 @@
-"""What the run report costs: cold runs of a config with the report on and off, paired.
+"""What the run report and the importances it draws cost: cold runs of a config, paired.
 
     python scripts/bench_report.py [configs/churn.yaml] [--repeats 3]
 
-Each round runs ``pipeline run CONFIG --no-cache`` twice as child processes, into fresh runs
-folders, with ``PIPELINE_REPORT=on`` and ``off`` (the order alternating from round to round),
-then ``pipeline report`` on the run that has one (the page built again, alone, in a new
-process). The run with the report off also turns off every evaluate stage's ``importance``
-(the explanations the report draws), so the difference is all the report costs. Reported: the
-median wall time of each, the report's share of a cold run ((on - off) / off), the rebuild's
-time against the cold run, and the page's size.
+Each round runs ``pipeline run CONFIG --no-cache`` three times as child processes, into fresh
+runs folders, in an order that rotates from round to round:
+
+- ``bare``: the report off and every evaluate stage's ``importance`` off;
+- ``importance``: the report off, importances on (the default evaluation);
+- ``report``: the report on (the default run).
+
+Then ``pipeline report`` on the run that has one (the page built again, alone, in a new
+process). Reported: the median wall time of each, what the importances add to a bare run,
+what the report adds to a run with importances, the rebuild's time against the default run,
+and the page's size.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = ("bare", "importance", "report")
 
 
 def timed(args: list[str], env: dict[str, str]) -> float:
@@ -50,30 +55,32 @@ def main() -> int:
     parser.add_argument("config", nargs="?", default="configs/churn.yaml")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    times: dict[str, list[float]] = {"off": [], "on": [], "rebuild": []}
+    times: dict[str, list[float]] = {name: [] for name in (*SETTINGS, "rebuild")}
     size = 0
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     try:
         for round_ in range(args.repeats):
-            for setting in (("off", "on") if round_ % 2 == 0 else ("on", "off")):
+            order = SETTINGS[round_ % 3:] + SETTINGS[:round_ % 3]
+            for setting in order:
                 runs = work / f"{setting}-{round_}"
-                env = {**os.environ, "PIPELINE_REPORT": setting}
-                extra = without_importance(args.config) if setting == "off" else []
+                env = {**os.environ, "PIPELINE_REPORT": "on" if setting == "report" else "off"}
+                extra = without_importance(args.config) if setting == "bare" else []
                 times[setting].append(timed(["run", args.config, "--device", "cpu", "--no-cache", "--runs-dir",
                                              str(runs), *extra], env))
-                if setting == "on":
+                if setting == "report":
                     report = next(runs.glob("*/latest")).resolve() / "report.html"
                     size = report.stat().st_size
                     times["rebuild"].append(timed(["report", str(report.parent)], env))
-                print(f"round {round_ + 1}: report {setting}: {times[setting][-1]:.2f} s", flush=True)
+                print(f"round {round_ + 1}: {setting}: {times[setting][-1]:.2f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    off, on, rebuild = (statistics.median(times[key]) for key in ("off", "on", "rebuild"))
+    bare, importance, report, rebuild = (statistics.median(times[key]) for key in (*SETTINGS, "rebuild"))
     print(f"\n{args.config}, median of {args.repeats}, {os.cpu_count()} CPUs:\n")
-    print("| cold run, report and importances off | cold run, report on | report's share of the run | "
-          "`pipeline report` alone | page size |")
-    print("|--:|--:|--:|--:|--:|")
-    print(f"| {off:.2f} s | {on:.2f} s | {(on - off) / off:+.1%} | {rebuild:.2f} s ({rebuild / off:.1%} of the run) "
+    print("| cold run, bare | with importances | with importances and report | importances' share "
+          "| report's share | `pipeline report` alone | page size |")
+    print("|--:|--:|--:|--:|--:|--:|--:|")
+    print(f"| {bare:.2f} s | {importance:.2f} s | {report:.2f} s | {(importance - bare) / bare:+.1%} "
+          f"| {(report - importance) / importance:+.1%} | {rebuild:.2f} s ({rebuild / report:.1%} of the run) "
           f"| {size / 1024:,.0f} KiB |")
     return 0
 

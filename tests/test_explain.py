@@ -71,3 +71,22 @@ def test_a_shuffle_reorders_one_column_and_its_category_codes(features):
     np.testing.assert_array_equal(np.delete(x[:100], group, axis=1), np.delete(sample.X[SAMPLE], group, axis=1))
     np.testing.assert_array_equal(x[100:, 0], sample.X[SAMPLE][order, 0])
     np.testing.assert_array_equal(codes[100:], sample.codes[SAMPLE])            # codes of another column: as they were
+
+
+def test_an_ensemble_is_shuffled_through_its_members(models):
+    from pipeline.stages.ensemble import fit_ensemble
+
+    blend = fit_ensemble(models[:2], name="blend", weights={"logreg": 1, "xgb": 1})
+    found = explain_models([blend], split="test", metric="roc_auc", threshold=0.5, rows=400, repeats=1)
+    permutation = found["models"]["blend"]["permutation"]
+    assert permutation["base"] == pytest.approx(found_base(blend, 400))
+    assert list(permutation["mean"])[0] == "signal" and permutation["mean"]["signal"] > 0.2
+
+
+def found_base(model, rows: int) -> float:
+    """The unshuffled metric of ``model`` on the sample, from its own kept scores."""
+    from pipeline.metrics import task_metrics
+
+    labels = model.features.labels("test")
+    step = -(-len(labels) // rows)
+    return task_metrics(model.task, labels[::step], model.scores["test"][::step])["roc_auc"]

@@ -69,14 +69,17 @@ class EnsembleSpec(StageSpec):
 
 @dataclass
 class EnsembleScorer:
-    """One split's ensemble scores from the members' (a class, not a closure: models pickle)."""
+    """One split's ensemble scores from the members' kept scores, or from ``scorers`` (one per
+    member) for rows the members have not scored; a class, not a closure: models pickle."""
 
     members: list[TrainedModel]
     weights: list[float]
+    scorers: list[Any] | None = None
 
     def __call__(self, split: str) -> np.ndarray:
-        used = [(m, w) for m, w in zip(self.members, self.weights) if w > 0]
-        return blend([m.scores[split] for m, _ in used], [w for _, w in used])
+        used = [(i, w) for i, w in enumerate(self.weights) if w > 0]
+        scores = [self.scorers[i](split) if self.scorers else self.members[i].scores[split] for i, _ in used]
+        return blend(scores, [w for _, w in used])
 
 
 @dataclass
@@ -100,19 +103,8 @@ class EnsembleModel(TrainedModel):
         return meta
 
     def scorer_for(self, features: FeatureSet) -> Any:
-        return MembersScorer([m.scorer_for(features) for m in self.members], list(self.weights.values()))
-
-
-@dataclass
-class MembersScorer:
-    """Ensemble scores of a split from the members' scorers (rows the members have not scored)."""
-
-    scorers: list[Any]
-    weights: list[float]
-
-    def __call__(self, split: str) -> np.ndarray:
-        used = [(s, w) for s, w in zip(self.scorers, self.weights) if w > 0]
-        return blend([s(split) for s, _ in used], [w for _, w in used])
+        return EnsembleScorer(self.members, list(self.weights.values()),
+                              [m.scorer_for(features) for m in self.members])
 
 
 def fit_ensemble(models: Sequence[TrainedModel], *, name: str = ENSEMBLE_MODEL, on: str = "auto",
