@@ -38,7 +38,8 @@ def models(features):
 
 def test_every_model_is_measured_and_the_signal_comes_first(models):
     found = explain_models(models, split="test", metric="roc_auc", threshold=0.5, rows=400, repeats=2, seed=0)
-    assert found["rows"] == {"logreg": 400, "xgb": 400, "mlp": 400} and found["skipped"] == {}
+    # every 2nd of the 600 test rows: the fewest spread rows that stay within 400
+    assert found["rows"] == {"logreg": 300, "xgb": 300, "mlp": 300} and found["skipped"] == {}
     for name, entry in found["models"].items():
         permutation = entry["permutation"]
         assert list(permutation["mean"])[0] == "signal", name                 # most important first

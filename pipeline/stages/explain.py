@@ -41,21 +41,25 @@ UNSCORABLE = (AttributeError, TypeError, ValueError, NotImplementedError)
 def explain_models(models: list[TrainedModel], *, split: str, metric: str, threshold: float,
                    rows: int = IMPORTANCE_ROWS, repeats: int = REPEATS, seed: int = 0) -> dict[str, Any]:
     """importance.json: per model, ``permutation`` (``mean``/``std`` per feature) and any native
-    importances, each ordered most important first; ``skipped`` says why a kind is missing."""
+    importances, each ordered most important first; ``rows``: the sample's rows per model;
+    ``skipped`` says why a kind is missing."""
     out: dict[str, Any] = {"split": split, "metric": metric, "repeats": repeats, "rows": {},
                            "models": {}, "skipped": {}}
     for model in models:
-        out["rows"][model.name] = min(rows, model.features.rows()[split])
         entry: dict[str, Any] = {}
         try:
             entry["permutation"] = permutation_importance(model, split=split, metric=metric, threshold=threshold,
                                                           rows=rows, repeats=repeats, seed=seed)
+            out["rows"][model.name] = entry["permutation"].pop("rows")
         except DataError as exc:
             out["skipped"][model.name] = str(exc)
         except UNSCORABLE as exc:
             out["skipped"][model.name] = f"it could not score other rows ({type(exc).__name__}: {exc})"
         try:
-            entry.update(native_importance(model, split=split, rows=rows))
+            native, used = native_importance(model, split=split, rows=rows)
+            entry.update(native)
+            if native:
+                out["rows"].setdefault(model.name, used)
         except UNSCORABLE as exc:
             out["skipped"].setdefault(model.name, f"its own importances failed ({type(exc).__name__}: {exc})")
         if entry:
@@ -89,21 +93,22 @@ def permutation_importance(model: TrainedModel, *, split: str, metric: str, thre
             losses[sample.feature_names[j]].append(sign * (base - metric_of(scores[i * n:(i + 1) * n])))
     mean = {name: float(np.nanmean(v)) for name, v in losses.items()}
     order = sorted(mean, key=lambda name: -np.nan_to_num(mean[name], nan=-np.inf))
-    return {"base": float(base), "mean": {name: mean[name] for name in order},
+    return {"rows": n, "base": float(base), "mean": {name: mean[name] for name in order},
             "std": {name: float(np.nanstd(losses[name])) for name in order}}
 
 
-def native_importance(model: TrainedModel, *, split: str, rows: int) -> dict[str, dict[str, float]]:
-    """What the model's registry entry explains itself (nothing for most, or unknown names)."""
+def native_importance(model: TrainedModel, *, split: str, rows: int) -> tuple[dict[str, dict[str, float]], int]:
+    """What the model's registry entry explains itself (nothing for most, or unknown names),
+    and the rows it was measured on."""
     try:
         explain = get_model_spec(model.model).explain
     except KeyError:
-        return {}
+        return {}, 0
     if explain is None:
-        return {}
+        return {}, 0
     matrix, _ = model.features.host_sample(split, rows)
     found = explain(model.estimator, matrix, list(model.features.feature_names))
-    return {kind: dict(sorted(values.items(), key=lambda item: -item[1])) for kind, values in found.items()}
+    return {kind: dict(sorted(values.items(), key=lambda item: -item[1])) for kind, values in found.items()}, len(matrix)
 
 
 def strided_sample(features: InMemoryFeatures, split: str, rows: int) -> InMemoryFeatures:
