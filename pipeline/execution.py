@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from pipeline.backends import get_backend
 from pipeline.backends.device_memory import ProcessDeviceMemory
+from pipeline.backends.gpu_usage import gpu_meter
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.errors import PipelineError, StageError, StorageError, Terminated, termination_requested
 from pipeline.hooks import StageProgress
@@ -74,6 +75,7 @@ class StageOutcome:
     peak_rss_bytes: int | None = None
     peak_device_bytes: int | None = None
     peak_device_source: str | None = None   # the allocators peak_device_bytes adds up (StageRecord)
+    usage: dict[str, Any] | None = None     # CPU seconds, and the GPUs' usage where measured (StageRecord)
     facts: dict[str, Any] = field(default_factory=dict)
     run_record: dict[str, Any] = field(default_factory=dict)
     error: PipelineError | None = None
@@ -101,7 +103,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome = StageOutcome(task.name, "running", started=utc_now(), worker=_worker_address())
     # This process's own allocations (RMM, PyTorch, CuPy), whichever backend: a CPU-backend
     # torch stage can train on a GPU too.
-    sampler = MemorySampler(device_meter=ProcessDeviceMemory())
+    sampler = MemorySampler(device_meter=ProcessDeviceMemory(), gpu_meter=gpu_meter())
     t0 = time.perf_counter()
     try:
         with sampler:
@@ -124,6 +126,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome.seconds = round(time.perf_counter() - t0, 4)
     outcome.peak_rss_bytes, outcome.peak_device_bytes = sampler.peak_rss, sampler.peak_device
     outcome.peak_device_source = sampler.peak_device_source
+    outcome.usage = sampler.usage()
     outcome.facts = ctx.facts
     outcome.run_record = _declared(task, kind.records, ctx.run_record)
     if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:

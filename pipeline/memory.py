@@ -1,4 +1,5 @@
-"""Peak memory of a stage: host RSS and device memory, sampled on a background thread.
+"""What a stage used: peak host RSS and device memory, sampled on a background thread, its CPU
+time, and what its GPUs did (``backends.gpu_usage``: utilisation, memory, power, energy).
 
 ``ru_maxrss`` only ever grows over the whole process, so it cannot give a per-stage peak;
 sampling every few milliseconds can, at a cost too small to see in the run time. Device memory
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
@@ -29,36 +30,66 @@ class DeviceMeter(Protocol):
     def finish(self) -> DevicePeak | None: ...
 
 
+class GpuMeter(Protocol):
+    """Per-stage GPU usage (``backends.gpu_usage.GpuUsageMeter``): ``finish`` gives a record
+    per device."""
+
+    def begin(self) -> None: ...
+    def sample(self) -> None: ...
+    def finish(self) -> list[dict[str, Any]]: ...
+
+
 class MemorySampler:
-    """Context manager recording the highest RSS (and device use) seen while it is open.
+    """Context manager recording the highest RSS (and device use) seen while it is open, the
+    process's CPU seconds over it, and what its GPUs did.
 
     ``device_meter`` gives the stage's own device peak and what it counts
-    (``peak_device_source``); without one only the host is measured.
+    (``peak_device_source``); without one only the host is measured. ``gpu_meter`` is read
+    every ``gpu_every`` samples (NVML's utilisation is over its own sample period, about
+    1/6 s, so reading it every 10 ms would only repeat it); without one ``gpus`` stays None.
     """
 
-    def __init__(self, interval: float = 0.01, *, device_meter: DeviceMeter | None = None) -> None:
+    def __init__(self, interval: float = 0.01, *, device_meter: DeviceMeter | None = None,
+                 gpu_meter: GpuMeter | None = None, gpu_every: int = 10) -> None:
         self._process = psutil.Process()
         self._meter = device_meter
+        self._gpu = gpu_meter
+        self._gpu_every = max(gpu_every, 1)
+        self._ticks = 0
         self._interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cpu_start = 0.0
         self.peak_rss = 0
         self.peak_device: int | None = None
         self.peak_device_source: str | None = None
+        self.cpu_seconds = 0.0
+        self.gpus: list[dict[str, Any]] | None = None
 
     def _sample(self) -> None:
         rss = self._process.memory_info().rss
         self.peak_rss = max(self.peak_rss, rss)
         if self._meter is not None:
             self._meter.sample()
+        if self._gpu is not None and self._ticks % self._gpu_every == 0:
+            self._gpu.sample()
+        self._ticks += 1
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             self._sample()
 
+    def _cpu(self) -> float:
+        """User and system seconds of this process and the children it has waited for."""
+        times = self._process.cpu_times()
+        return times.user + times.system + times.children_user + times.children_system
+
     def __enter__(self) -> MemorySampler:
         if self._meter is not None:
             self._meter.begin()
+        if self._gpu is not None:
+            self._gpu.begin()
+        self._cpu_start = self._cpu()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
         self._thread.start()
@@ -69,10 +100,21 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join()
         self._sample()
+        self.cpu_seconds = max(self._cpu() - self._cpu_start, 0.0)
         if self._meter is not None:
             peak = self._meter.finish()
             if peak is not None:
                 self.peak_device, self.peak_device_source = peak.bytes, peak.source
+        if self._gpu is not None:
+            self.gpus = self._gpu.finish()
+
+    def usage(self) -> dict[str, Any]:
+        """The stage record's ``usage``: CPU seconds, and ``gpus`` only where GPUs were measured
+        (absent, not zero, on a machine without one)."""
+        usage: dict[str, Any] = {"cpu_seconds": round(self.cpu_seconds, 4)}
+        if self.gpus:
+            usage["gpus"] = self.gpus
+        return usage
 
 
 def release_freed_memory() -> int:

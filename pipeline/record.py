@@ -127,6 +127,11 @@ class StageRecord(BaseModel):
     # A cached stage: the seconds the run that computed its output took for it (what the
     # cache saved this run).
     computed_seconds: Seconds | None = None
+    # What it used: ``cpu_seconds``, and ``gpus`` (per device: seconds, utilisation mean and
+    # peak, peak memory, mean power, energy in Wh) where GPUs were measured; ``cost`` its
+    # estimate at the config's rates (``pipeline.costs``). Absent, not zero, where unknown.
+    usage: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None
 
     @field_validator("status")
     @classmethod
@@ -174,6 +179,9 @@ class RunManifest(BaseModel):
     artifacts: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
     cluster: dict[str, Any] | None = None
+    # The stages' usage and cost added up (``pipeline.costs``); None before the run ends.
+    usage: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None
 
     @field_validator("status")
     @classmethod

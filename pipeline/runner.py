@@ -29,7 +29,7 @@ from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
 from pipeline.dag import plan, select
-from pipeline.errors import ConfigError, PipelineError, StageError, StorageError, Terminated
+from pipeline.errors import ConfigError, ConfigIssue, PipelineError, StageError, StorageError, Terminated
 from pipeline.execution import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.hooks import (
     ArtifactEvent, ErrorEvent, HookList, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent,
@@ -37,6 +37,7 @@ from pipeline.hooks import (
 )
 from pipeline.locks import RunLock
 from pipeline.record import DeviceRecord, RunManifest, StageRecord, check_metrics
+from pipeline.costs import IDLE_UTILISATION, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.report import ReportHook, report_enabled
 from pipeline.signing import check_signing_key, sign_run
 from pipeline.stages import STAGE_KINDS
@@ -109,6 +110,10 @@ class Runner:
         # Bytes the cache may keep after a run (None: no limit): this argument (--cache-max-size),
         # else $PIPELINE_CACHE_MAX_SIZE, else the config's cache.max_size.
         self.cache_limit = resolve_max_size(config.cache.max_size, cache_max_size)
+        try:
+            self.rates = rates_from(config.cost.model_dump())
+        except ValueError as exc:
+            raise ConfigError([ConfigIssue("cost", str(exc))]) from None
 
     def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
         from pipeline.backends.cluster import refuse_run_in_worker_bootstrap
@@ -340,6 +345,14 @@ class Runner:
         record.ended, record.seconds = outcome.ended, outcome.seconds
         record.peak_rss_bytes, record.peak_device_bytes = outcome.peak_rss_bytes, outcome.peak_device_bytes
         record.peak_device_source = outcome.peak_device_source
+        record.usage = outcome.usage
+        record.cost = stage_cost(record.usage, record.seconds, record.peak_rss_bytes, self.rates)
+        idle = idle_gpus(record.usage, record.seconds) if manifest.device and manifest.device.name == "gpu" else []
+        if idle:
+            record.usage["idle_gpus"] = [device["index"] for device in idle]
+            log.warning("stage %s held GPU %s for %.1f s at under %g%% utilisation (%s): paid for, barely used",
+                        record.name, ", ".join(str(d["index"]) for d in idle), record.seconds or 0.0,
+                        IDLE_UTILISATION, ", ".join(f"{d['utilisation_mean']:.0f}%" for d in idle))
         record.facts, record.worker = outcome.facts, outcome.worker
         record.error = str(outcome.error) if outcome.error is not None else None
         if outcome.error is None:
@@ -397,6 +410,8 @@ class Runner:
         manifest.ended = utc_now()
         manifest.duration_s = round(time.perf_counter() - started, 4)
         manifest.error = error
+        manifest.usage, manifest.cost = run_totals(((r.usage, r.cost) for r in manifest.stages.values()),
+                                                   self.rates.currency)
         manifest.artifacts = self._checksums(run, required=status == "succeeded")
         run.write_manifest(manifest)
         if status == "succeeded":

@@ -171,6 +171,26 @@ class ReportConfig(BaseModel):
                                             "(`pipeline report RUN` builds it later either way).")
 
 
+# A rate: a finite number of 0 or more.
+Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class CostConfig(BaseModel):
+    """Rates a run's usage is priced at (``pipeline.costs``); environment variables override them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_hour: Rate | dict[str, Rate] | None = Field(
+        None, description="Per GPU-hour: one rate, or rates by a part of the GPU's name "
+                          "({H100: 4.0, A10G: 1.2, default: 2.0}); $PIPELINE_COST_GPU_HOUR sets the default.")
+    cpu_core_hour: Rate = Field(0.0, description="Per CPU-core-hour (CPU seconds used); "
+                                                        "$PIPELINE_COST_CPU_CORE_HOUR.")
+    memory_gb_hour: Rate = Field(0.0, description="Per GB-hour of peak host memory; "
+                                                         "$PIPELINE_COST_MEMORY_GB_HOUR.")
+    currency: str = Field("USD", min_length=1, max_length=12, description="Shown with the costs; "
+                                                                           "$PIPELINE_COST_CURRENCY.")
+
+
 class PipelineConfig(BaseModel):
     """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``)."""
 
@@ -195,6 +215,8 @@ class PipelineConfig(BaseModel):
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="The stage cache's size limit.")
     report: ReportConfig = Field(default_factory=ReportConfig, description="The HTML report of each run.")
+    cost: CostConfig = Field(default_factory=CostConfig, description="Rates that price each stage's and run's "
+                                                                     "usage (none set: no cost is recorded).")
 
     def inputs_of(self) -> dict[str, list[str]]:
         return {name: list(stage.inputs) for name, stage in self.stages.items()}
