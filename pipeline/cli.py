@@ -67,6 +67,7 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
     from pipeline.backends.cluster import check_scheduler_address
     from pipeline.config import load_config
+    from pipeline.costs import describe as describe_usage
     from pipeline.logs import setup_logging, stop_on_sigterm
     from pipeline.progress import ConsoleHook, LogHook
     from pipeline.runner import Runner
@@ -90,6 +91,9 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
         return
     if result.manifest.metrics:
         _print_metrics(result.manifest.metrics)
+    usage = describe_usage(result.manifest.usage, result.manifest.cost)
+    if usage:
+        stdout.print(Text(f"usage: {usage}"))
     stdout.print(Text(f"run {result.run_id} {result.status}: {result.run_dir}"))
 
 
@@ -118,7 +122,8 @@ def _echo_result_json(result: Any) -> None:
         click.echo(json_line(f"metrics: best by {metrics.get('rank_by')}: {metrics.get('best')}", event="metrics",
                              run_id=result.run_id, metrics=metrics))
     click.echo(json_line(f"run {result.run_id} {result.status}: {result.run_dir}", event="run_result",
-                         run_id=result.run_id, status=result.status, run_dir=str(result.run_dir)))
+                         run_id=result.run_id, status=result.status, run_dir=str(result.run_dir),
+                         usage=result.manifest.usage, cost=result.manifest.cost))
 
 
 @main.command()

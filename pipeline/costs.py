@@ -129,3 +129,24 @@ def idle_gpus(usage: Mapping[str, Any] | None, seconds: float | None) -> list[di
 
 def _rounded(parts: Mapping[str, float], currency: str) -> dict[str, Any]:
     return {**{key: round(value, 6) for key, value in parts.items()}, "currency": currency}
+
+
+def describe(usage: Mapping[str, Any] | None, cost: Mapping[str, Any] | None) -> str | None:
+    """One line for the terminal and the report: ``11.8 CPU-s · GPU 0 (NVIDIA H100): 72 s,
+    10.0 Wh · cost 0.41 USD``; None when nothing was measured."""
+    if not usage:
+        return None
+    parts = [f"{usage.get('cpu_seconds', 0.0):.1f} CPU-s"]
+    for index, device in (usage.get("gpus") or {}).items():
+        parts.append(f"GPU {index} ({device.get('name')}): {device.get('seconds', 0.0):.0f} s, "
+                     f"{device.get('energy_wh', 0.0):.1f} Wh")
+    line = " · ".join(parts)
+    if cost:
+        line += f" · cost {format_cost(cost)}"
+    return line
+
+
+def format_cost(cost: Mapping[str, Any]) -> str:
+    """``0.41 USD`` (four decimals below one unit: a CPU minute costs fractions of a cent)."""
+    total = float(cost.get("total", 0.0))
+    return f"{total:.2f} {cost.get('currency', '')}" if total >= 1 else f"{total:.4f} {cost.get('currency', '')}"

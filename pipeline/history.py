@@ -327,9 +327,27 @@ def summary(run: Run) -> dict[str, Any]:
         "host": manifest.host if manifest else None,
         "pid": manifest.pid if manifest else None,
         "headline": manifest.headline() if manifest else None,
+        "cost": manifest.cost if manifest else None,
         "error": f"abandoned: {abandoned}" if abandoned else error,
         "path": str(run.path),
     }
+
+
+def started_since(run: Run, since: datetime) -> bool:
+    """Whether ``run`` started at or after ``since`` (a run with no start time: no)."""
+    started = _parse_time(run.started)
+    return started is not None and started >= since
+
+
+def cost_totals(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The ``runs list`` rows' costs added up per currency (rows without a cost count nothing)."""
+    totals: dict[str, float] = {}
+    for row in rows:
+        cost = row.get("cost")
+        if isinstance(cost, dict) and isinstance(cost.get("total"), (int, float)):
+            currency = str(cost.get("currency") or "")
+            totals[currency] = totals.get(currency, 0.0) + float(cost["total"])
+    return totals
 
 
 def json_safe(value: Any) -> Any:

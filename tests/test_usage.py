@@ -142,7 +142,8 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
     manifest = json.loads((project / "runs" / "churn" / "latest" / "manifest.json").read_text())
     assert manifest["usage"]["cpu_seconds"] > 0 and "gpus" not in manifest["usage"]
     assert manifest["cost"] is None and all(s["cost"] is None for s in manifest["stages"].values())
-    proc = cli(*run, "--set", "cost.memory_gb_hour=0.5", cwd=project, env={"PIPELINE_COST_CPU_CORE_HOUR": "36"})
+    proc = cli(*run, "--set", "cost.memory_gb_hour=0.5", cwd=project,
+               env={"PIPELINE_COST_CPU_CORE_HOUR": "36", "PIPELINE_REPORT": "on"})
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((project / "runs" / "churn" / "latest" / "manifest.json").read_text())
     stages = [s for s in manifest["stages"].values() if s["status"] == "succeeded"]
@@ -151,6 +152,35 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
         assert stage["cost"]["memory"] == pytest.approx(
             stage["peak_rss_bytes"] / 1e9 * stage["seconds"] / 3600 * 0.5, abs=1e-6)
     assert manifest["cost"]["total"] == pytest.approx(sum(s["cost"]["total"] for s in stages), abs=1e-5)
+    from pipeline.costs import format_cost
+    from pipeline.report.html import number
+    from tests.test_report import Page
+
+    page = Page((project / "runs" / "churn" / "latest" / "report.html").read_text(encoding="utf-8"))
+    table = next(t for t in page.tables if t and t[0][:3] == ["stage", "kind", "status"])
+    header = table[0]
+    for row in table[1:]:
+        stage = manifest["stages"][row[0]]
+        assert row[header.index("CPU seconds")] == number(stage["usage"]["cpu_seconds"])
+        assert row[header.index("cost")] == format_cost(stage["cost"])
+    summary = page.tables[0]
+    assert ["cost", format_cost(manifest["cost"])] in summary
     proc = cli(*run, cwd=project, env={"PIPELINE_COST_GPU_HOUR": "cheap"})
     assert proc.returncode == ExitCode.CONFIG and "PIPELINE_COST_GPU_HOUR" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_runs_list_shows_each_runs_cost_and_totals_a_period(project):
+    run = ("run", "configs/churn.yaml", "--until", "split", "--device", "cpu", "--no-cache")
+    for _ in range(2):
+        proc = cli(*run, cwd=project, env={"PIPELINE_COST_CPU_CORE_HOUR": "3600"})   # one unit per CPU second
+        assert proc.returncode == 0, proc.stderr
+        assert "usage: " in proc.stdout and " CPU-s · cost " in proc.stdout
+    rows = json.loads(cli("runs", "list", "--json", cwd=project).stdout)
+    costs = [row["cost"]["total"] for row in rows]
+    assert len(costs) == 2 and all(cost > 0 for cost in costs)
+    listed = cli("runs", "list", "--since", "2000-01-01", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert f"total cost of 2 priced run(s) since 2000-01-01 00:00: {sum(costs):.4f} USD" in listed.stdout
+    later = cli("runs", "list", "--since", "2999-01-01", cwd=project)
+    assert later.returncode == 0 and "no runs under runs since 2999-01-01" in later.stderr

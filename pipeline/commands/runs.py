@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -18,6 +18,7 @@ from rich.text import Text
 from pipeline import history
 from pipeline.commands.cache import prune_unreferenced
 from pipeline.commands.common import handle_errors, metrics_setting, print_wide, stderr, stdout
+from pipeline.costs import format_cost
 from pipeline.errors import StorageError
 from pipeline.record import RunManifest, StageRecord, as_number
 
@@ -41,16 +42,23 @@ def runs() -> None:
 @pipeline_option
 @json_option
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the N newest runs.")
+@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]),
+              metavar="DATE", help="Only runs started at or after DATE (UTC: 2026-11-01 or 2026-11-01T06:00); "
+                                   "the costs of the runs listed are totalled.")
 @handle_errors
-def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: int | None) -> None:
+def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: int | None,
+              since: datetime | None) -> None:
     """One line per run, newest first; `latest` marks each pipeline's last successful run."""
     found = history.find_runs(runs_dir, pipeline_name)
+    if since is not None:
+        found = [run for run in found if history.started_since(run, since.replace(tzinfo=timezone.utc))]
     rows = [history.summary(run) for run in found[:limit]]
     if as_json:
-        _echo_json(rows)
+        _echo_json(rows)                 # each row has its cost: a consumer adds them up
         return
+    totals = history.cost_totals(rows)
     if not rows:
-        stderr.print(Text(f"no runs under {runs_dir}"))
+        stderr.print(Text(f"no runs under {runs_dir}" + (f" since {since:%Y-%m-%d %H:%M}" if since else "")))
         return
     table = Table(box=None, pad_edge=False)
     table.add_column("run id", no_wrap=True, min_width=27)
@@ -60,13 +68,20 @@ def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: in
     table.add_column("duration", justify="right")
     table.add_column("device")
     table.add_column("headline")
+    if totals:
+        table.add_column("cost", justify="right")
     table.add_column("")
     for row in rows:
+        cost = [Text(format_cost(row["cost"]) if row["cost"] else "")] if totals else []
         table.add_row(Text(row["run_id"]), Text(row["pipeline"]), _list_status(row),
                       Text(_time(row["started"])), Text(_duration(row["duration_s"])), Text(row["device"] or ""),
-                      Text(_headline(row["headline"]) or _problem(row)),
+                      Text(_headline(row["headline"]) or _problem(row)), *cost,
                       Text("latest" if row["latest"] else "", style="bold"))
     print_wide(table)
+    if totals:
+        priced = sum(1 for row in rows if row["cost"])
+        stdout.print(Text(f"total cost of {priced} priced run(s)" + (f" since {since:%Y-%m-%d %H:%M}" if since else "")
+                          + ": " + ", ".join(f"{total:.4f} {currency}" for currency, total in totals.items())))
 
 
 def _list_status(row: dict[str, Any]) -> Text:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from pipeline.costs import describe as describe_usage
+from pipeline.costs import format_cost
 from pipeline.report import figures
 from pipeline.report.html import cell, document, e, figure_row, key_values, number, plain, switches, table, text
 from pipeline.report.sources import Evaluation, RunSources
@@ -62,6 +64,7 @@ def _summary(sources: RunSources) -> tuple[str, str, str]:
             ("device", f"{m.device.name} ({m.device.reason})" if m.device else None),
             ("started", m.started), ("ended", m.ended),
             ("duration", f"{number(m.duration_s)} s" if m.duration_s is not None else None),
+            ("usage", describe_usage(m.usage, None)), ("cost", format_cost(m.cost) if m.cost else None),
             ("host", m.host), ("command", " ".join(m.command) if m.command else None)]
     if m.error:
         rows.insert(3, ("error", m.error))
@@ -92,13 +95,19 @@ def _timeline(sources: RunSources) -> tuple[str, str, str]:
         bars.append({"name": record.name, "start": start - begin, "end": end - begin, "status": record.status,
                      "label": label})
     figure = f"<figure>{figures.timeline(bars)}</figure>" if bars else ""
-    header = ["stage", "kind", "status", "seconds", "peak host memory", "peak GPU memory", "worker", "facts"]
+    gpus = any((r.usage or {}).get("gpus") for r in stages)
+    priced = any(r.cost for r in stages)
+    header = ["stage", "kind", "status", "seconds", "CPU seconds", "peak host memory", "peak GPU memory",
+              *(["GPUs (mean utilisation, energy)"] if gpus else []), *(["cost"] if priced else []), "worker", "facts"]
     rows = []
     for record in stages:
         facts = {k: v for k, v in (record.facts or {}).items() if isinstance(v, (int, float, str)) and k != "tuning"}
+        usage = record.usage or {}
+        extra = [text(_gpu_use(usage))] if gpus else []
+        extra += [text(format_cost(record.cost) if record.cost else None)] if priced else []
         rows.append([text(record.name), text(record.kind), text(record.status, f"text status-{record.status}"),
-                     cell(record.seconds), cell(_bytes(record.peak_rss_bytes)),
-                     cell(_bytes(record.peak_device_bytes)), text(record.worker or "in process"),
+                     cell(record.seconds), cell(usage.get("cpu_seconds")), cell(_bytes(record.peak_rss_bytes)),
+                     cell(_bytes(record.peak_device_bytes)), *extra, text(record.worker or "in process"),
                      text(", ".join(f"{k}={plain(v)}" for k, v in facts.items()))])
     note = ('<p class="note">A cached stage took its output from the stage cache; its time is not counted, and '
             "the time its output took to compute in the run that stored it is shown beside it.</p>")
@@ -387,6 +396,15 @@ def _fold_count(folds: Any) -> int | None:
     if isinstance(folds, int):
         return folds
     return len(folds) if isinstance(folds, list) else None
+
+
+def _gpu_use(usage: Mapping[str, Any]) -> str | None:
+    """``GPU 0: 45%, 3.2 Wh`` per device a stage held; idle ones marked."""
+    idle = set(usage.get("idle_gpus") or [])
+    shown = [f"GPU {d.get('index')}: {number(d.get('utilisation_mean'))}%"
+             + (f", {number(d.get('energy_wh'))} Wh" if d.get("energy_wh") is not None else "")
+             + (" (idle)" if d.get("index") in idle else "") for d in usage.get("gpus") or []]
+    return "; ".join(shown) or None
 
 
 def _bytes(value: int | None) -> str | None:
