@@ -95,7 +95,7 @@ def stage_key(spec: Any, input_keys: dict[str, str | None], *, fingerprint: Mapp
         return None
     payload: dict[str, Any] = {
         "kind": spec.kind,
-        "params": spec.model_dump(mode="json", exclude={"description", "inputs"}),
+        "params": spec.model_dump(mode="json", exclude={"description", "inputs", "budget"}),
         "inputs": input_keys,
         "declared": dict(fingerprint),
         "code": code_fingerprint(), "pipeline": __version__,

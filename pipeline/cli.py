@@ -59,11 +59,13 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON object per log line, for log shippers (no live display).")
 @click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors, and the metrics table.")
+@click.option("--ignore-budget-estimate", is_flag=True,
+              help="Start even when earlier runs suggest this one will pass a budget cap (the caps still apply).")
 @handle_errors
 def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple[str, ...],
         from_: tuple[str, ...], until: tuple[str, ...], runs_dir: str | None, scheduler: str | None,
         force: tuple[str, ...], no_cache: bool, cache_max_size: str | None, wait: float, log_format: str,
-        quiet: bool) -> None:
+        quiet: bool, ignore_budget_estimate: bool) -> None:
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
     from pipeline.backends.cluster import check_scheduler_address
     from pipeline.config import load_config
@@ -84,7 +86,7 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     forced: bool | list[str] = True if "*" in force else split_names(force)
     runner = Runner(cfg, device=device, runs_dir=runs_dir, hooks=hooks, keep_outputs=False,
                     config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait,
-                    cache_max_size=cache_max_size)
+                    cache_max_size=cache_max_size, check_budget_estimate=not ignore_budget_estimate)
     result = runner.run(only=split_names(only), from_=split_names(from_), until=split_names(until))
     if log_format == "json":
         _echo_result_json(result)

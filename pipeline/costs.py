@@ -20,9 +20,12 @@ A stage that held GPUs at under ``IDLE_UTILISATION`` percent on average for at l
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 IDLE_UTILISATION = 10.0
 IDLE_MIN_SECONDS = 1.0
@@ -150,3 +153,47 @@ def format_cost(cost: Mapping[str, Any]) -> str:
     """``0.41 USD`` (four decimals below one unit: a CPU minute costs fractions of a cent)."""
     total = float(cost.get("total", 0.0))
     return f"{total:.2f} {cost.get('currency', '')}" if total >= 1 else f"{total:.4f} {cost.get('currency', '')}"
+
+
+# ---------------------------------------------------------------------------- budgets
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds of ``90``, ``"90s"``, ``"30m"``, ``"2h"`` or ``"1.5d"``; a ``ValueError`` otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        found = _DURATION.match(str(value))
+        if not found:
+            raise ValueError(f"not a duration: {value!r} (write 90, 90s, 30m, 2h or 1.5d)")
+        seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"a duration must be above 0, not {value!r}")
+    return seconds
+
+
+class Budget(BaseModel):
+    """Caps on what a run (or one stage) may spend; enforced while it runs (``pipeline.budget``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_cost: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                   description="Most the run may cost at the cost: section's rates.")
+    max_gpu_hours: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                        description="Most GPU-hours (seconds held x GPUs held, / 3600).")
+    max_wall: float | None = Field(None, description="Most wall time: seconds, or 90s, 30m, 2h, 1.5d.")
+
+    @field_validator("max_wall", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration(value)
+
+    @property
+    def limits(self) -> dict[str, float]:
+        """The caps that are set, by name."""
+        return {k: v for k, v in (("max_cost", self.max_cost), ("max_gpu_hours", self.max_gpu_hours),
+                                  ("max_wall", self.max_wall)) if v is not None}

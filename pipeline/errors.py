@@ -22,6 +22,7 @@ class ExitCode:
     STORAGE = 6           # the run folder cannot be created or written (permissions, disk full)
     LOCKED = 7            # another run of the same pipeline held the lock past --wait
     OUT_OF_MEMORY = 8     # the process could not allocate memory outside a stage (MemoryError)
+    BUDGET = 9            # a budget cap stopped the run, or its estimate refused to start it
     INTERRUPTED = 130     # SIGINT / Ctrl-C
     BROKEN_PIPE = 141     # stdout's reader went away (`pipeline runs list | head`): nothing to report
     TERMINATED = 143      # SIGTERM (Kubernetes, systemd, cron timeouts): recorded, then stopped
@@ -142,6 +143,37 @@ class LockTimeout(PipelineError):
     """Another run of the same pipeline held the lock for longer than the run would wait."""
 
     exit_code = ExitCode.LOCKED
+
+
+class BudgetError(PipelineError):
+    """A budget cap stopped the run (recorded with the figures), or the estimate from earlier
+    runs exceeded it before the run started."""
+
+    exit_code = ExitCode.BUDGET
+
+
+class BudgetExceeded(KeyboardInterrupt):
+    """Raised in the thread running the stages when a cap is passed (``pipeline.budget``): not an
+    ``Exception``, so a stage cannot catch it as a failure of its own; the runner records the run
+    as stopped by the budget and raises ``BudgetError``."""
+
+
+_budget_stop: list[str] = []
+
+
+def request_budget_stop(why: str) -> None:
+    """Note why the budget stopped the run: a library that turns the exception into an error of
+    its own must not make it a stage failure (``budget_stop`` is what the run records)."""
+    _budget_stop[:] = [why]
+
+
+def budget_stop() -> str | None:
+    """Why the budget stopped the run, or None."""
+    return _budget_stop[0] if _budget_stop else None
+
+
+def clear_budget_stop() -> None:
+    _budget_stop.clear()
 
 
 class Terminated(KeyboardInterrupt):

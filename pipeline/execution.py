@@ -33,7 +33,8 @@ from pipeline.backends import get_backend
 from pipeline.backends.device_memory import ProcessDeviceMemory
 from pipeline.backends.gpu_usage import gpu_meter
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
-from pipeline.errors import PipelineError, StageError, StorageError, Terminated, termination_requested
+from pipeline.errors import (BudgetExceeded, PipelineError, StageError, StorageError, Terminated, budget_stop,
+                             termination_requested)
 from pipeline.hooks import StageProgress
 from pipeline.memory import MemorySampler, release_freed_memory
 from pipeline.stages import STAGE_KINDS, StageContext
@@ -116,6 +117,8 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
         if termination_requested():         # a library turned our SIGTERM into its own error
             raise Terminated() from exc
+        if budget_stop():                   # ... or the budget's stop
+            raise BudgetExceeded() from exc
         # sys.exit() in user code ends the stage, not the process: exit 1 is kept for bugs.
         what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
         error = StageError(task.name, what)

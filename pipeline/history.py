@@ -333,6 +333,33 @@ def summary(run: Run) -> dict[str, Any]:
     }
 
 
+def recent_spend(runs_dir: str | Path, pipeline: str, count: int) -> dict[str, float]:
+    """The median wall seconds (``max_wall``), cost (``max_cost``) and GPU-hours
+    (``max_gpu_hours``) of the newest ``count`` succeeded runs of ``pipeline``, and ``runs``:
+    how many; a figure no run recorded is left out (an empty dict without runs)."""
+    import statistics
+
+    try:
+        found = find_runs(runs_dir, pipeline)
+    except ConfigError:                      # no runs folder, or none of this pipeline yet
+        return {}
+    done = [run.manifest for run in found if run.manifest is not None and run.status == "succeeded"][:count]
+    if not done:
+        return {}
+    figures: dict[str, list[float]] = {"max_wall": [], "max_cost": [], "max_gpu_hours": []}
+    for manifest in done:
+        if manifest.duration_s is not None:
+            figures["max_wall"].append(manifest.duration_s)
+        if manifest.cost and isinstance(manifest.cost.get("total"), (int, float)):
+            figures["max_cost"].append(float(manifest.cost["total"]))
+        gpus = (manifest.usage or {}).get("gpus") or {}
+        if gpus:
+            figures["max_gpu_hours"].append(sum(d.get("seconds", 0.0) for d in gpus.values()) / 3600)
+    out: dict[str, float] = {cap: statistics.median(values) for cap, values in figures.items() if values}
+    out["runs"] = len(done)
+    return out
+
+
 def started_since(run: Run, since: datetime) -> bool:
     """Whether ``run`` started at or after ``since`` (a run with no start time: no)."""
     started = _parse_time(run.started)

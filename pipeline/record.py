@@ -182,6 +182,8 @@ class RunManifest(BaseModel):
     # The stages' usage and cost added up (``pipeline.costs``); None before the run ends.
     usage: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
+    # The cap that stopped the run (``pipeline.budget``): scope, cap, limit, reached.
+    budget: dict[str, Any] | None = None
 
     @field_validator("status")
     @classmethod

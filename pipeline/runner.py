@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import __version__
+from pipeline import __version__, history
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
 from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
 from pipeline.dag import plan, select
-from pipeline.errors import ConfigError, ConfigIssue, PipelineError, StageError, StorageError, Terminated
+from pipeline.errors import (BudgetError, ConfigError, ConfigIssue, PipelineError, StageError, StorageError, Terminated,
+                             budget_stop, clear_budget_stop)
 from pipeline.execution import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.hooks import (
     ArtifactEvent, ErrorEvent, HookList, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent,
@@ -37,13 +38,17 @@ from pipeline.hooks import (
 )
 from pipeline.locks import RunLock
 from pipeline.record import DeviceRecord, RunManifest, StageRecord, check_metrics
-from pipeline.costs import IDLE_UTILISATION, idle_gpus, rates_from, run_totals, stage_cost
+from pipeline.backends.gpu_usage import visible_gpus
+from pipeline.budget import BudgetHook
+from pipeline.costs import IDLE_UTILISATION, Budget, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.report import ReportHook, report_enabled
 from pipeline.signing import check_signing_key, sign_run
 from pipeline.stages import STAGE_KINDS
 from pipeline.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
 
 log = logging.getLogger("pipeline")
+# Earlier runs a budget's pre-flight estimate is the median of.
+ESTIMATE_RUNS = 5
 
 
 class LibraryLogHook(RunHook):
@@ -87,6 +92,7 @@ class Runner:
         force: bool | Sequence[str] = False,
         wait: float = 600.0,
         cache_max_size: int | str | None = None,
+        check_budget_estimate: bool = True,
     ) -> None:
         self.config = config
         self.use_cache = cache
@@ -100,9 +106,18 @@ class Runner:
             self.cluster = base.model_copy(update={"address": scheduler})
         self.requested_device = device or config.device
         self.store = RunStore(runs_dir or config.runs_dir, config.name)
+        try:
+            self.rates = rates_from(config.cost.model_dump())
+        except ValueError as exc:
+            raise ConfigError([ConfigIssue("cost", str(exc))]) from None
+        self.check_budget_estimate = check_budget_estimate
         chosen = list(hooks if hooks is not None else [LibraryLogHook()])
         if report_enabled(config.report.enabled) and not any(isinstance(hook, ReportHook) for hook in chosen):
             chosen.append(ReportHook())          # last: it reads the record the others saw finished
+        self.budget = BudgetHook(config.budget, {name: spec.budget for name, spec in config.stages.items()
+                                                 if spec.budget is not None}, self.rates, gpus=_visible_gpus())
+        if self.budget.active:
+            chosen.insert(0, self.budget)        # first: its watch starts as the run does
         self.hooks = HookList(chosen)
         self.keep_outputs = keep_outputs
         self.config_path = config_path
@@ -110,10 +125,6 @@ class Runner:
         # Bytes the cache may keep after a run (None: no limit): this argument (--cache-max-size),
         # else $PIPELINE_CACHE_MAX_SIZE, else the config's cache.max_size.
         self.cache_limit = resolve_max_size(config.cache.max_size, cache_max_size)
-        try:
-            self.rates = rates_from(config.cost.model_dump())
-        except ValueError as exc:
-            raise ConfigError([ConfigIssue("cost", str(exc))]) from None
 
     def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
         from pipeline.backends.cluster import refuse_run_in_worker_bootstrap
@@ -130,6 +141,8 @@ class Runner:
         steps = plan(graph, selected)
         forced = self._forced(graph, steps)
         check_signing_key()              # a key that is set but unusable fails before any work
+        if self.check_budget_estimate and self.config.budget is not None:
+            _refuse_over_budget(self.config.budget, self.store.layout.runs_dir, self.config.name)
         backend, choice = resolve_backend(self.requested_device)
         try:
             lock = RunLock(self.store.layout.lock_path, wait=self.wait)
@@ -154,6 +167,7 @@ class Runner:
 
     def _run_locked(self, lock: RunLock, steps: list[tuple[str, bool]], selected: set[str], forced: set[str],
                     backend: Backend, choice: DeviceChoice) -> RunResult:
+        clear_budget_stop()
         run, manifest = self._open_run(lock, backend, choice, steps, selected)
         info = RunInfo(run.run_id, run.path, self.config.name, backend.name, choice.reason, len(steps), self.config)
         started = time.perf_counter()
@@ -202,6 +216,8 @@ class Runner:
         process has gone or has let go of the run lock; the error raised then says so.
         """
         status, why, raised = _ending(exc)
+        if budget_stop() is not None:
+            manifest.budget = self.budget.overrun.to_dict() if self.budget.overrun else None
         if isinstance(raised, PipelineError):
             self.hooks.error(ErrorEvent(info, raised, getattr(raised, "stage", None)))
         _stop_unfinished_stages(manifest, status, why)
@@ -432,8 +448,31 @@ class Runner:
             return {}
 
 
+def _visible_gpus() -> list[tuple[int, str]]:
+    """The GPUs this process may use, by NVML index and name (none without NVML)."""
+    readings = visible_gpus()
+    return list(readings.devices) if readings is not None else []
+
+
+def _refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str) -> None:
+    """A ``BudgetError`` before anything starts when earlier runs of the pipeline suggest this
+    one will pass a cap: the median of the last ``ESTIMATE_RUNS`` succeeded runs' wall time,
+    cost and GPU-hours (no earlier run: no estimate, the run starts)."""
+    estimate = history.recent_spend(runs_dir, pipeline, ESTIMATE_RUNS)
+    for cap, limit in budget.limits.items():
+        value = estimate.get(cap)
+        if value is not None and value > limit:
+            raise BudgetError(
+                f"not started: the last {estimate['runs']} succeeded run(s) of '{pipeline}' spent a median of "
+                f"{value:.4g} ({cap}), over the budget's {cap} of {limit:.4g}. Raise the cap, or start it anyway "
+                "with --ignore-budget-estimate (the caps still stop it while it runs)")
+
+
 def _ending(exc: BaseException) -> tuple[str, str, BaseException]:
     """``(status, why, exception to raise)`` for what ended a run early."""
+    stopped = budget_stop()
+    if stopped is not None:
+        return "interrupted", stopped, BudgetError(stopped)
     if isinstance(exc, Terminated):
         return "interrupted", "terminated (SIGTERM)", exc
     if isinstance(exc, KeyboardInterrupt):

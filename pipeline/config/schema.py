@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
+from pipeline.costs import Budget
 from pipeline.sizes import DEFAULT_CACHE_SIZE, parse_size
 from pipeline.stages import STAGE_KINDS
 
@@ -217,6 +218,8 @@ class PipelineConfig(BaseModel):
     report: ReportConfig = Field(default_factory=ReportConfig, description="The HTML report of each run.")
     cost: CostConfig = Field(default_factory=CostConfig, description="Rates that price each stage's and run's "
                                                                      "usage (none set: no cost is recorded).")
+    budget: Budget | None = Field(None, description="Caps on the run's cost, GPU-hours and wall time, enforced while "
+                                                    "it runs (exit 9); a stage's own budget: caps that stage.")
 
     def inputs_of(self) -> dict[str, list[str]]:
         return {name: list(stage.inputs) for name, stage in self.stages.items()}

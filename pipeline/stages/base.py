@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.backends import Backend
+from pipeline.costs import Budget
 from pipeline.hooks import LogProgress, StageProgress
 
 __all__ = [
@@ -48,6 +49,8 @@ class StageSpec(BaseModel):
 
     inputs: list[str] = Field(default_factory=list, description="Names of the stages whose outputs this stage reads.")
     description: str = Field("", description="Free text shown by `pipeline dag`.")
+    budget: Budget | None = Field(None, description="Caps on this stage's cost, GPU-hours and wall time "
+                                                    "(pipeline.budget), beside the run's.")
 
     # How many inputs a stage of this kind takes (what types: see ``register_stage``).
     min_inputs: ClassVar[int] = 0
