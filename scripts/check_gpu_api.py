@@ -62,8 +62,9 @@ SCAN_ROOTS = (REPO / "pipeline", REPO / "scripts" / "gpu_kit")
 
 # Top-level modules whose API this check verifies.
 GPU_MODULES = ("cudf", "cupy", "cuml", "dask_cuda", "dask_cudf", "rmm", "raft_dask")
-# Also checked against the installed build: the GPU extras install XGBoost's CUDA build.
-OTHER_MODULES = ("xgboost",)
+# Also checked against the installed build: the GPU extras install XGBoost's CUDA build, and
+# nvidia-ml-py's pynvml is what GPU detection and usage sampling read the driver through.
+OTHER_MODULES = ("xgboost", "pynvml")
 LIBRARY_MODULES = (*GPU_MODULES, *OTHER_MODULES)
 # Top-level packages whose functions the flow scan follows across modules.
 PACKAGE_ROOTS = ("pipeline",)
