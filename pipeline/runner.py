@@ -42,6 +42,7 @@ from pipeline.backends.gpu_usage import visible_gpus
 from pipeline.budget import BudgetHook
 from pipeline.costs import IDLE_UTILISATION, Budget, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.report import ReportHook, report_enabled
+from pipeline.tracking import MlflowHook
 from pipeline.signing import check_signing_key, sign_run
 from pipeline.stages import STAGE_KINDS
 from pipeline.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
@@ -114,6 +115,10 @@ class Runner:
         chosen = list(hooks if hooks is not None else [LibraryLogHook()])
         if report_enabled(config.report.enabled) and not any(isinstance(hook, ReportHook) for hook in chosen):
             chosen.append(ReportHook())          # last: it reads the record the others saw finished
+        mlflow = config.tracking.mlflow
+        if mlflow is not None and not any(isinstance(hook, MlflowHook) for hook in chosen):
+            chosen.append(MlflowHook(mlflow.uri, mlflow.experiment, artifacts=mlflow.artifacts,    # after the report
+                                     artifact_location=mlflow.artifact_location))
         self.budget = BudgetHook(config.budget, {name: spec.budget for name, spec in config.stages.items()
                                                  if spec.budget is not None}, self.rates, gpus=_visible_gpus())
         if self.budget.active:

@@ -192,6 +192,28 @@ class CostConfig(BaseModel):
                                                                            "$PIPELINE_COST_CURRENCY.")
 
 
+class MlflowConfig(BaseModel):
+    """Where ``pipeline.tracking.MlflowHook`` logs each run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str | None = Field(None, min_length=1, description="Tracking URI (http://host:5000, sqlite:///mlflow.db, "
+                                                            "databricks); absent: $MLFLOW_TRACKING_URI or MLflow's default.")
+    experiment: str | None = Field(None, min_length=1, description="Experiment name; absent: the pipeline's name.")
+    artifact_location: str | None = Field(None, min_length=1, description="Where a new experiment keeps artifacts "
+                                          "(absent: the server's default; a local store's is ./mlruns).")
+    artifacts: bool = Field(True, description="Also upload report.html, manifest.json, config.yaml and the "
+                                              "exported models.")
+
+
+class TrackingConfig(BaseModel):
+    """Tracking servers each run is sent to (hooks on the run; never a reason for a run to fail)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mlflow: MlflowConfig | None = Field(None, description="Log runs to MLflow (the mlflow extra).")
+
+
 class PipelineConfig(BaseModel):
     """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``)."""
 
@@ -218,6 +240,8 @@ class PipelineConfig(BaseModel):
     report: ReportConfig = Field(default_factory=ReportConfig, description="The HTML report of each run.")
     cost: CostConfig = Field(default_factory=CostConfig, description="Rates that price each stage's and run's "
                                                                      "usage (none set: no cost is recorded).")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig,
+                                     description="Send each run to a tracking server (MLflow).")
     budget: Budget | None = Field(None, description="Caps on the run's cost, GPU-hours and wall time, enforced while "
                                                     "it runs (exit 9); a stage's own budget: caps that stage.")
 

@@ -1,0 +1,11 @@
+"""Sending runs to the tracking server a team already uses, as hooks on the run.
+
+``MlflowHook`` logs a run to MLflow (``tracking: {mlflow: {...}}``; the ``mlflow`` extra). A
+tracking server that is down, slow or refusing never fails a run that was otherwise fine: the
+hook warns once, stops calling it, and says what happened in the run folder's
+``tracking.json``.
+"""
+
+from pipeline.tracking.mlflow_hook import TRACKING_FILE, MlflowHook
+
+__all__ = ["TRACKING_FILE", "MlflowHook"]

@@ -1,0 +1,204 @@
+"""A run in MLflow: the resolved config as params, every metric, usage and cost, tags, and the
+report, record and models as artifacts.
+
+What is logged, with MLflow's own client (never its global state, so two runs in one process,
+or a user's own MLflow code, do not share an active run):
+
+- params: the resolved config, flattened to dotted keys (``stages.xgb.params.max_depth``);
+- tags: pipeline, run id, device, status, and the git commit of the config's folder when it is
+  a git checkout;
+- metrics: each model's evaluation (``<model>.<metric>``), per epoch of the torch stage
+  (``<stage>.<name>`` with the epoch as step), per tuning trial (``<stage>.trial.<metric>``,
+  the trial number as step), each stage's seconds, CPU seconds and cost, and the run's usage,
+  cost and duration;
+- artifacts: report.html, manifest.json, config.yaml and the exported models (``artifacts:
+  false`` leaves them out).
+
+Every call goes through ``_call``: the first failure is logged as a warning, later calls are
+skipped, and ``tracking.json`` in the run folder records the error (or the MLflow run id).
+HTTP retries are capped so a server that is down costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline.hooks import MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
+from pipeline.layout import CONFIG, MANIFEST
+
+log = logging.getLogger("pipeline")
+
+TRACKING_FILE = "tracking.json"
+# MLflow's limits on one batch, and on a param's value (longer values are cut, and say so).
+_BATCH = 100
+_PARAM_VALUE = 6000
+# A server that is down must cost seconds: MLflow retries for minutes by default.
+_HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+class MlflowHook(RunHook):
+    """Logs the run to MLflow at ``uri`` (None: MLflow's own default, ``$MLFLOW_TRACKING_URI``)
+    in ``experiment`` (None: the pipeline's name), created with ``artifact_location`` if new."""
+
+    def __init__(self, uri: str | None = None, experiment: str | None = None, *, artifacts: bool = True,
+                 artifact_location: str | None = None) -> None:
+        self.uri = uri
+        self.experiment = experiment
+        self.artifacts = artifacts
+        self.artifact_location = artifact_location
+        self.client: Any = None
+        self.run_id: str | None = None
+        self.error: str | None = None
+
+    # ------------------------------------------------------------------ events
+    def run_started(self, run: RunInfo) -> None:
+        for key, value in _HTTP_SETTINGS.items():
+            os.environ.setdefault(key, value)
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            self._fail("mlflow is not installed (pip install 'pipeline[mlflow]')")
+            return
+        self.client = self._call("connect", lambda: MlflowClient(tracking_uri=self.uri))
+        name = self.experiment or run.pipeline
+        experiment = self._call("find the experiment", lambda: self.client.get_experiment_by_name(name))
+        experiment_id = experiment.experiment_id if experiment is not None else \
+            self._call("create the experiment",
+                       lambda: self.client.create_experiment(name, artifact_location=self.artifact_location))
+        tags = {"pipeline": run.pipeline, "pipeline.run_id": run.run_id, "pipeline.device": run.device,
+                "mlflow.runName": run.run_id}
+        commit = _git_commit(run)
+        if commit:
+            tags["mlflow.source.git.commit"] = commit
+        created = self._call("create the run", lambda: self.client.create_run(experiment_id, tags=tags))
+        self.run_id = created.info.run_id if created is not None else None
+        params = dict(_flatten(_config_dict(run.config)))
+        self._batch("log the config", params=params)
+
+    def metric(self, event: MetricEvent) -> None:
+        prefix = event.model if event.model else event.stage
+        self._batch("log metrics", metrics={f"{prefix}.{k}": v for k, v in event.values.items()}, step=event.step)
+
+    def stage_finished(self, event: StageEvent) -> None:
+        record = event.record
+        values = {"seconds": record.seconds, "cpu_seconds": (record.usage or {}).get("cpu_seconds"),
+                  "cost": (record.cost or {}).get("total")}
+        self._batch("log stage usage", metrics={f"stage.{record.name}.{k}": v for k, v in values.items()})
+        tuning = (record.facts or {}).get("tuning")
+        if isinstance(tuning, dict):
+            metric = str(tuning.get("metric", "value"))
+            for trial in tuning.get("trials") or []:
+                if isinstance(trial, dict) and isinstance(trial.get("value"), (int, float)):
+                    self._batch("log trials", metrics={f"{record.name}.trial.{metric}": trial["value"]},
+                                step=int(trial.get("number", 0)))
+
+    def run_finished(self, event: RunEvent) -> None:
+        manifest = event.manifest
+        usage, cost = manifest.usage or {}, manifest.cost or {}
+        totals = {"run.duration_s": manifest.duration_s, "run.cpu_seconds": usage.get("cpu_seconds"),
+                  "run.cost": cost.get("total"),
+                  "run.gpu_seconds": sum(d.get("seconds", 0.0) for d in (usage.get("gpus") or {}).values()) or None,
+                  "run.energy_wh": sum(d.get("energy_wh", 0.0) for d in (usage.get("gpus") or {}).values()) or None}
+        self._batch("log run totals", metrics=totals)
+        self._batch("tag the status", tags={"pipeline.status": event.status})
+        if self.artifacts:
+            self._log_artifacts(event.run.run_dir, manifest.models)
+        status = {"succeeded": "FINISHED", "interrupted": "KILLED"}.get(event.status, "FAILED")
+        self._call("end the run", lambda: self.client.set_terminated(self.run_id, status=status))
+        self._record(event.run.run_dir)
+
+    # ------------------------------------------------------------------ calls
+    def _batch(self, what: str, *, metrics: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
+               tags: Mapping[str, str] | None = None, step: int | None = None) -> None:
+        """Metrics (finite numbers only), params and tags in batches of MLflow's size."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        if self.client is None or self.run_id is None:
+            return
+        now = int(time.time() * 1000)
+        items: list[Any] = [Metric(k, float(v), now, step or 0) for k, v in (metrics or {}).items() if _finite(v)]
+        items += [Param(k, _param(v)) for k, v in (params or {}).items()]
+        items += [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        for start in range(0, len(items), _BATCH):
+            chunk = items[start:start + _BATCH]
+            self._call(what, lambda chunk=chunk: self.client.log_batch(
+                self.run_id, metrics=[i for i in chunk if isinstance(i, Metric)],
+                params=[i for i in chunk if isinstance(i, Param)], tags=[i for i in chunk if isinstance(i, RunTag)]))
+
+    def _log_artifacts(self, run_dir: Path, models: Mapping[str, str]) -> None:
+        for name in ("report.html", MANIFEST, CONFIG):
+            path = run_dir / name
+            if path.is_file():
+                self._call(f"upload {name}", lambda path=path: self.client.log_artifact(self.run_id, str(path)))
+        for model, folder in models.items():
+            path = run_dir / folder
+            if path.is_dir():
+                self._call(f"upload model {model}", lambda path=path, model=model: self.client.log_artifacts(
+                    self.run_id, str(path), artifact_path=f"models/{model}"))
+
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()``, or None once anything failed: the first failure is warned about and kept."""
+        if self.error is not None or (self.client is None and what != "connect"):
+            return None
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - tracking never fails a run
+            self._fail(f"could not {what}: {type(exc).__name__}: {str(exc)[:300]}")
+            return None
+
+    def _fail(self, why: str) -> None:
+        self.error = why
+        log.warning("tracking: MLflow at %s: %s; the run goes on without it", self.uri or "the default URI", why)
+
+    def _record(self, run_dir: Path) -> None:
+        """tracking.json: where the run went, or why it did not (derived, like the report: not
+        one of the run's checksummed artifacts)."""
+        from pipeline.store import atomic_write_json
+
+        entry = {"uri": self.uri, "experiment": self.experiment, "run_id": self.run_id, "error": self.error}
+        try:
+            atomic_write_json(run_dir / TRACKING_FILE, {"mlflow": entry})
+        except OSError as exc:
+            log.warning("tracking: cannot write %s: %s", run_dir / TRACKING_FILE, exc)
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    if config is None:
+        return {}
+    return config.model_dump(mode="json", exclude_none=True) if hasattr(config, "model_dump") else dict(config)
+
+
+def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Dotted keys to leaf values; lists stay whole (as JSON text)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _flatten(inner, f"{prefix}.{key}" if prefix else str(key))
+    elif prefix:
+        yield prefix, value
+
+
+def _param(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= _PARAM_VALUE else text[:_PARAM_VALUE - 12] + " [truncated]"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and abs(value) != float("inf")
+
+
+def _git_commit(run: RunInfo) -> str | None:
+    """The commit checked out where the run was started (None outside a git checkout)."""
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
