@@ -36,7 +36,7 @@ from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.errors import (BudgetExceeded, PipelineError, StageError, StorageError, Terminated, budget_stop,
                              termination_requested)
 from pipeline.hooks import StageProgress
-from pipeline.memory import MemorySampler, release_freed_memory
+from pipeline.memory import MemorySampler, release_freed_memory, sampling_interval
 from pipeline.stages import STAGE_KINDS, StageContext
 from pipeline.store import utc_now
 
@@ -104,7 +104,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     outcome = StageOutcome(task.name, "running", started=utc_now(), worker=_worker_address())
     # This process's own allocations (RMM, PyTorch, CuPy), whichever backend: a CPU-backend
     # torch stage can train on a GPU too.
-    sampler = MemorySampler(device_meter=ProcessDeviceMemory(), gpu_meter=gpu_meter())
+    sampler = MemorySampler(sampling_interval(), device_meter=ProcessDeviceMemory(), gpu_meter=gpu_meter())
     t0 = time.perf_counter()
     try:
         with sampler:

@@ -115,7 +115,7 @@ class StageRecord(BaseModel):
     seconds: Seconds | None = None
     peak_rss_bytes: Bytes | None = None
     # The peak of the device memory this process allocated while the stage ran, per allocator
-    # (exact for PyTorch, and for RMM when the stage set a new high; else sampled every 10 ms),
+    # (exact for PyTorch, and for RMM when the stage set a new high; else sampled every 50 ms),
     # added up; ``peak_device_source`` names them: "rmm", "torch", "cupy" joined by "+". Not
     # other processes, a pool's unused part or the CUDA context. None: no device allocator used.
     peak_device_bytes: Bytes | None = None

@@ -83,7 +83,9 @@ def test_the_sampler_reads_the_gpus_every_nth_sample_and_reports_cpu_time():
     usage = sampler.usage()
     assert usage["cpu_seconds"] > 0 and usage["gpus"][0]["utilisation_mean"] == 50
     assert sampler._ticks >= 5 and len(sampled) <= sampler._ticks // 5 + 2
-    assert "gpus" not in MemorySampler().__enter__().usage()        # no GPU meter: no GPU fields, not zeros
+    with MemorySampler() as plain:
+        pass
+    assert "gpus" not in plain.usage()                               # no GPU meter: no GPU fields, not zeros
 
 
 @pytest.mark.parametrize("setting,expected", [
