@@ -251,6 +251,9 @@ class Executor(Protocol):
     def release(self, name: str) -> None: ...
     def outputs(self, names: Sequence[str]) -> dict[str, Any]: ...
     def close(self) -> None: ...
+    # Per cluster worker, what it used over the run (CPU and wall seconds, GPU energy), read by
+    # ``close``; empty in process.
+    worker_usage: dict[str, dict[str, Any]]
 
 
 StartedCallback = Callable[[str], None]
@@ -260,6 +263,8 @@ ProgressCallback = Callable[[str], StageProgress]
 class InProcessExecutor:
     """Runs each submitted stage in this process, in submission order, when its outcome is
     asked for. Cached outputs are unpickled only when a stage that runs needs them."""
+
+    worker_usage: dict[str, dict[str, Any]] = {}
 
     def __init__(self, started: StartedCallback, progress: ProgressCallback) -> None:
         self._started = started
@@ -347,6 +352,18 @@ class DaskExecutor:
         self._cached: dict[str, Any] = {}
         self._finished = as_completed(loop=self.client.loop)
         self.client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
+        self._usage_start = self._snapshot()
+        self.worker_usage: dict[str, dict[str, Any]] = {}
+
+    def _snapshot(self) -> dict[str, Any]:
+        """Every worker's ``process_snapshot`` (empty when the cluster cannot say)."""
+        from pipeline.backends.gpu_usage import process_snapshot
+
+        try:
+            return dict(self.client.run(process_snapshot))
+        except Exception as exc:  # noqa: BLE001 - usage is a record, never a reason to fail a run
+            log.warning("cluster usage: cannot read the workers' counters: %s: %s", type(exc).__name__, exc)
+            return {}
 
     def _on_event(self, event: Any) -> None:
         _, payload = event
@@ -393,8 +410,13 @@ class DaskExecutor:
         return {name: outcome.output for name, outcome in zip(wanted, gathered)}
 
     def close(self) -> None:
+        """Cancels what is left, reads what every worker used over the run, closes the session."""
+        from pipeline.backends.gpu_usage import worker_usage
+
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(PROGRESS_TOPIC)
+        if self._usage_start:
+            self.worker_usage = worker_usage(self._usage_start, self._snapshot())
         try:
             self.client.cancel(list(self._futures.values()))
         finally:

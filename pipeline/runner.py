@@ -112,6 +112,7 @@ class Runner:
         except ValueError as exc:
             raise ConfigError([ConfigIssue("cost", str(exc))]) from None
         self.check_budget_estimate = check_budget_estimate
+        self._worker_usage: dict[str, dict[str, Any]] = {}
         chosen = list(hooks if hooks is not None else [LibraryLogHook()])
         if report_enabled(config.report.enabled) and not any(isinstance(hook, ReportHook) for hook in chosen):
             chosen.append(ReportHook())          # last: it reads the record the others saw finished
@@ -317,6 +318,7 @@ class Runner:
             return executor.outputs([name for name, _ in steps]) if self.keep_outputs else {}
         finally:
             executor.close()
+            self._worker_usage = executor.worker_usage
 
     def _executor(self, backend: Backend, manifest: RunManifest, info: RunInfo, started: Any,
                   progress_of: Any) -> Executor:
@@ -433,6 +435,8 @@ class Runner:
         manifest.error = error
         manifest.usage, manifest.cost = run_totals(((r.usage, r.cost) for r in manifest.stages.values()),
                                                    self.rates.currency)
+        if self._worker_usage:                  # on a cluster: every worker's, over the whole run
+            manifest.usage = {**(manifest.usage or {}), "workers": self._worker_usage}
         manifest.artifacts = self._checksums(run, required=status == "succeeded")
         run.write_manifest(manifest)
         if status == "succeeded":

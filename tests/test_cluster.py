@@ -119,6 +119,10 @@ def test_independent_stages_run_at_once_on_different_workers(in_project, schedul
     assert a["start"] < b["end"] and b["start"] < a["end"], "the two stages overlapped in time"
     manifest = manifest_of(result)
     assert manifest.cluster["started_here"] is False and manifest.cluster["address"] == scheduler
+    # Usage is gathered from every worker over the run, beside each stage's from its own worker.
+    workers = manifest.usage["workers"]
+    assert len(workers) == 2 and all(w["seconds"] > 0 and w["cpu_seconds"] >= 0 for w in workers.values())
+    assert all(manifest.stages[name].usage["cpu_seconds"] >= 0 for name in ("a", "b"))
 
 
 def test_the_cli_runs_on_an_existing_cluster_and_leaves_it_running(in_project, scheduler):

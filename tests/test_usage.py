@@ -186,3 +186,19 @@ def test_runs_list_shows_each_runs_cost_and_totals_a_period(project):
     assert f"total cost of 2 priced run(s) since 2000-01-01 00:00: {sum(costs):.4f} USD" in listed.stdout
     later = cli("runs", "list", "--since", "2999-01-01", cwd=project)
     assert later.returncode == 0 and "no runs under runs since 2999-01-01" in later.stderr
+
+
+def test_worker_usage_is_the_difference_between_two_snapshots():
+    from pipeline.backends.gpu_usage import worker_usage
+
+    before = {"tcp://127.0.0.1:1": {"cpu_seconds": 10.0, "time": 100.0,
+                                    "gpus": [{"index": 0, "name": "A100", "energy_mj": 1_000_000}]},
+              "tcp://127.0.0.1:2": {"cpu_seconds": 1.0, "time": 100.0}}
+    after = {"tcp://127.0.0.1:1": {"cpu_seconds": 25.5, "time": 160.0,
+                                   "gpus": [{"index": 0, "name": "A100", "energy_mj": 8_200_000}]},
+             "tcp://127.0.0.1:2": {"cpu_seconds": 3.0, "time": 160.0},
+             "tcp://127.0.0.1:3": {"cpu_seconds": 9.0, "time": 160.0}}          # joined mid-run: no start
+    assert worker_usage(before, after) == {
+        "tcp://127.0.0.1:1": {"cpu_seconds": 15.5, "seconds": 60.0,
+                              "gpus": [{"index": 0, "name": "A100", "energy_wh": 2.0}]},
+        "tcp://127.0.0.1:2": {"cpu_seconds": 2.0, "seconds": 60.0}}
