@@ -68,3 +68,24 @@ def test_a_tracking_server_that_is_down_never_fails_the_run(project):
     assert "tracking: MLflow at http://127.0.0.1" in proc.stderr and "the run goes on without it" in proc.stderr
     tracked = json.loads((project / "runs" / "churn" / "latest" / "tracking.json").read_text())["mlflow"]
     assert tracked["run_id"] is None and "could not" in tracked["error"]
+
+
+def test_tuning_trials_are_logged_with_the_trial_number_as_step(tmp_path):
+    from pipeline.hooks import RunEvent, RunInfo, StageEvent
+    from pipeline.record import RunManifest, StageRecord
+    from pipeline.tracking import MlflowHook
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    hook = MlflowHook(uri, "trials", artifact_location=(tmp_path / "artifacts").as_uri())
+    info = RunInfo("20261124T000000.000Z-abcdef", tmp_path, "p", "cpu", "asked", 1)
+    hook.run_started(info)
+    trials = [{"number": 0, "value": 0.71}, {"number": 1, "value": None}, {"number": 2, "value": 0.74}]
+    record = StageRecord(name="xgb", kind="train", status="succeeded", seconds=2.5,
+                         facts={"tuning": {"metric": "roc_auc", "trials": trials}})
+    hook.stage_finished(StageEvent(info, record, spec=None, index=1))
+    hook.run_finished(RunEvent(info, "succeeded", RunManifest(pipeline="p", run_id=info.run_id, status="succeeded")))
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    history = client.get_metric_history(hook.run_id, "xgb.trial.roc_auc")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(0, 0.71), (2, 0.74)]
+    assert client.get_run(hook.run_id).data.metrics["stage.xgb.seconds"] == 2.5
+    assert json.loads((tmp_path / "tracking.json").read_text())["mlflow"]["run_id"] == hook.run_id
