@@ -15,23 +15,10 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def timed(args: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"pipeline {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return seconds
+from cli_timing import timed
 
 
 def main() -> int:
