@@ -20,8 +20,8 @@ from rich.text import Text
 from pipeline import __version__
 from pipeline.commands import register as register_commands
 from pipeline.commands.common import (
-    JSON_ERRORS, PipelineGroup, declare_outputs, handle_errors, metrics_setting, print_wide, split_names, stderr,
-    stdout,
+    JSON_ERRORS, PipelineGroup, config_argument, declare_outputs, handle_errors, metrics_setting, print_wide,
+    set_option, split_names, stderr, stdout,
 )
 from pipeline.errors import BackendUnavailable, ExitCode
 
@@ -31,11 +31,6 @@ from pipeline.errors import BackendUnavailable, ExitCode
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def main(debug: bool) -> None:
     """Run YAML-defined tabular ML pipelines on a GPU (cuDF, cuML) or a CPU (pandas, scikit-learn)."""
-
-
-config_argument = click.argument("config", type=click.Path(dir_okay=False, path_type=str))
-set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
-                          help="Override a config value, e.g. --set stages.forest.params.n_estimators=500. Repeatable.")
 
 
 @main.command()

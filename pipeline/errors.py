@@ -23,6 +23,7 @@ class ExitCode:
     LOCKED = 7            # another run of the same pipeline held the lock past --wait
     OUT_OF_MEMORY = 8     # the process could not allocate memory outside a stage (MemoryError)
     BUDGET = 9            # a budget cap stopped the run, or its estimate refused to start it
+    PARITY = 10           # pipeline parity: a metric differs between CPU and GPU beyond its band
     INTERRUPTED = 130     # SIGINT / Ctrl-C
     BROKEN_PIPE = 141     # stdout's reader went away (`pipeline runs list | head`): nothing to report
     TERMINATED = 143      # SIGTERM (Kubernetes, systemd, cron timeouts): recorded, then stopped
@@ -150,6 +151,12 @@ class BudgetError(PipelineError):
     runs exceeded it before the run started."""
 
     exit_code = ExitCode.BUDGET
+
+
+class ParityError(PipelineError):
+    """``pipeline parity``: the CPU and GPU runs disagree beyond a metric's tolerance band."""
+
+    exit_code = ExitCode.PARITY
 
 
 class BudgetExceeded(KeyboardInterrupt):

@@ -15,6 +15,7 @@ COMMANDS: tuple[str, ...] = (
     "pipeline.commands.cache:cache",
     "pipeline.commands.predict:predict",
     "pipeline.commands.report:report",
+    "pipeline.commands.parity:parity",
 )
 
 

@@ -49,6 +49,11 @@ OUTPUT_PARAMS = ("output", "runs_dir")
 OUTPUTS_KEY = "pipeline.outputs"
 LONGEST_MESSAGE = 4000          # an internal error's text (a repr of a frame...) is cut here
 
+# The config file argument and --set, shared by the commands that load a config.
+config_argument = click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+                          help="Override a config value, e.g. --set stages.forest.params.n_estimators=500. Repeatable.")
+
 
 def split_names(values: Sequence[str]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+import numpy as np
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
 from pipeline.backends.dates import check_date_format
@@ -30,7 +31,15 @@ class LoadSpec(StageSpec):
     dates: dict[str, str | None] | None = Field(
         None, description='Date columns and their strptime formats, e.g. {date: "%Y%m%d"}; null or "" reads the '
                           "first value's layout (ISO 8601). Offsets are converted to UTC and dropped.")
+    sample: int | None = Field(None, gt=0, description="Keep a seeded random sample of this many rows (in file "
+                                                       "order); in-memory reads only. pipeline parity --sample sets it.")
     max_inputs = 0
+
+    @model_validator(mode="after")
+    def _sample_in_memory(self) -> LoadSpec:
+        if self.sample is not None and self.partitioned:
+            raise ValueError("sample applies to in-memory reads; a partitioned read is not sampled")
+        return self
 
     @field_validator("dates")
     @classmethod
@@ -91,6 +100,10 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
             spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
             dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
         )
+        if spec.sample is not None and len(frame) > spec.sample:
+            rng = np.random.default_rng(ctx.seed)
+            frame = ctx.backend.take(frame, np.sort(rng.choice(len(frame), spec.sample, replace=False)))
+            ctx.facts["sampled"] = spec.sample
         ctx.facts["rows"] = int(len(frame))
         if not len(frame):
             raise DataError(f"{spec.path}: no rows" + (f" left after the filters {spec.filters}" if spec.filters else ""))

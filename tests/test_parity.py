@@ -1,0 +1,106 @@
+"""CPU/GPU parity: two real runs compared metric by metric against tolerance bands, workflow
+by workflow and stage by stage; without a GPU the command says so and runs nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.errors import ExitCode
+from pipeline.parity import compare_runs, within
+from pipeline.record import read_manifest
+
+FAST = ["device=cpu", "stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=30",
+        "stages.mlp.epochs=2"]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PIPELINE_REPORT": "off"}, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def run(project: Path, runs: str, *sets: str) -> Path:
+    proc = cli("run", "configs/churn.yaml", "--runs-dir", runs, *[a for s in (*FAST, *sets) for a in ("--set", s)],
+               cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    return (project / runs / "churn" / "latest").resolve()
+
+
+def test_bands_are_absolute_or_relative_and_nan_agrees_only_with_nan():
+    assert within("roc_auc", 0.80, 0.809) == (True, 0.01) and not within("roc_auc", 0.80, 0.811)[0]
+    assert within("rmse", 100.0, 101.9) == (True, 2.0) and not within("rmse", 100.0, 102.1)[0]
+    assert within("mape", math.nan, math.nan)[0] and not within("mape", 0.1, math.nan)[0]
+    assert within("a_plugin_metric", 1.0, 1.015) == (True, 0.02)
+
+
+def test_two_runs_are_compared_metric_by_metric_workflow_by_workflow_and_stage_by_stage(project):
+    base = run(project, "a")
+    same = run(project, "b", "stages.forest.params.n_estimators=21")        # the forest alone differs
+    found = compare_runs(base, same)
+    metrics = read_manifest(base).metrics
+    other = read_manifest(same).metrics
+    expected = {(split, model, name) for split, models in metrics["splits"].items() for model, values in models.items()
+                for name in values}
+    assert {(r["split"], r["model"], r["metric"]) for r in found["metrics"]} == expected
+    for row in found["metrics"]:
+        assert row["cpu"] == metrics["splits"][row["split"]][row["model"]][row["metric"]]
+        assert row["gpu"] == other["splits"][row["split"]][row["model"]][row["metric"]]
+        if row["model"] != "forest":
+            assert row["difference"] == 0 and row["within"], row      # same data, seed and model
+    assert found["workflow"] == []                                    # the same fitted workflow
+    assert [s["stage"] for s in found["stages"]] == list(read_manifest(base).stages)
+    assert found["ok"] == all(r["within"] for r in found["metrics"])
+
+    sampled = run(project, "c", "stages.raw.sample=1500")             # other rows: another workflow
+    found = compare_runs(base, sampled)
+    assert any(w["key"].startswith("ops") or "mean" in w["key"] for w in found["workflow"]), found["workflow"][:3]
+    assert read_manifest(sampled).stages["raw"].facts["rows"] == 1500
+
+
+def test_a_sample_is_the_same_rows_each_time_and_refused_on_a_partitioned_read(project):
+    first, second = run(project, "s1", "stages.raw.sample=700"), run(project, "s2", "stages.raw.sample=700")
+    ids = [pd.read_parquet(r / "export" / "predictions.parquet")["customerID"].tolist() for r in (first, second)]
+    assert ids[0] == ids[1] and len(set(ids[0])) <= 700
+    proc = cli("validate", "configs/churn.yaml", "--set", "stages.raw.sample=10", "--set", "stages.raw.partitioned=true",
+               cwd=project)
+    assert proc.returncode == ExitCode.CONFIG and "sample applies to in-memory reads" in proc.stderr
+
+
+def _gpu_usable() -> bool:
+    from pipeline.backends import resolve_backend
+    from pipeline.errors import BackendUnavailable
+
+    try:
+        resolve_backend("gpu")
+    except BackendUnavailable:
+        return False
+    return True
+
+
+def test_without_a_gpu_parity_runs_nothing_and_exits_5(project):
+    if _gpu_usable():
+        pytest.skip("this machine has a GPU: the parity run itself is the gpu test below")
+    proc = cli("parity", "configs/churn.yaml", cwd=project)
+    assert proc.returncode == ExitCode.BACKEND and "neither side was run" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (project / "runs").exists()
+
+
+@pytest.mark.gpu
+def test_parity_on_a_gpu_machine_compares_both_sides(project):
+    if not _gpu_usable():
+        pytest.skip("needs a usable GPU with RAPIDS")
+    proc = cli("parity", "configs/churn.yaml", "--sample", "2000", "--set", "stages.mlp.epochs=2", "--json",
+               cwd=project)
+    assert proc.returncode in (0, ExitCode.PARITY), proc.stderr
+    found = json.loads(proc.stdout)
+    gpu_run = project / "runs" / "churn" / found["gpu_run"]
+    assert json.loads((gpu_run / "parity.json").read_text()) == found
+    assert read_manifest(gpu_run).device.name == "gpu" and found["metrics"]
+    assert (proc.returncode == 0) == found["ok"]
