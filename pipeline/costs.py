@@ -20,12 +20,13 @@ A stage that held GPUs at under ``IDLE_UTILISATION`` percent on average for at l
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pipeline.sizes import parse_duration
 
 IDLE_UTILISATION = 10.0
 IDLE_MIN_SECONDS = 1.0
@@ -156,26 +157,6 @@ def format_cost(cost: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------- budgets
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds of ``90``, ``"90s"``, ``"30m"``, ``"2h"`` or ``"1.5d"``; a ``ValueError`` otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        found = _DURATION.match(str(value))
-        if not found:
-            raise ValueError(f"not a duration: {value!r} (write 90, 90s, 30m, 2h or 1.5d)")
-        seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"a duration must be above 0, not {value!r}")
-    return seconds
-
-
 class Budget(BaseModel):
     """Caps on what a run (or one stage) may spend; enforced while it runs (``pipeline.budget``)."""
 
@@ -185,7 +166,7 @@ class Budget(BaseModel):
                                    description="Most the run may cost at the cost: section's rates.")
     max_gpu_hours: float | None = Field(None, gt=0, allow_inf_nan=False,
                                         description="Most GPU-hours (seconds held x GPUs held, / 3600).")
-    max_wall: float | None = Field(None, description="Most wall time: seconds, or 90s, 30m, 2h, 1.5d.")
+    max_wall: float | None = Field(None, description="Most wall time: seconds, or 90s, 30m, 2h, 1h30m.")
 
     @field_validator("max_wall", mode="before")
     @classmethod

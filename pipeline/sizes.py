@@ -1,6 +1,7 @@
-"""Sizes written as text (``5GiB``, ``500MB``): one reader for the config, the environment and
-the command line. Kept apart from the config schema so that the cache and the CLI can read a
-size without importing pydantic models and every stage kind."""
+"""Sizes and durations written as text (``5GiB``, ``500MB``; ``90s``, ``1h30m``): one reader
+each for the config, the environment and the command line. Kept apart from the config schema
+so that the cache and the CLI can read a size without importing pydantic models and every
+stage kind."""
 
 from __future__ import annotations
 
@@ -30,3 +31,25 @@ def parse_size(value: object) -> int | None:
             if math.isfinite(size):
                 return int(size)
     raise ValueError(f"{value!r} is not a size: give bytes or a number with a unit (500MB, 5GiB), 0, or none")
+
+
+_DURATION_PART = r"(\d+(?:\.\d*)?)\s*(hours?|h|minutes?|mins?|m|seconds?|secs?|s)\s*"
+_DURATION = re.compile(rf"(?:{_DURATION_PART})+", re.IGNORECASE)
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"10m"``, ``"1h"`` or ``"1h30m"``."""
+    text = value.strip() if isinstance(value, str) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif text and re.fullmatch(r"\d+(?:\.\d*)?", text):
+        seconds = float(text)
+    elif text and _DURATION.fullmatch(text):
+        seconds = sum(float(number) * _UNIT_SECONDS[unit[0].lower()]
+                      for number, unit in re.findall(_DURATION_PART, text, re.IGNORECASE))
+    else:
+        raise ValueError(f"{value!r} is not a duration: give seconds or a number with a unit (90s, 10m, 1h)")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"a duration must be more than 0 seconds, not {value!r}")
+    return seconds

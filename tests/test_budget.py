@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.budget import BudgetHook
-from pipeline.costs import Budget, Rates, parse_duration
+from pipeline.costs import Budget, Rates
+from pipeline.sizes import parse_duration
 from pipeline.errors import ExitCode
 
 STAGES = '''\
@@ -112,7 +113,7 @@ stages:
 
 
 @pytest.mark.parametrize("text,seconds", [(90, 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0),
-                                          ("1.5d", 129600.0)])
+                                          ("1h30m", 5400.0)])
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
     assert Budget(max_wall=text).limits == {"max_wall": seconds}

@@ -33,8 +33,6 @@ import builtins
 import contextlib
 import difflib
 import json
-import math
-import re
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,6 +46,7 @@ from pydantic import (
 from pipeline.errors import ConfigError
 from pipeline.featuresets import FeatureSet
 from pipeline.metrics import HIGHER_IS_BETTER, default_metric, metric_names
+from pipeline.sizes import parse_duration
 from pipeline.stages.base import StageContext, StageProgress
 from pipeline.stages.tuning_trials import (
     RegistryTrainer, TorchTrainer, Trainer, TrialPruner, trial_runner,
@@ -59,29 +58,9 @@ __all__ = ["ParamRange", "RegistryTrainer", "TorchTrainer", "TuneResult", "TuneS
 SAMPLER = "TPE"
 # Median pruning waits for this many finished trials before it compares anything.
 PRUNER_STARTUP_TRIALS = 5
-_DURATION_PART = r"(\d+(?:\.\d*)?)\s*(hours?|h|minutes?|mins?|m|seconds?|secs?|s)\s*"
-_DURATION = re.compile(rf"(?:{_DURATION_PART})+", re.IGNORECASE)
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
 
 # ------------------------------------------------------------------ the config block
-def parse_duration(value: object) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"10m"``, ``"1h"`` or ``"1h30m"``."""
-    text = value.strip() if isinstance(value, str) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif text and re.fullmatch(r"\d+(?:\.\d*)?", text):
-        seconds = float(text)
-    elif text and _DURATION.fullmatch(text):
-        seconds = sum(float(number) * _UNIT_SECONDS[unit[0].lower()]
-                      for number, unit in re.findall(_DURATION_PART, text, re.IGNORECASE))
-    else:
-        raise ValueError(f"{value!r} is not a duration: give seconds or a number with a unit (90s, 10m, 1h)")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"a duration must be more than 0 seconds, not {value!r}")
-    return seconds
-
-
 class ParamRange(BaseModel):
     """One searched parameter, written ``{int: [low, high]}``, ``{float: [low, high]}`` (either
     with ``log: true`` or a ``step``) or ``{choice: [a, b, ...]}``. Bounds are inclusive."""
