@@ -28,6 +28,7 @@ import psutil
 from pipeline.costs import Budget, Rates
 from pipeline.errors import BudgetExceeded, request_budget_stop
 from pipeline.hooks import RunHook, RunInfo, StageEvent
+from pipeline.memory import cpu_seconds
 
 INTERVAL = 0.2
 
@@ -98,7 +99,7 @@ class BudgetHook(RunHook):
 
     def stage_started(self, event: StageEvent) -> None:
         with self._lock:
-            self._running[event.record.name] = _Running(time.monotonic(), self._cpu())
+            self._running[event.record.name] = _Running(time.monotonic(), cpu_seconds(self._process))
 
     def stage_finished(self, event: StageEvent) -> None:
         record = event.record
@@ -129,7 +130,7 @@ class BudgetHook(RunHook):
     def check(self, now: float | None = None) -> Overrun | None:
         """The first cap passed, if any: each running stage's own, then the run's."""
         now = time.monotonic() if now is None else now
-        cpu = self._cpu()
+        cpu = cpu_seconds(self._process)
         rss = self._process.memory_info().rss
         with self._lock:
             running = dict(self._running)
@@ -152,9 +153,6 @@ class BudgetHook(RunHook):
             + rss / 1e9 * wall / 3600 * self.rates.memory_gb_hour
         return {"max_wall": wall, "max_cost": cost, "max_gpu_hours": wall * len(self.gpus) / 3600}
 
-    def _cpu(self) -> float:
-        times = self._process.cpu_times()
-        return times.user + times.system + times.children_user + times.children_system
 
 
 def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Overrun | None:

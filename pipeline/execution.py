@@ -357,7 +357,7 @@ class DaskExecutor:
 
     def _snapshot(self) -> dict[str, Any]:
         """Every worker's ``process_snapshot`` (empty when the cluster cannot say)."""
-        from pipeline.backends.gpu_usage import process_snapshot
+        from pipeline.memory import process_snapshot
 
         try:
             return dict(self.client.run(process_snapshot))
@@ -411,7 +411,7 @@ class DaskExecutor:
 
     def close(self) -> None:
         """Cancels what is left, reads what every worker used over the run, closes the session."""
-        from pipeline.backends.gpu_usage import worker_usage
+        from pipeline.memory import worker_usage
 
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(PROGRESS_TOPIC)

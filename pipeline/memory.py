@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
+
+from pipeline.backends.gpu_usage import MJ_PER_WH, visible_gpus
 
 if TYPE_CHECKING:
     from pipeline.backends.device_memory import DevicePeak
@@ -86,17 +89,12 @@ class MemorySampler:
         while not self._stop.wait(self._interval):
             self._sample()
 
-    def _cpu(self) -> float:
-        """User and system seconds of this process and the children it has waited for."""
-        times = self._process.cpu_times()
-        return times.user + times.system + times.children_user + times.children_system
-
     def __enter__(self) -> MemorySampler:
         if self._meter is not None:
             self._meter.begin()
         if self._gpu is not None:
             self._gpu.begin()
-        self._cpu_start = self._cpu()
+        self._cpu_start = cpu_seconds(self._process)
         self._sample()
         if self._interval is not None:
             self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
@@ -108,7 +106,7 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join()
         self._sample()
-        self.cpu_seconds = max(self._cpu() - self._cpu_start, 0.0)
+        self.cpu_seconds = max(cpu_seconds(self._process) - self._cpu_start, 0.0)
         if self._meter is not None:
             peak = self._meter.finish()
             if peak is not None:
@@ -126,6 +124,12 @@ class MemorySampler:
 
 
 ENV_SAMPLING = "PIPELINE_SAMPLING"
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """User and system seconds of ``process`` and of the children it has waited for."""
+    times = process.cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def sampling_interval(environ: Mapping[str, str] | None = None) -> float | None:
@@ -167,3 +171,39 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+def process_snapshot() -> dict[str, Any]:
+    """This process's cumulative CPU seconds and each visible GPU's energy counter: what a Dask
+    worker reports at the start and end of a run (``worker_usage`` takes the difference)."""
+    snapshot: dict[str, Any] = {"cpu_seconds": cpu_seconds(psutil.Process()), "time": time.monotonic()}
+    readings = visible_gpus()
+    if readings is not None:
+        snapshot["gpus"] = [{"index": index, "name": name, "energy_mj": readings.read(index).energy_mj}
+                            for index, name in readings.devices]
+    return snapshot
+
+
+def worker_usage(before: Mapping[str, Mapping[str, Any]],
+                 after: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per worker present at both ends: CPU seconds, wall seconds, and each GPU's energy (Wh,
+    where the board keeps a counter) between two ``process_snapshot`` of every worker."""
+    out: dict[str, dict[str, Any]] = {}
+    for worker, end in after.items():
+        start = before.get(worker)
+        if start is None:
+            continue
+        entry: dict[str, Any] = {"cpu_seconds": round(max(end["cpu_seconds"] - start["cpu_seconds"], 0.0), 4),
+                                 "seconds": round(max(end["time"] - start["time"], 0.0), 4)}
+        first = {g["index"]: g for g in start.get("gpus", [])}
+        gpus = []
+        for gpu in end.get("gpus", []):
+            begun = first.get(gpu["index"], {}).get("energy_mj")
+            energy = (gpu["energy_mj"] - begun) / MJ_PER_WH if begun is not None and gpu["energy_mj"] is not None \
+                else None
+            gpus.append({"index": gpu["index"], "name": gpu["name"],
+                         "energy_wh": None if energy is None else round(max(energy, 0.0), 6)})
+        if gpus:
+            entry["gpus"] = gpus
+        out[worker] = entry
+    return out

@@ -17,6 +17,7 @@ from pipeline.budget import BudgetHook
 from pipeline.costs import Budget, Rates
 from pipeline.sizes import parse_duration
 from pipeline.errors import ExitCode
+from pipeline.memory import cpu_seconds
 
 STAGES = '''\
 import time
@@ -131,7 +132,7 @@ def test_the_watch_prices_a_running_stage_on_the_gpus_it_may_use():
     hook._started = 0.0
     from pipeline.budget import _Running
 
-    hook._running["train"] = _Running(started=0.0, cpu=hook._cpu())
+    hook._running["train"] = _Running(started=0.0, cpu=cpu_seconds(hook._process))
     assert hook.check(now=1000.0) is None                         # 2 GPUs x 1000 s: 0.56 GPU-h, 2.22 cost
     over = hook.check(now=2000.0)                                 # 1.11 GPU-h; cost 4.44: under the stage's 5
     assert (over.scope, over.cap) == ("run", "max_gpu_hours") and over.reached == pytest.approx(2000 * 2 / 3600)

@@ -189,7 +189,7 @@ def test_runs_list_shows_each_runs_cost_and_totals_a_period(project):
 
 
 def test_worker_usage_is_the_difference_between_two_snapshots():
-    from pipeline.backends.gpu_usage import worker_usage
+    from pipeline.memory import worker_usage
 
     before = {"tcp://127.0.0.1:1": {"cpu_seconds": 10.0, "time": 100.0,
                                     "gpus": [{"index": 0, "name": "A100", "energy_mj": 1_000_000}]},

@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # Joules in a watt-hour, and NVML's millijoules and milliwatts.
-_MJ_PER_WH = 3_600_000.0
+MJ_PER_WH = 3_600_000.0
 _MW_PER_W = 1000.0
 
 
@@ -155,7 +155,7 @@ class GpuUsageMeter:
         for index, series in self._series.items():
             power = sum(series.power) / len(series.power) if series.power else None
             if series.energy_start is not None and series.energy_end is not None:
-                energy = max(series.energy_end - series.energy_start, 0) / _MJ_PER_WH
+                energy = max(series.energy_end - series.energy_start, 0) / MJ_PER_WH
             else:
                 energy = power * seconds / 3600.0 if power is not None else None
             out.append({"index": index, "name": series.name, "seconds": round(seconds, 4),
@@ -171,42 +171,3 @@ def gpu_meter() -> GpuUsageMeter | None:
     readings = visible_gpus()
     return GpuUsageMeter(readings) if readings is not None else None
 
-
-def process_snapshot() -> dict[str, Any]:
-    """This process's cumulative CPU seconds and each visible GPU's energy counter: what a Dask
-    worker reports at the start and end of a run (``worker_usage`` takes the difference)."""
-    import psutil
-
-    times = psutil.Process().cpu_times()
-    snapshot: dict[str, Any] = {"cpu_seconds": times.user + times.system + times.children_user + times.children_system,
-                                "time": time.monotonic()}
-    readings = visible_gpus()
-    if readings is not None:
-        snapshot["gpus"] = [{"index": index, "name": name, "energy_mj": readings.read(index).energy_mj}
-                            for index, name in readings.devices]
-    return snapshot
-
-
-def worker_usage(before: Mapping[str, Mapping[str, Any]],
-                 after: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per worker present at both ends: CPU seconds, wall seconds, and each GPU's energy (Wh,
-    where the board keeps a counter) between two ``process_snapshot`` of every worker."""
-    out: dict[str, dict[str, Any]] = {}
-    for worker, end in after.items():
-        start = before.get(worker)
-        if start is None:
-            continue
-        entry: dict[str, Any] = {"cpu_seconds": round(max(end["cpu_seconds"] - start["cpu_seconds"], 0.0), 4),
-                                 "seconds": round(max(end["time"] - start["time"], 0.0), 4)}
-        first = {g["index"]: g for g in start.get("gpus", [])}
-        gpus = []
-        for gpu in end.get("gpus", []):
-            begun = first.get(gpu["index"], {}).get("energy_mj")
-            energy = (gpu["energy_mj"] - begun) / _MJ_PER_WH if begun is not None and gpu["energy_mj"] is not None \
-                else None
-            gpus.append({"index": gpu["index"], "name": gpu["name"],
-                         "energy_wh": None if energy is None else round(max(energy, 0.0), 6)})
-        if gpus:
-            entry["gpus"] = gpus
-        out[worker] = entry
-    return out
