@@ -210,7 +210,8 @@ def _profile(sources: RunSources, stage: str, profile: Mapping[str, Any]) -> str
         parts.append(figure_row([figures.split_histogram(balance["edges"], shares,
                                                          title=f"{profile.get('target')} by split")]))
     histograms = profile.get("histograms") or {}
-    top = _top_features(sources, list(histograms))[:TOP_DISTRIBUTIONS]
+    ranked_by, importance = _ranking(sources)
+    top = sorted(histograms, key=lambda name: -(importance.get(name) or 0.0))[:TOP_DISTRIBUTIONS]
     shown = []
     for name in top:
         entry = histograms[name]
@@ -221,38 +222,25 @@ def _profile(sources: RunSources, stage: str, profile: Mapping[str, Any]) -> str
     if shown:
         parts.append(f"<h3>{e(stage)}: the most important features</h3>{figure_row(shown)}")
         parts.append(f'<p class="note">Values as the models see them (after the feature ops), on the training '
-                     f"split's bins; from {e(stage)}/profile.json. Ranked by {e(_ranking_source(sources))}.</p>")
+                     f"split's bins; from {e(stage)}/profile.json. Ranked by {e(ranked_by)}.</p>")
     return "".join(parts)
 
 
-def _ranking(sources: RunSources) -> tuple[str, Mapping[str, float]] | None:
-    """The importances the data section ranks features by: the best model's of the first
-    evaluation, SHAP where it has them, else permutation, else any kind it has."""
+def _ranking(sources: RunSources) -> tuple[str, Mapping[str, float]]:
+    """What the data section ranks features by, and the importances: the best model's of the
+    first evaluation that has any, SHAP where it has them, else permutation, else any kind;
+    without importances, the features' own order (a stable sort by nothing)."""
     for evaluation in sources.evaluations:
         found = (evaluation.importance or {}).get("models", {})
-        best = found.get(evaluation.metrics.get("best")) or next(iter(found.values()), None)
-        if not best:
+        best = evaluation.metrics.get("best")
+        model = best if best in found else next(iter(found), None)
+        if model is None:
             continue
-        model = next(name for name, entry in found.items() if entry is best)
-        for kind in ("shap", "permutation", *best):
-            values = best.get(kind)
+        for kind in ("shap", "permutation", *found[model]):
+            values = found[model].get(kind)
             if isinstance(values, dict):
-                values = values.get("mean", values)
-                return f"{model}'s {kind} importance", values
-    return None
-
-
-def _top_features(sources: RunSources, names: Sequence[str]) -> list[str]:
-    ranking = _ranking(sources)
-    if ranking is None:
-        return list(names)
-    values = ranking[1]
-    return sorted(names, key=lambda name: -(values.get(name) or 0.0))
-
-
-def _ranking_source(sources: RunSources) -> str:
-    ranking = _ranking(sources)
-    return ranking[0] if ranking else "the features' order (no importances were recorded)"
+                return f"{model}'s {kind} importance", values.get("mean", values)
+    return "the features' order (no importances were recorded)", {}
 
 
 def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, str]:
