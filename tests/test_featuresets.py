@@ -187,3 +187,18 @@ def test_both_layouts_profile_every_row_alike(layouts):
         assert entry.keys() == other.keys()
         for split in SIZES:
             np.testing.assert_allclose(entry["shares"][split], other["shares"][split], atol=1e-12)
+
+
+def test_the_profile_sample_gives_the_drift_reference_without_reading_the_split_again(monkeypatch):
+    from pipeline.metrics.drift import reference_profile
+
+    features = build_features(small_split(), OPS, id_column="customerID")
+    read: list[str] = []
+    sample = features.host_sample
+    monkeypatch.setattr(features, "host_sample", lambda split, rows: read.append(split) or sample(split, rows))
+    features.profile()
+    reference = features.drift_reference()
+    assert read == ["train", "valid", "test"]                      # one read per split, none for the reference
+    assert reference == reference_profile(sample("train", 10_000)[0], features.feature_names)
+    fresh = build_features(small_split(), OPS, id_column="customerID")
+    assert fresh.drift_reference() == reference                     # without a profile: worked out on demand

@@ -21,6 +21,7 @@ from pipeline.backends import Backend
 from pipeline.prediction_columns import CLASS_COLUMNS_KEY, class_column_map, task_columns, true_values
 from pipeline.errors import DataError
 from pipeline.features import FeatureWorkflow
+from pipeline.metrics.drift import reference_profile
 from pipeline.metrics.profile import PROFILE_ROWS, feature_histograms, target_balance
 from pipeline.tasks import BINARY, Task
 
@@ -61,6 +62,10 @@ class FeatureSet(ABC):
     # workers hold different copies of it).
     uid: str
 
+    # The training split's drift profile once worked out (``drift_reference``); a plain
+    # attribute, not a field, so a copy of the features (a sample) does not carry it.
+    _drift_reference: dict[str, Any] | None = None
+
     # Whether X, y and ids are lazy Dask collections (kept for callers that report it).
     partitioned: ClassVar[bool] = False
     # Whether estimators for these features are the registry's distributed (Dask) ones.
@@ -89,6 +94,15 @@ class FeatureSet(ABC):
         """Cross-validation folds these features can build (``folds: k`` of the split); 0 without."""
         return 0
 
+    def drift_reference(self) -> dict[str, Any]:
+        """The drift profile of the training split's matrix (``pipeline.metrics.drift``), on at
+        most ``PROFILE_ROWS`` rows spread over it: worked out once, from ``profile``'s sample
+        when the features stage wrote one, and kept with the features (every exported model
+        of them saves the same one)."""
+        if self._drift_reference is None:
+            self._drift_reference = reference_profile(self.host_sample(TRAIN, PROFILE_ROWS)[0], self.feature_names)
+        return self._drift_reference
+
     @abstractmethod
     def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to ``rows`` rows of ``split`` spread over it: the features as a host float64
@@ -97,8 +111,11 @@ class FeatureSet(ABC):
 
     def profile(self, rows: int = PROFILE_ROWS) -> dict[str, Any]:
         """profile.json of the features stage: rows per split, the target's balance and each
-        feature's histogram per split (``pipeline.metrics.profile``), on samples of ``rows``."""
+        feature's histogram per split (``pipeline.metrics.profile``), on samples of ``rows``.
+        The training sample also gives the drift reference, so export does not read it again."""
         samples = {split: self.host_sample(split, rows) for split, n in self.rows().items() if n}
+        if TRAIN in samples and rows == PROFILE_ROWS and self._drift_reference is None:
+            self._drift_reference = reference_profile(samples[TRAIN][0], self.feature_names)
         return {"rows": self.rows(), "sample_rows": {split: int(x.shape[0]) for split, (x, _) in samples.items()},
                 "features": self.feature_names, "categorical": self.categorical_columns,
                 "target": self.target, "task": self.task.to_dict(),

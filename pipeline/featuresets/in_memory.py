@@ -54,7 +54,7 @@ class InMemoryFeatures(FeatureSet):
     def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Every k-th row, k the smallest step that keeps at most ``rows``: strided views on
         the device, so only the sample is copied to the host."""
-        step = max(1, -(-self.rows()[split] // max(rows, 1)))
+        step = stride(self.rows()[split], rows)
         x = np.asarray(self.backend.to_host(self.X[split][::step]), dtype="float32")
         return x, np.asarray(self.backend.to_host(self.y[split][::step]))
 
@@ -73,6 +73,11 @@ class InMemoryFeatures(FeatureSet):
 
     def matrix_handoffs(self) -> list[Handoff]:
         return self.handoffs
+
+
+def stride(total: int, rows: int) -> int:
+    """The smallest step k such that every k-th of ``total`` rows is at most ``rows`` rows."""
+    return max(1, -(-total // max(rows, 1)))
 
 
 @dataclass

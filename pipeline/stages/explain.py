@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataError
-from pipeline.featuresets.in_memory import InMemoryFeatures
+from pipeline.featuresets.in_memory import InMemoryFeatures, stride
 from pipeline.metrics import HIGHER_IS_BETTER, task_metrics
 from pipeline.models import get_model_spec
 from pipeline.stages.train import TrainedModel
@@ -113,7 +113,7 @@ def native_importance(model: TrainedModel, *, split: str, rows: int) -> tuple[di
 
 def strided_sample(features: InMemoryFeatures, split: str, rows: int) -> InMemoryFeatures:
     """Every k-th row of ``split`` (views, no copy) as the one split ``SAMPLE``."""
-    step = max(1, -(-features.rows()[split] // max(rows, 1)))
+    step = stride(features.rows()[split], rows)
 
     def take(array: Any) -> Any:
         return array[::step][:rows]

@@ -8,9 +8,8 @@ loaded), so this module never asks which model it is; ``model.json`` names the f
 (``format``) and lists the files it wrote (``files``) for ``predict`` to verify.
 
 Each model folder also holds ``reference.json`` (listed in ``files`` too): the drift profile
-of the training split's feature matrix (``pipeline.metrics.drift``), which ``predict`` bins the
-scored rows against. It is the same for every model of the stage (they share one feature
-set), so the stage computes it once.
+of the training split's feature matrix (``FeatureSet.drift_reference``), which ``predict``
+bins the scored rows against; the features work it out once for every model trained on them.
 """
 
 from __future__ import annotations
@@ -24,16 +23,9 @@ from pydantic import Field
 from pipeline.errors import DataError
 from pipeline.store import finite_or_null
 from pipeline.featuresets import FeatureSet
-from pipeline.featuresets.base import TRAIN
 from pipeline.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
-from pipeline.metrics.drift import reference_profile
 from pipeline.stages.base import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
-
-
-# Training rows a drift profile reads at most: enough for every bucket's share to within a few
-# tenths of a percent, few enough that export stays cheap on a split of any size.
-REFERENCE_ROWS = 100_000
 
 
 class ExportSpec(StageSpec):
@@ -70,16 +62,9 @@ def model_meta(model: TrainedModel) -> dict[str, Any]:
     }
 
 
-def reference_of(features: FeatureSet) -> dict[str, Any]:
-    """The drift profile of the training split's feature matrix, what the model sees (at most
-    ``REFERENCE_ROWS`` rows, spread over the split; ``rows`` says how many)."""
-    return reference_profile(features.host_sample(TRAIN, REFERENCE_ROWS)[0], features.feature_names)
-
-
-def save_model(model: TrainedModel, folder: Path, *, reference: dict[str, Any] | None = None) -> list[Path]:
+def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     """Write ``folder``/{model files, reference.json, workflow.json, model.json}; returns the
-    files written. ``reference``: the features' drift profile when the caller has it already
-    (``reference_of``; computed here otherwise)."""
+    files written."""
     from pipeline.models import get_model_spec
     from pipeline.store import atomic_write_json
 
@@ -91,7 +76,7 @@ def save_model(model: TrainedModel, folder: Path, *, reference: dict[str, Any] |
     except KeyError as exc:
         raise DataError(f"export: cannot save '{model.name}': {exc.args[0]}") from None
     written, extra = model_format.save(model.estimator, folder, backend=backend)
-    atomic_write_json(folder / REFERENCE_FILE, reference_of(model.features) if reference is None else reference)
+    atomic_write_json(folder / REFERENCE_FILE, model.features.drift_reference())
     written.append(folder / REFERENCE_FILE)
     meta.update(extra)
     meta["format"] = model_format.name
@@ -116,14 +101,11 @@ class ExportedFiles(list):
 @register_stage("export", ExportSpec, produces=ExportedFiles, accepts=(TrainedModel,), records=("models",))
 def run_export(spec: ExportSpec, ctx: StageContext, inputs) -> ExportedFiles:
     models = list(inputs.values())
-    features = _same_features(models)
     # One Parquet file in memory; a folder of files, one per partition, for partitioned data.
-    written = features.write_predictions(models, spec.split, ctx.artifact_path("predictions.parquet"))
+    written = _same_features(models).write_predictions(models, spec.split, ctx.artifact_path("predictions.parquet"))
     if spec.models:
-        reference = reference_of(features)          # one feature set, one profile for every model
         for model in models:
-            written += save_model(model, ctx.artifact_path(MODELS_DIR, model.name, MODEL_DESCRIPTION).parent,
-                                  reference=reference)
+            written += save_model(model, ctx.artifact_path(MODELS_DIR, model.name, MODEL_DESCRIPTION).parent)
         ctx.run_record["models"] = {model.name: model_folder(ctx.stage, model.name) for model in models}
     ctx.facts["files"] = len(written)
     return ExportedFiles(str(p) for p in written)
