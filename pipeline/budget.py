@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from pipeline.backends.gpu_usage import visible_gpus
 from pipeline.costs import Budget, Rates
 from pipeline.errors import BudgetExceeded, request_budget_stop
 from pipeline.hooks import RunHook, RunInfo, StageEvent
@@ -66,10 +67,12 @@ class BudgetHook(RunHook):
 
     def __init__(self, budget: Budget | None, stages: Mapping[str, Budget], rates: Rates, *,
                  gpus: list[tuple[int, str]] | None = None, interval: float = INTERVAL) -> None:
+        """``gpus``: (NVML index, name) of the GPUs the run holds; None: this process's visible
+        ones, looked up when the run starts."""
         self.budget = budget
         self.stages = {name: b for name, b in stages.items() if b.limits}
         self.rates = rates
-        self.gpus = gpus or []
+        self.gpus = gpus
         self.interval = interval
         self.overrun: Overrun | None = None
         self._process = psutil.Process()
@@ -88,6 +91,9 @@ class BudgetHook(RunHook):
 
     # ------------------------------------------------------------------ the run's events
     def run_started(self, run: RunInfo) -> None:
+        if self.gpus is None:
+            readings = visible_gpus()
+            self.gpus = list(readings.devices) if readings is not None else []
         self._target = threading.get_ident()           # the thread that runs the stages
         if self._target == threading.main_thread().ident:
             # A signal wakes the main thread from a blocking call (a sleep, a wait on the
@@ -148,10 +154,11 @@ class BudgetHook(RunHook):
 
     def _stage_spend(self, stage: _Running, now: float, cpu: float, rss: int) -> dict[str, float]:
         wall = now - stage.started
-        gpu = sum(wall / 3600 * self.rates.gpu_rate(name) for _, name in self.gpus)
+        gpus = self.gpus or []
+        gpu = sum(wall / 3600 * self.rates.gpu_rate(name) for _, name in gpus)
         cost = gpu + (cpu - stage.cpu) / 3600 * self.rates.cpu_core_hour \
             + rss / 1e9 * wall / 3600 * self.rates.memory_gb_hour
-        return {"max_wall": wall, "max_cost": cost, "max_gpu_hours": wall * len(self.gpus) / 3600}
+        return {"max_wall": wall, "max_cost": cost, "max_gpu_hours": wall * len(gpus) / 3600}
 
 
 

@@ -25,9 +25,11 @@ from typing import Any
 
 from pipeline import __version__, history
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
+from pipeline.budget import BudgetHook
 from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
+from pipeline.costs import IDLE_UTILISATION, Budget, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.dag import plan, select
 from pipeline.errors import (BudgetError, ConfigError, ConfigIssue, PipelineError, StageError, StorageError, Terminated,
                              budget_stop, clear_budget_stop)
@@ -38,14 +40,11 @@ from pipeline.hooks import (
 )
 from pipeline.locks import RunLock
 from pipeline.record import DeviceRecord, RunManifest, StageRecord, check_metrics
-from pipeline.backends.gpu_usage import visible_gpus
-from pipeline.budget import BudgetHook
-from pipeline.costs import IDLE_UTILISATION, Budget, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.report import ReportHook, report_enabled
-from pipeline.tracking import MlflowHook
 from pipeline.signing import check_signing_key, sign_run
 from pipeline.stages import STAGE_KINDS
 from pipeline.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
+from pipeline.tracking import MlflowHook
 
 log = logging.getLogger("pipeline")
 # Earlier runs a budget's pre-flight estimate is the median of.
@@ -121,7 +120,7 @@ class Runner:
             chosen.append(MlflowHook(mlflow.uri, mlflow.experiment, artifacts=mlflow.artifacts,    # after the report
                                      artifact_location=mlflow.artifact_location))
         self.budget = BudgetHook(config.budget, {name: spec.budget for name, spec in config.stages.items()
-                                                 if spec.budget is not None}, self.rates, gpus=_visible_gpus())
+                                                 if spec.budget is not None}, self.rates)
         if self.budget.active:
             chosen.insert(0, self.budget)        # first: its watch starts as the run does
         self.hooks = HookList(chosen)
@@ -455,12 +454,6 @@ class Runner:
                 raise
             log.warning("%s", exc)
             return {}
-
-
-def _visible_gpus() -> list[tuple[int, str]]:
-    """The GPUs this process may use, by NVML index and name (none without NVML)."""
-    readings = visible_gpus()
-    return list(readings.devices) if readings is not None else []
 
 
 def _refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str) -> None:
