@@ -15,10 +15,10 @@ import xgboost
 from pipeline.backends import get_backend
 from pipeline.backends.cluster import cluster_workers
 from pipeline.errors import DataError, StageError
+from pipeline.distributed.worker_ranks import wait_for_ranks
 from pipeline.distributed.xgboost_external import (
     BatchSource,
     ParquetBatches,
-    _wait_for_ranks,
     parquet_files,
     plan_shards,
 )
@@ -116,7 +116,7 @@ def test_a_failed_rank_ends_the_training_while_the_others_still_run(cluster_clie
     started = time.monotonic()
     try:
         with pytest.raises(ValueError, match="could not read its batch"):
-            _wait_for_ranks(cluster_client, futures, shards, "xgb")
+            wait_for_ranks(cluster_client, futures, [s.worker for s in shards], "xgb", "training")
         assert time.monotonic() - started < 30
     finally:
         _free_workers(cluster_client, futures, stop)
@@ -133,7 +133,7 @@ def test_a_lost_worker_fails_the_stage_naming_it(cluster_client, tmp_path):
     os.kill(pid, signal.SIGKILL)           # the nanny starts a new worker, at another address
     try:
         with pytest.raises(StageError) as info:
-            _wait_for_ranks(cluster_client, futures, shards, "xgb")
+            wait_for_ranks(cluster_client, futures, [s.worker for s in shards], "xgb", "training")
         assert workers[1] in str(info.value) and info.value.stage == "xgb"
     finally:
         _free_workers(cluster_client, futures, stop)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from functools import cache
 
 from pipeline.backends.base import (
-    FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, estimator_output, instance_of, is_partitioned,
-    scores_for_task,
+    FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, estimator_output, has_cluster, instance_of,
+    is_partitioned, scores_for_task,
 )
 from pipeline.backends.detect import DeviceChoice, choose_device
 from pipeline.errors import BackendUnavailable
 
 __all__ = [
     "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",
-    "backend_for", "cluster_client", "compute_lazy", "estimator_output", "get_backend", "is_partitioned",
-    "resolve_backend", "scores_for_task",
+    "backend_for", "cluster_client", "compute_lazy", "estimator_output", "get_backend", "has_cluster",
+    "is_partitioned", "resolve_backend", "scores_for_task",
 ]
 
 

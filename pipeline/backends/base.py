@@ -453,6 +453,25 @@ def cluster_client() -> Iterator[Any]:
         yield client
 
 
+def has_cluster() -> bool:
+    """Whether ``cluster_client`` has a cluster to give: inside a Dask worker, or with a default
+    client in this process (the run's cluster, or the caller's own ``Client``)."""
+    try:
+        from distributed import get_client, get_worker
+    except ImportError:
+        return False
+    try:
+        get_worker()
+        return True
+    except ValueError:
+        pass
+    try:
+        get_client()
+        return True
+    except ValueError:
+        return False
+
+
 def row_major_matrix(
     xp: ModuleType,
     n_rows: int,

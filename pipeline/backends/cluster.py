@@ -348,10 +348,11 @@ def refuse_run_in_worker_bootstrap() -> None:
             f"each of them; put the call under `{GUARD}` (see the README's Library use)")
 
 
-def refuse_unguarded_main_script() -> None:
-    """Before starting local worker processes: refuse when the call comes from top-level code of
-    a ``__main__`` script that the workers will import again (spawn), outside an ``if __name__
-    == "__main__":`` block, where each worker would start the run again."""
+def refuse_unguarded_main_script(starting: str = "a local Dask cluster") -> None:
+    """Before starting local worker processes (``starting`` says which): refuse when the call
+    comes from top-level code of a ``__main__`` script that the workers will import again
+    (spawn), outside an ``if __name__ == "__main__":`` block, where each worker would start
+    the run again."""
     main = sys.modules.get("__main__")
     if main is None or not _workers_import_main(main):
         return
@@ -368,8 +369,8 @@ def refuse_unguarded_main_script() -> None:
         return                        # cannot read it: do not guess
     if not _guarded(tree, line):
         raise UsageError(
-            f"{path}, line {line}, starts a local Dask cluster from the script's top level: the cluster's "
-            f"worker processes import {os.path.basename(path)} again and would each start the run once more "
+            f"{path}, line {line}, starts {starting} from the script's top level: its "
+            f"processes import {os.path.basename(path)} again and would each start the run once more "
             f"(waiting on this run's lock). Put the code that runs the pipeline under `{GUARD}` (see the "
             "README's Library use), or use an existing cluster (scheduler=...)")
 

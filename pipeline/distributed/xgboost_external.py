@@ -31,12 +31,11 @@ import xgboost
 from pipeline.backends import Backend
 from pipeline.backends.cluster import cluster_workers
 from pipeline.distributed.worker_progress import WorkerProgress
-from pipeline.errors import DataError, StageError
+from pipeline.distributed.worker_ranks import rendezvous_host, submit_pinned, wait_for_ranks
+from pipeline.errors import DataError
 from pipeline.memory import release_freed_memory
 from pipeline.tasks import BINARY, Task
 
-# Rank tasks poll at this interval for failures and lost workers.
-_POLL_SECONDS = 1.0
 # How long a collective operation may wait for a peer before it fails (a lost worker).
 _COLLECTIVE_TIMEOUT_SECONDS = 600
 
@@ -228,15 +227,6 @@ def _start_tracker(ranks: int, host: str) -> dict[str, Any]:
     return dict(tracker.worker_args())
 
 
-def _tracker_host(client: Any) -> str:
-    """This machine's address on the interface that reaches the scheduler (workers reach it too)."""
-    from distributed.comm import get_address_host
-    from distributed.utils import get_ip
-
-    scheduler = get_address_host(client.scheduler.address)
-    return scheduler if scheduler in ("127.0.0.1", "localhost") else get_ip(scheduler)
-
-
 def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: str) -> dict[str, Any]:
     """Train ``estimator`` (a DaskXGBClassifier, or DaskXGBRegressor for regression) rank by rank
     on the workers, then load the model.
@@ -254,15 +244,14 @@ def fit_external_memory(estimator: Any, features: Any, client: Any, *, stage: st
     used = [shard.worker for shard in shards]
     # Two trainings sharing a worker would each wait in the collective for the other's rank.
     with MultiLock(used, client):
-        tracker_args = _start_tracker(len(shards), _tracker_host(client))
+        tracker_args = _start_tracker(len(shards), rendezvous_host(client))
         futures = [
-            client.submit(train_rank, shard, source, params, rounds, early_stopping, tracker_args, stage,
-                          workers=[shard.worker], allow_other_workers=False, pure=False,
-                          key=f"xgboost-extmem-{stage}-rank{shard.rank}-{uuid.uuid4().hex[:8]}")
+            submit_pinned(client, train_rank, shard.worker, shard, source, params, rounds, early_stopping,
+                          tracker_args, stage, key=f"xgboost-extmem-{stage}-rank{shard.rank}-{uuid.uuid4().hex[:8]}")
             for shard in shards
         ]
         try:
-            _wait_for_ranks(client, futures, shards, stage)
+            wait_for_ranks(client, futures, used, stage, "external-memory XGBoost training")
             raw = futures[0].result()
         finally:
             client.cancel(futures)
@@ -281,28 +270,3 @@ def load_trained_model(estimator: Any, raw: bytes) -> None:
     device = estimator.get_params().get("device")
     if device:
         estimator.get_booster().set_param({"device": device})
-
-
-def _wait_for_ranks(client: Any, futures: list[Any], shards: list[Shard], stage: str) -> None:
-    """Until every rank finished; the first failure or lost worker ends the training."""
-    from distributed import wait
-
-    while True:
-        running = [future for future in futures if future.status == "pending"]
-        try:
-            wait(running, timeout=_POLL_SECONDS, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            pass
-        for future in futures:
-            if future.status == "error":
-                raise future.exception()
-            if future.status == "cancelled":
-                raise StageError(stage, f"external-memory XGBoost training task {future.key} was cancelled")
-        if all(future.status == "finished" for future in futures):
-            return
-        alive = set(cluster_workers(client))
-        lost = [s.worker for s, f in zip(shards, futures) if f.status != "finished" and s.worker not in alive]
-        if lost:
-            raise StageError(stage, f"the Dask worker {lost[0]} left the cluster during external-memory "
-                                    "XGBoost training (its rank cannot move to another worker). Check that "
-                                    "worker's log and its memory limit (cluster.memory_limit)")

@@ -24,7 +24,7 @@ from pipeline.featuresets.folds import HELD_OUT, without_validation
 from pipeline.stages.base import StageContext, StageProgress, StageSpec, only_input, register_stage
 from pipeline.stages.cross_validation import cross_validate_model
 from pipeline.stages.train import SplitScores, TrainedModel
-from pipeline.stages.tuning import TorchTrainer, TuneSpec, run_search
+from pipeline.stages.tuning import TorchTrainer, TuneSpec, parse_duration, run_search
 from pipeline.tasks import Task
 from pipeline.tensors.handoff import Handoff
 from pipeline.tensors.history import monitor_problem
@@ -40,6 +40,27 @@ class EarlyStopping(BaseModel):
                     "for multiclass, val_rmse (in the target's units) for regression.")
     patience: int = Field(5, ge=1, description="Epochs without improvement before stopping.")
     min_delta: float = Field(0.0, ge=0, allow_inf_nan=False, description="Smallest change that counts as an improvement.")
+
+
+class DistributedSpec(BaseModel):
+    """``distributed:`` of the torch stage: PyTorch DDP over several ranks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    processes: PositiveInt | None = Field(
+        None, description="Ranks to train on. Local: required on the CPU, default one per visible GPU. On a Dask "
+                          "cluster: default one per worker (per GPU worker on GPUs), else the first N workers.")
+    launch: Literal["auto", "local", "cluster"] = Field(
+        "auto", description="Where the ranks run: local processes, or one per worker of the run's Dask cluster "
+                            "(auto: the cluster when the run has one, else local processes).")
+    timeout: float = Field(
+        120.0, description="How long a rank waits in a collective for its peers before the stage fails "
+                           "(90, 90s, 2m). A rank whose process or worker dies fails the stage at once.")
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
 
 
 class TorchSpec(StageSpec):
@@ -64,6 +85,9 @@ class TorchSpec(StageSpec):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: where the features are (cuda for the GPU backend).")
     pin_memory: bool = Field(True, description="Pinned, prefetched batches when host data trains on a GPU.")
+    distributed: DistributedSpec | None = Field(
+        None, description="Data-parallel training (PyTorch DDP: gloo on CPUs, NCCL on GPUs) on several ranks, "
+                          "each on every n-th row; batch_size stays the rows of one optimizer step, shared out.")
     tune: TuneSpec | None = Field(
         None, description="Search these fields with Optuna before training (trials scored on the valid split or by "
                           "the folds' mean; pruned on the validation loss per epoch), then train the best.")
@@ -83,7 +107,8 @@ class TorchSpec(StageSpec):
 
 # Fields a tune: space may search: what shapes the model and its training, not where or how fast it runs.
 TORCH_TUNABLE = tuple(name for name in TorchSpec.model_fields if name not in {
-    "kind", "inputs", "description", "tune", "early_stopping", "precision", "compile", "device", "pin_memory"})
+    "kind", "inputs", "description", "tune", "early_stopping", "precision", "compile", "device", "pin_memory",
+    "distributed"})
 
 
 def _torch_value_problem(field_name: str, value: Any) -> str | None:
@@ -102,6 +127,8 @@ class TorchTrainedModel(TrainedModel):
     history: list[dict[str, float]] = field(default_factory=list)
     fit_result: dict[str, Any] = field(default_factory=dict)
     handoffs: list[Handoff] = field(default_factory=list)
+    # How a DDP training ran (ranks, launch, shards, bytes per epoch); None in one process.
+    distributed: dict[str, Any] | None = None
 
     def export_meta(self) -> dict[str, Any]:
         """Scoring needs the categorified columns' codes beside the matrix (the embeddings)."""
@@ -180,6 +207,9 @@ def train_torch(
         patience=spec.early_stopping.patience, min_delta=spec.early_stopping.min_delta,
         precision=spec.precision, compile=spec.compile, pin_memory=spec.pin_memory, seed=seed,
     )
+    if spec.distributed is not None:
+        return _train_distributed(spec, features, arch, objective, options, device, name=name, progress=progress,
+                                  on_epoch=on_epoch, handoffs=handoffs)
     # Seed weights and dropout without disturbing the caller's global random state.
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
@@ -188,14 +218,39 @@ def train_torch(
         module = arch.build()
         result = fit(module, splits["train"], splits.get("valid"), options, device=device, progress=progress,
                      objective=objective, on_epoch=on_epoch)
-    classifier = MLPClassifier(module, device, objective)
+    return _trained(spec, features, name, MLPClassifier(module, device, objective), result.to_dict(), handoffs)
+
+
+def _trained(spec: TorchSpec, features: InMemoryFeatures, name: str, classifier: Any, fit_result: dict[str, Any],
+             handoffs: list[Handoff], distributed: dict[str, Any] | None = None) -> TorchTrainedModel:
     params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description", "tune"})
     return TorchTrainedModel(
         name=name, model="mlp", estimator=classifier, features=features,
         scores=SplitScores(TorchScorer(classifier, features), features),
-        params=params_used, fit_seconds=result.seconds, history=result.history,
-        fit_result=result.to_dict(), handoffs=handoffs,
+        params=params_used, fit_seconds=fit_result["seconds"], history=fit_result["history"],
+        fit_result=fit_result, handoffs=handoffs, distributed=distributed,
     )
+
+
+def _train_distributed(spec: TorchSpec, features: InMemoryFeatures, arch: Any, objective: Any, options: Any,
+                       device: Any, *, name: str, progress: Any, on_epoch: Any,
+                       handoffs: list[Handoff]) -> TorchTrainedModel:
+    """DDP across ranks (``pipeline.distributed.torch_ddp``); rank 0's weights become the model,
+    loaded on the stage's device to be scored and exported like any other."""
+    from pipeline.backends import has_cluster
+    from pipeline.distributed.torch_ddp import Placement, check_placement, train_ddp
+    from pipeline.tensors.classifier import MLPClassifier
+
+    if on_epoch is not None:
+        raise ValueError("an epoch callback (a tuner's pruning) runs in one process: train without distributed")
+    wanted = spec.distributed
+    placement = Placement(check_placement(wanted.launch, has_cluster()), wanted.processes, wanted.timeout)
+    outcome = train_ddp(features, arch, objective, options, placement=placement, device=device, stage=name,
+                        progress=progress)
+    module = arch.build()
+    module.load_state_dict(outcome.state)
+    return _trained(spec, features, name, MLPClassifier(module, device, objective), outcome.fit,
+                    handoffs + outcome.handoffs, outcome.facts)
 
 
 @dataclass
@@ -256,8 +311,10 @@ def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
     from pipeline.tensors.history import history_csv, plot_learning_curve
 
     params = spec.model_dump(exclude={"kind", "inputs", "description", "tune"})
-    tuning = run_search(spec.tune, TorchTrainer(train_torch, dict(params), seed=ctx.seed), only_input(inputs), ctx) \
-        if spec.tune is not None else None    # tune: search first, then train the best fields as any others
+    # tune: search first (each trial in this process), then train the best fields as any others.
+    trial_params = {**params, "distributed": None}
+    tuning = run_search(spec.tune, TorchTrainer(train_torch, trial_params, seed=ctx.seed), only_input(inputs), ctx) \
+        if spec.tune is not None else None
     params.update(tuning.best_params if tuning is not None else {})
     trained = train_torch(only_input(inputs), name=ctx.stage, seed=ctx.seed, progress=ctx.progress, **params)
     trained.tuning = tuning.to_dict() if tuning is not None else None
@@ -271,6 +328,8 @@ def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
     })
     if fit_result["notes"]:
         ctx.facts["notes"] = fit_result["notes"]
+    if trained.distributed is not None:
+        ctx.facts["distributed"] = trained.distributed
     if ctx.artifacts_dir is not None:
         atomic_write_text(ctx.artifact_path("history.csv"), history_csv(trained.history))
         atomic_write_json(ctx.artifact_path("fit.json"), fit_result)

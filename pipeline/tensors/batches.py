@@ -33,6 +33,10 @@ class TensorBatches:
     ``min_batch`` drops a final batch smaller than it (BatchNorm cannot train on one row).
     The permutation is drawn on the host from ``generator``, so a seed gives the same batches
     on every device.
+
+    ``steps`` fixes the number of batches per epoch, every one full: a DDP rank whose shard is
+    shorter than its peers' wraps around into a fresh permutation of its rows rather than
+    running fewer steps (a rank that stops early leaves the others waiting in an all-reduce).
     """
 
     def __init__(
@@ -45,6 +49,7 @@ class TensorBatches:
         device: torch.device | str | None = None,
         min_batch: int = 1,
         pin_memory: bool = True,
+        steps: int | None = None,
     ) -> None:
         present = [t for t in tensors if t is not None]
         if not present:
@@ -63,12 +68,17 @@ class TensorBatches:
         self.device = torch.device(device) if device is not None else self.source
         self.min_batch = min_batch
         self.pin_memory = pin_memory
+        self.steps = steps
+        if steps is not None and (steps < 1 or not self.rows):
+            raise ValueError("a fixed number of steps needs at least one step and one row")
 
     @property
     def crosses_devices(self) -> bool:
         return self.device != self.source
 
     def __len__(self) -> int:
+        if self.steps is not None:
+            return self.steps
         full, rest = divmod(self.rows, self.batch_size)
         return full + (1 if rest and rest >= self.min_batch else 0)
 
@@ -80,12 +90,26 @@ class TensorBatches:
         return order.to(self.source, non_blocking=True)
 
     def _slices(self) -> Iterator[torch.Tensor]:
+        if self.steps is not None:
+            yield from self._fixed_slices(self.steps)
+            return
         order = self._order()
         for start in range(0, self.rows, self.batch_size):
             index = order[start:start + self.batch_size]
             if index.shape[0] < self.min_batch:
                 return
             yield index
+
+    def _fixed_slices(self, steps: int) -> Iterator[torch.Tensor]:
+        """``steps`` full batches: one permutation after another, as many as it takes."""
+        wanted = steps * self.batch_size
+        orders, have = [], 0
+        while have < wanted:
+            orders.append(self._order())
+            have += self.rows
+        order = torch.cat(orders) if len(orders) > 1 else orders[0]
+        for start in range(0, wanted, self.batch_size):
+            yield order[start:start + self.batch_size]
 
     def __iter__(self) -> Iterator[Batch]:
         if self.crosses_devices and self.source.type == "cpu":

@@ -3,7 +3,10 @@
 Written once for both devices. On a GPU it trains under ``torch.autocast`` (bf16 where the
 card computes it natively, else fp16 with a ``GradScaler``); on the CPU in fp32 unless asked.
 Batches come from ``TensorBatches``; losses are summed on the device and read once per epoch,
-so the loop never waits for the GPU between batches.
+so the loop never waits for the GPU between batches. Under DDP the same loop runs on every
+rank with a ``Ranks`` group (``pipeline.tensors.ranks``): the module is wrapped, the epoch's
+sums and validation outputs are combined across ranks, and rank 0's early-stopping decision
+is broadcast; alone it runs with ``SOLO``, whose steps do nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 
 from pipeline.tensors.batches import TensorBatches
 from pipeline.tensors.objectives import Objective
+from pipeline.tensors.ranks import SOLO, Ranks
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 # val_loss for every task; val_auc binary, val_accuracy multiclass, val_rmse regression.
@@ -61,6 +65,9 @@ class FitOptions:
     pin_memory: bool = True
     seed: int = 42
     eval_batch_size: int = 65536
+    # Batches per epoch, each of batch_size rows; None: one pass over the rows. DDP ranks all
+    # run the same number (a shorter shard wraps around).
+    steps_per_epoch: int | None = None
 
 
 @dataclass
@@ -137,12 +144,14 @@ def fit(
     progress: Progress | None = None,
     objective: Objective | None = None,
     on_epoch: EpochCallback | None = None,
+    ranks: Ranks = SOLO,
 ) -> FitResult:
     """Train ``module`` in place on ``train``; early-stop on ``valid`` and keep its best weights.
 
     ``objective`` says the task (binary when None); ``on_epoch(epoch, row)`` is called after
     each epoch with its history row, and an exception it raises (a tuner's pruning) ends the
-    training and propagates.
+    training and propagates. Under DDP (``ranks`` a process group) ``train`` and ``valid``
+    are this rank's shards; the history's numbers are over every rank's rows.
     """
     progress = progress or NoProgress()
     objective = objective or Objective()
@@ -151,16 +160,19 @@ def fit(
     device = torch.device(device) if device is not None else train.x.device
     module.to(device)
     dtype, scaler = mixed_precision(options.precision, device)
-    step = torch.compile(module, mode=None if options.compile is True else options.compile) \
-        if options.compile else module
+    trained = ranks.wrap(module, device)
+    step = torch.compile(trained, mode=None if options.compile is True else options.compile) \
+        if options.compile else trained
     optimizer = make_optimizer(module, options, device)
-    generator = torch.Generator().manual_seed(options.seed)
+    generator = torch.Generator().manual_seed(options.seed + ranks.rank)
     min_batch = 2 if any(isinstance(m, nn.BatchNorm1d) for m in module.modules()) else 1
     batches = TensorBatches([train.x, train.codes, train.y], options.batch_size, generator=generator,
-                            device=device, min_batch=min_batch, pin_memory=options.pin_memory)
-    monitor = options.monitor if valid is not None and valid.rows else None
+                            device=device, min_batch=min_batch, pin_memory=options.pin_memory,
+                            steps=options.steps_per_epoch)
+    valid_y = _validation_labels(valid, device, ranks)
+    monitor = options.monitor if valid_y is not None and valid_y.numel() else None
     notes = [] if monitor else ["no validation rows: trained every epoch, no early stopping"]
-    if monitor == "val_auc" and valid is not None and valid.y is not None and len(torch.unique(valid.y)) < 2:
+    if monitor == "val_auc" and valid_y is not None and len(torch.unique(valid_y)) < 2:
         monitor, notes = "val_loss", notes + ["validation split has one class: monitoring val_loss instead of val_auc"]
     higher_is_better = monitor is not None and objective.higher_is_better(monitor)
     best_value, best_epoch, best_state, waited = -math.inf if higher_is_better else math.inf, 0, None, 0
@@ -184,9 +196,11 @@ def fit(
                 total += loss.detach() * x.shape[0]
                 seen += int(x.shape[0])
                 advance(1)
-        row: dict[str, float] = {"epoch": epoch, "loss": float(total.item()) / max(seen, 1)}
-        if valid is not None and valid.rows and valid.y is not None:
-            row.update(_validate(module, valid, device, options.eval_batch_size, objective))
+        summed = ranks.total(torch.stack([total.float(), torch.tensor(float(seen), device=device)]))
+        row: dict[str, float] = {"epoch": epoch, "loss": float(summed[0].item()) / max(float(summed[1].item()), 1.0)}
+        if valid_y is not None and valid_y.numel():
+            logits = ranks.gather(predict_logits(module, valid, device, options.eval_batch_size))
+            row.update(objective.validation(logits, valid_y))
         row["seconds"] = time.perf_counter() - t0
         history.append(row)
         progress.message(epoch_line(row, options.epochs))
@@ -199,12 +213,16 @@ def fit(
             continue
         value = row[monitor]
         improved = value > best_value + options.min_delta if higher_is_better else value < best_value - options.min_delta
-        if improved or best_state is None:
+        improved = improved or best_state is None
+        stop = not improved and waited + 1 >= options.patience
+        # Rank 0 decides; every rank keeps the same epoch and stops at the same one.
+        improved, stop = (bool(flag) for flag in ranks.decide(torch.tensor([improved, stop], device=device)).tolist())
+        if improved:
             best_value, best_epoch, waited = value, epoch, 0
             best_state = copy.deepcopy(module.state_dict())
         else:
             waited += 1
-            if waited >= options.patience:
+            if stop:
                 stopped_early = True
                 break
     if best_state is not None:
@@ -259,7 +277,16 @@ def _chunks(split: Split, device: torch.device, size: int) -> Iterator[tuple[tor
         yield x, codes
 
 
-def _validate(module: nn.Module, valid: Split, device: torch.device, batch_size: int,
-              objective: Objective) -> dict[str, float]:
-    logits = predict_logits(module, valid, device, batch_size)
-    return objective.validation(logits, valid.y.to(device))
+def _validation_labels(valid: Split | None, device: torch.device, ranks: Ranks) -> torch.Tensor | None:
+    """The validation labels of every rank, in rank order (gathered once: they do not change);
+    None when no rank has any (then no rank validates)."""
+    labels = valid.y if valid is not None else None
+    if ranks.world == 1:
+        return labels.to(device) if labels is not None and valid.rows else None
+    if labels is None:     # no validation split on any rank (shards are planned alike)
+        labels = torch.empty((0,), dtype=torch.float32)
+    rows = labels.to(device)
+    # One dtype every collective backend carries: class codes as int64, targets as float64.
+    wide = torch.float64 if rows.is_floating_point() else torch.int64
+    gathered = ranks.gather(rows.to(wide))
+    return gathered if gathered.numel() else None
