@@ -71,9 +71,9 @@ class SilentProgress(QueueProgress):
 
 
 def run_local_ranks(target: Callable[..., Any], per_rank: Sequence[tuple[Any, ...]], *, stage: str,
-                    progress: Any = None, what: str = "distributed training") -> Any:
+                    progress: Any = None, what: str = "distributed training") -> list[Any]:
     """Run ``target(rank, *per_rank[rank], progress=...)`` in one spawned process per rank and
-    return rank 0's result, once every rank has finished."""
+    return their results in rank order, once every rank has finished."""
     refuse_unguarded_main_script(f"{len(per_rank)} local {what} processes")
     context = multiprocessing.get_context("spawn")
     events = context.Queue()
@@ -113,7 +113,7 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _watch(processes: list[Any], events: Any, progress: Any, stage: str, what: str) -> Any:
+def _watch(processes: list[Any], events: Any, progress: Any, stage: str, what: str) -> list[Any]:
     results: dict[int, Any] = {}
     failure: tuple[int, BaseException, str] | None = None
     failed_at = 0.0
@@ -143,7 +143,7 @@ def _watch(processes: list[Any], events: Any, progress: Any, stage: str, what: s
             exc.__cause__ = RemoteTraceback(f"rank {rank}'s traceback:\n{text}")
             raise exc
         if len(results) == len(processes) and all(p.exitcode == 0 for p in processes):
-            return results[0]
+            return [results[rank] for rank in range(len(processes))]
 
 
 def _death(rank: int, process: Any, what: str, peer_failure: tuple[int, BaseException, str] | None) -> str:
@@ -159,7 +159,9 @@ def _death(rank: int, process: Any, what: str, peer_failure: tuple[int, BaseExce
     if code == -signal.SIGKILL:
         text += " (a process killed by SIGKILL has often run out of memory: check the machine's memory)"
     if peer_failure is not None:
-        text += f". Rank {peer_failure[0]} then failed with: {type(peer_failure[1]).__name__}: {peer_failure[1]}"
+        first = (str(peer_failure[1]).splitlines() or [""])[0]
+        first = first if len(first) <= 200 else first[:197] + "..."
+        text += f". Rank {peer_failure[0]} then failed: {type(peer_failure[1]).__name__}: {first}"
     return text
 
 

@@ -39,12 +39,48 @@ class BoosterScorer:
         return np.asarray(self.backend.to_host(scores), dtype="float64")
 
 
-def partition_scorer(estimator: Any, feature_names: Sequence[str], backend: Backend) -> BoosterScorer | None:
+@dataclass
+class MatrixScorer:
+    """One partition's scores from an estimator that scores a feature matrix (``matrix_scores``:
+    the tabular MLP), the partition's feature columns gathered into one matrix on its device."""
+
+    estimator: Any
+    features: list[str]
+    backend: Backend
+
+    def __call__(self, part: Any) -> np.ndarray:
+        matrix = self.backend.to_matrix(part, columns=self.features, dtype="float32")
+        return np.asarray(self.estimator.matrix_scores(matrix), dtype="float64")
+
+
+def partition_scorer(estimator: Any, feature_names: Sequence[str], backend: Backend) -> Any:
     """A per-partition scorer for an estimator trained on partitioned data, where there is one."""
+    if hasattr(estimator, "matrix_scores"):
+        return MatrixScorer(estimator, list(feature_names), backend)
     get_booster = getattr(estimator, "get_booster", None)
     if get_booster is None:
         return None
     return BoosterScorer(get_booster(), list(feature_names), backend)
+
+
+@dataclass
+class PartitionScores:
+    """A split's scores, partition by partition where each lies, from a per-partition scorer:
+    host float64 in the task's shape, in row order. A class, so trained models pickle."""
+
+    scorer: Any
+    features: PartitionedData
+
+    def __call__(self, split: str) -> np.ndarray:
+        import dask
+
+        from pipeline.backends import cluster_client
+
+        scored = [dask.delayed(self.scorer)(part) for part in self.features.X[split].to_delayed()]
+        with cluster_client():
+            arrays = compute_lazy(*scored) if scored else ()
+        task: Task = getattr(self.features, "task", BINARY)
+        return np.concatenate(arrays) if arrays else empty_scores(task)
 
 
 def write_predictions(features: PartitionedData, models: Sequence[Any], split: str, path: Path) -> bool:

@@ -76,10 +76,43 @@ class ArraySplit:
 
 
 @dataclass(frozen=True)
+class ParquetSplit:
+    """One split of one rank's shard as Parquet files of the featurized split, read by the rank
+    itself onto its own device (data larger than one worker never passes through one)."""
+
+    files: tuple[str, ...]
+    rows: int
+    features: tuple[str, ...]
+    categorical: tuple[str, ...]
+    target: str
+    label_dtype: str
+    backend: Backend
+
+    def tensors(self, device: torch.device) -> Split:
+        from pipeline.tensors.handoff import to_torch
+
+        parts: list[tuple[torch.Tensor, ...]] = []
+        for path in self.files:
+            frame = self.backend.read(path, format="parquet", columns=[*self.features, self.target])
+            arrays = [self.backend.to_matrix(frame, columns=list(self.features), dtype="float32"),
+                      self.backend.to_vector(frame[self.target], dtype=self.label_dtype)]
+            if self.categorical:
+                arrays.append(self.backend.to_matrix(frame, columns=list(self.categorical), dtype="int64"))
+            parts.append(tuple(to_torch(a, self.backend, path)[0].to(device) for a in arrays))
+            del frame
+        if not parts:       # no file of this split came to this rank: empty tensors of the right types
+            empty = (np.empty((0, len(self.features)), "float32"), np.empty((0,), self.label_dtype),
+                     np.empty((0, len(self.categorical)), "int64"))
+            parts.append(tuple(torch.from_numpy(a).to(device) for a in empty[:3 if self.categorical else 2]))
+        x, y, *codes = (torch.cat(column) if len(column) > 1 else column[0] for column in zip(*parts))
+        return Split(x=x, y=y, codes=codes[0] if codes else None)
+
+
+@dataclass(frozen=True)
 class RankShard:
     rank: int
-    train: ArraySplit
-    valid: ArraySplit | None
+    train: ArraySplit | ParquetSplit
+    valid: ArraySplit | ParquetSplit | None
 
 
 @dataclass(frozen=True)
@@ -125,8 +158,8 @@ def train_ddp(features: Any, arch: MLPArchitecture, objective: Objective, option
     if placement.launch == "cluster":
         return _train_on_cluster(features, arch, objective, options, placement=placement, device=device,
                                  stage=stage)
-    world = local_world(placement, device)
-    shards, handoffs = plan_shards(features, world)
+    shards, handoffs = plan_shards(features, local_world(placement, device))
+    world = len(shards)
     job = _job(world, arch, objective, options, shards, device, placement, ("file", ""))
     job = replace(job, threads=max(1, (os.cpu_count() or 1) // world) if device.type == "cpu" else None,
                   loopback=loopback_interface())
@@ -135,7 +168,7 @@ def train_ddp(features: Any, arch: MLPArchitecture, objective: Objective, option
     with tempfile.TemporaryDirectory(prefix="pipeline-ddp-") as folder:
         job = replace(job, rendezvous=("file", os.path.join(folder, "rendezvous")))
         per_rank = [(job, shard, str(_local_device(device, shard.rank))) for shard in shards]
-        result = run_local_ranks(train_rank, per_rank, stage=stage, progress=progress, what=WHAT)
+        result = run_local_ranks(train_rank, per_rank, stage=stage, progress=progress, what=WHAT)[0]
     return _outcome(result, job, shards, handoffs, {"launch": "local processes"})
 
 
@@ -155,6 +188,14 @@ def local_world(placement: Placement, device: torch.device) -> int:
 
 
 def plan_shards(features: Any, world: int) -> tuple[list[RankShard], list[Handoff]]:
+    """Each rank's shard: of the matrices in memory, or of the Parquet files of partitioned
+    features (then at most one rank per training file); the hand-offs the shards copied."""
+    if getattr(features, "partitioned", False):
+        return _file_shards(features, world), []
+    return _memory_shards(features, world)
+
+
+def _memory_shards(features: Any, world: int) -> tuple[list[RankShard], list[Handoff]]:
     """Every ``world``-th row from row r for rank r, of the training and validation splits."""
     rows = features.rows()
     if rows["train"] < world:
@@ -175,6 +216,30 @@ def plan_shards(features: Any, world: int) -> tuple[list[RankShard], list[Handof
             handoffs += _shard_handoffs(rank, split, parts[split])
         shards.append(RankShard(rank, parts["train"], parts["valid"]))
     return shards, handoffs
+
+
+def _file_shards(features: Any, world: int) -> list[RankShard]:
+    """The split's Parquet files dealt round-robin, one rank per training file at most; a rank
+    may get no validation file (it then validates nothing and gathers the others')."""
+    from pipeline.distributed.partition_files import partition_files
+
+    folders = getattr(features, "parquet_dirs", {})
+    if "train" not in folders:
+        raise DataError("distributed training of partitioned features reads the features stage's Parquet files, and "
+                        "these features were not written (run them through a features stage with a run folder)")
+    train = partition_files(folders["train"])
+    valid = partition_files(folders["valid"]) if features.rows().get("valid") and "valid" in folders else []
+    if not train:
+        raise DataError(f"the training split's folder {folders['train']} has no Parquet file with rows")
+    world = min(world, len(train))
+
+    def split(files: list[tuple[str, int]], rank: int) -> ParquetSplit:
+        mine = files[rank::world]
+        return ParquetSplit(files=tuple(path for path, _ in mine), rows=sum(n for _, n in mine),
+                            features=tuple(features.feature_names), categorical=tuple(features.categorical_columns),
+                            target=features.target, label_dtype=features.task.label_dtype, backend=features.backend)
+
+    return [RankShard(rank, split(train, rank), split(valid, rank) if valid else None) for rank in range(world)]
 
 
 def rank_options(options: FitOptions, shards: list[RankShard]) -> FitOptions:
@@ -202,6 +267,8 @@ def _outcome(result: RankResult, job: RankJob, shards: list[RankShard], handoffs
     facts = {
         "ranks": job.world, **where, "backend": job.backend,
         "train_rows_per_rank": [shard.train.rows for shard in shards],
+        **({"train_files_per_rank": [len(shard.train.files) for shard in shards]}
+           if isinstance(shards[0].train, ParquetSplit) else {}),
         "batch_per_rank": job.options.batch_size, "steps_per_epoch": job.options.steps_per_epoch,
         "communication": {"gradient_bytes_per_epoch": result.gradient_bytes // epochs,
                           "other_bytes_per_epoch": result.other_bytes // epochs,
@@ -310,6 +377,7 @@ def _train_on_cluster(features: Any, arch: MLPArchitecture, objective: Objective
     with cluster_client() as client:
         workers = worker_slots(client, placement.processes, gpu=device.type == "cuda", what=WHAT)
         shards, handoffs = plan_shards(features, len(workers))
+        workers = workers[:len(shards)]
         with MultiLock(workers, client):      # two trainings sharing a worker would wait on each other
             import torch.distributed as dist
 

@@ -16,7 +16,6 @@ so Dask cannot move one elsewhere); every task and cache file of the attempt is 
 
 from __future__ import annotations
 
-import re
 import shutil
 import threading
 import time
@@ -30,6 +29,7 @@ import xgboost
 
 from pipeline.backends import Backend
 from pipeline.backends.cluster import cluster_workers
+from pipeline.distributed.partition_files import parquet_files
 from pipeline.distributed.worker_progress import WorkerProgress
 from pipeline.distributed.worker_ranks import rendezvous_host, submit_pinned, wait_for_ranks
 from pipeline.errors import DataError
@@ -57,19 +57,6 @@ class BatchSource:
     features: tuple[str, ...]
     target: str
     backend: Backend
-
-
-def parquet_files(folder: str | Path) -> list[str]:
-    """The Parquet files of a written split that hold rows, in partition order (part.2 before
-    part.10). A random split can leave a partition empty; a batch of no rows is not dealt."""
-    import pyarrow.parquet as pq
-
-    def number(path: Path) -> tuple[int, str]:
-        digits = re.findall(r"\d+", path.stem)
-        return (int(digits[-1]) if digits else -1, path.name)
-
-    paths = sorted(Path(folder).glob("*.parquet"), key=number)
-    return [str(p) for p in paths if pq.read_metadata(p).num_rows > 0]
 
 
 def plan_shards(workers: Sequence[str], train_files: Sequence[str],

@@ -158,35 +158,28 @@ def train_torch(
     import torch
 
     from pipeline.tensors.classifier import MLPClassifier
-    from pipeline.tensors.handoff import to_torch
     from pipeline.tensors.mlp import MLPArchitecture, default_embedding_dim
     from pipeline.tensors.objectives import Objective
-    from pipeline.tensors.training import FitOptions, Split, fit
+    from pipeline.tensors.training import FitOptions, fit
 
     spec = TorchSpec(kind="torch", **params)
-    features = features.in_memory(
-        "the torch stage trains in one process and cannot take partitioned data; use model: xgboost in "
-        "a train stage (xgboost.dask), or load without partitioned: true")
+    if spec.distributed is None or not features.partitioned:
+        features = features.in_memory(
+            "the torch stage trains partitioned data only with distributed: (DDP ranks that each read their "
+            "share of the features' Parquet files); add distributed: {} to the stage, use model: xgboost in a "
+            "train stage (xgboost.dask), or load without partitioned: true")
     task = features.task
     check_monitor(spec.early_stopping.monitor, task)
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
     device = _torch_device(spec.device, features)
-    handoffs: list[Handoff] = []
-    splits: dict[str, Split] = {}
-    for split, rows in features.rows().items():
-        if not rows:
-            continue
-        x, h_x = to_torch(features.X[split], features.backend, f"{split}.X")
-        y, h_y = to_torch(features.y[split], features.backend, f"{split}.y")
-        handoffs += [h_x, h_y]
-        codes = None
-        if features.categorical_columns:
-            codes, h_c = to_torch(features.codes[split], features.backend, f"{split}.codes")
-            handoffs.append(h_c)
-        splits[split] = Split(x=x, codes=codes, y=y)
-    _check_class_codes(splits, task)
-    objective = Objective.for_training(task, splits["train"].y)
+    if features.partitioned:          # the ranks read the files: nothing is handed over here
+        handoffs: list[Handoff] = []
+        objective = _partitioned_objective(features)
+    else:
+        splits, handoffs = _tensor_splits(features)
+        _check_class_codes(splits, task)
+        objective = Objective.for_training(task, splits["train"].y)
 
     cardinalities = features.workflow.categorical_cardinalities()
     unknown = sorted(set(spec.embedding_dims) - set(features.categorical_columns))
@@ -221,18 +214,64 @@ def train_torch(
     return _trained(spec, features, name, MLPClassifier(module, device, objective), result.to_dict(), handoffs)
 
 
-def _trained(spec: TorchSpec, features: InMemoryFeatures, name: str, classifier: Any, fit_result: dict[str, Any],
+def _tensor_splits(features: InMemoryFeatures) -> tuple[dict[str, Any], list[Handoff]]:
+    """Every split with rows as tensors, shared with the feature matrices through DLPack."""
+    from pipeline.tensors.handoff import to_torch
+    from pipeline.tensors.training import Split
+
+    handoffs: list[Handoff] = []
+    splits: dict[str, Split] = {}
+    for split, rows in features.rows().items():
+        if not rows:
+            continue
+        x, h_x = to_torch(features.X[split], features.backend, f"{split}.X")
+        y, h_y = to_torch(features.y[split], features.backend, f"{split}.y")
+        handoffs += [h_x, h_y]
+        codes = None
+        if features.categorical_columns:
+            codes, h_c = to_torch(features.codes[split], features.backend, f"{split}.codes")
+            handoffs.append(h_c)
+        splits[split] = Split(x=x, codes=codes, y=y)
+    return splits, handoffs
+
+
+def _partitioned_objective(features: FeatureSet) -> Any:
+    """The task's objective; for regression standardised by the training target's mean and
+    standard deviation, computed over its partitions through the cluster."""
+    from pipeline.backends import cluster_client, compute_lazy
+    from pipeline.tensors.objectives import Objective
+
+    if features.task.kind != "regression":
+        return Objective(features.task)
+    y = features.y["train"].astype("float64")
+    with cluster_client():
+        mean, square = compute_lazy(y.mean(), (y * y).mean())
+    mean, square = float(mean), float(square)
+    return Objective.for_moments(features.task, mean, max(square - mean * mean, 0.0) ** 0.5)
+
+
+def _split_scorer(classifier: Any, features: FeatureSet) -> Any:
+    """Scores of a split: the matrices handed to PyTorch again in memory; partitioned, each
+    partition scored where it lies."""
+    if not features.partitioned:
+        return TorchScorer(classifier, features)
+    from pipeline.distributed.predictions import PartitionScores, partition_scorer
+
+    return PartitionScores(partition_scorer(classifier, features.feature_names, features.backend), features)
+
+
+def _trained(spec: TorchSpec, features: FeatureSet, name: str, classifier: Any, fit_result: dict[str, Any],
              handoffs: list[Handoff], distributed: dict[str, Any] | None = None) -> TorchTrainedModel:
     params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description", "tune"})
     return TorchTrainedModel(
         name=name, model="mlp", estimator=classifier, features=features,
-        scores=SplitScores(TorchScorer(classifier, features), features),
+        scores=SplitScores(_split_scorer(classifier, features), features),
         params=params_used, fit_seconds=fit_result["seconds"], history=fit_result["history"],
         fit_result=fit_result, handoffs=handoffs, distributed=distributed,
     )
 
 
-def _train_distributed(spec: TorchSpec, features: InMemoryFeatures, arch: Any, objective: Any, options: Any,
+def _train_distributed(spec: TorchSpec, features: FeatureSet, arch: Any, objective: Any, options: Any,
                        device: Any, *, name: str, progress: Any, on_epoch: Any,
                        handoffs: list[Handoff]) -> TorchTrainedModel:
     """DDP across ranks (``pipeline.distributed.torch_ddp``); rank 0's weights become the model,

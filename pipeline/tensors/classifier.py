@@ -67,6 +67,17 @@ class MLPClassifier:
         split = Split(x=_tensor(X, torch.float32), codes=None if codes is None else _tensor(codes, torch.long))
         return self.predict_split(split)
 
+    def matrix_scores(self, X: Any) -> np.ndarray:
+        """``scores`` of a feature matrix alone: the embedded columns' codes are its own columns
+        (the features stage writes category codes as numbers among the features), read back as
+        int64. What a partition of partitioned features is scored with."""
+        x = _tensor(X, torch.float32)
+        if not self.needs_codes:
+            return self.predict_split(Split(x=x))
+        continuous = set(self.arch.continuous_index)
+        positions = [i for i in range(self.arch.n_features) if i not in continuous]
+        return self.predict_split(Split(x=x, codes=x[:, positions].long()))
+
     def predict_proba(self, X: Any, codes: Any = None) -> np.ndarray:
         """scikit-learn's shape: (n, 2) probabilities for binary, (n, K) for multiclass."""
         if self.objective.kind == "regression":

@@ -37,7 +37,14 @@ class Objective:
         if task.kind != "regression" or y_train is None or not y_train.numel():
             return cls(task)
         y = y_train.double()
-        mean, std = float(y.mean()), float(y.std(correction=0))
+        return cls.for_moments(task, float(y.mean()), float(y.std(correction=0)))
+
+    @classmethod
+    def for_moments(cls, task: Task, mean: float, std: float) -> Objective:
+        """The objective of ``task`` standardised by a training target's ``mean`` and ``std``
+        (worked out elsewhere: over the partitions of a split too large for one process)."""
+        if task.kind != "regression":
+            return cls(task)
         if not (math.isfinite(mean) and math.isfinite(std)):
             raise DataError("the regression target has missing or infinite values in the training split")
         return cls(task, mean, std if std > 0 else 1.0)   # a constant target: only centred
