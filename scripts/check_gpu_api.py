@@ -2647,6 +2647,59 @@ def check_xgboost_build(report: Report) -> None:
     report.ok("USE_RMM", f"{bool(info.get('USE_RMM'))} (external-memory training asks XGBoost for RMM only where it has it)")
 
 
+def check_ddp(report: Report) -> None:
+    """The torch stage's DDP on GPUs, through its own code: a CUDA rank job asks for NCCL, local
+    rank r trains on ``cuda:r``, a LocalCUDACluster worker sees its own GPU as device 0 (so a
+    rank there trains on ``cuda:current_device()``), ranks go to the workers that advertise a
+    GPU, and the calls a rank makes bind on the installed torch."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pipeline.backends.cluster import GPU_RESOURCE, local_cuda_cluster_options
+    from pipeline.config.schema import ClusterConfig
+    from pipeline.distributed import torch_ddp
+    from pipeline.tensors.mlp import MLPArchitecture
+    from pipeline.tensors.objectives import Objective
+    from pipeline.tensors.training import FitOptions
+
+    report.section(f"PyTorch {torch.__version__} DDP on GPUs")
+    cuda = torch.device("cuda")
+    import numpy as np
+
+    shard = torch_ddp.ArraySplit(x=np.zeros((8, 2), "float32"), y=np.zeros(8, "int8"))
+    shards = [torch_ddp.RankShard(r, shard, None) for r in range(2)]
+    job = torch_ddp._job(2, MLPArchitecture(n_features=2, continuous_index=[0, 1]), Objective(), FitOptions(),
+                         shards, cuda, torch_ddp.Placement("local", 2), ("file", "rendezvous"))
+    report.record("a rank job on cuda uses NCCL", BindResult(job.backend == "nccl", f"backend {job.backend!r}"))
+    devices = [str(torch_ddp._local_device(cuda, r)) for r in range(3)]
+    report.record("local rank r trains on cuda:r", BindResult(devices == ["cuda:0", "cuda:1", "cuda:2"], str(devices)))
+    try:
+        from dask_cuda.utils import cuda_visible_devices
+    except ImportError as exc:
+        report.fail("dask_cuda.utils.cuda_visible_devices import", _first_line(exc))
+    else:
+        seen = [str(cuda_visible_devices(i, range(4))).split(",")[0] for i in range(4)]
+        report.record("a LocalCUDACluster worker's own GPU is first in its CUDA_VISIBLE_DEVICES (its device 0)",
+                      BindResult(seen == ["0", "1", "2", "3"], f"first visible per worker: {seen}"))
+    resources = local_cuda_cluster_options(ClusterConfig(n_workers=2)).get("resources") or {}
+    report.record("LocalCUDACluster workers advertise the GPU resource the ranks are placed by",
+                  BindResult(GPU_RESOURCE in resources, f"resources {resources}"))
+    report.record("DistributedDataParallel(module, device_ids=[device])",
+                  check_bind(DistributedDataParallel.__init__, 1, ("device_ids",), prepend_self=True))
+    report.record("dist.init_process_group(backend, store=, rank=, world_size=, timeout=)",
+                  check_bind(dist.init_process_group, 1, ("store", "rank", "world_size", "timeout")))
+    report.record("dist.TCPStore(host, port, is_master=, wait_for_workers=, timeout=)",
+                  check_bind(dist.TCPStore, 2, ("is_master", "wait_for_workers", "timeout")))
+    report.record("dist.FileStore(path, world_size)", check_bind(dist.FileStore, 2))
+    report.record("torch.cuda.set_device(device)", check_bind(torch.cuda.set_device, 1))
+    if dist.is_nccl_available():
+        report.ok("NCCL", f"available in torch {torch.__version__} (CUDA {torch.version.cuda})")
+    else:
+        report.note("NCCL", f"not in this torch build ({torch.__version__}); a GPU image's CUDA build has it "
+                            "(the GPU kit's torch_ddp probe runs it)")
+
+
 # --------------------------------------------------------------------------- coverage
 def print_coverage(report: Report, scans: Sequence[ModuleScan]) -> int:
     """One line per module with call sites; a module that imports a GPU library but yields no
@@ -2703,6 +2756,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_models(report)
     check_distributed(report)
     check_xgboost_build(report)
+    check_ddp(report)
     check_backend(report)
 
     if report.called:

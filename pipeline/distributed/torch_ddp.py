@@ -177,6 +177,9 @@ def local_world(placement: Placement, device: torch.device) -> int:
     (NCCL cannot put two ranks on one device)."""
     if device.type == "cuda":
         gpus = torch.cuda.device_count()
+        if not gpus:
+            raise DataError(f"distributed training on cuda needs a GPU PyTorch can use, and torch {torch.__version__} "
+                            "sees none; train on the CPU (device: cpu)")
         world = placement.processes or gpus
         if world > gpus:
             raise DataError(f"distributed.processes is {world}, but this machine has {gpus} visible GPU(s) and NCCL "

@@ -558,6 +558,85 @@ def probe_rapids_stages(work: Path) -> dict[str, Any]:
     return checks.result()
 
 
+# ============================================================================ (g) DDP with NCCL
+def probe_torch_ddp(work: Path) -> dict[str, Any]:
+    """The ``torch`` stage under DDP with NCCL, two ways: one rank per LocalCUDACluster worker
+    (first, while this process has no CUDA context, as a run starts its cluster), then local
+    ranks, one per visible GPU (rank r on ``cuda:r``), through ``pipeline run``. One probe,
+    not two: the results channel takes eight files."""
+    from importlib.util import find_spec
+
+    if find_spec("dask_cuda") is None:
+        cluster: dict[str, Any] = {"skipped": "dask_cuda is not installed"}
+    else:
+        try:
+            cluster = _ddp_on_cluster(work)
+        except Exception as exc:  # noqa: BLE001 - the local ranks are still worth probing
+            cluster = {"checks": [{"check": "the training on the cluster ran", "ok": False,
+                                   "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                                   "traceback": traceback.format_exc()[-4000:]}]}
+    torch, why_not = _cuda_torch()
+    if why_not:
+        return failed(why_not)
+    gpus = torch.cuda.device_count()
+    checks = Checks(details={**_device_details(torch), "gpus": gpus, "cluster": cluster})
+    for item in cluster.get("checks", []):
+        checks.items.append({**item, "check": f"cluster: {item['check']}"})
+    data = work / "churn.csv"
+    probe_data.churn_table(20_000).to_csv(data, index=False)
+    stage = {**probe_data.torch_stage("cuda"), "distributed": {"processes": gpus, "launch": "local"}}
+    config = probe_data.config("probe_ddp", str(data), "cpu", {"mlp": stage},
+                               ops=probe_data.feature_ops(one_hot=False))
+    result = _run(config, work, "ddp_local")
+    record = result.manifest.stages["mlp"]
+    ddp = record.facts.get("distributed") or {}
+    checks.expect("the DDP torch stage succeeded", record.status == "succeeded", status=record.status,
+                  error=record.error)
+    checks.expect("NCCL carried the collectives", ddp.get("backend") == "nccl", backend=ddp.get("backend"))
+    checks.expect("one rank per visible GPU", ddp.get("ranks") == gpus, ranks=ddp.get("ranks"), gpus=gpus)
+    checks.expect("rank 0 trained on cuda:0", str(record.facts.get("device")) == "cuda:0",
+                  device=record.facts.get("device"))
+    checks.expect("the model was evaluated", "mlp" in (result.manifest.metrics or {}),
+                  metrics=result.manifest.metrics)
+    checks.details.update({"distributed": ddp, "fit_seconds": record.facts.get("fit_seconds")})
+    return checks.result()
+
+
+def _ddp_on_cluster(work: Path) -> dict[str, Any]:
+    """The MLP trained by one rank per LocalCUDACluster worker (``launch: cluster``): each rank
+    on its worker's own GPU, which dask-cuda makes device 0 of what the worker sees."""
+    from pipeline.backends import get_backend
+    from pipeline.backends.cluster import open_cluster
+    from pipeline.config.schema import ClusterConfig
+    from pipeline.stages import build_features, evaluate_models, load_table, split_frame
+    from pipeline.stages.torch_mlp import train_torch
+
+    session = open_cluster(ClusterConfig(), "gpu")
+    try:
+        checks = Checks(details={"cluster": session.details})
+        backend = get_backend("cpu")
+        data = work / "churn_cluster.csv"
+        probe_data.churn_table(20_000).to_csv(data, index=False)
+        frame = load_table(data, backend=backend)
+        split = split_frame(frame, probe_data.TARGET, positive="Yes", test=0.2, valid=0.1, seed=7, backend=backend)
+        features = build_features(split, probe_data.feature_ops(one_hot=False), id_column="customer")
+        stage = {k: v for k, v in probe_data.torch_stage("cuda").items() if k not in ("kind", "inputs")}
+        trained = train_torch(features, name="mlp", distributed={"launch": "cluster"}, **stage)
+        ddp = trained.distributed or {}
+        workers = session.details.get("workers")
+        checks.expect("NCCL carried the collectives", ddp.get("backend") == "nccl", backend=ddp.get("backend"))
+        checks.expect("one rank per GPU worker", ddp.get("ranks") == workers and ddp.get("launch") == "Dask workers",
+                      ranks=ddp.get("ranks"), workers=workers, launch=ddp.get("launch"))
+        checks.expect("rank 0 trained on its worker's device 0", trained.fit_result.get("device") == "cuda:0",
+                      device=trained.fit_result.get("device"))
+        auc = evaluate_models([trained]).metrics["mlp"]["roc_auc"]
+        checks.expect("the model scores the test split", 0.5 < auc <= 1.0, roc_auc=auc)
+        checks.details["distributed"] = ddp
+    finally:
+        session.close()
+    return {"checks": checks.items, **checks.details}
+
+
 # ============================================================================ registry
 @dataclass(frozen=True)
 class Probe:
@@ -578,6 +657,8 @@ PROBES: dict[str, Probe] = {p.name: p for p in (
           ("dask_cuda", "rmm", "torch", "cupy")),
     Probe("rapids_stages", "(f) cuDF/cuML stages: pipeline run with device gpu", probe_rapids_stages,
           ("cudf", "cuml", "dask_cudf")),
+    Probe("torch_ddp", "(g) torch stage under DDP with NCCL: a rank per LocalCUDACluster worker, local ranks",
+          probe_torch_ddp, ("torch",)),
 )}
 
 
