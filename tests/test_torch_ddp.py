@@ -336,3 +336,25 @@ def test_a_ddp_trained_model_is_exported_and_scored_by_predict(tmp_path):
     assert scored.returncode == 0, scored.stderr[-3000:]
     scores = pd.read_csv(tmp_path / "scores.csv")
     assert len(scores) == 200 and scores.filter(like="score").iloc[:, 0].between(0, 1).all()
+
+
+def test_cluster_ranks_go_to_the_workers_that_advertise_a_gpu_first():
+    """On GPUs, ranks are placed on the workers with the GPU resource (as LocalCUDACluster's
+    workers advertise it), in address order; without such workers, on every worker."""
+    from distributed import Client, Scheduler, SpecCluster, Worker
+
+    from pipeline.distributed.worker_ranks import worker_slots
+
+    local = {"nthreads": 1, "host": "127.0.0.1"}
+    workers = {"plain": {"cls": Worker, "options": local},
+               "gpu": {"cls": Worker, "options": {**local, "resources": {"GPU": 1}}}}
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
+    with SpecCluster(scheduler=scheduler, workers=workers) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2)
+        info = client.scheduler_info()["workers"]
+        gpu = next(address for address, w in info.items() if w.get("resources"))
+        assert worker_slots(client, None, gpu=True, what="t") == [gpu]
+        assert worker_slots(client, None, gpu=False, what="t") == sorted(info)
+        with pytest.raises(DataError, match="has 2 worker"):
+            worker_slots(client, 3, gpu=False, what="DDP training")
