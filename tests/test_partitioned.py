@@ -146,11 +146,11 @@ def test_training_partitioned_data_without_a_cluster_is_a_clear_error(in_project
         run_pipeline("configs/churn_partitioned.yaml", overrides=["cluster=null"], until=["xgb"])
 
 
-def test_the_torch_stage_refuses_partitioned_data(in_project):
+def test_the_torch_stage_refuses_partitioned_data_without_distributed(in_project):
     config = (in_project / "configs" / "churn_partitioned.yaml").read_text() + (
         "  mlp: {kind: torch, inputs: [features]}\n")
     (in_project / "configs" / "nn.yaml").write_text(config)
-    with pytest.raises(DataError, match="cannot take partitioned data"):
+    with pytest.raises(DataError, match="partitioned data only with distributed"):
         run_pipeline("configs/nn.yaml", overrides=["cluster=null"], only=["mlp"])
 
 

@@ -358,3 +358,25 @@ def test_cluster_ranks_go_to_the_workers_that_advertise_a_gpu_first():
         assert worker_slots(client, None, gpu=False, what="t") == sorted(info)
         with pytest.raises(DataError, match="has 2 worker"):
             worker_slots(client, 3, gpu=False, what="DDP training")
+
+
+@pytest.mark.slow
+def test_ranks_read_their_own_parquet_files_of_partitioned_features(in_project):
+    """Partitioned features: each rank reads its share of the features stage's Parquet files
+    (uneven: files differ in rows) and runs as many steps as the others; the MLP then scores
+    every partition where it lies and is evaluated and exported with the rest."""
+    from pipeline import run_pipeline
+
+    config = (in_project / "configs" / "churn_partitioned.yaml").read_text() + (
+        "  mlp: {kind: torch, inputs: [features], epochs: 4, distributed: {}}\n")
+    config = config.replace("inputs: [xgb]", "inputs: [xgb, mlp]")
+    (in_project / "configs" / "nn.yaml").write_text(config)
+    result = run_pipeline("configs/nn.yaml")
+    facts = result.manifest.stages["mlp"].facts["distributed"]
+    assert facts["ranks"] == 2 and facts["launch"] == "Dask workers"
+    assert sum(facts["train_files_per_rank"]) == len(list((result.run_dir / "features").rglob("train/*.parquet")))
+    rows = facts["train_rows_per_rank"]
+    assert sum(rows) == result.outputs["features"].rows()["train"]
+    assert facts["steps_per_epoch"] == -(-max(rows) // facts["batch_per_rank"])
+    assert 0.5 < result.manifest.metrics["models"]["mlp"]["roc_auc"] <= 1
+    assert (result.run_dir / "export" / "models" / "mlp" / "model.pt").exists()
