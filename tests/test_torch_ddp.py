@@ -319,7 +319,7 @@ def test_a_ddp_trained_model_is_exported_and_scored_by_predict(tmp_path):
     stages["evaluate"]["inputs"] = stages["export"]["inputs"] = ["mlp"]
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PIPELINE_REPORT": "on"}
     run = subprocess.run([sys.executable, "-m", "pipeline", "run", str(path), "--runs-dir", str(tmp_path / "runs")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -327,6 +327,7 @@ def test_a_ddp_trained_model_is_exported_and_scored_by_predict(tmp_path):
     manifest = yaml.safe_load((run_dir / "manifest.json").read_text())
     facts = manifest["stages"]["mlp"]["facts"]["distributed"]
     assert facts["ranks"] == 2 and facts["launch"] == "local processes"
+    assert "Trained data-parallel on 2 ranks (local processes, gloo)" in (run_dir / "report.html").read_text()
     rows = pd.read_csv(TELCO).head(200)
     rows.to_csv(tmp_path / "new.csv", index=False)
     scored = subprocess.run([sys.executable, "-m", "pipeline", "predict", "--run", "latest", "--runs-dir",

@@ -283,10 +283,10 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
 def _training(sources: RunSources) -> tuple[str, str, str]:
     parts = []
     for stage, history in sources.histories.items():
-        best = (sources.manifest.stages[stage].facts or {}).get("best_epoch") or 0
+        facts = sources.manifest.stages[stage].facts or {}
         parts.append(f"<h3>{e(stage)}: learning curve</h3>"
-                     f"{figure_row([figures.learning_curve(history, f'{stage} by epoch', int(best))])}"
-                     f'<p class="note">From {e(stage)}/history.csv.</p>')
+                     f"{figure_row([figures.learning_curve(history, f'{stage} by epoch', int(facts.get('best_epoch') or 0))])}"
+                     f'<p class="note">From {e(stage)}/history.csv.{_data_parallel(facts.get("distributed"))}</p>')
     for stage, rounds in sources.rounds.items():
         parts.append(f"<h3>{e(stage)}: evaluation rounds</h3>"
                      f"{figure_row([figures.boosting_rounds(rounds, f'{stage} by boosting round')])}"
@@ -393,6 +393,17 @@ def _gpu_use(usage: Mapping[str, Any]) -> str | None:
              + (f", {number(d.get('energy_wh'))} Wh" if d.get("energy_wh") is not None else "")
              + (" (idle)" if d.get("index") in idle else "") for d in usage.get("gpus") or []]
     return "; ".join(shown) or None
+
+
+def _data_parallel(facts: Any) -> str:
+    """A sentence on how a DDP training ran (ranks, where, steps, bytes per rank); "" in one process."""
+    if not isinstance(facts, dict):
+        return ""
+    sent = (facts.get("communication") or {}).get("gradient_bytes_per_epoch")
+    return (f" Trained data-parallel on {e(facts.get('ranks'))} ranks ({e(facts.get('launch'))}, "
+            f"{e(facts.get('backend'))}): {number(facts.get('steps_per_epoch'))} steps per epoch of "
+            f"{number(facts.get('batch_per_rank'))} rows per rank"
+            + (f"; each rank all-reduced {sent / 2**20:,.1f} MiB of gradients per epoch." if sent else "."))
 
 
 def _bytes(value: int | None) -> str | None:
