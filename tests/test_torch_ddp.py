@@ -95,6 +95,33 @@ def test_more_ranks_than_training_rows_is_refused(churn):
         plan_shards(tiny, 3)
 
 
+def test_parquet_files_are_dealt_round_robin_and_bound_the_rank_count(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from pipeline.backends import get_backend
+    from pipeline.tasks import BINARY
+
+    folders = {}
+    for split, sizes in (("train", [50, 10, 0, 30]), ("valid", [5])):
+        folders[split] = tmp_path / split
+        folders[split].mkdir()
+        for i, n in enumerate(sizes):
+            pd.DataFrame({"a": np.arange(n, dtype="float32"), "y": np.zeros(n, "int8")}).to_parquet(
+                folders[split] / f"part.{i}.parquet")
+    features = SimpleNamespace(partitioned=True, parquet_dirs={k: str(v) for k, v in folders.items()},
+                               rows=lambda: {"train": 90, "valid": 5}, feature_names=["a"], categorical_columns=[],
+                               target="y", task=BINARY, backend=get_backend("cpu"))
+    shards, handoffs = plan_shards(features, 2)
+    assert handoffs == [] and [s.train.rows for s in shards] == [50 + 30, 10]       # the empty file is not dealt
+    assert [len(s.valid.files) for s in shards] == [1, 0]
+    assert rank_options(FitOptions(batch_size=20), shards).steps_per_epoch == 8     # 80 rows / 10 per rank
+    empty = shards[1].valid.tensors(__import__("torch").device("cpu"))
+    assert empty.rows == 0 and str(empty.y.dtype) == f"torch.{BINARY.label_dtype}"    # as the other ranks read it
+    with caplog.at_level("WARNING", logger="pipeline"):
+        assert len(plan_shards(features, 5)[0]) == 3
+    assert "3 rank(s) instead of 5" in caplog.text
+
+
 # ------------------------------------------------------------------ config
 def _torch_config(tmp_path: Path, distributed) -> Path:
     config = {"name": "ddp", "stages": {

@@ -24,6 +24,7 @@ LocalCUDACluster worker on the one device it sees).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
@@ -42,6 +43,7 @@ from pipeline.tensors.mlp import MLPArchitecture
 from pipeline.tensors.objectives import Objective
 from pipeline.tensors.training import FitOptions, Split
 
+log = logging.getLogger("pipeline")
 WHAT = "DDP training"
 # Ranks that wait in a collective for longer than this fail (a peer is gone or stuck).
 DEFAULT_TIMEOUT_SECONDS = 120.0
@@ -234,7 +236,10 @@ def _file_shards(features: Any, world: int) -> list[RankShard]:
     valid = partition_files(folders["valid"]) if features.rows().get("valid") and "valid" in folders else []
     if not train:
         raise DataError(f"the training split's folder {folders['train']} has no Parquet file with rows")
-    world = min(world, len(train))
+    if len(train) < world:
+        log.warning("DDP training: the training split has %d Parquet file(s) with rows, so %d rank(s) instead of %d "
+                    "(a rank reads whole files; more partitions allow more ranks)", len(train), len(train), world)
+        world = len(train)
 
     def split(files: list[tuple[str, int]], rank: int) -> ParquetSplit:
         mine = files[rank::world]
