@@ -316,6 +316,14 @@ def test_bf16_autocast_and_compile_train_under_ddp(churn):
     assert np.isfinite([row["loss"] for row in trained.history]).all()
 
 
+@pytest.mark.slow
+def test_fp16_autocast_trains_under_ddp_with_a_gradient_scaler(churn):
+    trained = train_torch(churn, seed=1, distributed={"processes": 2, "launch": "local"}, precision="fp16",
+                          **{**MLP, "epochs": 3})
+    assert trained.fit_result["precision"] == "fp16"
+    assert np.isfinite([row["loss"] for row in trained.history]).all() and _auc(trained) > 0.7
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif("gpu" not in available_devices(), reason="needs a GPU")
 def test_nccl_ranks_train_on_the_gpus(churn):
