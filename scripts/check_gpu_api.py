@@ -2669,7 +2669,7 @@ def check_ddp(report: Report) -> None:
 
     shard = torch_ddp.ArraySplit(x=np.zeros((8, 2), "float32"), y=np.zeros(8, "int8"))
     shards = [torch_ddp.RankShard(r, shard, None) for r in range(2)]
-    job = torch_ddp._job(2, MLPArchitecture(n_features=2, continuous_index=[0, 1]), Objective(), FitOptions(),
+    job = torch_ddp._job(MLPArchitecture(n_features=2, continuous_index=[0, 1]), Objective(), FitOptions(),
                          shards, cuda, torch_ddp.Placement("local", 2), ("file", "rendezvous"))
     report.record("a rank job on cuda uses NCCL", BindResult(job.backend == "nccl", f"backend {job.backend!r}"))
     devices = [str(torch_ddp._local_device(cuda, r)) for r in range(3)]

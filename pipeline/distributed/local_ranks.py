@@ -57,19 +57,6 @@ class QueueProgress:
         return contextlib.nullcontext(lambda n: None)
 
 
-class SilentProgress(QueueProgress):
-    """Every other rank's progress: nothing (rank 0 speaks for the training)."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-
-    def message(self, text: str) -> None:
-        pass
-
-    def metrics(self, step: int, values: Mapping[str, float]) -> None:
-        pass
-
-
 def run_local_ranks(target: Callable[..., Any], per_rank: Sequence[tuple[Any, ...]], *, stage: str,
                     progress: Any = None, what: str = "distributed training") -> list[Any]:
     """Run ``target(rank, *per_rank[rank], progress=...)`` in one spawned process per rank and
@@ -92,7 +79,7 @@ def run_local_ranks(target: Callable[..., Any], per_rank: Sequence[tuple[Any, ..
 
 def _rank_main(target: Callable[..., Any], rank: int, args: tuple[Any, ...], events: Any) -> None:
     """A rank's process: run ``target``, report its result or its error, exit 1 on an error."""
-    progress = QueueProgress(events) if rank == 0 else SilentProgress()
+    progress = QueueProgress(events) if rank == 0 else None
     try:
         result = target(rank, *args, progress=progress)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from pipeline.backends import Backend
+from pipeline.distributed.local_ranks import run_local_ranks
 from pipeline.errors import DataError, UsageError
 from pipeline.tensors.handoff import Handoff
 from pipeline.tensors.mlp import MLPArchitecture
@@ -156,19 +157,16 @@ class DdpOutcome:
 # ----------------------------------------------------------------------------- parent side
 def train_ddp(features: Any, arch: MLPArchitecture, objective: Objective, options: FitOptions, *,
               placement: Placement, device: torch.device, stage: str, progress: Any = None) -> DdpOutcome:
-    """Train ``arch`` on ``features`` (in memory) across ranks; rank 0's weights come back."""
+    """Train ``arch`` on ``features`` (in memory, or partitioned as Parquet files) across ranks;
+    rank 0's weights come back."""
     if placement.launch == "cluster":
         return _train_on_cluster(features, arch, objective, options, placement=placement, device=device,
                                  stage=stage)
     shards, handoffs = plan_shards(features, local_world(placement, device))
-    world = len(shards)
-    job = _job(world, arch, objective, options, shards, device, placement, ("file", ""))
-    job = replace(job, threads=max(1, (os.cpu_count() or 1) // world) if device.type == "cpu" else None,
-                  loopback=loopback_interface())
-    from pipeline.distributed.local_ranks import run_local_ranks
-
     with tempfile.TemporaryDirectory(prefix="pipeline-ddp-") as folder:
-        job = replace(job, rendezvous=("file", os.path.join(folder, "rendezvous")))
+        job = _job(arch, objective, options, shards, device, placement, ("file", os.path.join(folder, "rendezvous")),
+                   threads=max(1, (os.cpu_count() or 1) // len(shards)) if device.type == "cpu" else None,
+                   loopback=loopback_interface())
         per_rank = [(job, shard, str(_local_device(device, shard.rank))) for shard in shards]
         result = run_local_ranks(train_rank, per_rank, stage=stage, progress=progress, what=WHAT)[0]
     return _outcome(result, job, shards, handoffs, {"launch": "local processes"})
@@ -258,15 +256,18 @@ def rank_options(options: FitOptions, shards: list[RankShard]) -> FitOptions:
     return replace(options, batch_size=batch, steps_per_epoch=steps)
 
 
-def _job(world: int, arch: MLPArchitecture, objective: Objective, options: FitOptions, shards: list[RankShard],
-         device: torch.device, placement: Placement, rendezvous: tuple[str, ...]) -> RankJob:
+def _job(arch: MLPArchitecture, objective: Objective, options: FitOptions, shards: list[RankShard],
+         device: torch.device, placement: Placement, rendezvous: tuple[str, ...], *, threads: int | None = None,
+         loopback: str | None = None) -> RankJob:
+    """What every rank is given: one rank per shard, the loop's options shared out."""
+    world = len(shards)
     per_rank = rank_options(options, shards)
     if arch.batch_norm and per_rank.batch_size < 2:
         raise DataError(f"batch_norm needs at least 2 rows per rank and step; batch_size {options.batch_size} "
                         f"over {world} ranks leaves {per_rank.batch_size}: raise batch_size")
     return RankJob(world=world, arch=arch, objective=objective, options=per_rank, seed=options.seed,
                    backend="nccl" if device.type == "cuda" else "gloo", timeout=placement.timeout,
-                   rendezvous=rendezvous)
+                   rendezvous=rendezvous, threads=threads, loopback=loopback)
 
 
 def _outcome(result: RankResult, job: RankJob, shards: list[RankShard], handoffs: list[Handoff],
@@ -392,8 +393,7 @@ def _train_on_cluster(features: Any, arch: MLPArchitecture, objective: Objective
             host = rendezvous_host(client)
             store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
                                   timeout=timedelta(seconds=placement.timeout))
-            job = _job(len(workers), arch, objective, options, shards, device, placement,
-                       ("tcp", host, str(store.port)))
+            job = _job(arch, objective, options, shards, device, placement, ("tcp", host, str(store.port)))
             futures = [submit_pinned(client, train_rank_on_worker, worker, shard.rank, job, shard, stage,
                                      key=f"ddp-{stage}-rank{shard.rank}-{uuid.uuid4().hex[:8]}")
                        for worker, shard in zip(workers, shards)]

@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
 
 
 class Ranks(Protocol):
@@ -54,23 +57,17 @@ class GroupRanks:
     bytes each rank hands to its collectives: gradient buckets and the loop's own steps."""
 
     def __init__(self) -> None:
-        import torch.distributed as dist
-
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
         self.gradient_bytes = 0      # all-reduced by DDP, summed over the buckets of every step
         self.other_bytes = 0         # loss sums, validation gathers, broadcast decisions
 
     def wrap(self, module: nn.Module, device: torch.device) -> nn.Module:
-        from torch.nn.parallel import DistributedDataParallel
-
         ddp = DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None)
         ddp.register_comm_hook(self, _counted_allreduce)
         return ddp
 
     def total(self, values: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
         summed = values.clone()
         self.other_bytes += _nbytes(summed)
         dist.all_reduce(summed)
@@ -79,8 +76,6 @@ class GroupRanks:
     def gather(self, rows: torch.Tensor) -> torch.Tensor:
         """Every rank's ``rows`` concatenated in rank order (shards may differ in length:
         each is padded to the longest for ``all_gather`` and cut back after)."""
-        import torch.distributed as dist
-
         count = torch.tensor([rows.shape[0]], dtype=torch.int64, device=rows.device)
         counts = [torch.empty_like(count) for _ in range(self.world)]
         dist.all_gather(counts, count)
@@ -94,8 +89,6 @@ class GroupRanks:
         return torch.cat([part[:size] for part, size in zip(parts, sizes)])
 
     def decide(self, flags: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
         decided = flags.clone()
         self.other_bytes += _nbytes(decided)
         dist.broadcast(decided, src=0)
@@ -107,8 +100,6 @@ def _counted_allreduce(ranks, bucket):  # type: ignore[no-untyped-def]
 
     Unannotated on purpose: DDP refuses a hook whose ``bucket`` annotation is not the
     ``dist.GradBucket`` class itself, and postponed annotations are strings."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
     ranks.gradient_bytes += _nbytes(bucket.buffer())
     return allreduce_hook(None, bucket)
 
