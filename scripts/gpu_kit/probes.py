@@ -120,6 +120,10 @@ def probe_torch_stage(work: Path) -> dict[str, Any]:
                   weights_device=str(next(module.parameters()).device))
     checks.expect("PyTorch allocated GPU memory", torch.cuda.max_memory_allocated() > 0,
                   peak_allocated_bytes=torch.cuda.max_memory_allocated())
+    # NVML usage sampling: the stage's record holds each GPU's readings over the stage.
+    gpus = (record.usage or {}).get("gpus") or []
+    checks.expect("NVML usage sampling recorded the GPU for the stage",
+                  bool(gpus) and all((d.get("memory_peak_bytes") or 0) > 0 for d in gpus), usage=record.usage)
     checks.details.update({"epochs_run": facts.get("epochs_run"), "best_epoch": facts.get("best_epoch"),
                            "fit_seconds": facts.get("fit_seconds"), "bytes_copied": facts.get("bytes_copied"),
                            "metrics": result.manifest.metrics, "stages": _stage_summary(result)})
