@@ -413,3 +413,19 @@ def test_the_probe_configs_are_valid_pipeline_configs(tmp_path):
     table = probe_data.churn_table(500)
     assert set(probe_data.NUMERIC + probe_data.CATEGORICAL + (probe_data.TARGET,)) <= set(table.columns)
     assert table["total"].isna().any() and set(table[probe_data.TARGET]) == {"Yes", "No"}
+
+
+# ------------------------------------------------------------------ the probes' own code on CPUs
+@pytest.mark.slow
+def test_ddp_probe_checks_pass_on_cpu_ranks_and_a_local_cluster(tmp_path):
+    """The DDP probe's checks, run on gloo ranks and a two-worker LocalCluster: on the H200 the
+    probe failed two checks of its own making (the cluster's client was not made current, so the
+    training found no cluster; the metrics were looked up at the wrong level), not the DDP path."""
+    from gpu_kit.probes import ddp_checks
+
+    result = ddp_checks(tmp_path, "cpu", 2, cluster_device="cpu")
+    failed = [c for c in result["checks"] if not c["ok"]]
+    assert result["status"] == "passed", failed
+    names = [c["check"] for c in result["checks"]]
+    assert "cluster: one rank per worker" in names and "the model was evaluated" in names
+    assert result["details"]["cluster"]["distributed"]["ranks"] == 2

@@ -570,25 +570,36 @@ def probe_torch_ddp(work: Path) -> dict[str, Any]:
     not two: the results channel takes eight files."""
     from importlib.util import find_spec
 
-    if find_spec("dask_cuda") is None:
-        cluster: dict[str, Any] = {"skipped": "dask_cuda is not installed"}
+    cluster_device = "gpu" if find_spec("dask_cuda") is not None else None
+    torch, why_not = _cuda_torch()
+    if why_not:
+        return failed(why_not)
+    return ddp_checks(work, "cuda", torch.cuda.device_count(), cluster_device=cluster_device,
+                      details=_device_details(torch), skip_cluster_why="dask_cuda is not installed")
+
+
+def ddp_checks(work: Path, device: str, ranks: int, *, cluster_device: str | None,
+               details: dict[str, Any] | None = None, skip_cluster_why: str = "") -> dict[str, Any]:
+    """The DDP checks on ``device`` ("cuda": NCCL, one rank per GPU; "cpu": gloo, ``ranks``
+    processes), the cluster's first when ``cluster_device`` names one. The probe runs them on
+    CUDA; the test suite runs the same code on CPUs, so a fault of the probe itself shows there."""
+    if cluster_device is None:
+        cluster: dict[str, Any] = {"skipped": skip_cluster_why or "no cluster asked for"}
     else:
         try:
-            cluster = _ddp_on_cluster(work)
+            cluster = _ddp_on_cluster(work, cluster_device, device)
         except Exception as exc:  # noqa: BLE001 - the local ranks are still worth probing
             cluster = {"checks": [{"check": "the training on the cluster ran", "ok": False,
                                    "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                                    "traceback": traceback.format_exc()[-4000:]}]}
-    torch, why_not = _cuda_torch()
-    if why_not:
-        return failed(why_not)
-    gpus = torch.cuda.device_count()
-    checks = Checks(details={**_device_details(torch), "gpus": gpus, "cluster": cluster})
+    backend = "nccl" if device == "cuda" else "gloo"
+    rank0 = "cuda:0" if device == "cuda" else "cpu"
+    checks = Checks(details={**(details or {}), "gpus" if device == "cuda" else "ranks": ranks, "cluster": cluster})
     for item in cluster.get("checks", []):
         checks.items.append({**item, "check": f"cluster: {item['check']}"})
     data = work / "churn.csv"
     probe_data.churn_table(20_000).to_csv(data, index=False)
-    stage = {**probe_data.torch_stage("cuda"), "distributed": {"processes": gpus, "launch": "local"}}
+    stage = {**probe_data.torch_stage(device), "distributed": {"processes": ranks, "launch": "local"}}
     config = probe_data.config("probe_ddp", str(data), "cpu", {"mlp": stage},
                                ops=probe_data.feature_ops(one_hot=False))
     result = _run(config, work, "ddp_local")
@@ -596,26 +607,33 @@ def probe_torch_ddp(work: Path) -> dict[str, Any]:
     ddp = record.facts.get("distributed") or {}
     checks.expect("the DDP torch stage succeeded", record.status == "succeeded", status=record.status,
                   error=record.error)
-    checks.expect("NCCL carried the collectives", ddp.get("backend") == "nccl", backend=ddp.get("backend"))
-    checks.expect("one rank per visible GPU", ddp.get("ranks") == gpus, ranks=ddp.get("ranks"), gpus=gpus)
-    checks.expect("rank 0 trained on cuda:0", str(record.facts.get("device")) == "cuda:0",
+    checks.expect(f"{backend.upper()} carried the collectives", ddp.get("backend") == backend,
+                  backend=ddp.get("backend"))
+    checks.expect("one rank per visible GPU" if device == "cuda" else "the ranks asked for", ddp.get("ranks") == ranks,
+                  ranks=ddp.get("ranks"), wanted=ranks)
+    checks.expect(f"rank 0 trained on {rank0}", str(record.facts.get("device")) == rank0,
                   device=record.facts.get("device"))
-    checks.expect("the model was evaluated", "mlp" in (result.manifest.metrics or {}),
-                  metrics=result.manifest.metrics)
+    # The run's metrics: {"models": {name: {metric: value}}, "splits": ..., "best": ...}.
+    scored = ((result.manifest.metrics or {}).get("models") or {}).get("mlp") or {}
+    checks.expect("the model was evaluated", 0.5 < (scored.get("roc_auc") or 0.0) <= 1.0,
+                  roc_auc=scored.get("roc_auc"))
     checks.details.update({"distributed": ddp, "fit_seconds": record.facts.get("fit_seconds")})
     return checks.result()
 
 
-def _ddp_on_cluster(work: Path) -> dict[str, Any]:
-    """The MLP trained by one rank per LocalCUDACluster worker (``launch: cluster``): each rank
-    on its worker's own GPU, which dask-cuda makes device 0 of what the worker sees."""
+def _ddp_on_cluster(work: Path, cluster_device: str, device: str) -> dict[str, Any]:
+    """The MLP trained by one rank per worker of a local cluster (``launch: cluster``): on a
+    LocalCUDACluster each rank on its worker's own GPU, which dask-cuda makes device 0 of what
+    the worker sees. The session's client is made current, as a run's stages find theirs: the
+    cluster's client is not the process's default, and a ``launch: cluster`` training looks
+    for the current one."""
     from pipeline.backends import get_backend
     from pipeline.backends.cluster import open_cluster
     from pipeline.config.schema import ClusterConfig
     from pipeline.stages import build_features, evaluate_models, load_table, split_frame
     from pipeline.stages.torch_mlp import train_torch
 
-    session = open_cluster(ClusterConfig(), "gpu")
+    session = open_cluster(ClusterConfig() if cluster_device == "gpu" else ClusterConfig(n_workers=2), cluster_device)
     try:
         checks = Checks(details={"cluster": session.details})
         backend = get_backend("cpu")
@@ -624,14 +642,18 @@ def _ddp_on_cluster(work: Path) -> dict[str, Any]:
         frame = load_table(data, backend=backend)
         split = split_frame(frame, probe_data.TARGET, positive="Yes", test=0.2, valid=0.1, seed=7, backend=backend)
         features = build_features(split, probe_data.feature_ops(one_hot=False), id_column="customer")
-        stage = {k: v for k, v in probe_data.torch_stage("cuda").items() if k not in ("kind", "inputs")}
-        trained = train_torch(features, name="mlp", distributed={"launch": "cluster"}, **stage)
+        stage = {k: v for k, v in probe_data.torch_stage(device).items() if k not in ("kind", "inputs")}
+        with session.client.as_current():
+            trained = train_torch(features, name="mlp", distributed={"launch": "cluster"}, **stage)
         ddp = trained.distributed or {}
         workers = session.details.get("workers")
-        checks.expect("NCCL carried the collectives", ddp.get("backend") == "nccl", backend=ddp.get("backend"))
-        checks.expect("one rank per GPU worker", ddp.get("ranks") == workers and ddp.get("launch") == "Dask workers",
+        backend_name = "nccl" if device == "cuda" else "gloo"
+        checks.expect(f"{backend_name.upper()} carried the collectives", ddp.get("backend") == backend_name,
+                      backend=ddp.get("backend"))
+        checks.expect("one rank per worker", ddp.get("ranks") == workers and ddp.get("launch") == "Dask workers",
                       ranks=ddp.get("ranks"), workers=workers, launch=ddp.get("launch"))
-        checks.expect("rank 0 trained on its worker's device 0", trained.fit_result.get("device") == "cuda:0",
+        rank0 = "cuda:0" if device == "cuda" else "cpu"
+        checks.expect(f"rank 0 trained on {rank0} (its worker's device 0)", trained.fit_result.get("device") == rank0,
                       device=trained.fit_result.get("device"))
         auc = evaluate_models([trained]).metrics["mlp"]["roc_auc"]
         checks.expect("the model scores the test split", 0.5 < auc <= 1.0, roc_auc=auc)
