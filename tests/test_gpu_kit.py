@@ -429,3 +429,44 @@ def test_ddp_probe_checks_pass_on_cpu_ranks_and_a_local_cluster(tmp_path):
     names = [c["check"] for c in result["checks"]]
     assert "cluster: one rank per worker" in names and "the model was evaluated" in names
     assert result["details"]["cluster"]["distributed"]["ranks"] == 2
+
+
+# ------------------------------------------------------------------ the driver, call by call
+def drive(inbox: Path, site: Path, results: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(KIT / "drive.py"), "--parts", str(inbox), "--target", str(site),
+                           "--results", str(results), "--out", str(out), "--budget", "240"],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not no_gpu_here(), reason="a GPU is present: the no-device path does not apply")
+def test_the_driver_waits_for_the_base_profile_then_runs_each_step_once_and_returns_its_results(demo_kit, tmp_path):
+    manifest, kit, _ = demo_kit
+    withheld = manifest["parts"][-1]["name"]
+    inbox, site, results = tmp_path / "inbox", tmp_path / "site", tmp_path / "results"
+    inbox.mkdir()
+    for name in [parts.MANIFEST_NAME, *(p["name"] for p in manifest["parts"] if p["name"] != withheld)]:
+        (inbox / name).write_bytes((kit / name).read_bytes())
+
+    first = drive(inbox, site, results, tmp_path / "out1")
+    assert first.returncode == 0, first.stderr
+    state = json.loads((tmp_path / "out1" / "drive.json").read_text())
+    assert state["device"]["base_installed"] is False and state["steps"]["unpack"]["rc"] == 2
+    assert "gpu_tests" not in state["steps"]                        # waits for the rest of the base profile
+    assert "waits for the rest of the base profile" in first.stdout
+
+    (inbox / withheld).write_bytes((kit / withheld).read_bytes())
+    second = drive(inbox, site, results, tmp_path / "out2")
+    assert second.returncode == 0, second.stderr
+    state = json.loads((tmp_path / "out2" / "drive.json").read_text())
+    assert state["calls"] == 2 and state["device"]["base_installed"] is True
+    assert [h["rc"] for h in state["steps"]["unpack"]["history"]] == [2, 0]
+    assert state["steps"]["gpu_tests"]["skipped"].startswith("no device")
+    assert state["steps"]["e2e"]["skipped"].startswith("RAPIDS not installed")
+    assert all(p["status"] == "skipped" for p in state["probes"].values())
+    with tarfile.open(tmp_path / "out2" / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert "results/unpack.log" in names and "results/drive.json" in names
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["drive.json", "results.tar.gz"]
+
+    third = drive(inbox, site, results, tmp_path / "out3")
+    assert "[gpu_tests] done in call 2" in third.stdout               # a finished step is not run again
