@@ -1,7 +1,8 @@
-"""The README's examples, run as written, so they stay true.
+"""The examples of the README and of every page of the docs site, run as written, so they stay true.
 
 Every ```python block runs as a script and every ``$ pipeline ...`` line of a ```console
-block runs in a shell, in a copy of the project; the crontab lines and the systemd
+block runs in a new shell that has only activated the environment (as the README's set-up
+says), in a copy of the project; the crontab lines and the systemd
 ``ExecStart`` run as the scheduler would run them. The only rewrites are the ones a reader
 makes too: ``/srv/churn`` is the project folder, ``.venv/bin/`` this environment's scripts,
 the placeholder ``tcp://scheduler:8786`` the address of a real scheduler started here on
@@ -28,8 +29,16 @@ import pytest
 from tests.conftest import ROOT, TELCO, copy_project
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 BIN = Path(sys.executable).parent
 PLACEHOLDER = "tcp://scheduler:8786"
+# The example that the other examples build on (it makes the runs they show, list and score).
+SETUP_EXAMPLE = DOCS / "guides" / "library.md"
+
+
+def documents() -> list[Path]:
+    """The README, then every page of the docs site (the generated references hold no examples)."""
+    return [README, *sorted(p for p in DOCS.rglob("*.md") if p.parent.name != "reference" or p.stem == "exit-codes")]
 
 
 @dataclass(frozen=True)
@@ -37,46 +46,78 @@ class Block:
     language: str
     line: int
     text: str
+    source: Path = README
+
+    @property
+    def where(self) -> str:
+        return f"{self.source.relative_to(ROOT)}:{self.line}"
 
     @property
     def id(self) -> str:
-        return f"{self.language}-line{self.line}"
+        return f"{self.language}-{self.where}"
 
 
-def readme_blocks(language: str) -> list[Block]:
-    blocks, current, start, lines = [], None, 0, README.read_text(encoding="utf-8").splitlines()
+def file_blocks(path: Path, language: str) -> list[Block]:
+    blocks, current, start, lines = [], None, 0, path.read_text(encoding="utf-8").splitlines()
     for number, line in enumerate(lines, start=1):
         fence = re.match(r"^```(\w*)\s*$", line)
         if fence and current is None:
             current, start, body = fence.group(1), number, []
         elif line.startswith("```") and current is not None:
             if current == language:
-                blocks.append(Block(language, start, "\n".join(body) + "\n"))
+                blocks.append(Block(language, start, "\n".join(body) + "\n", path))
             current = None
         elif current is not None:
             body.append(line)
     return blocks
 
 
-def console_commands() -> list[tuple[int, str]]:
+def doc_blocks(language: str) -> list[Block]:
+    return [block for path in documents() for block in file_blocks(path, language)]
+
+
+def setup_example() -> Block:
+    return file_blocks(SETUP_EXAMPLE, "python")[0]
+
+
+def console_commands() -> list[tuple[str, str]]:
     """``$ pipeline ...`` lines of the console blocks (``make`` targets are what CI runs)."""
     out = []
-    for block in readme_blocks("console"):
+    for block in doc_blocks("console"):
         for offset, line in enumerate(block.text.splitlines(), start=1):
             if line.startswith("$ pipeline "):
                 command = re.sub(r"\s+#.*$", "", line[2:])          # trailing comments
-                out.append((block.line + offset, command))
+                out.append((f"{block.source.relative_to(ROOT)}:{block.line + offset}", command))
     return out
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(ROOT), "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
+def activate_script() -> Path | None:
+    """The environment's own ``activate``, which the README's set-up tells a new shell to source."""
+    script = Path(sys.prefix) / "bin" / "activate"
+    return script if sys.prefix != sys.base_prefix and script.is_file() else None
+
+
+def _env(*, activated: bool = False) -> dict[str, str]:
+    path = os.environ.get("PATH", "")
+    if activated:                                   # a new shell: the environment is not on PATH yet
+        path = os.pathsep.join(p for p in path.split(os.pathsep) if Path(p) != BIN)
+    else:
+        path = f"{BIN}{os.pathsep}{path}"
+    return {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
 
 
 def _shell(command: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def _new_shell(command: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``command`` as the README runs it: a new shell that sourced the environment's activate."""
+    script = activate_script()
+    if script is None:                              # not run from a virtualenv: its scripts on PATH
+        return _shell(command, cwd, timeout)
+    return subprocess.run(["bash", "-c", f"source {shlex.quote(str(script))} && {command}"], cwd=cwd,
+                          env=_env(activated=True), capture_output=True, text=True, timeout=timeout)
 
 
 def _adapt(text: str, project: Path, scheduler: str) -> str:
@@ -119,8 +160,8 @@ def scheduler(project_dir):
 
 @pytest.fixture(scope="module")
 def readme_project(project_dir, scheduler) -> Path:
-    """The project after the README's first library example ran in it (three runs)."""
-    _run_python(readme_blocks("python")[0], project_dir, scheduler, project_dir / "first_example.py")
+    """The project after the library page's first example ran in it (three runs)."""
+    _run_python(setup_example(), project_dir, scheduler, project_dir / "first_example.py")
     return project_dir
 
 
@@ -129,7 +170,7 @@ def _run_python(block: Block, project: Path, scheduler: str, script: Path) -> su
     script.write_text(source, encoding="utf-8")
     done = subprocess.run([sys.executable, str(script)], cwd=project, env=_env(), capture_output=True,
                           text=True, timeout=900)
-    assert done.returncode == 0, f"README python block at line {block.line} failed:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"python block at {block.where} failed:\n{done.stderr[-4000:]}"
     return done
 
 
@@ -138,11 +179,28 @@ def run_ids(project: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
 
 
-def test_the_readme_has_the_examples_these_tests_run():
-    assert len(readme_blocks("python")) >= 5
+def test_the_docs_have_the_examples_these_tests_run():
+    assert len(doc_blocks("python")) >= 5
     assert any("predict" in command for _, command in console_commands())
     assert all("10.0." not in block.text and "192.168." not in block.text
-               for language in ("python", "console", "cron", "bash", "yaml") for block in readme_blocks(language))
+               for language in ("python", "console", "cron", "bash", "yaml") for block in doc_blocks(language))
+
+
+def test_the_readme_is_short_and_its_setup_puts_pipeline_on_path():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    setup = next(b for b in file_blocks(README, "console") if "make setup" in b.text)
+    assert "source .venv/bin/activate" in setup.text
+    assert file_blocks(README, "console") and any(w.startswith("README.md:") for w, _ in console_commands())
+
+
+def test_a_new_shell_without_activation_has_no_pipeline_command(tmp_path):
+    """The check below means something: without sourcing activate, `pipeline` is not found."""
+    if activate_script() is None:
+        pytest.skip("the tests do not run from a virtualenv")
+    done = subprocess.run(["bash", "-c", "command -v pipeline || echo missing"], cwd=tmp_path,
+                          env=_env(activated=True), capture_output=True, text=True)
+    assert Path(done.stdout.strip()).parent != BIN
 
 
 def test_first_library_example_ran_three_runs(readme_project):
@@ -151,23 +209,23 @@ def test_first_library_example_ran_three_runs(readme_project):
     assert statuses == ["succeeded"] * 3
 
 
-@pytest.mark.parametrize("block", readme_blocks("python")[1:], ids=lambda b: b.id)
+@pytest.mark.parametrize("block", [b for b in doc_blocks("python") if b != setup_example()], ids=lambda b: b.id)
 def test_python_example(block, readme_project, scheduler):
     done = _run_python(block, readme_project, scheduler, readme_project / f"example_{block.line}.py")
     if "print(" in block.text:
         assert done.stdout.strip(), "the example prints something"
 
 
-@pytest.mark.parametrize("line,command", console_commands(), ids=lambda v: str(v) if isinstance(v, int) else "")
-def test_console_command(line, command, readme_project):
+@pytest.mark.parametrize("where,command", console_commands(), ids=lambda v: v if ".md:" in v else "")
+def test_console_command(where, command, readme_project):
     ids = iter(run_ids(readme_project))
     command = re.sub(r"\b\d{8}T\d{4}\b", lambda _: next(ids), command)
-    done = _shell(command, readme_project)
-    assert done.returncode == 0, f"README line {line}: {command}\n{done.stderr[-3000:]}"
+    done = _new_shell(command, readme_project)
+    assert done.returncode == 0, f"{where}: {command}\n{done.stderr[-3000:]}"
 
 
 def crontab_lines() -> list[str]:
-    return [line for block in readme_blocks("cron") for line in block.text.splitlines()
+    return [line for block in doc_blocks("cron") for line in block.text.splitlines()
             if line.strip() and not line.startswith("#")]
 
 
@@ -184,7 +242,7 @@ def test_crontab_line_runs_and_logs_json(entry, readme_project, scheduler):
 
 
 def test_systemd_units_are_two_files_and_the_service_runs(readme_project, scheduler):
-    units = readme_blocks("ini")
+    units = doc_blocks("ini")
     assert len(units) == 2
     parsed = []
     for block in units:
