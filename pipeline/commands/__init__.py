@@ -16,6 +16,7 @@ COMMANDS: tuple[str, ...] = (
     "pipeline.commands.predict:predict",
     "pipeline.commands.report:report",
     "pipeline.commands.parity:parity",
+    "pipeline.commands.init:init",
 )
 
 
