@@ -73,7 +73,7 @@ from pipeline.errors import ConfigError, ConfigIssue, StorageError, Terminated, 
 from pipeline.fingerprints import code_fingerprint
 from pipeline.sizes import DEFAULT_CACHE_SIZE, parse_size
 from pipeline.signing import signature_path, signature_problem, signature_text, signing_key
-from pipeline.store import sha256_file, utc_now
+from pipeline.store import json_text, sha256_file, utc_now
 
 log = logging.getLogger("pipeline")
 
@@ -157,9 +157,9 @@ class PendingEntry:
             self.files.update({relative: digest for relative, digest, _ in stored})
             if artifacts_dir is not None and artifacts_dir.is_dir():
                 self.files.update(link_artifacts(artifacts_dir, self.tmp, ARTIFACTS_DIR))
-            data = json.dumps(
+            data = json_text(
                 {**record, "key": self.key, "created": utc_now(), "files": dict(sorted(self.files.items()))},
-                indent=2, default=str).encode("utf-8")
+                default=str).encode("utf-8")
             (self.tmp / RECORD_FILE).write_bytes(data)
             if self.signing is not None:         # signs the very bytes written, before the rename
                 signature_path(self.tmp / RECORD_FILE).write_text(

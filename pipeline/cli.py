@@ -11,6 +11,7 @@ Kubernetes jobs.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -74,10 +75,11 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     stop_on_sigterm()
     if scheduler is not None:
         check_scheduler_address(scheduler, where="--scheduler")
-    cfg = load_config(config, overrides=overrides)
+    # Every column a stage names is checked against the files' headers before the first stage.
+    cfg = load_config(config, overrides=overrides, check_data=True, before_run=True)
     declare_outputs(runs_dir or cfg.runs_dir)
     interactive = stderr.is_terminal and not quiet and log_format == "text"
-    hooks = [ConsoleHook(stderr) if interactive else LogHook()]
+    hooks = [ConsoleHook(stderr) if interactive else LogHook(bars=log_format == "text")]
     forced: bool | list[str] = True if "*" in force else split_names(force)
     runner = Runner(cfg, device=device, runs_dir=runs_dir, hooks=hooks, keep_outputs=False,
                     config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait,
@@ -91,7 +93,24 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     usage = describe_usage(result.manifest.usage, result.manifest.cost)
     if usage:
         stdout.print(Text(f"usage: {usage}"))
-    stdout.print(Text(f"run {result.run_id} {result.status}: {result.run_dir}"))
+    stdout.print(Text(outcome_line(result)))
+
+
+def report_of(run_dir: Any) -> Path | None:
+    """The run's report, if it was written (off with report.enabled: false or $PIPELINE_REPORT)."""
+    from pipeline.report.build import REPORT
+
+    path = Path(run_dir) / REPORT
+    return path if path.is_file() else None
+
+
+def outcome_line(result: Any) -> str:
+    """The last line of ``pipeline run``: how the run ended, and where to look (its report, or
+    its folder when no report was written)."""
+    took = f" in {result.manifest.duration_s:.1f}s" if result.manifest.duration_s is not None else ""
+    report = report_of(result.run_dir)
+    where = f"report {report}" if report is not None else f"{result.run_dir} (no report written)"
+    return f"run {result.run_id} {result.status}{took}: {where}"
 
 
 def _print_metrics(metrics: dict[str, Any]) -> None:
@@ -118,8 +137,10 @@ def _echo_result_json(result: Any) -> None:
     if metrics:
         click.echo(json_line(f"metrics: best by {metrics.get('rank_by')}: {metrics.get('best')}", event="metrics",
                              run_id=result.run_id, metrics=metrics))
-    click.echo(json_line(f"run {result.run_id} {result.status}: {result.run_dir}", event="run_result",
+    report = report_of(result.run_dir)
+    click.echo(json_line(outcome_line(result), event="run_result",
                          run_id=result.run_id, status=result.status, run_dir=str(result.run_dir),
+                         report=str(report) if report is not None else None,
                          usage=result.manifest.usage, cost=result.manifest.cost))
 
 
@@ -128,10 +149,11 @@ def _echo_result_json(result: Any) -> None:
 @set_option
 @handle_errors
 def validate(config: str, overrides: tuple[str, ...]) -> None:
-    """Check CONFIG (schema, stage graph, model parameters) without running anything."""
+    """Check CONFIG (schema, stage graph, model parameters, and every column a stage names
+    against the headers of the files it loads) without running anything or reading a data row."""
     from pipeline.config import load_config
 
-    cfg = load_config(config, overrides=overrides)
+    cfg = load_config(config, overrides=overrides, check_data=True)
     stdout.print(f"{config}: valid ({len(cfg.stages)} stages)")
 
 
@@ -161,11 +183,11 @@ def schema(output: str | None, plugins: tuple[str, ...]) -> None:
     """Print the JSON Schema of config files, for editor completion and checks."""
     from pipeline.config import json_schema
     from pipeline.plugins import load_plugins
-    from pipeline.store import atomic_write_text
+    from pipeline.store import atomic_write_text, json_text
 
     load_plugins(plugins, where="--plugin")
 
-    text = json.dumps(json_schema(), indent=2)
+    text = json_text(json_schema())
     if output:
         atomic_write_text(output, text + "\n")
     else:

@@ -6,8 +6,10 @@ a traceback is shown only with ``--debug``. Library users catch ``PipelineError`
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class ExitCode:
@@ -105,6 +107,19 @@ class DataError(PipelineError):
     """Input data is missing, unreadable, or does not have the expected columns or types."""
 
     exit_code = ExitCode.DATA
+
+
+def input_not_found(path: str | os.PathLike[str], what: str = "input file") -> DataError:
+    """A missing input, saying where a relative path was looked for: relative paths are read
+    from the working directory, so a job started from another folder (cron's is $HOME) finds
+    nothing, and the bare name alone does not say why."""
+    given = Path(path)
+    if given.is_absolute():
+        return DataError(f"{what} not found: {given}")
+    folder = Path.cwd()
+    return DataError(f"{what} not found: {given} (a relative path is read from the working directory {folder}, "
+                     f"so it looked for {folder / given}; run from the folder the path is relative to, "
+                     "or give an absolute path)")
 
 
 class StageError(PipelineError):

@@ -370,6 +370,8 @@ class DaskExecutor:
         progress = self._progress(payload.get("stage", "?"))
         if "metrics" in payload:
             progress.metrics(int(payload.get("step", 0)), payload["metrics"])
+        elif payload.get("step_line"):           # a bar's line: where bars are shown
+            getattr(progress, "step_line", progress.message)(payload.get("text", ""))
         else:
             progress.message(payload.get("text", ""))
 

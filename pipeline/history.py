@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError, ConfigIssue, DataError, StorageError
+from pipeline.errors import ConfigError, ConfigIssue, DataError, StorageError, UsageError
 from pipeline.layout import CONFIG, DELETING_PREFIX, LATEST, LOCK_FILE, MANIFEST, is_run_id, started_from_run_id
 from pipeline.record import ManifestError, RunManifest, as_number, read_manifest
 from pipeline.store import LockState, host_name, probe_lock
@@ -166,7 +166,9 @@ def _label(run: Run, runs: Iterable[Run]) -> str:
 
 
 def _not_found(argument: str, message: str) -> ConfigError:
-    return ConfigError([ConfigIssue(argument, message)])
+    """A RUN argument that names no single run: a usage error (exit 2), one sentence that says
+    which argument, not a "config problem" (no config is involved)."""
+    return UsageError([ConfigIssue(argument, f"{argument}: {message}")])
 
 
 def _run_at(path: Path, argument: str) -> Run:
@@ -190,8 +192,11 @@ def _latest_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument
             names = ", ".join(f.name for f in folders)
             raise _not_found(argument, f"no latest run under '{runs_dir}': no run has succeeded yet in any of "
                                        f"its pipelines ({names})")
-        raise _not_found(argument, f"'latest' needs --pipeline: '{runs_dir}' holds several pipelines; "
-                                   f"those with a latest (succeeded) run: {', '.join(succeeded)}")
+        others = [f.name for f in folders if latest_target(f) is None]
+        without = f" (no succeeded run yet: {', '.join(others)})" if others else ""
+        raise _not_found(argument, f"'latest' is ambiguous: '{runs_dir}' holds several pipelines with a latest run: "
+                                   f"{', '.join(succeeded)}{without}; pick one with --pipeline NAME, e.g. "
+                                   f"--pipeline {succeeded[0]}")
     folder = folders[0]
     target = latest_target(folder)
     if target is None:

@@ -11,14 +11,13 @@ several hosts need a scheduler that serialises them.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import LockTimeout
-from pipeline.store import host_name, read_lock_note, utc_now
+from pipeline.store import host_name, json_text, read_lock_note, utc_now
 
 
 class RunLock:
@@ -63,7 +62,7 @@ class RunLock:
         if self._fd is None:
             return
         info = {"pid": os.getpid(), "host": host_name(), "since": utc_now(), **extra}
-        data = json.dumps(info).encode()
+        data = json_text(info, indent=None).encode()
         try:
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, data, 0)

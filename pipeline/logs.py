@@ -10,7 +10,6 @@ errors) with ``json_line``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -34,9 +33,9 @@ def json_line(message: str, *, level: str = "info", logger: str = "pipeline", cr
     entry: dict[str, Any] = {"time": when.isoformat(timespec="milliseconds"), "level": level,
                              "logger": logger, "message": message}
     entry.update({name: value for name, value in fields.items() if value is not None})
-    from pipeline.store import finite_or_null
+    from pipeline.store import json_text
 
-    return json.dumps(finite_or_null(entry), default=str)     # NaN is not JSON: an undefined metric is null
+    return json_text(entry, indent=None, default=str)     # NaN is not JSON: an undefined metric is null
 
 
 class JsonFormatter(logging.Formatter):

@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline import layout, record
-from pipeline.errors import DataError, StorageError, UsageError
+from pipeline.errors import DataError, StorageError, UsageError, input_not_found
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
 from pipeline.plugins import load_run_plugins
 from pipeline.scoring import scores_with_counts
@@ -470,7 +470,7 @@ def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
             raise DataError(f"input folder {path} holds no .csv or .parquet files")
         return files
     if not path.is_file():
-        raise DataError(f"input file not found: {path}")
+        raise input_not_found(path)
     fmt = INPUT_SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise DataError(f"input {path}: cannot tell the format from the name (expected .csv or .parquet)")

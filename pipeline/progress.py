@@ -3,6 +3,11 @@
 Scheduled jobs read the log lines (one per stage event, timestamped, no control characters;
 JSON with ``--log-format json``); people at a terminal get a spinner per stage and a summary
 table. Both are ``RunHook``s (``pipeline.hooks``) like any report or tracker.
+
+Inside a stage (boosting rounds, tuning trials, folds, importances, epochs) a terminal gets a
+``rich`` bar with the elapsed time; a log gets the bar as a line now and then and one when it
+ends (``pipeline.hooks.step_lines``); JSON logs get no bar lines (a log shipper indexes events,
+not progress).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pipeline.hooks import LogProgress, RunEvent, RunHook, RunInfo, StageEvent
+from pipeline.hooks import LogProgress, RunEvent, RunHook, RunInfo, StageEvent, step_lines
 
 log = logging.getLogger("pipeline")
 
@@ -24,7 +29,11 @@ def _mib(value: int | None) -> str:
 
 
 class LogHook(RunHook):
-    """One log line per event, for cron, Kubernetes and CI logs."""
+    """One log line per event, for cron, Kubernetes and CI logs; ``bars=False`` (JSON logs):
+    no lines for the bars inside a stage."""
+
+    def __init__(self, *, bars: bool = True) -> None:
+        self.bars = bars
 
     def run_started(self, run: RunInfo) -> None:
         log.info("run %s started on %s (%s); %d stage(s)", run.run_id, run.device, run.device_reason, run.stages,
@@ -39,7 +48,7 @@ class LogHook(RunHook):
                  extra={"event": "stage_started", "stage": record.name, "kind": record.kind})
 
     def stage_progress(self, event: StageEvent) -> LogProgress:
-        return LogProgress(log, prefix=f"{event.record.name}: ")
+        return LogProgress(log, prefix=f"{event.record.name}: ", bars=self.bars)
 
     def run_finished(self, event: RunEvent) -> None:
         manifest = event.manifest
@@ -69,24 +78,39 @@ class LogHook(RunHook):
 class ConsoleProgress:
     """Epoch lines printed above the spinner, and a transient bar within each epoch."""
 
-    def __init__(self, reporter: ConsoleHook) -> None:
+    def __init__(self, reporter: ConsoleHook, stage: str = "") -> None:
         self.reporter = reporter
+        self.stage = stage
 
     def message(self, text: str) -> None:
         self.reporter.console.print(f"    {text}", highlight=False)
 
+    def step_line(self, text: str) -> None:
+        """A bar's line from a Dask worker (no bar can be drawn for it here)."""
+        self.message(f"{self.stage}: {text}" if self.stage else text)
+
     @contextmanager
     def bar(self, total: int, description: str) -> Iterator[Callable[[int], None]]:
-        # rich shows one live display at a time: the spinner pauses while the bar runs.
+        # rich shows one live display at a time: the spinner pauses while the bar runs, and a
+        # bar inside a bar (stages on several threads) is drawn as lines instead.
+        if self.reporter._bar_open:
+            with step_lines(self.step_line, total, description) as advance:
+                yield advance
+            return
         status = self.reporter._status
         if status is not None:
             status.stop()
+        label = f"{self.stage}: {description}" if self.stage else description
         columns = (TextColumn("    {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self.reporter.console, transient=True) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda n: bar.advance(task, n)
-        if status is not None:
-            status.start()
+        self.reporter._bar_open = True
+        try:
+            with Progress(*columns, console=self.reporter.console, transient=True) as bar:
+                task = bar.add_task(label, total=total)
+                yield lambda n: bar.advance(task, n)
+        finally:
+            self.reporter._bar_open = False
+            if status is not None and self.reporter._status is status:
+                status.start()
 
 
 class ConsoleHook(RunHook):
@@ -96,6 +120,7 @@ class ConsoleHook(RunHook):
         self.console = console
         self._status = None
         self._running: dict[str, str] = {}     # stages running now (several at once on a cluster)
+        self._bar_open = False
 
     def run_started(self, run: RunInfo) -> None:
         self.console.print(f"[bold]run[/] {run.run_id} on [bold]{run.device}[/] [dim]({run.device_reason})[/]")
@@ -122,7 +147,7 @@ class ConsoleHook(RunHook):
             self._status.update(text)
 
     def stage_progress(self, event: StageEvent) -> ConsoleProgress:
-        return ConsoleProgress(self)
+        return ConsoleProgress(self, event.record.name)
 
     def run_finished(self, event: RunEvent) -> None:
         self._running.clear()                  # the CLI prints the metrics table and the run folder

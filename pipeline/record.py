@@ -201,7 +201,9 @@ class RunManifest(BaseModel):
         return check_metrics(value)
 
     def to_json(self) -> str:
-        # json.dumps, not model_dump_json: NaN metrics stay NaN (as Python's json reads them).
+        """The record as Python's json writes it (NaN stays NaN): for tools and tests. The run
+        folder's manifest.json is written by ``pipeline.store.RunDir.write_manifest``, as strict
+        JSON (NaN as null), like every JSON file the project writes."""
         return json.dumps(self.model_dump(mode="python"), indent=2, default=_json_default)
 
     def headline(self) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pipeline import __version__, history
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
@@ -35,8 +35,8 @@ from pipeline.errors import (BudgetError, ConfigError, ConfigIssue, PipelineErro
                              budget_stop, clear_budget_stop)
 from pipeline.execution import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.hooks import (
-    ArtifactEvent, ErrorEvent, HookList, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent,
-    StageProgress,
+    ArtifactEvent, ErrorEvent, HookList, LineProgress, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo,
+    StageEvent, StageProgress, elapsed,
 )
 from pipeline.locks import RunLock
 from pipeline.record import DeviceRecord, RunManifest, StageRecord, check_metrics
@@ -53,9 +53,48 @@ ESTIMATE_RUNS = 5
 
 class LibraryLogHook(RunHook):
     """The default for library runs: a stage's lines go to the "pipeline" logger, which the
-    caller configures (the CLI uses the hooks in ``pipeline.progress`` instead)."""
+    caller configures (the CLI uses the hooks in ``pipeline.progress`` instead), so a library
+    prints nothing of its own. ``show`` (``run_pipeline(progress=True)``): the run's progress
+    is also written to ``stream`` (stderr) as plain lines: each stage starting and ending with
+    its time, the bars inside stages (boosting rounds, trials, folds, importances) now and then
+    with the elapsed time, and the run's outcome. Plain lines, not a live display: they read
+    the same in a notebook, a terminal and a captured log."""
+
+    def __init__(self, *, show: bool = False, stream: TextIO | None = None) -> None:
+        self.show = show
+        self.stream = stream
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.stream or sys.stderr, flush=True)
+
+    def run_started(self, run: RunInfo) -> None:
+        if self.show:
+            self._line(f"run {run.run_id} on {run.device} ({run.device_reason}); {run.stages} stage(s)")
+
+    def stage_started(self, event: StageEvent) -> None:
+        if self.show:
+            self._line(f"[{event.index}/{event.run.stages}] {event.record.name} ({event.record.kind}) started")
+
+    def stage_finished(self, event: StageEvent) -> None:
+        if not self.show:
+            return
+        record = event.record
+        head = f"[{event.index}/{event.run.stages}] {record.name} ({record.kind})"
+        if record.status == "cached":
+            self._line(f"{head} unchanged: taken from the cache")
+        elif record.status == "failed":
+            self._line(f"{head} failed after {elapsed(record.seconds or 0)}: {record.error}")
+        else:
+            self._line(f"{head} done in {elapsed(record.seconds or 0)}")
+
+    def run_finished(self, event: RunEvent) -> None:
+        if self.show:
+            took = elapsed(event.manifest.duration_s or 0)
+            self._line(f"run {event.run.run_id} {event.status} in {took}: {event.run.run_dir}")
 
     def stage_progress(self, event: StageEvent) -> StageProgress:
+        if self.show:
+            return LineProgress(self._line, prefix=f"{event.record.name}: ")
         return LogProgress(logging.getLogger("pipeline"), prefix=f"{event.record.name}: ")
 
 
@@ -537,9 +576,20 @@ def run_pipeline(
     force: bool | Sequence[str] = False,
     wait: float = 600.0,
     cache_max_size: int | str | None = None,
+    progress: bool = False,
 ) -> RunResult:
-    """Load (if given a path) and run a pipeline: the library twin of ``pipeline run``."""
+    """Load (if given a path) and run a pipeline: the library twin of ``pipeline run``.
+
+    ``progress``: False (the default) prints nothing: a library should not write to the
+    caller's terminal; lines go to the "pipeline" logger, for the caller's logging to show.
+    True writes the run's progress to stderr as plain lines (``LibraryLogHook(show=True)``):
+    stages, the bars inside them with elapsed times, and the outcome. ``hooks`` given: those
+    hooks show what they show, and ``progress=True`` adds the lines to them.
+    """
     from pipeline.config import load_config
+
+    if progress:
+        hooks = [*(hooks or []), LibraryLogHook(show=True)]
 
     config_path = None
     if not isinstance(config, PipelineConfig):

@@ -30,7 +30,7 @@ from typing import Any
 
 from pipeline.errors import DataError, StorageError, UsageError
 from pipeline.layout import MANIFEST, MODEL_DESCRIPTION
-from pipeline.store import atomic_write_text, sha256_file
+from pipeline.store import atomic_write_text, json_text, sha256_file
 
 KEY_ENV = "PIPELINE_SIGNING_KEY"
 KEY_FILE_ENV = "PIPELINE_SIGNING_KEY_FILE"
@@ -148,7 +148,7 @@ def signature_text(name: str, data: bytes, key: bytes) -> str:
     """The signature file of ``data`` (the bytes of a file called ``name``): for a caller that
     writes it itself, such as the stage cache inside an entry's temporary folder."""
     record = {"algorithm": ALGORITHM, "key_id": _key_id(key), "file": name, "signature": _mac(key, name, data)}
-    return json.dumps(record, indent=2) + "\n"
+    return json_text(record) + "\n"
 
 
 def signature_problem(path: str | os.PathLike[str], data: bytes, key: bytes) -> str | None:

@@ -11,6 +11,7 @@ is a StorageError (exit 6) that names the file.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -19,7 +20,7 @@ import os
 import secrets
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -202,19 +203,46 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def finite_or_null(value: Any) -> Any:
     """``value`` with every NaN or infinite float replaced by None: ``json.dumps`` would write
-    ``NaN``/``Infinity``, which is not JSON (jq, log shippers and browsers reject the file)."""
+    ``NaN``/``Infinity``, which is not JSON (jq, log shippers and browsers reject the file).
+    NumPy scalars count as the numbers they hold."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: finite_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite_or_null(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return finite_or_null(value.item())     # a float32 metric is not a float
     return value
 
 
-def atomic_write_json(path: str | os.PathLike[str], value: Any, *, indent: int | None = 2) -> None:
+def plain_json_value(value: Any) -> Any:
+    """What a value ``json`` cannot encode is written as: a dataclass or pydantic model as its
+    fields, a path or anything else as text, a NumPy array or scalar as its numbers."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "model_dump") and not isinstance(value, type):
+        return value.model_dump(mode="python")
+    if hasattr(value, "tolist"):                # NumPy arrays and scalars
+        return value.tolist()
+    return str(value)
+
+
+def json_text(value: Any, *, indent: int | None = 2, sort_keys: bool = False,
+              default: Callable[[Any], Any] | None = plain_json_value) -> str:
+    """The one way the project writes JSON: strict (``allow_nan=False``), with every NaN or
+    infinite number as null, also inside what ``default`` turns an object into. Every JSON file
+    in a run folder, the stage cache and the log lines is written through it, so a strict reader
+    (``jq``, a browser, ``json.loads`` with ``parse_constant`` refusing) reads them all."""
+    strict_default = None if default is None else (lambda obj: finite_or_null(default(obj)))
+    return json.dumps(finite_or_null(value), indent=indent, sort_keys=sort_keys, allow_nan=False,
+                      default=strict_default)
+
+
+def atomic_write_json(path: str | os.PathLike[str], value: Any, *, indent: int | None = 2,
+                      default: Callable[[Any], Any] | None = plain_json_value) -> None:
     """Strict JSON, atomically: an undefined number (a metric on one class) is written as null."""
-    atomic_write_text(path, json.dumps(finite_or_null(value), indent=indent, allow_nan=False))
+    atomic_write_text(path, json_text(value, indent=indent, default=default))
 
 
 def atomic_write_parquet(frame: Any, path: str | os.PathLike[str]) -> None:
@@ -304,8 +332,9 @@ class RunDir:
         return self.layout.stage_dir(stage)
 
     def write_manifest(self, manifest: Any) -> None:
-        """Write the run record (a ``pipeline.record.RunManifest``) atomically."""
-        atomic_write_text(self.layout.manifest, manifest.to_json())
+        """Write the run record (a ``pipeline.record.RunManifest``) atomically, as strict JSON:
+        an undefined metric (an AUC on a one-class split) is null, as in metrics.json."""
+        atomic_write_json(self.layout.manifest, manifest.model_dump(mode="python"))
 
     def write_config(self, text: str) -> None:
         atomic_write_text(self.layout.config, text)

@@ -523,7 +523,9 @@ DATA_CASES = [
     case("data-duplicate-columns", RUN_CASE_DATA, 3, "amount", setup=data_file(csv_text(duplicate_amount))),
     case("data-one-class-target", RUN_CASE_DATA, 3, TARGET, setup=data_file(with_values(TARGET, "Yes"))),
     case("data-positive-never-occurs", RUN_CASE_DATA, 3, TARGET, setup=data_file(with_values(TARGET, "No"))),
-    case("data-target-missing", RUN_CASE_DATA, 3, TARGET, setup=data_file(lambda f: f.drop(columns=[TARGET]))),
+    # A column a stage names that the file's header lacks is a config error, found before the
+    # first stage (pipeline.config.data_checks).
+    case("data-target-missing", RUN_CASE_DATA, 2, TARGET, setup=data_file(lambda f: f.drop(columns=[TARGET]))),
     case("data-target-all-empty", RUN_CASE_DATA, 3, TARGET, setup=data_file(with_values(TARGET, None))),
     case("data-positive-absent", (*RUN, "--set", "stages.split.positive=Maybe"), 3, ("Maybe", TARGET)),
     # A third target value with positive: set is one-vs-rest, a run like any other.
@@ -535,9 +537,9 @@ DATA_CASES = [
     case("data-inf", RUN_CASE_DATA, 3, "amount", setup=data_file(with_values("amount", [float("inf")]))),
     case("data-text-in-numeric-column", RUN_CASE_DATA, 3, "amount",
          setup=data_file(with_values("amount", ["lots"] * 60))),
-    case("data-feature-column-missing", RUN_CASE_DATA, 3, "visits",
+    case("data-feature-column-missing", RUN_CASE_DATA, 2, "visits",
          setup=data_file(lambda f: f.drop(columns=["visits"]))),
-    case("data-load-columns-unknown", (*RUN, "--set", "stages.raw.columns=[nope_col]"), 3, "nope_col"),
+    case("data-load-columns-unknown", (*RUN, "--set", "stages.raw.columns=[nope_col]"), 2, "nope_col"),
     case("data-non-utf8", RUN_CASE_DATA, 3, CASE_DATA, setup=data_file(lambda f: LATIN1)),
     case("data-garbage-parquet", (*RUN, "--set", "stages.raw.path=data/case.parquet"), 3, "data/case.parquet",
          setup=touch("data/case.parquet", garbage())),

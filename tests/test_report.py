@@ -16,7 +16,7 @@ import pytest
 from pipeline.errors import ExitCode
 from pipeline.record import read_manifest
 from pipeline.report import REPORT, report_enabled
-from pipeline.report.html import number
+from pipeline.report.html import duration, number
 
 pytestmark = pytest.mark.slow
 
@@ -90,6 +90,22 @@ class Page(HTMLParser):
             self.scripts.append(data)
 
 
+def _split_table(page: Page) -> tuple[list[str], list[str], list[list[str]]]:
+    """The metrics table (one row per model; each metric over its splits): the metric names,
+    the splits under each, and the rows."""
+    at = next(i for i, t in enumerate(page.tables) if len(t) > 1 and t[0][0] == "model" and t[1][:1] == ["train"])
+    table = page.tables[at]
+    names, under = table[0][1:], table[1]
+    splits = under[:len(under) // len(names)]
+    assert under == splits * len(names)
+    return names, splits, table[2:]
+
+
+def _section(text: str, name: str) -> str:
+    start = text.index(f'<section id="{name}">')
+    return text[start:text.index("</section>", start)]
+
+
 @pytest.fixture(scope="module")
 def churn_run(tmp_path_factory) -> Path:
     """One run of the shipped churn config, as a user starts it (the report on by default)."""
@@ -108,7 +124,7 @@ def test_a_run_writes_a_self_contained_report_by_default(churn_run):
     page = Page(path.read_text(encoding="utf-8"))
     assert page.urls == []                                   # nothing fetched: no src, href, link
     assert "http" not in "".join(page.scripts)
-    assert {"summary", "stages", "models-evaluate", "training"} <= set(page.sections)
+    assert {"result", "summary", "stages", "models-evaluate", "training"} <= set(page.sections)
     assert len(page.svgs) >= 8 and all(count > 20 for count in page.svgs)   # every figure has content
     manifest = read_manifest(churn_run)
     assert REPORT not in manifest.artifacts                  # derived from the record, rebuilt at will
@@ -126,27 +142,29 @@ def test_every_metric_shown_is_the_recorded_one(churn_run):
     manifest = read_manifest(churn_run)
     assert manifest.metrics["splits"] == metrics["splits"]
     page = Page((churn_run / REPORT).read_text(encoding="utf-8"))
-    table = next(t for t in page.tables if t and t[0][:2] == ["model", "split"])
-    header, rows = table[0], table[1:]
-    assert {row[0] for row in rows} == set(metrics["models"])
-    assert len(rows) == len(metrics["models"]) * len(metrics["splits"])      # every model on every split
-    for row in rows:
-        model, split = row[0], row[1]
-        for column, name in enumerate(header[2:], start=2):
-            assert row[column] == number(metrics["splits"][split][model][name]), (model, split, name)
+    names, splits, rows = _split_table(page)
+    assert [row[0] for row in rows] == list(metrics["models"])               # one row per model
+    assert names[0] == metrics["rank_by"] and set(names) == set(metrics["models"][metrics["best"]])
+    assert splits == list(metrics["splits"]) == ["train", "valid", "test"]
+    for row in rows:                                                          # every model on every split
+        for i, name in enumerate(names):
+            for j, split in enumerate(splits):
+                assert row[1 + i * len(splits) + j] == number(metrics["splits"][split][row[0]][name]), (row[0], name)
     stages = next(t for t in page.tables if t and t[0][:3] == ["stage", "kind", "status"])
+    assert stages[0][3] == "time"
     for row in stages[1:]:
         record = manifest.stages[row[0]]
-        assert (row[1], row[2], row[3]) == (record.kind, record.status, number(record.seconds))
+        assert (row[1], row[2], row[3]) == (record.kind, record.status, duration(record.seconds))
     confusions = [t for t in page.tables if t and t[0][0] == "true \\ predicted"]
     assert len(confusions) == len(metrics["models"])
     for table, model in zip(confusions, metrics["models"]):
+        assert table[0] == ["true \\ predicted", "No", "Yes"]                # the target's values, not 0/1
         shown_matrix = [[int(v.replace(",", "")) for v in row[1:]] for row in table[1:]]
         assert shown_matrix == metrics["confusion"][model]["matrix"]
 
 
 @pytest.mark.parametrize("config,tables,figures_in_models", [
-    ("telco_charges", [], 2),                                     # regression: scatter and residuals
+    ("telco_charges", [], 1),               # regression: scatter first (the answer), residuals in models
     ("telco_contract", ["true \\ predicted", "class"], 0),      # multiclass: confusion and per class
 ])
 def test_regression_and_multiclass_runs_get_their_tasks_sections(project, config, tables, figures_in_models):
@@ -159,8 +177,11 @@ def test_regression_and_multiclass_runs_get_their_tasks_sections(project, config
     page = Page(text)
     assert "models-evaluate" in page.sections and page.urls == []
     metrics = json.loads((run / "evaluate" / "metrics.json").read_text())
-    table = next(t for t in page.tables if t and t[0][:2] == ["model", "split"])
-    assert table[0][2:] == list(metrics["models"][metrics["best"]])
+    names, _, rows = _split_table(page)
+    assert set(names) == set(metrics["models"][metrics["best"]]) and names[0] == metrics["rank_by"]
+    assert [row[0] for row in rows] == list(metrics["models"])
+    result = text[text.index('<section id="result">'):text.index("</section>", text.index('<section id="result">'))]
+    assert f'id="best-model">{metrics["best"]}<' in result and result.count("<svg") == 1   # the headline figure
     for heading in tables:
         assert sum(1 for t in page.tables if t and t[0][0] == heading) == len(metrics["models"])
     models_html = text[text.index('<section id="models-evaluate">'):text.index("</section>", text.index(
@@ -192,6 +213,22 @@ def test_report_command_rebuilds_and_a_changed_file_is_not_shown(churn_run, tmp_
     text = (run / REPORT).read_text(encoding="utf-8")
     assert "evaluate/metrics.json changed since the run" in text
     assert "models-evaluate" not in {s for s in Page(text).sections}
+
+
+def test_report_command_names_a_recorded_file_that_is_missing(churn_run, tmp_path):
+    run = tmp_path / churn_run.name
+    shutil.copytree(churn_run, run)
+    assert "evaluate/curves.json" in read_manifest(run).artifacts
+    (run / "evaluate" / "curves.json").unlink()
+    proc = cli("report", str(run), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "evaluate/curves.json" in proc.stderr and "missing" in proc.stderr
+    text = (run / REPORT).read_text(encoding="utf-8")
+    assert "Not shown: evaluate/curves.json missing from the run folder" in text
+    assert "models-evaluate" in Page(text).sections                    # the metrics are still there
+    proc = cli("report", str(churn_run), "--output", str(tmp_path / "whole.html"), cwd=tmp_path)
+    assert proc.returncode == 0 and "missing" not in proc.stderr and "Not shown" not in (
+        tmp_path / "whole.html").read_text(encoding="utf-8")
 
 
 def test_report_command_names_a_run_that_is_not_there(tmp_path):
@@ -281,7 +318,7 @@ def test_the_report_opens_in_chromium_with_no_error_and_no_request(churn_run, tm
             page.goto(url, wait_until="load")
             assert errors == [] and requests == [url]
             sections = page.locator("section").evaluate_all("nodes => nodes.map(n => n.id)")
-            assert {"summary", "stages", "models-evaluate", "training"} <= set(sections)
+            assert {"result", "summary", "stages", "models-evaluate", "training"} <= set(sections)
             sizes = page.locator("figure svg").evaluate_all(
                 "nodes => nodes.map(n => { const r = n.getBoundingClientRect(); return [r.width, r.height]; })")
             assert len(sizes) >= 8 and all(w > 100 and h > 100 for w, h in sizes)
@@ -295,6 +332,87 @@ def test_the_report_opens_in_chromium_with_no_error_and_no_request(churn_run, tm
             first.check()
             page.evaluate("document.getElementById('models-evaluate').scrollIntoView()")
             shot = Path(os.environ.get("PIPELINE_REPORT_SCREENSHOT") or tmp_path / "report.png")
+            page.screenshot(path=str(shot), full_page=False)
+            assert shot.stat().st_size > 10_000
+        finally:
+            browser.close()
+
+
+def test_the_page_opens_with_the_answer_and_ends_with_the_run_details(churn_run):
+    """Best model, its metrics beside the others' and the ROC curve first; then models, data,
+    explanations, training; how the run ran last, the metadata and versions collapsed."""
+    text = (churn_run / REPORT).read_text(encoding="utf-8")
+    sections = Page(text).sections
+    order = ["result", "models-evaluate", "data", "explanations-evaluate", "training", "stages", "summary"]
+    assert [s for s in sections if s in order] == order and sections[0] == "result" and sections[-1] == "summary"
+    metrics = json.loads((churn_run / "evaluate" / "metrics.json").read_text())
+    result = _section(text, "result")
+    best = metrics["best"]
+    assert f'id="best-model">{best}<' in result
+    rank_by = metrics["rank_by"]
+    assert f"{rank_by} <b>{number(metrics['models'][best][rank_by])}</b> on the test split" in result
+    assert result.index("<table") < result.index('id="evaluate-roc--m')              # the table, then the ROC
+    assert "the positive class is Yes" in result
+    assert "evaluate-roc" not in _section(text, "models-evaluate")                    # not drawn twice
+    summary = _section(text, "summary")
+    assert "<details><summary>Versions</summary>" in summary and summary.count("<details>") == 3
+    assert "<details>" not in text[:text.index('<section id="summary">')].split('<section id="data">')[0]
+
+
+def test_times_are_rounded_and_the_worker_column_is_only_for_clusters(churn_run):
+    import re
+
+    text = (churn_run / REPORT).read_text(encoding="utf-8")
+    manifest = read_manifest(churn_run)
+    assert not manifest.cluster
+    stages = next(t for t in Page(text).tables if t and t[0][:3] == ["stage", "kind", "status"])
+    assert "worker" not in stages[0]
+    assert re.findall(r"\d\.\d{4} s\b", text) == []                     # no seconds to four decimals
+    assert f"took {duration(manifest.duration_s)}" in text
+
+
+def test_one_hot_features_are_shown_as_their_column_and_level(churn_run):
+    text = (churn_run / REPORT).read_text(encoding="utf-8")
+    importance = json.loads((churn_run / "evaluate" / "importance.json").read_text())
+    shown = _section(text, "explanations-evaluate")
+    one_hot = {f for entry in importance["models"].values() for values in entry.values()
+               for f in values.get("mean", values) if "=" in f}
+    assert one_hot                                                  # the churn config one-hot encodes 15 columns
+    drawn = [f for f in one_hot if f.replace("=", " = ", 1) in shown]
+    assert drawn and not [f for f in one_hot if f"{f}<" in shown]  # none drawn as the raw column name
+    assert "Contract = Two year" in text or "Contract = Month-to-month" in text
+
+
+def test_the_first_screen_shows_the_best_model_and_its_test_metrics(churn_run, tmp_path):
+    """At 1400x900, without scrolling: the best model's name, its test value of every metric
+    (one row per model, the splits as columns) and the top of the ROC curve. The screenshot goes
+    to $PIPELINE_REPORT_FIRST_SCREEN when set (docs/report-first-screen.png, the README's)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = _chromium()
+    metrics = json.loads((churn_run / "evaluate" / "metrics.json").read_text())
+    best, width, height = metrics["best"], 1400, 900
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto((churn_run / REPORT).as_uri(), wait_until="load")
+
+            def on_screen(locator) -> bool:
+                box = locator.bounding_box()
+                return (box is not None and box["width"] > 0 and box["x"] >= 0 and box["y"] >= 0
+                        and box["x"] + box["width"] <= width and box["y"] + box["height"] <= height)
+
+            name = page.locator("#best-model")
+            assert name.inner_text() == best and on_screen(name)
+            names = page.locator("#result table thead tr").first.locator("th").all_inner_texts()[1:]
+            row = page.locator("#result table tbody tr").filter(
+                has=page.locator("td:first-child", has_text=best)).first
+            test_cells = row.locator("td.split-test")
+            assert test_cells.all_inner_texts() == [number(metrics["splits"]["test"][best][n]) for n in names]
+            assert all(on_screen(test_cells.nth(i)) for i in range(test_cells.count()))
+            roc = page.locator('#result figure svg').first
+            assert roc.bounding_box()["y"] < height - 150                     # the headline curve starts above the fold
+            shot = Path(os.environ.get("PIPELINE_REPORT_FIRST_SCREEN") or tmp_path / "first-screen.png")
             page.screenshot(path=str(shot), full_page=False)
             assert shot.stat().st_size > 10_000
         finally:
@@ -330,7 +448,7 @@ def test_the_data_and_explanations_sections_show_the_recorded_numbers(churn_run)
     profile = json.loads((churn_run / "features" / "profile.json").read_text())
     splits = next(t for t in page.tables if t and t[0] == ["split", "rows", "share", "rows profiled"])
     assert [row[:2] for row in splits[1:]] == [[split, number(n)] for split, n in profile["rows"].items()]
-    balance = next(t for t in page.tables if t and t[0] == ["split", "0", "1"])
+    balance = next(t for t in page.tables if t and t[0] == ["split", "No", "Yes"])      # Churn's own values
     assert balance[1:] == [[split, *(number(n) for n in counts)]
                            for split, counts in profile["balance"]["counts"].items()]
     columns = json.loads((churn_run / "raw" / "columns.json").read_text())
@@ -364,4 +482,4 @@ def test_a_cached_stage_shows_the_time_its_output_took_to_compute(project):
     for name in ("split", "features"):
         assert cached[name].status == "cached" and cached[name].seconds == 0
         assert cached[name].computed_seconds == computed[name].seconds
-        assert f"cached (computed in {number(computed[name].seconds)} s)" in text
+        assert f"cached (computed in {duration(computed[name].seconds)})" in text

@@ -155,7 +155,7 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
             stage["peak_rss_bytes"] / 1e9 * stage["seconds"] / 3600 * 0.5, abs=1e-6)
     assert manifest["cost"]["total"] == pytest.approx(sum(s["cost"]["total"] for s in stages), abs=1e-5)
     from pipeline.costs import format_cost
-    from pipeline.report.html import number
+    from pipeline.report.html import duration
     from tests.test_report import Page
 
     page = Page((project / "runs" / "churn" / "latest" / "report.html").read_text(encoding="utf-8"))
@@ -163,9 +163,9 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
     header = table[0]
     for row in table[1:]:
         stage = manifest["stages"][row[0]]
-        assert row[header.index("CPU seconds")] == number(stage["usage"]["cpu_seconds"])
+        assert row[header.index("CPU time")] == duration(stage["usage"]["cpu_seconds"])
         assert row[header.index("cost")] == format_cost(stage["cost"])
-    summary = page.tables[0]
+    summary = next(t for t in page.tables if ["pipeline", "churn"] in t)      # the run details
     assert ["cost", format_cost(manifest["cost"])] in summary
     proc = cli(*run, cwd=project, env={"PIPELINE_COST_GPU_HOUR": "cheap"})
     assert proc.returncode == ExitCode.CONFIG and "PIPELINE_COST_GPU_HOUR" in proc.stderr

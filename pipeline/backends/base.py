@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.dates import missing_date_columns, parse_dates, partition_dates
-from pipeline.errors import BackendUnavailable, DataError
+from pipeline.errors import BackendUnavailable, DataError, input_not_found
 from pipeline.tasks import BINARY, Task
 
 # Row filters, in the pyarrow form [column, op, value]; see ``apply_filters``.
@@ -62,7 +62,7 @@ class Backend(ABC):
         """
         path = Path(path)
         if not path.exists():
-            raise DataError(f"input file not found: {path}")
+            raise input_not_found(path)
         fmt = (format or _infer_format(path)).lower()
         check_source(path, fmt)
         if fmt == "csv" and columns:
@@ -531,7 +531,11 @@ def check_source(path: Path, fmt: str) -> None:
                     f"{path}/*.csv") if csvs else ""
             raise DataError(f"no .parquet files in {path}{hint}")
         path = files[0]
-    names = read_header(path, fmt)
+    check_header_names(path, read_header(path, fmt))
+
+
+def check_header_names(path: Path, names: Sequence[str]) -> None:
+    """Refuse a header that names a column twice (see ``check_source``)."""
     repeated = sorted(str(n) for n, count in Counter(names).items() if count > 1)
     if repeated:
         raise DataError(f"{path}: column name(s) {repeated} appear more than once in the header; rename them "
@@ -611,7 +615,7 @@ def partitioned_sources(text: str | list[str]) -> list[Path]:
                 raise DataError(f"no files match {item}")
             found += [Path(m) for m in matched]
         elif not Path(item).exists():
-            raise DataError(f"input file not found: {item}")
+            raise input_not_found(item)
         else:
             found.append(Path(item))
     if not found:

@@ -110,10 +110,14 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
     """
     found = history.resolve_run(run, runs_dir, pipeline_name)
     manifest = history.require_manifest(found)
+    from pipeline.report.build import REPORT
+
     abandoned = history.run_abandoned(found)
+    report = found.path / REPORT
     if as_json:
         _echo_json({**manifest.model_dump(mode="python"), "path": str(found.path), "latest": found.latest,
-                    "abandoned": abandoned is not None, "abandoned_reason": abandoned})
+                    "abandoned": abandoned is not None, "abandoned_reason": abandoned,
+                    "report": str(report) if report.is_file() else None})
         return
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -127,6 +131,8 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
         ("run", Text(f"{found.pipeline}/{found.run_id}")),
         ("status", status),
         ("folder", Text(str(found.path))),
+        ("report", Text(str(report)) if report.is_file() else
+         Text(f"none written (pipeline report {found.run_id} writes one)", style="dim")),
         ("started", Text(_time(manifest.started))),
         ("ended", Text(_time(manifest.ended))),
         ("duration", Text(_duration(manifest.duration_s))),

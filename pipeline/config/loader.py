@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from pipeline.config.data_checks import data_issues
 from pipeline.config.schema import PipelineConfig, config_model, is_module_name
 from pipeline.config.yaml_source import (
     MAX_DEPTH,
@@ -45,8 +46,16 @@ def load_config(
     *,
     overrides: Sequence[str] = (),
     text: str | None = None,
+    check_data: bool = False,
+    before_run: bool = False,
 ) -> PipelineConfig:
-    """Validate a config file (or ``text``) with ``--set key.path=value`` overrides applied."""
+    """Validate a config file (or ``text``) with ``--set key.path=value`` overrides applied.
+
+    ``check_data``: also check every column a stage names against the headers and schemas of
+    the files the config loads, and the rules across stages (``pipeline.config.data_checks``),
+    without reading a data row; paths are relative to the working directory, as in a run.
+    ``before_run``: a run follows, so named pipes are left unread and a file that cannot be
+    read is left to its load stage, whose failure the run records."""
     source = str(path) if path is not None else "<string>"
     if text is None:
         if path is None:
@@ -69,6 +78,9 @@ def load_config(
     issues += graph_issues
     if config is not None and not graph_issues:
         issues += _task_issues(config, doc, overridden)
+    if config is not None and check_data and not issues:
+        issues += data_issues(config, lambda path, message: _issue_at(path, message, doc, overridden),
+                              before_run=before_run)
     if issues:
         issues = _dedupe(issues)
         raise ConfigError(sorted(issues, key=lambda i: (i.line or 10**9, i.path)), file=source)
@@ -291,6 +303,12 @@ def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyP
             source = "--set" if any(path[: len(o)] == o for o in overridden) else None
             issues.append(ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source))
     return issues
+
+
+def _issue_at(path: KeyPath, message: str, doc: YamlDocument, overridden: set[KeyPath]) -> ConfigIssue:
+    """An issue at ``path`` with its line, or marked as set by ``--set`` when an override set it."""
+    source = "--set" if any(path[: len(o)] == o for o in overridden) else None
+    return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
 
 
 def _dedupe(issues: list[ConfigIssue]) -> list[ConfigIssue]:

@@ -2,7 +2,9 @@
 
 Lines (an epoch or boosting-round summary) and per-step metrics are published on one Dask
 event topic; the run's client subscribes and hands them to the run hooks like those of a
-stage running in its own process. There is no bar remotely.
+stage running in its own process. There is no bar remotely: a bar travels as its lines
+(``pipeline.hooks.step_lines``: now and then with the elapsed time, and when it ends), marked
+``step_line`` so that the client shows them where it shows bars (not in JSON logs).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from pipeline.hooks import step_lines
 
 PROGRESS_TOPIC = "pipeline.progress"
 
@@ -35,4 +39,4 @@ class WorkerProgress:
         self._publish({"step": int(step), "metrics": {k: float(v) for k, v in values.items()}})
 
     def bar(self, total: int, description: str) -> contextlib.AbstractContextManager[Callable[[int], None]]:
-        return contextlib.nullcontext(lambda n: None)
+        return step_lines(lambda text: self._publish({"text": text, "step_line": True}), total, description)

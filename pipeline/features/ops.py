@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model, model_validator
 
 from pipeline.backends import Backend, is_partitioned
+from pipeline.backends.headers import ColumnSet
 from pipeline.errors import DataError
 from pipeline.features.date_ops import DateDiffRules, DatePartsRules
 
@@ -107,6 +108,19 @@ class FeatureOp(BaseModel):
     def categorical_cardinalities(self, state: OpState) -> dict[str, int]:
         """Embedding table sizes of the integer-code columns this op outputs (none by default)."""
         return {}
+
+    def named_columns(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Every input column this op's parameters name, with its key path in the op's block:
+        each must exist when the op is fitted (checked before any data is read)."""
+        return [(("columns", i), c) for i, c in enumerate(self.columns)]
+
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        """The columns known after this op, before any data is read (``why`` names the op in
+        messages about the columns it removes). An op with an ``output_columns`` of its own
+        says here what it does to the names; one that does not leaves them unknown."""
+        if type(self).output_columns is FeatureOp.output_columns:
+            return columns
+        return columns.opened()
 
     def load_state(self, data: Mapping[str, Any]) -> OpState:
         """A saved state (workflow.json) validated into this op's state model."""
@@ -301,6 +315,9 @@ class FillMissing(FeatureOp):
                 out.append(f"{c}_missing")
         return out
 
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        return columns.plus(f"{c}_missing" for c in self.columns) if self.indicator else columns
+
     def written_columns(self) -> set[str]:
         """The filled columns and, with ``indicator``, their ``<column>_missing`` columns."""
         written = set(self.columns)
@@ -351,6 +368,10 @@ class OneHot(FeatureOp):
                 known = series.isin(cats) | series.isna()
                 new[f"{col}=__rare__"] = (~known).astype("float32")
         return _replace_columns(frame, backend, new, list(self.columns))
+
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        """Each column becomes ``<column>=<value>`` columns, whose values fitting finds."""
+        return columns.without(self.columns, why).plus(patterns=[f"{c}=" for c in self.columns])
 
     def output_columns(self, columns: list[str], state: OneHotState) -> list[str]:
         out = [c for c in columns if c not in self.columns]
@@ -486,17 +507,31 @@ class Drop(FeatureOp):
     def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         return [c for c in columns if c not in self.columns]
 
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        return columns.without(self.columns, why)
+
 
 class DateParts(DatePartsRules, FeatureOp):
     """Calendar parts of date columns as numbers (``pipeline.features.date_ops``)."""
 
     op: ClassVar[str] = "date_parts"
 
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        return columns.without(self.columns, why).plus(self.part_columns())
+
 
 class DateDiff(DateDiffRules, FeatureOp):
     """Time from date columns to a date or a date column (``pipeline.features.date_ops``)."""
 
     op: ClassVar[str] = "date_diff"
+
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        return columns.without(self.columns, why).plus(self.diff_columns())
+
+    def named_columns(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """The date columns, and ``until`` when it names a column rather than a date."""
+        until = [(("until",), self.until)] if self.until_date() is None else []
+        return [*super().named_columns(), *until]
 
 
 OPS: dict[str, type[FeatureOp]] = {

@@ -26,6 +26,7 @@ from typing import Any
 from pipeline.models.ensemble import EnsembleFormat
 from pipeline.models.explainers import Explainer, xgboost_importance
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
+from pipeline.models.steps import StepsOf, xgboost_rounds
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
@@ -94,6 +95,9 @@ class ModelSpec:
     # Importances the fitted estimator computes itself (``pipeline.models.explainers``), beside
     # the permutation importance ``evaluate`` measures for every model; None: none.
     explain: Explainer | None = None
+    # The steps a fit reports while it runs (``pipeline.models.steps``: XGBoost's boosting
+    # rounds), given the constructor kwargs; None: the fit is one call with nothing to count.
+    fit_steps: StepsOf | None = None
 
     @property
     def trainable(self) -> bool:
@@ -401,6 +405,7 @@ MODELS: dict[str, ModelSpec] = {
             ),
             task_param_rules=_xgboost_task_rules,
             explain=xgboost_importance,
+            fit_steps=xgboost_rounds,
         ),
         ModelSpec(
             name="ridge",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ from pipeline.report.sources import read_sources
 REPORT = "report.html"
 ENV_REPORT = "PIPELINE_REPORT"
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+log = logging.getLogger("pipeline")
 
 
 def report_enabled(configured: bool, environ: Mapping[str, str] | None = None) -> bool:
@@ -34,8 +36,15 @@ def build_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     from pipeline.report.page import render
 
     sources = read_sources(Path(run_dir))
-    return _write(Path(output) if output is not None else sources.run_dir / REPORT,
+    path = _write(Path(output) if output is not None else sources.run_dir / REPORT,
                   lambda generated, version: render(sources, generated=generated, version=version))
+    # The page names them at its top too; a person running `pipeline report` should not have to
+    # open it to learn that part of the record is gone.
+    for files, why in ((sources.missing, "missing from the run folder (manifest.json records it)"),
+                       (sources.changed, "changed since the run (sha256 differs from manifest.json) or unreadable")):
+        if files:
+            log.warning("report: not shown: %s %s", ", ".join(sorted(set(files))), why)
+    return path
 
 
 def build_comparison(run_a: Any, run_b: Any, output: str | Path) -> Path:

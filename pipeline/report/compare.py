@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.history import Run, diff_runs
 from pipeline.report import figures
-from pipeline.report.html import cell, document, e, figure_row, number, plain, switches, table, text
+from pipeline.report.html import cell, document, duration, e, figure_row, number, plain, switches, table, text
 from pipeline.report.sources import RunSources, read_sources
 
 _CURVES = (("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve"),
@@ -44,7 +44,8 @@ def _runs(diff: Mapping[str, Any]) -> str:
         shown = (f"{headline.get('model')}: {headline.get('metric')} {number(headline.get('value'))}"
                  if headline else "-")
         rows.append([text(side.upper()), text(row["run_id"]), text(row["pipeline"]), text(row["status"]),
-                     text(row.get("started")), cell(row.get("duration_s")), text(row.get("device")), text(shown)])
+                     text(row.get("started")), f"<td>{e(duration(row.get('duration_s')))}</td>",
+                     text(row.get("device")), text(shown)])
     return table(header, rows)
 
 

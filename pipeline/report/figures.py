@@ -155,6 +155,37 @@ def threshold_sweep(figure: str, name: str, index: int, sweep: Mapping[str, Sequ
     return to_svg(fig)
 
 
+def confusion(labels: Sequence[Any], matrix: Sequence[Sequence[int]], namer: Any, *, title: str) -> str:
+    """A confusion matrix as a heat map: each cell shaded by its share of the true class's rows
+    (so a rare class reads as clearly as a common one), with the count and that share written
+    in it. Rows are the true class, columns the predicted one, named by ``namer``."""
+    names = [_short(namer(label), 18) for label in labels]
+    size = len(names)
+    side = min(2.6 + 0.45 * size, 7.0)
+    longest = max((len(n) for n in names), default=4)
+    fig, ax = _figure(side + 0.9, side, left=min(0.42, 0.16 + 0.011 * longest), right=0.97,
+                      bottom=min(0.4, 0.14 + 0.011 * longest), top=0.9)
+    from matplotlib import colormaps
+    from matplotlib.patches import Rectangle
+
+    shares = [[n / (sum(row) or 1) for n in row] for row in matrix]
+    blues = colormaps["Blues"]
+    for i, row in enumerate(matrix):
+        for j, n in enumerate(row):
+            # Rectangles, not imshow: an image would be inlined as a PNG data: URL.
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=blues(shares[i][j]), edgecolor="white"))
+            ax.text(j, i, f"{n:,}\n{100 * shares[i][j]:.0f}%", ha="center", va="center",
+                    fontsize="small" if size <= 6 else "xx-small", color="white" if shares[i][j] > 0.6 else "#222")
+    ax.set_xlim(-0.5, size - 0.5)
+    ax.set_ylim(size - 0.5, -0.5)                     # the first class on top, as a table has it
+    ax.set_xticks(range(size), names, fontsize="small", rotation=30 if size > 4 else 0)
+    ax.set_yticks(range(size), names, fontsize="small")
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title, fontsize="medium")
+    return to_svg(fig)
+
+
 # ------------------------------------------------------------------------ regression
 def predicted_vs_actual(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]]) -> str:
     fig, ax = _figure()
@@ -230,10 +261,11 @@ def split_histogram(edges: Sequence[float], shares: Mapping[str, Sequence[float]
 # ---------------------------------------------------------------------- explanations
 def importances(figure: str, models: Sequence[str], everyone: Sequence[str],
                 values: Mapping[str, Mapping[str, float]], features: Sequence[str], *, title: str, xlabel: str,
-                errors: Mapping[str, Mapping[str, float]] | None = None) -> str:
-    """Horizontal bars per feature (most important on top), one bar per model of ``models``."""
+                errors: Mapping[str, Mapping[str, float]] | None = None, names: Any = str) -> str:
+    """Horizontal bars per feature (most important on top), one bar per model of ``models``;
+    ``names`` gives each feature's label."""
     height = 0.9 + 0.22 * len(features) * max(1, min(len(models), 3))
-    longest = max((len(_short(f)) for f in features), default=4)
+    longest = max((len(_short(names(f))) for f in features), default=4)
     fig, ax = _figure(6.2, height, left=min(0.5, 0.04 + 0.0105 * longest), right=0.97,
                       bottom=0.6 / height, top=1 - 0.35 / height)
     width = 0.8 / max(len(models), 1)
@@ -244,7 +276,7 @@ def importances(figure: str, models: Sequence[str], everyone: Sequence[str],
         bars = ax.barh(rows, [values[name].get(f, 0.0) for f in features], height=width, color=colour(index),
                        xerr=spread, error_kw={"linewidth": 0.6}, label=name)
         _tag(bars, figure, index)
-    ax.set_yticks(range(len(features)), [_short(f) for f in features], fontsize="x-small")
+    ax.set_yticks(range(len(features)), [_short(names(f)) for f in features], fontsize="x-small")
     ax.invert_yaxis()
     ax.axvline(0, color="#999999", linewidth=0.8)
     ax.set_xlabel(xlabel)
@@ -286,7 +318,7 @@ def _tag(bars: Any, figure: str, index: int) -> None:
         artist.set_gid(model_id(f"{figure}-{j}", index))
 
 
-def _short(label: Any, limit: int = 28) -> str:
+def _short(label: Any, limit: int = 36) -> str:
     text = str(label)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 

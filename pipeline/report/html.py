@@ -2,7 +2,9 @@
 place recorded text is escaped (``e``).
 
 Numbers are printed as the record holds them (``number``: integers whole, floats to 4
-decimals), so each one can be found in the file a section names.
+decimals), so each one can be found in the file a section names. Times are the exception:
+``duration`` rounds them to what a reader compares (850 ms, 12.3 s, 2 min 05 s), since a
+stage's fourth decimal of a second is noise, not a finding.
 """
 
 from __future__ import annotations
@@ -16,29 +18,43 @@ from typing import Any
 from pipeline.report import figures
 
 STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1180px;
-padding:0 1.2rem 3rem;color:#222;line-height:1.4}
-h1{margin:1.2rem 0 .2rem;font-size:1.6rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:2200px;
+padding:0 1.5rem 3rem;color:#222;line-height:1.4}
+h1{margin:1rem 0 .1rem;font-size:1.5rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:1.8rem}
 h3{margin:1.2rem 0 .4rem;font-size:1.05rem}
 table{border-collapse:collapse;margin:.4rem 0 1rem;font-size:.86rem}
 th,td{border:1px solid #ddd;padding:.2rem .5rem;text-align:right;vertical-align:top}
-th{background:#f4f6f8}td.text,th.text{text-align:left}
-.best{font-weight:600;background:#eef7ee}
-.figures{display:flex;flex-wrap:wrap;gap:.6rem}.figures figure{margin:0;border:1px solid #eee;padding:.2rem}
-figure svg{display:block;max-width:100%;height:auto}
+th{background:#f4f6f8}td.text,th.text{text-align:left}th.group{text-align:center}
+.best{font-weight:600;background:#eef7ee}td.split-test{background:#f7faff}td.best.split-test{background:#e3f2e3}
+table.metrics{font-size:.8rem;font-variant-numeric:tabular-nums}table.metrics th,table.metrics td{padding:.15rem .32rem}
+table.metrics td.split-other{color:#666}table.metrics th.group{border-bottom:0}
+.figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,430px),1fr));gap:.8rem;
+align-items:start}.figures figure{margin:0;border:1px solid #eee;padding:.2rem}.figures>div{min-width:0}
+figure svg{display:block;width:100%;height:auto}.figures figure.wide{grid-column:1/-1;max-width:900px}
+td{white-space:nowrap}td.text{white-space:normal}
+.answer{display:grid;grid-template-columns:minmax(0,3fr) minmax(300px,2fr);gap:1.2rem;align-items:start}
+.answer figure{margin:0;border:1px solid #eee;padding:.2rem}.answer figure svg{max-height:60vh}
+@media (max-width:900px){.answer{grid-template-columns:1fr}}
+.lead{font-size:1.15rem;margin:.6rem 0}.lead .name{font-size:1.3rem}.scroll{overflow-x:auto}
 .status-succeeded{color:#1a7f37}.status-failed,.status-interrupted{color:#b42318}
+.warning{background:#fff4e5;border:1px solid #f0b35a;padding:.4rem .6rem}
 .note{color:#666;font-size:.85rem}.switches label{margin-right:1rem;cursor:pointer}
 pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem;max-height:28rem}
+details>summary{cursor:pointer;font-weight:600;margin:.4rem 0}
 nav a{margin-right:.8rem}.swatch{display:inline-block;width:.8rem;height:.8rem;margin-right:.25rem;vertical-align:-1px}
 """
 
-# Show or hide a model in every figure: each of its artists has an id ending "--m<i>".
+# Show or hide a model in every figure: each of its artists has an id ending "--m<i>". A page
+# has a row of switches per section; the model's other switches follow the one clicked.
 SCRIPT = """
 document.querySelectorAll('.switches input').forEach(function (box) {
   box.addEventListener('change', function () {
     var suffix = '--m' + box.dataset.model;
     document.querySelectorAll('[id$="' + suffix + '"]').forEach(function (node) {
       node.style.display = box.checked ? '' : 'none';
+    });
+    document.querySelectorAll('.switches input[data-model="' + box.dataset.model + '"]').forEach(function (other) {
+      other.checked = box.checked;
     });
   });
 });
@@ -74,6 +90,18 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def grouped_table(first: str, groups: Sequence[tuple[str, Sequence[str]]], rows: Sequence[Sequence[str]],
+                  css: str = "") -> str:
+    """A table with two heading rows: ``first`` over the row names, then each group's name over
+    its columns (a metric over its splits)."""
+    top = f'<th class="text" rowspan="2">{e(first)}</th>' + "".join(
+        f'<th class="group" colspan="{len(columns)}">{e(name)}</th>' for name, columns in groups)
+    under = "".join(f"<th>{e(column)}</th>" for _, columns in groups for column in columns)
+    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
+    opening = f'<table class="{e(css)}">' if css else "<table>"
+    return f"{opening}<thead><tr>{top}</tr><tr>{under}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def cell(value: Any) -> str:
     return f"<td>{e(number(value))}</td>"
 
@@ -93,6 +121,28 @@ def number(value: Any) -> str:
     if math.isnan(value):
         return "NaN"
     return f"{value:.4f}"
+
+
+def duration(seconds: Any) -> str:
+    """A time as a reader compares it: ``850 ms``, ``4.27 s``, ``12.3 s``, ``2 min 05 s``,
+    ``1 h 02 min``; ``-`` when not recorded."""
+    if seconds is None or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return "-"
+    if math.isnan(seconds):
+        return "NaN"
+    if seconds == 0:
+        return "0 s"
+    if seconds < 0.9995:
+        return f"{max(round(seconds * 1000), 1)} ms"
+    if seconds < 9.995:
+        return f"{seconds:.2f} s"
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def plain(value: Any) -> str:

@@ -15,8 +15,11 @@ from typing import Any
 
 from pipeline.costs import describe as describe_usage
 from pipeline.costs import format_cost
+from pipeline.metrics import HIGHER_IS_BETTER
 from pipeline.report import figures
-from pipeline.report.html import cell, document, e, figure_row, key_values, number, plain, switches, table, text
+from pipeline.report.html import (cell, document, duration, e, figure_row, grouped_table, key_values, number, plain,
+                                  switches, table, text)
+from pipeline.report.labels import class_namer, feature_namer
 from pipeline.report.sources import Evaluation, RunSources
 
 _BINARY_CURVES = (
@@ -41,16 +44,30 @@ _IMPORTANCE_LABELS = {
 
 
 def render(sources: RunSources, *, generated: datetime, version: str) -> str:
-    """The whole page for one run."""
+    """The whole page for one run, the answer first: the best model, every model's metrics by
+    split and the headline figure; then the models, the data, the explanations and the
+    training; how the run ran (stages, metadata, versions) last."""
     manifest = sources.manifest
-    sections = [_summary(sources), _timeline(sources), _data(sources)]
-    for evaluation in sources.evaluations:
-        sections += [_evaluation(sources, evaluation), _explanations(sources, evaluation)]
-    sections.append(_training(sources))
-    heading = (f'<h1>{e(manifest.pipeline)}</h1><p class="note">run {e(manifest.run_id)} · '
-               f'<span class="status-{e(manifest.status)}">{e(manifest.status)}</span></p>')
+    headline = next((ev for ev in sources.evaluations if ev.metrics.get("best") is not None),
+                    sources.evaluations[0] if sources.evaluations else None)
+    sections = [_answer(sources, headline)]
+    sections += [_evaluation(sources, evaluation, evaluation is headline) for evaluation in sources.evaluations]
+    sections.append(_data(sources))
+    sections += [_explanations(sources, evaluation) for evaluation in sources.evaluations]
+    sections += [_training(sources), _timeline(sources), _summary(sources)]
+    facts = [f'<span class="status-{e(manifest.status)}">{e(manifest.status)}</span>', f"run {e(manifest.run_id)}"]
+    if manifest.ended or manifest.started:
+        facts.append(e(_when(manifest.ended or manifest.started)))
+    if manifest.duration_s is not None:
+        facts.append(f"took {e(duration(manifest.duration_s))}")
+    if manifest.device:
+        facts.append(f"on {e(manifest.device.name)}")
+    heading = f'<h1>{e(manifest.pipeline)}</h1><p class="note">{" · ".join(facts)}</p>'
+    if sources.missing:
+        heading += (f'<p class="warning">Not shown: {e(", ".join(sorted(set(sources.missing))))} missing from the '
+                    "run folder (manifest.json records it).</p>")
     if sources.changed:
-        heading += (f'<p class="note">Not shown: {e(", ".join(sorted(set(sources.changed))))} changed since the '
+        heading += (f'<p class="warning">Not shown: {e(", ".join(sorted(set(sources.changed))))} changed since the '
                     "run (sha256 differs from manifest.json) or could not be read.</p>")
     footer = (f"Built {e(generated.isoformat(timespec='seconds'))} by pipeline {e(version)} from manifest.json "
               "and the files each section names.")
@@ -58,12 +75,72 @@ def render(sources: RunSources, *, generated: datetime, version: str) -> str:
 
 
 # ------------------------------------------------------------------------- sections
+def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, str, str]:
+    """The first screen: which model is best by the evaluation's ranking metric, every model's
+    metrics by split (one row per model), and the headline figure of the task (ROC for binary,
+    the best model's confusion matrix for multiclass, predicted against actual for regression)."""
+    manifest = sources.manifest
+    parts = []
+    if manifest.error:
+        parts.append(f'<p class="warning"><b>The run {e(manifest.status)}</b>: {e(manifest.error)}</p>')
+    if evaluation is None:
+        if not parts:
+            parts.append('<p class="note">This run recorded no evaluation (no evaluate stage ran), so there is '
+                         "no best model to show; the sections below show what it did record.</p>")
+        return "result", "Result", "".join(parts)
+    metrics, key = evaluation.metrics, evaluation.stage
+    models, everyone = list(metrics.get("models", {})), sources.models
+    best, rank_by, split = metrics.get("best"), metrics.get("rank_by"), metrics.get("split", "test")
+    task = _task(sources, metrics)
+    if best is not None:
+        value = (metrics["models"].get(best) or {}).get(rank_by)
+        better = {True: "higher is better", False: "lower is better"}.get(HIGHER_IS_BETTER.get(str(rank_by)))
+        parts.append(f'<p class="lead">Best model: <b class="name" id="best-model">{e(best)}</b> · {e(rank_by)} '
+                     f"<b>{e(number(value))}</b> on the {e(split)} split <span class=\"note\">(ranked by "
+                     f"{e(rank_by)}{', ' + e(better) if better else ''}, of {len(models)} "
+                     f"model{'s' if len(models) != 1 else ''})</span></p>")
+    parts.append(f'<div class="scroll">{_split_table(metrics, models, rank_by)}</div>')
+    positive = (f"; the positive class is {e(plain(task.get('positive')))}" if task.get("kind") == "binary"
+                and task.get("positive") is not None else "")
+    parts.append(f'<p class="note">One row per model, each metric on the train, valid and test splits; from '
+                 f"{e(key)}/metrics.json{positive}.</p>")
+    shown = _headline_figures(sources, evaluation)
+    if shown:
+        per_model = any("--m" in svg for svg in shown)          # a figure the model switches act on
+        parts.append((switches([m for m in models if m in everyone], everyone) if per_model else "")
+                     + figure_row(shown))
+    return "result", "Result", "".join(parts)
+
+
+def _headline_figures(sources: RunSources, evaluation: Evaluation) -> list[str]:
+    metrics, key, everyone = evaluation.metrics, evaluation.stage, sources.models
+    task = _task(sources, metrics).get("kind", "binary")
+    curves = (evaluation.curves or {}).get("models", {})
+    best = metrics.get("best")
+    namer = class_namer(_task(sources, metrics), sources.facts())
+    shown = []
+    if task == "binary" and curves:
+        name, x, y, xlabel, ylabel, title, diagonal, area = _BINARY_CURVES[0]
+        legend = {m: f"{m} ({area} {number((metrics['models'].get(m) or {}).get(area))})" for m in everyone}
+        shown.append(figures.curve_lines(f"{key}-{name}", everyone, curves, key=name, x=x, y=y, xlabel=xlabel,
+                                         ylabel=ylabel, title=f"{title} ({metrics.get('split', 'test')} split)",
+                                         legend=legend, diagonal=diagonal))
+    if task == "regression" and curves:
+        shown.append(figures.predicted_vs_actual(f"{key}-scatter", everyone, curves))
+    confusion = (metrics.get("confusion") or {}).get(best)
+    if task != "regression" and confusion:
+        where = f" at threshold {plain(metrics.get('threshold'))}" if task == "binary" else ""
+        shown.append(figures.confusion(confusion["labels"], confusion["matrix"], namer,
+                                       title=f"{best}: confusion on {metrics.get('split', 'test')}{where}"))
+    return shown
+
+
 def _summary(sources: RunSources) -> tuple[str, str, str]:
     m = sources.manifest
     rows = [("pipeline", m.pipeline), ("run id", m.run_id), ("status", m.status),
             ("device", f"{m.device.name} ({m.device.reason})" if m.device else None),
             ("started", m.started), ("ended", m.ended),
-            ("duration", f"{number(m.duration_s)} s" if m.duration_s is not None else None),
+            ("duration", duration(m.duration_s) if m.duration_s is not None else None),
             ("usage", describe_usage(m.usage, None)), ("cost", format_cost(m.cost) if m.cost else None),
             ("host", m.host), ("command", " ".join(m.command) if m.command else None)]
     if m.error:
@@ -74,7 +151,9 @@ def _summary(sources: RunSources) -> tuple[str, str, str]:
     versions = key_values(sorted(m.versions.items()))
     config = (f"<details><summary>The resolved config (config.yaml)</summary><pre>{e(sources.config_text)}</pre>"
               "</details>" if sources.config_text else "")
-    return "summary", "Summary", f"{fields}<h3>Versions</h3>{versions}{config}"
+    return ("summary", "Run details",
+            f"<details><summary>Run, host and command</summary>{fields}</details>"
+            f"<details><summary>Versions</summary>{versions}</details>{config}")
 
 
 def _timeline(sources: RunSources) -> tuple[str, str, str]:
@@ -88,45 +167,55 @@ def _timeline(sources: RunSources) -> tuple[str, str, str]:
         if begin is None or start is None:
             continue
         end = end if end is not None else start
-        label = f"{number(record.seconds)} s"
+        label = duration(record.seconds)
         if record.status == "cached":
-            label = "cached" + (f" (computed in {number(record.computed_seconds)} s)"
+            label = "cached" + (f" (computed in {duration(record.computed_seconds)})"
                                 if record.computed_seconds is not None else "")
         bars.append({"name": record.name, "start": start - begin, "end": end - begin, "status": record.status,
                      "label": label})
-    figure = f"<figure>{figures.timeline(bars)}</figure>" if bars else ""
+    figure = f'<figure class="wide">{figures.timeline(bars)}</figure>' if bars else ""
     gpus = any((r.usage or {}).get("gpus") for r in stages)
     priced = any(r.cost for r in stages)
-    header = ["stage", "kind", "status", "seconds", "CPU seconds", "peak host memory", "peak GPU memory",
-              *(["GPUs (mean utilisation, energy)"] if gpus else []), *(["cost"] if priced else []), "worker", "facts"]
+    # Which worker ran a stage says something only on a cluster; in one process it is noise.
+    workers = bool(sources.manifest.cluster) or any(r.worker for r in stages)
+    header = ["stage", "kind", "status", "time", "CPU time", "peak host memory", "peak GPU memory",
+              *(["GPUs (mean utilisation, energy)"] if gpus else []), *(["cost"] if priced else []),
+              *(["worker"] if workers else []), "facts"]
     rows = []
     for record in stages:
-        facts = {k: v for k, v in (record.facts or {}).items() if isinstance(v, (int, float, str)) and k != "tuning"}
+        facts = {k: duration(v) if k.endswith("seconds") and isinstance(v, (int, float)) else v
+                 for k, v in (record.facts or {}).items() if isinstance(v, (int, float, str)) and k != "tuning"}
         usage = record.usage or {}
         extra = [text(_gpu_use(usage))] if gpus else []
         extra += [text(format_cost(record.cost) if record.cost else None)] if priced else []
+        extra += [text(record.worker or "in process")] if workers else []
         rows.append([text(record.name), text(record.kind), text(record.status, f"text status-{record.status}"),
-                     cell(record.seconds), cell(usage.get("cpu_seconds")), cell(_bytes(record.peak_rss_bytes)),
-                     cell(_bytes(record.peak_device_bytes)), *extra, text(record.worker or "in process"),
+                     _seconds(record.seconds), _seconds(usage.get("cpu_seconds")),
+                     cell(_bytes(record.peak_rss_bytes)), cell(_bytes(record.peak_device_bytes)), *extra,
                      text(", ".join(f"{k}={plain(v)}" for k, v in facts.items()))])
     note = ('<p class="note">A cached stage took its output from the stage cache; its time is not counted, and '
             "the time its output took to compute in the run that stored it is shown beside it.</p>")
     return "stages", "Stages", f'<div class="figures">{figure}</div>{table(header, rows)}{note}'
 
 
-def _evaluation(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, str]:
+def _evaluation(sources: RunSources, evaluation: Evaluation, headline: bool = False) -> tuple[str, str, str]:
+    """A model section: what the answer did not already show (the split table and the ROC curve
+    when this is the headline evaluation)."""
     metrics = evaluation.metrics
     models = list(metrics.get("models", {}))
     everyone = sources.models
-    task = (metrics.get("task") or {}).get("kind", "binary")
-    parts = [switches(models, everyone), _metric_table(metrics, models),
-             f'<p class="note">From {e(evaluation.stage)}/metrics.json; ranked by {e(metrics.get("rank_by"))} '
-             f'on the {e(metrics.get("split"))} split; best: <b>{e(metrics.get("best"))}</b>.</p>']
+    task = _task(sources, metrics).get("kind", "binary")
+    namer = class_namer(_task(sources, metrics), sources.facts())
+    parts = [switches(models, everyone)]
+    if not headline:
+        parts.append(f'<div class="scroll">{_split_table(metrics, models, metrics.get("rank_by"))}</div>')
+    parts.append(f'<p class="note">From {e(evaluation.stage)}/metrics.json; ranked by {e(metrics.get("rank_by"))} '
+                 f'on the {e(metrics.get("split"))} split; best: <b>{e(metrics.get("best"))}</b>.</p>')
     curves = (evaluation.curves or {}).get("models", {})
     key = evaluation.stage
     if task == "binary" and curves:
         shown = []
-        for name, x, y, xlabel, ylabel, title, diagonal, area in _BINARY_CURVES:
+        for name, x, y, xlabel, ylabel, title, diagonal, area in _BINARY_CURVES[1 if headline else 0:]:
             legend = ({m: f"{m} ({area} {number(metrics['models'][m].get(area))})" for m in models}
                       if area else None)
             shown.append(figures.curve_lines(f"{key}-{name}", everyone, curves, key=name, x=x, y=y, xlabel=xlabel,
@@ -137,12 +226,13 @@ def _evaluation(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, 
             shown.append(figures.threshold_sweep(f"{key}-sweep", best, everyone.index(best),
                                                  curves[best]["thresholds"], float(metrics.get("threshold", 0.5))))
         parts.append(figure_row(shown))
-        parts.append(f'<p class="note">Curves from {e(key)}/curves.json on the {e(metrics.get("split"))} split.</p>')
+        parts.append(f'<p class="note">Curves from {e(key)}/curves.json on the {e(metrics.get("split"))} split'
+                     f'{"; the ROC curve is in the result above" if headline else ""}.</p>')
     if task == "regression" and curves:
-        parts.append(figure_row([figures.predicted_vs_actual(f"{key}-scatter", everyone, curves),
-                                 figures.residuals(f"{key}-residuals", everyone, curves)]))
-    parts.append(_confusions(metrics, models))
-    parts.append(_per_class(metrics, models))
+        parts.append(figure_row(([] if headline else [figures.predicted_vs_actual(f"{key}-scatter", everyone, curves)])
+                                + [figures.residuals(f"{key}-residuals", everyone, curves)]))
+    parts.append(_confusions(metrics, models, namer))
+    parts.append(_per_class(metrics, models, namer))
     parts.append(_cross_validation(metrics, key, everyone))
     return f"models-{key}", f"Models ({key})", "".join(parts)
 
@@ -194,7 +284,8 @@ def _profile(sources: RunSources, stage: str, profile: Mapping[str, Any]) -> str
     balance = profile.get("balance") or {}
     counts = balance.get("counts") or {}
     if balance.get("kind") == "classes" and counts:
-        classes = [plain(c) for c in balance.get("classes", [])]
+        namer = class_namer(profile.get("task"), sources.facts())
+        classes = [namer(c) for c in balance.get("classes", [])]
         shares = {split: [n / (sum(values) or 1) for n in values] for split, values in counts.items()}
         parts.append(f"<h3>{e(stage)}: target balance ({e(profile.get('target'))})</h3>")
         parts.append(table(["split", *classes], [[text(split), *(cell(n) for n in values)]
@@ -211,14 +302,16 @@ def _profile(sources: RunSources, stage: str, profile: Mapping[str, Any]) -> str
                                                          title=f"{profile.get('target')} by split")]))
     histograms = profile.get("histograms") or {}
     ranked_by, importance = _ranking(sources)
+    shown_as = feature_namer(sources.source_columns())
     top = sorted(histograms, key=lambda name: -(importance.get(name) or 0.0))[:TOP_DISTRIBUTIONS]
     shown = []
     for name in top:
         entry = histograms[name]
         if "values" in entry:
-            shown.append(figures.split_bars([plain(v) for v in entry["values"]], entry["shares"], title=name))
+            shown.append(figures.split_bars([plain(v) for v in entry["values"]], entry["shares"],
+                                            title=shown_as(name)))
         else:
-            shown.append(figures.split_histogram(entry["edges"], entry["shares"], title=name))
+            shown.append(figures.split_histogram(entry["edges"], entry["shares"], title=shown_as(name)))
     if shown:
         parts.append(f"<h3>{e(stage)}: the most important features</h3>{figure_row(shown)}")
         parts.append(f'<p class="note">Values as the models see them (after the feature ops), on the training '
@@ -250,6 +343,7 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
     models = [m for m in everyone if m in found]
     parts = [switches(models, everyone)] if models else []
     kinds = list(dict.fromkeys(kind for entry in found.values() for kind in entry))
+    shown_as = feature_namer(sources.source_columns())
     shown = []
     for kind in kinds:
         having = [m for m in models if isinstance(found[m].get(kind), dict)]
@@ -266,7 +360,7 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
         title = f"{label}: {having[0]}" if len(having) == 1 else label
         shown.append(figures.importances(f"{key}-{kind}", having, everyone, means,
                                          top[:max(TOP_IMPORTANCES * 2 // (len(having) + 1), 8)], title=title,
-                                         xlabel=axis, errors=errors or None))
+                                         xlabel=axis, errors=errors or None, names=shown_as))
     if shown:
         parts.append(figure_row(shown))
     rows = importance.get("rows") or {}
@@ -277,6 +371,10 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
                  '<p class="note">No importances were recorded (evaluate with importance: true writes them).</p>')
     for model, reason in (importance.get("skipped") or {}).items():
         parts.append(f'<p class="note">{e(model)}: no permutation importance: {e(reason)}.</p>')
+    for model, chosen in (importance.get("permuted") or {}).items():     # a table too wide to permute all
+        parts.append(f'<p class="note">{e(model)}: permutation importance of {e(chosen.get("features"))} of '
+                     f'{e(chosen.get("of"))} features, those ranked first by {e(chosen.get("ranked_by"))}; '
+                     'the others were not permuted.</p>')
     return f"explanations-{key}", f"Explanations ({key})", "".join(parts)
 
 
@@ -309,27 +407,47 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
 
 
 # --------------------------------------------------------------------------- pieces
-def _metric_table(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
-    """A row per model and split (train, valid, test), the metrics across: a model far better
-    on train than on test shows at a glance."""
+def _split_table(metrics: Mapping[str, Any], models: Sequence[str], rank_by: Any) -> str:
+    """One row per model; per metric (the ranking one first) its value on each split, train,
+    valid, test, side by side: a model far better on train than on test shows at a glance,
+    and the ranked split's column is shaded."""
     # evaluate records the splits in train, valid, test order
     by_split = metrics.get("splits") or {metrics.get("split", "test"): metrics.get("models", {})}
     names = list(dict.fromkeys(k for m in models for k in (metrics["models"].get(m) or {})))
+    names.sort(key=lambda name: name != rank_by)
     best, ranked = metrics.get("best"), metrics.get("split")
+    splits = list(by_split)
     rows = []
     for model in models:
-        for split, values_by_model in by_split.items():
-            values = values_by_model.get(model)
-            if values is None:
-                continue
-            css = "text best" if model == best and split == ranked else "text"
-            rows.append([text(model, css), text(split, css), *(cell(values.get(name)) for name in names)])
-    return table(["model", "split", *names], rows)
+        css = "best" if model == best else ""
+        row = [text(model, f"text {css}".strip())]
+        for name in names:
+            for split in splits:
+                value = (by_split[split].get(model) or {}).get(name) if by_split[split].get(model) else None
+                classes = " ".join(c for c in (css, f"split-{split}" if split == ranked else "split-other") if c)
+                row.append(f'<td class="{classes}">{e(number(value))}</td>' if classes else cell(value))
+        rows.append(row)
+    return grouped_table("model", [(name, splits) for name in names], rows, css="metrics")
 
 
-def _confusions(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
+def _task(sources: RunSources, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluated task: metrics.json's (which records it for multiclass and regression); a
+    binary evaluation's positive value is the split's, as profile.json and the split stage's
+    facts record it."""
+    task = metrics.get("task")
+    if isinstance(task, dict):
+        return task
+    recorded = [p.get("task") for p in sources.profiles.values()] + [f.get("task") for f in sources.facts()]
+    return next((t for t in recorded if isinstance(t, dict) and t.get("kind") == "binary"), {"kind": "binary"})
+
+
+def _seconds(value: Any) -> str:
+    return f"<td>{e(duration(value))}</td>"
+
+
+def _confusions(metrics: Mapping[str, Any], models: Sequence[str], namer: Callable[[Any], str] = plain) -> str:
     def matrix(entry: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-        labels = [plain(label) for label in entry["labels"]]
+        labels = [namer(label) for label in entry["labels"]]
         return (["true \\ predicted", *labels],
                 [[text(label), *(cell(v) for v in row)] for label, row in zip(labels, entry["matrix"])])
 
@@ -342,11 +460,11 @@ def _confusions(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
             f"{e(metrics.get('split'))} split.</p>")
 
 
-def _per_class(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
+def _per_class(metrics: Mapping[str, Any], models: Sequence[str], namer: Callable[[Any], str] = plain) -> str:
     header = ["class", "precision", "recall", "f1", "support"]
 
     def classes(entry: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-        return header, [[text(plain(label)), *(cell(entry[key][i]) for key in header[1:])]
+        return header, [[text(namer(label)), *(cell(entry[key][i]) for key in header[1:])]
                         for i, label in enumerate(entry["labels"])]
 
     return _per_model(metrics.get("per_class"), models, "Per class", classes)
@@ -408,6 +526,17 @@ def _data_parallel(facts: Any) -> str:
 
 def _bytes(value: int | None) -> str | None:
     return None if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def _when(text: str) -> str:
+    """An ISO time to the minute (``2026-11-27 01:13 UTC``); the run details keep it whole."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    offset = moment.utcoffset()
+    zone = "" if offset is None else " UTC" if not offset else moment.strftime(" %z")
+    return moment.strftime("%Y-%m-%d %H:%M") + zone
 
 
 def _time(text: str | None) -> float | None:

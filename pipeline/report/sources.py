@@ -2,7 +2,9 @@
 
 Only recorded numbers are read (manifest.json, and the JSON/CSV artifacts listed in it), so a
 report rebuilt a month later shows what the run measured. A file whose sha256 no longer
-matches the manifest is not read: its section says so instead of showing changed numbers.
+matches the manifest is not read: its section says so instead of showing changed numbers,
+and one the manifest lists that is no longer there is named as missing (a page without its
+curves must say why, not look like a run that drew none).
 Which file a section reads is decided by the file's name (``metrics.json``, ``curves.json``,
 ``importance.json``, ``columns.json``, ``profile.json``, ``history.csv``, ``eval_history.csv``)
 and the stage's recorded facts, never by a stage kind.
@@ -44,6 +46,7 @@ class RunSources:
     columns: dict[str, dict[str, Any]] = field(default_factory=dict)     # stage -> columns.json (a read table)
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)    # stage -> profile.json (features)
     changed: list[str] = field(default_factory=list)        # artifacts whose sha256 no longer matches
+    missing: list[str] = field(default_factory=list)        # artifacts the manifest lists that are gone
 
     @property
     def models(self) -> list[str]:
@@ -52,6 +55,15 @@ class RunSources:
         for evaluation in self.evaluations:
             names.update(dict.fromkeys(evaluation.metrics.get("models", {})))
         return list(names)
+
+    def facts(self) -> list[dict[str, Any]]:
+        """Every stage's recorded facts, in the run's stage order."""
+        return [record.facts for record in self.manifest.stages.values() if isinstance(record.facts, dict)]
+
+    def source_columns(self) -> list[str]:
+        """The column names of every table the run read (its columns.json files)."""
+        return [str(c.get("name")) for found in self.columns.values() for c in found.get("columns") or []
+                if isinstance(c, dict)]
 
 
 def read_sources(run_dir: Path) -> RunSources:
@@ -82,9 +94,14 @@ def read_sources(run_dir: Path) -> RunSources:
 
 def _verified_text(sources: RunSources, relative: str) -> str | None:
     """The artifact's text, read once, if it exists and still has the sha256 the manifest
-    recorded for it (a file the manifest does not list is read as it is)."""
+    recorded for it (a file the manifest does not list is read as it is). A listed file that
+    is not there is counted as missing."""
     path = sources.run_dir / relative
-    if relative == MANIFEST or not path.is_file():
+    if relative == MANIFEST:
+        return None
+    if not path.is_file():
+        if relative in sources.manifest.artifacts:
+            sources.missing.append(relative)
         return None
     try:
         data = path.read_bytes()

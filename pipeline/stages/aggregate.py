@@ -3,6 +3,7 @@ cut-off over trailing windows (the engine is ``pipeline.events``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -14,7 +15,8 @@ from pipeline.events import (
     parse_features, plan_aggregation,
 )
 from pipeline.events.durations import cutoff_text
-from pipeline.stages.base import StageContext, StageSpec, Table, only_input, register_stage
+from pipeline.backends.headers import ColumnSet, HeaderReader
+from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
 
 __all__ = ["AggregateSpec", "aggregate_events", "run_aggregate"]
 
@@ -59,6 +61,12 @@ class CutoffFields(StageSpec):
     def keys(self) -> list[str]:
         return [self.by] if isinstance(self.by, str) else list(self.by)
 
+    def key_refs(self, input: int = 0) -> list[ColumnRef]:
+        """``by`` and ``time`` in the events table (input ``input``)."""
+        keys = [((), self.by)] if isinstance(self.by, str) else [((i,), k) for i, k in enumerate(self.by)]
+        return [*(ColumnRef(("by", *where), key, "by key", input=input) for where, key in keys),
+                ColumnRef(("time",), self.time, "time column", input=input)]
+
     def _check_cutoff_column(self) -> None:
         if self.cutoff_column in self.keys or self.cutoff_column == self.time:
             raise ValueError(f"cutoff_column '{self.cutoff_column}' is also a key or the time column; name it otherwise")
@@ -96,6 +104,20 @@ class AggregateSpec(CutoffFields):
         self._check_cutoff_column()
         check_output_names(parse_features(self.features, self.windows), [*self.keys, self.cutoff_column])
         return self
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """The keys, the time column and each feature's column in the events."""
+        refs = self.key_refs()
+        for feature in parse_features(self.features, self.windows):
+            if feature.column is not None:
+                refs.append(ColumnRef(("features", feature.name, feature.aggregate), feature.column,
+                                      f"{feature.aggregate} column"))
+        return refs
+
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        """One row per key and cut-off: the keys, the cut-off column, the features' columns."""
+        names = (*self.keys, self.cutoff_column, *self.plan().output_names)
+        return Preview(columns=ColumnSet(names, source=f"the output of aggregate '{stage}'"))
 
     def plan(self) -> AggregationPlan:
         return plan_aggregation(by=self.by, time=self.time, as_of=self.as_of, features=self.features,

@@ -29,13 +29,55 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.backends import Backend
+from pipeline.backends.headers import ColumnSet, HeaderReader
 from pipeline.costs import Budget
 from pipeline.hooks import LogProgress, StageProgress
 
 __all__ = [
-    "STAGE_KINDS", "LogProgress", "StageContext", "StageKind", "StageProgress", "StageSpec", "Table",
-    "input_list", "kinds_producing", "only_input", "register_stage",
+    "STAGE_KINDS", "ColumnRef", "KeyPath", "LogProgress", "Preview", "StageContext", "StageKind", "StageProgress",
+    "StageSpec", "Table", "input_list", "kinds_producing", "model_preview", "only_input", "register_stage",
 ]
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What the config tells about a stage's output before any data is read.
+
+    The checks ``pipeline validate`` runs before reading data (``pipeline.config.data_checks``)
+    pass these from stage to stage along the graph, each kind saying what its output is from
+    its inputs' (``StageSpec.preview``). A field left None is unknown, and every check that
+    needs it is skipped: a check reports only what cannot be right.
+    """
+
+    columns: ColumnSet | None = None     # a table's columns
+    features: str | None = None          # the features stage a feature set or model comes from
+    valid: bool | None = None            # whether its split has valid rows
+    folds: int | None = None             # the split's folds: (0: none)
+    target: str | None = None            # the split's target column
+
+
+def model_preview(inputs: Mapping[str, Preview]) -> Preview:
+    """A model stage's output: trained on its one input's features, split the same way."""
+    previews = list(inputs.values())
+    if len(previews) != 1:
+        return Preview()
+    source = previews[0]
+    return Preview(features=source.features, valid=source.valid, folds=source.folds, target=source.target)
+
+
+@dataclass(frozen=True)
+class ColumnRef:
+    """A column a stage's block names, for the checks before data is read: its key path in the
+    block, what it is for (``target``, ``join key``: the message's words) and the columns it
+    must be one of: ``among``, or else the table of input number ``input``."""
+
+    where: KeyPath
+    column: str
+    what: str = "column"
+    input: int = 0
+    among: ColumnSet | None = None
 
 
 class Table:
@@ -73,6 +115,23 @@ class StageSpec(BaseModel):
         """This stage as it runs when a run's tables are rebuilt from raw data at cut-off
         ``as_of`` (``pipeline predict --as-of``): kinds with a cut-off return a copy at it."""
         return self
+
+    # The checks before data is read (``Preview``). A kind that says nothing has an unknown
+    # output, so nothing downstream of it is checked: a plugin kind is never refused by them.
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        """What this stage's output is known to be, given its inputs' (``headers`` reads a
+        file's header or schema, never its rows)."""
+        return Preview()
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """The columns this stage's block names, each checked against the columns known there."""
+        return []
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """Rules across stages that fail at run time otherwise, as ``(key path in this block,
+        message)``: a ``tune:`` on a split without validation rows, an ensemble of models
+        from different features."""
+        return []
 
     def scoring_passthrough(self) -> int | None:
         """When a run's tables are rebuilt for scoring, the position of the input whose table

@@ -28,6 +28,7 @@ import numpy as np
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.folds import SCORED
 from pipeline.metrics import task_metrics
+from pipeline.hooks import LogProgress, elapsed
 from pipeline.stages.base import StageContext
 
 FitAndScore = Callable[[FeatureSet], np.ndarray]
@@ -105,12 +106,16 @@ def cross_validate_model(ctx: StageContext, trained: Any, fit_and_score: FitAndS
     from pipeline.store import atomic_write_json
 
     count = trained.features.fold_count()
+    progress = ctx.progress or LogProgress(ctx.logger, prefix=f"{ctx.stage}: ")
+    started = time.perf_counter()
 
-    def report(i: int, metrics: dict[str, float]) -> None:
-        shown = " - ".join(f"{name}: {value:.4f}" for name, value in list(metrics.items())[:3])
-        ctx.logger.info("%s: fold %d/%d - %s", ctx.stage, i + 1, count, shown)
+    with progress.bar(count, "cross-validation folds") as advance:
+        def report(i: int, metrics: dict[str, float]) -> None:
+            shown = " - ".join(f"{name}: {value:.4f}" for name, value in list(metrics.items())[:3])
+            progress.message(f"fold {i + 1}/{count} - {shown} ({elapsed(time.perf_counter() - started)} elapsed)")
+            advance(1)
 
-    result = cross_validate(trained.features, fit_and_score, threshold=threshold, on_fold=report)
+        result = cross_validate(trained.features, fit_and_score, threshold=threshold, on_fold=report)
     trained.cv = result.to_dict()
     trained.oof_scores = result.oof
     ctx.facts["cv"] = result.summary()

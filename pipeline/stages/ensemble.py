@@ -23,11 +23,12 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from pipeline.backends.headers import HeaderReader
 from pipeline.errors import DataError
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.base import TRAIN
 from pipeline.models.ensemble import Ensemble, EnsembleMember, blend
-from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.stages.base import KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.stages.train import SplitScores, TrainedModel
 from pipeline.tasks import Task
 
@@ -38,6 +39,25 @@ VALID = "valid"
 _EPS = 1e-15
 # Fitted weights below this are rounding left by the solver: set to 0 (the member is not scored).
 _ZERO = 1e-9
+ON_VALID_NEEDS_VALID = "ensemble: on: valid needs a valid split; set valid: > 0 on the split stage"
+
+
+def mixed_features(sources: Mapping[str, Any]) -> str | None:
+    """The message when the members (name -> the features it was trained on) do not share one
+    feature set: averaging scores needs the same rows; None when they do."""
+    first = next(iter(sources.values()))
+    others = [name for name, source in sources.items() if source != first]
+    if not others:
+        return None
+    same = [name for name, source in sources.items() if source == first]
+    return (f"ensemble: all models must be trained on the same features stage; {', '.join(others)} "
+            f"read other features than {', '.join(same)}")
+
+
+def no_held_out_rows(which: str = "") -> str:
+    return ("ensemble needs rows its members were not trained on to fit the weights: valid: > 0 on "
+            f"the split stage (a valid split), or folds: there (out-of-fold scores{which}); or give "
+            "fixed weights:")
 
 
 class EnsembleSpec(StageSpec):
@@ -49,6 +69,31 @@ class EnsembleSpec(StageSpec):
     weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         None, description="Fixed weights per input model (relative: scaled to sum to 1) instead of fitted ones.")
     min_inputs = 2
+
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        """Its members' features and split, when they share them."""
+        previews = list(inputs.values())
+        if not previews or any(p != previews[0] for p in previews[1:]):
+            return Preview()
+        return previews[0]
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """Members from different features stages; no rows to fit the weights on."""
+        sources = {name: p.features for name, p in inputs.items()}
+        if not sources or None in sources.values():
+            return []
+        mixed = mixed_features(sources)
+        if mixed:
+            shown = ", ".join(f"{name}: {source}" for name, source in sources.items())
+            return [(("inputs",), f"{mixed} (features stages: {shown})")]
+        first = next(iter(inputs.values()))
+        if self.weights is not None or first.valid is None or first.folds is None:
+            return []
+        if self.on == VALID and not first.valid:
+            return [(("on",), ON_VALID_NEEDS_VALID)]
+        if not first.folds and (self.on == "oof" or (self.on == "auto" and not first.valid)):
+            return [(("on",) if self.on == "oof" else ("inputs",), no_held_out_rows())]
+        return []
 
     @field_validator("weights")
     @classmethod
@@ -150,13 +195,10 @@ def _one_features(models: list[TrainedModel]) -> FeatureSet:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise DataError(f"ensemble: models must have distinct names ({', '.join(repeated)} appear twice)")
-    first = models[0].features
-    others = [m.name for m in models if m.features.uid != first.uid]
-    if others:
-        same = [m.name for m in models if m.features.uid == first.uid]
-        raise DataError(f"ensemble: all models must be trained on the same features stage; {', '.join(others)} "
-                        f"read other features than {', '.join(same)}")
-    return first
+    mixed = mixed_features({m.name: m.features.uid for m in models})
+    if mixed:
+        raise DataError(mixed)
+    return models[0].features
 
 
 def _fixed_weights(models: list[TrainedModel], weights: Mapping[str, float]) -> np.ndarray:
@@ -177,14 +219,12 @@ def _fit_rows(models: list[TrainedModel], features: FeatureSet, on: str) -> tupl
     has_valid = bool(features.rows().get(VALID))
     if on == VALID or (on == "auto" and has_valid):
         if not has_valid:
-            raise DataError("ensemble: on: valid needs a valid split; set valid: > 0 on the split stage")
+            raise DataError(ON_VALID_NEEDS_VALID)
         return VALID, features.labels(VALID), [np.asarray(m.scores[VALID]) for m in models]
     without = [m.name for m in models if m.oof_scores is None]
     if without:
         which = f" ({', '.join(without)} have none)" if len(without) < len(models) else ""
-        raise DataError("ensemble needs rows its members were not trained on to fit the weights: valid: > 0 on "
-                        f"the split stage (a valid split), or folds: there (out-of-fold scores{which}); or give "
-                        "fixed weights:")
+        raise DataError(no_held_out_rows(which))
     labels = features.labels(TRAIN)
     scores = [np.asarray(m.oof_scores) for m in models]
     wrong = [m.name for m, s in zip(models, scores) if len(s) != len(labels)]

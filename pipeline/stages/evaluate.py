@@ -207,10 +207,15 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
             atomic_write_json(ctx.artifact_path("curves.json"), evaluation.curves_dict())
         if spec.importance:
             importance = explain_models(models, split=spec.split, metric=rank_by, threshold=spec.threshold,
-                                        rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed)
+                                        rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed,
+                                        progress=ctx.progress)
             atomic_write_json(ctx.artifact_path("importance.json"), importance)
             for name, reason in importance["skipped"].items():
                 ctx.logger.info("%s: importances of %s skipped: %s", ctx.stage, name, reason)
+            for name, chosen in importance["permuted"].items():
+                ctx.logger.info("%s: permutation importance of %s measured on %d of %d features (the table is "
+                                "too wide to permute all; ranked by %s)", ctx.stage, name, chosen["features"],
+                                chosen["of"], chosen["ranked_by"])
     ctx.facts["best"] = evaluation.best
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation

@@ -11,10 +11,19 @@ grow with the table):
 
 Shuffles run on the run's device (NumPy or CuPy indexing of the sample's matrix), so a GPU
 model is scored on GPU data; only the sample's metrics come to the host.
+
+Wide tables: every shuffle scores a full copy of the sample, so the work grows with rows x
+columns x columns. Shuffled copies are scored in batches of at most ``BATCH_BYTES`` (not a
+row count, which at 10,000 columns meant 8 GB per batch), and a model is permuted on at most
+``PERMUTATION_CELLS`` cells in all: past that, the features are ranked by how strongly the
+model's own score on the sample follows each of them (absolute correlation, one pass) and only
+the top ones are permuted. importance.json's ``permuted`` says, per model, how many features
+were measured of how many and how they were chosen; the others have no permutation value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -25,32 +34,47 @@ from pipeline.errors import DataError
 from pipeline.featuresets.in_memory import InMemoryFeatures, stride
 from pipeline.metrics import HIGHER_IS_BETTER, task_metrics
 from pipeline.models import get_model_spec
+from pipeline.stages.base import StageProgress
 from pipeline.stages.train import TrainedModel
 
 # Rows of the evaluated split the importances are measured on, and shuffles per feature.
 IMPORTANCE_ROWS = 5_000
 REPEATS = 3
 SAMPLE = "sample"
-# Rows of shuffled copies scored in one call.
+# Rows of shuffled copies scored in one call, at most, and bytes (rows x columns x itemsize).
 BATCH_ROWS = 200_000
+BATCH_BYTES = 256 * 2**20
+# Cells (rows x columns) of shuffled copies one model's permutation importance scores in all,
+# at most: 5,000 rows x 60 features x 3 repeats is 2.7M; 300 x 10,000 x 10,000 x 3 would be 90G.
+PERMUTATION_CELLS = 1_000_000_000
+# Features permuted whatever the budget (a model's top few are what a reader looks at).
+MIN_PERMUTED = 10
+RANKED_BY = ("absolute correlation of the feature with the model's score (log-odds) on the training rows "
+             "(the evaluated sample's without any)")
 # What a model that cannot score rows other than its own (a plugin's, holding only its scores)
 # raises: its importances are skipped and the evaluation goes on.
 UNSCORABLE = (AttributeError, TypeError, ValueError, NotImplementedError)
 
 
 def explain_models(models: list[TrainedModel], *, split: str, metric: str, threshold: float,
-                   rows: int = IMPORTANCE_ROWS, repeats: int = REPEATS, seed: int = 0) -> dict[str, Any]:
+                   rows: int = IMPORTANCE_ROWS, repeats: int = REPEATS, seed: int = 0,
+                   progress: StageProgress | None = None, max_cells: int = PERMUTATION_CELLS) -> dict[str, Any]:
     """importance.json: per model, ``permutation`` (``mean``/``std`` per feature) and any native
     importances, each ordered most important first; ``rows``: the sample's rows per model;
-    ``skipped`` says why a kind is missing."""
+    ``skipped`` says why a kind is missing; ``permuted``: for a model of a table too wide to
+    permute every feature within ``max_cells``, which were (see the module doc)."""
     out: dict[str, Any] = {"split": split, "metric": metric, "repeats": repeats, "rows": {},
-                           "models": {}, "skipped": {}}
+                           "models": {}, "skipped": {}, "permuted": {}}
     for model in models:
         entry: dict[str, Any] = {}
         try:
             entry["permutation"] = permutation_importance(model, split=split, metric=metric, threshold=threshold,
-                                                          rows=rows, repeats=repeats, seed=seed)
+                                                          rows=rows, repeats=repeats, seed=seed, progress=progress,
+                                                          max_cells=max_cells)
             out["rows"][model.name] = entry["permutation"].pop("rows")
+            chosen = entry["permutation"].pop("permuted")
+            if chosen["features"] < chosen["of"]:
+                out["permuted"][model.name] = chosen
         except DataError as exc:
             out["skipped"][model.name] = str(exc)
         except UNSCORABLE as exc:
@@ -68,33 +92,102 @@ def explain_models(models: list[TrainedModel], *, split: str, metric: str, thres
 
 
 def permutation_importance(model: TrainedModel, *, split: str, metric: str, threshold: float,
-                           rows: int, repeats: int, seed: int) -> dict[str, Any]:
+                           rows: int, repeats: int, seed: int, progress: StageProgress | None = None,
+                           max_cells: int = PERMUTATION_CELLS, batch_bytes: int = BATCH_BYTES) -> dict[str, Any]:
     """The metric's loss per shuffled feature (positive: the model needs it). The shuffled
-    copies are scored in batches of about ``BATCH_ROWS`` rows: one call per batch rather than
-    one per shuffle, which is most of the cost for a model with a fixed overhead per call."""
-    sample = strided_sample(model.features.in_memory(
+    copies are scored in batches of at most ``BATCH_ROWS`` rows and ``batch_bytes``: one call
+    per batch rather than one per shuffle, which is most of the cost for a model with a fixed
+    overhead per call, with memory bounded however wide the table. Features past
+    ``max_cells`` are not permuted (``permuted`` says which were measured)."""
+    features = model.features.in_memory(
         "permutation importance scores a sample in memory; models trained on partitioned data score "
-        "through the cluster"), split, rows)
+        "through the cluster")
+    sample = strided_sample(features, split, rows)
     labels, task, n = sample.labels(SAMPLE), sample.task, sample.rows()[SAMPLE]
     sign = 1.0 if HIGHER_IS_BETTER[metric] else -1.0
 
     def metric_of(scores: np.ndarray) -> float:
         return task_metrics(task, labels, scores, threshold=threshold)[metric]
 
-    base = metric_of(model.scorer_for(sample)(SAMPLE))
+    base_scores = model.scorer_for(sample)(SAMPLE)
+    base = metric_of(base_scores)
+    names = list(sample.feature_names)
+    x = sample.X[SAMPLE]
+    chosen = list(range(len(names)))
+    if permuted_count(n, len(names), repeats, max_cells) < len(names):
+        # Ranked on the training rows where there are any: more rows than the evaluated split's
+        # sample (60 rows of a 300-row table) make a steadier ranking, for one scoring pass.
+        screen = strided_sample(features, "train", rows) if features.rows().get("train") else sample
+        screen_scores = base_scores if screen is sample else model.scorer_for(screen)(SAMPLE)
+        chosen = permuted_features(screen.X[SAMPLE], log_odds(screen_scores, task.kind), repeats=repeats,
+                                   max_cells=max_cells, rows=n)
     rng = np.random.default_rng(seed)
-    shuffles = [(j, rng.permutation(n)) for j in range(len(sample.feature_names)) for _ in range(repeats)]
-    losses: dict[str, list[float]] = {name: [] for name in sample.feature_names}
-    per_batch = max(1, BATCH_ROWS // n)
-    for start in range(0, len(shuffles), per_batch):
-        batch = shuffles[start:start + per_batch]
-        scores = model.scorer_for(shuffled(sample, batch))(SAMPLE)
-        for i, (j, _) in enumerate(batch):
-            losses[sample.feature_names[j]].append(sign * (base - metric_of(scores[i * n:(i + 1) * n])))
+    shuffles = [(j, rng.permutation(n)) for j in chosen for _ in range(repeats)]
+    losses: dict[str, list[float]] = {names[j]: [] for j in chosen}
+    copy_bytes = max(1, n * x.shape[1] * x.dtype.itemsize)
+    per_batch = max(1, min(BATCH_ROWS // n, batch_bytes // copy_bytes))
+    description = f"permutation importance of {model.name} ({len(chosen)} features x {repeats})"
+    with (progress.bar(len(shuffles), description) if progress is not None
+          else contextlib.nullcontext(lambda k: None)) as advance:
+        for start in range(0, len(shuffles), per_batch):
+            batch = shuffles[start:start + per_batch]
+            scores = model.scorer_for(shuffled(sample, batch))(SAMPLE)
+            for i, (j, _) in enumerate(batch):
+                losses[names[j]].append(sign * (base - metric_of(scores[i * n:(i + 1) * n])))
+            del scores
+            advance(len(batch))
     mean = {name: float(np.nanmean(v)) for name, v in losses.items()}
     order = sorted(mean, key=lambda name: -np.nan_to_num(mean[name], nan=-np.inf))
+    permuted = {"features": len(chosen), "of": len(names)}
+    if len(chosen) < len(names):
+        permuted.update({"ranked_by": RANKED_BY, "max_cells": max_cells,
+                         "reason": f"{len(names)} features x {n} rows x {repeats} repeats is past the "
+                                   f"{max_cells:,} cells permutation importance scores per model"})
     return {"rows": n, "base": float(base), "mean": {name: mean[name] for name in order},
-            "std": {name: float(np.nanstd(losses[name])) for name in order}}
+            "std": {name: float(np.nanstd(losses[name])) for name in order}, "permuted": permuted}
+
+
+def permuted_count(rows: int, width: int, repeats: int, max_cells: int) -> int:
+    """How many features fit in ``max_cells`` when each costs ``repeats`` copies of ``rows`` x
+    ``width`` cells (at least ``MIN_PERMUTED``)."""
+    return max(MIN_PERMUTED, max_cells // max(1, repeats * rows * width))
+
+
+def log_odds(scores: Any, task: str) -> Any:
+    """Probabilities as log-odds (a saturated probability hides how a feature moves it); a
+    regression's predictions as they are."""
+    if task == "regression":
+        return scores
+    p = np.clip(np.asarray(scores.get() if hasattr(scores, "get") else scores, dtype="float64"), 1e-9, 1 - 1e-9)
+    return np.log(p / (1 - p))
+
+
+def permuted_features(x: Any, scores: Any, *, repeats: int, max_cells: int, rows: int | None = None) -> list[int]:
+    """Positions of the features to permute, in column order: all of them when scoring every
+    shuffle of ``rows`` rows (default: ``x``'s) stays within ``max_cells``; else the
+    ``permuted_count`` whose values the model's score follows most closely on ``x`` (absolute
+    Pearson correlation; for several outputs, the largest over them), one pass over ``x``."""
+    n, width = x.shape
+    keep = permuted_count(rows or n, width, repeats, max_cells)
+    if keep >= width:
+        return list(range(width))
+    strength = score_correlation(x, scores)
+    top = np.argsort(-strength, kind="stable")[:keep]
+    return sorted(int(j) for j in top)
+
+
+def score_correlation(x: Any, scores: Any) -> np.ndarray:
+    """|corr(feature, score)| per column of ``x`` (host), 0 for a constant column or output."""
+    xs = np.asarray(x.get() if hasattr(x, "get") else x, dtype="float64")
+    ys = np.asarray(scores.get() if hasattr(scores, "get") else scores, dtype="float64")
+    ys = ys.reshape(len(ys), -1)
+    xs = np.nan_to_num(xs - np.nanmean(xs, axis=0))
+    ys = np.nan_to_num(ys - ys.mean(axis=0))
+    x_norm = np.sqrt((xs ** 2).sum(axis=0))
+    y_norm = np.sqrt((ys ** 2).sum(axis=0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = np.abs(xs.T @ ys) / np.outer(x_norm, y_norm)
+    return np.nan_to_num(corr, nan=0.0, posinf=0.0).max(axis=1)
 
 
 def native_importance(model: TrainedModel, *, split: str, rows: int) -> tuple[dict[str, dict[str, float]], int]:
@@ -125,21 +218,24 @@ def strided_sample(features: InMemoryFeatures, split: str, rows: int) -> InMemor
 
 def shuffled(sample: InMemoryFeatures, shuffles: list[tuple[int, np.ndarray]]) -> InMemoryFeatures:
     """One copy of ``sample`` per (feature position, row order), stacked: in each copy that
-    feature's column (and its category codes) is reordered."""
+    feature's column (and its category codes) is reordered. Written into one preallocated
+    matrix, so a batch costs its own size, not twice that (copies, then their concatenation)."""
     xp, backend = sample.backend.array, sample.backend
     x, codes = sample.X[SAMPLE], sample.codes.get(SAMPLE)
-    xs, cs = [], []
-    for column, order in shuffles:
+    n = x.shape[0]
+    xs = xp.empty((len(shuffles) * n, *x.shape[1:]), dtype=x.dtype)
+    cs = xp.empty((len(shuffles) * n, *codes.shape[1:]), dtype=codes.dtype) if codes is not None else None
+    for i, (column, order) in enumerate(shuffles):
         order = backend.asarray(order)
-        copy = x.copy()
-        copy[:, column] = x[order, column]
-        xs.append(copy)
-        if codes is not None:
+        block = xs[i * n:(i + 1) * n]
+        block[...] = x
+        block[:, column] = x[order, column]
+        if cs is not None:
             name = sample.feature_names[column]
-            code_copy = codes.copy()
+            code_block = cs[i * n:(i + 1) * n]
+            code_block[...] = codes
             if name in sample.categorical_columns:
                 k = sample.categorical_columns.index(name)
-                code_copy[:, k] = codes[order, k]
-            cs.append(code_copy)
-    stacked_codes = {SAMPLE: xp.concatenate(cs)} if cs else {}
-    return replace(sample, X={SAMPLE: xp.concatenate(xs)}, codes=stacked_codes)
+                code_block[:, k] = codes[order, k]
+    stacked_codes = {SAMPLE: cs} if cs is not None else {}
+    return replace(sample, X={SAMPLE: xs}, codes=stacked_codes)

@@ -11,14 +11,16 @@ balance and each feature's histogram per split, from samples of a fixed size.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from pipeline.backends.headers import HeaderReader
 from pipeline.features.ops import FeatureOp, OpStep, op_of_step
 from pipeline.featuresets import FeatureSet, build_feature_set
-from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
 
 __all__ = ["FeatureSet", "FeaturesSpec", "build_features", "run_features"]
@@ -36,6 +38,28 @@ class FeaturesSpec(StageSpec):
 
     def build_ops(self) -> list[FeatureOp]:
         return [op_of_step(step) for step in self.ops]
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """``id`` in the split's table, and each op's columns in the table the ops before it
+        leave (the target and the id are not in it: the ops never see them)."""
+        (split,) = inputs.values()
+        refs = [ColumnRef(("id",), self.id, "id column")] if self.id is not None else []
+        if split.columns is None:
+            return refs
+        columns = split.columns
+        if split.target is not None:
+            columns = columns.without([split.target], "is the split's target: the ops never see the label")
+        if self.id is not None:
+            columns = columns.without([self.id], "is the id column: kept out of the features")
+        for k, op in enumerate(self.build_ops()):
+            refs += [ColumnRef(("ops", k, op.op, *where), column, f"{op.op} column", among=columns)
+                     for where, column in op.named_columns()]
+            columns = op.columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
+        return refs
+
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        (split,) = inputs.values()
+        return Preview(features=stage, valid=split.valid, folds=split.folds, target=split.target)
 
 
 def build_features(

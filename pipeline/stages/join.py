@@ -22,7 +22,7 @@ computed result equals the in-memory one, row for row.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,7 +36,8 @@ from pipeline.events.checks import key_kind
 from pipeline.events.frames import (
     is_key_partitioned, lookup_indexed, matching_key_dtypes, remember_key_partitioned, shuffle_on_keys,
 )
-from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
+from pipeline.backends.headers import ColumnSet, HeaderReader
+from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
 
 __all__ = ["JoinSpec", "join_tables"]
 
@@ -71,6 +72,25 @@ class _JoinFields(StageSpec):
     def _keys(cls, on: str | list[str]) -> str | list[str]:
         key_list(on)
         return on
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """Each key in both tables (input 0: left, 1: right)."""
+        keys = [((), self.on)] if isinstance(self.on, str) else [((i,), k) for i, k in enumerate(self.on)]
+        return [ColumnRef(("on", *where), key, f"join key (the {side} table's)", input=position)
+                for position, side in enumerate(("left", "right")) for where, key in keys]
+
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        """The keys, the left table's other columns, then the right's; suffixed where both have one."""
+        left, right = (inputs[name].columns for name in self.inputs)
+        if left is None or right is None:
+            return Preview()
+        keys = key_list(self.on)
+        clashing = {c for c in left.names if c in right.names and c not in keys}
+        names = [f"{c}{self.suffixes[0]}" if c in clashing else c for c in left.names]
+        names += [f"{c}{self.suffixes[1]}" if c in clashing else c for c in right.names if c not in keys]
+        joined = ColumnSet(tuple(dict.fromkeys(names)), source=f"the output of join '{stage}'")
+        unsure = left.open or right.open or left.patterns or right.patterns
+        return Preview(columns=joined.opened() if unsure else joined)
 
     @field_validator("suffixes")
     @classmethod

@@ -3,6 +3,7 @@ cut-off (churn as no event, or an aggregate of future events as a regression tar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -11,7 +12,8 @@ from pipeline.backends import is_partitioned
 from pipeline.events import label_events, parse_duration, parse_target, plan_label
 from pipeline.events.durations import normalize_duration
 from pipeline.stages.aggregate import CutoffFields
-from pipeline.stages.base import StageContext, Table, register_stage
+from pipeline.backends.headers import HeaderReader
+from pipeline.stages.base import ColumnRef, Preview, StageContext, Table, register_stage
 
 __all__ = ["LabelSpec", "label_events", "run_label"]
 
@@ -47,6 +49,26 @@ class LabelSpec(CutoffFields):
         if name in (*self.keys, self.cutoff_column):
             raise ValueError(f"the target '{name}' is also a key or the cut-off column; name it otherwise")
         return self
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """The keys, the time column and the target's column in the events (input 0); the keys
+        in the entity table (input 1)."""
+        refs = self.key_refs()
+        parsed = parse_target(self.target)
+        if parsed.column is not None:
+            refs.append(ColumnRef(("target", parsed.name, parsed.aggregate), parsed.column,
+                                  f"{parsed.aggregate} column"))
+        keys = [((), self.by)] if isinstance(self.by, str) else [((i,), k) for i, k in enumerate(self.by)]
+        refs += [ColumnRef(("by", *where), key, "by key (the entity table's)", input=1) for where, key in keys]
+        return refs
+
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        """The entity table with the cut-off column and the target."""
+        entities = inputs[self.inputs[1]].columns if len(self.inputs) == 2 else None
+        if entities is None:
+            return Preview()
+        added = [self.cutoff_column, parse_target(self.target).name]
+        return Preview(columns=entities.plus(added).renamed(f"the output of label '{stage}'"))
 
     def scoring_passthrough(self) -> int:
         """At scoring time there is no future to label: the entity table (input 1) goes on."""

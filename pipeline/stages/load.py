@@ -12,7 +12,8 @@ from pipeline.backends import FILTER_OPS, Backend, get_backend
 from pipeline.backends.dates import check_date_format
 from pipeline.errors import DataError
 from pipeline.fingerprints import files_fingerprint
-from pipeline.stages.base import StageContext, StageSpec, Table, register_stage
+from pipeline.backends.headers import ColumnSet, HeaderReader
+from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
 
 
 class LoadSpec(StageSpec):
@@ -61,6 +62,31 @@ class LoadSpec(StageSpec):
             if op in ("in", "not in") and not isinstance(value, (list, tuple)):
                 raise ValueError(f"filter '{column} {op}' needs a list value")
         return filters
+
+    def source_columns(self, headers: HeaderReader) -> ColumnSet | None:
+        """The columns of the file as its header or schema names them (None: unknown)."""
+        return headers.columns(self.path, format=self.format, partitioned=self.partitioned)
+
+    def preview(self, stage: str, inputs: Any, headers: HeaderReader) -> Preview:
+        found = self.source_columns(headers)
+        if found is None:
+            return Preview()
+        if self.columns is not None:       # one the file lacks is reported at columns[i], not downstream
+            found = ColumnSet(tuple(self.columns), source=found.source)
+        return Preview(columns=found)
+
+    def columns_read(self, inputs: Any, headers: HeaderReader) -> list[ColumnRef]:
+        """``columns``, ``dtypes``, ``dates`` and ``filters`` name columns of the file."""
+        found = self.source_columns(headers)
+        if found is None:
+            return []
+        refs = [ColumnRef(("columns", i), c, among=found) for i, c in enumerate(self.columns or [])]
+        refs += [ColumnRef(("dtypes", c), c, "dtypes column", among=found) for c in self.dtypes or {}]
+        refs += [ColumnRef(("dates", c), c, "dates column", among=found) for c in self.dates or {}
+                 if self.columns is None]           # with columns: the schema already ties dates to them
+        refs += [ColumnRef(("filters", i, 0), f[0], "filter column", among=found)
+                 for i, f in enumerate(self.filters or [])]
+        return refs
 
 
 def load_table(

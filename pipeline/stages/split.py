@@ -15,13 +15,17 @@ from pydantic import Field, model_validator
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.errors import ConfigError, DataError
 from pipeline.featuresets.folds import FOLDS_NEED_MEMORY
-from pipeline.stages.base import StageContext, StageSpec, Table, only_input, register_stage
+from pipeline.backends.headers import HeaderReader
+from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
 from pipeline.tasks import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_TEST = 0.2
 TEST_LATEST_NEEDS_ORDER_BY = ("test_latest needs order_by: the column whose latest values (cut-offs, dates) "
                               "are held out as the test split")
+MISSING_TARGETS = ("error", "drop")
+MISSING_TARGET_HINT = ("set missing_target: drop on the split stage to split the other rows (the run record "
+                       "counts the dropped ones)")
 FOLDS_WITH_VALID = ("folds use every non-test row (each fold scores the rows the others fit on, and the "
                     "final model fits on all of them); set valid: 0")
 
@@ -78,6 +82,9 @@ class SplitSpec(StageSpec):
         "each group in one fold (group:), and with order_by: chain forward in time (fold i fits on "
         "the i oldest of k + 1 blocks of times and scores the next; the oldest block is never scored). "
         "Needs valid: 0 (every non-test row is used) and in-memory data."))
+    missing_target: Literal["error", "drop"] = Field("error", description=(
+        "Rows whose target is missing: error (refuse the data, naming the count) or drop (split the "
+        "other rows; the run record counts the dropped ones as the split's dropped_missing_target)."))
     min_inputs = 1
     max_inputs = 1
 
@@ -122,12 +129,23 @@ class SplitSpec(StageSpec):
         The config loader checks it against the models downstream."""
         return self.task or ("binary" if self.positive is not None else None)
 
+    def columns_read(self, inputs: Any, headers: HeaderReader) -> list[ColumnRef]:
+        named = (("target", self.target, "target"), ("group", self.group, "group column"),
+                 ("order_by", self.order_by, "order_by column"))
+        return [ColumnRef((key,), column, what) for key, column, what in named if column is not None]
+
+    def preview(self, stage: str, inputs: Any, headers: HeaderReader) -> Preview:
+        """The input's columns (the target among them); valid rows and folds as configured."""
+        (table,) = inputs.values()
+        return Preview(columns=table.columns, valid=self.valid > 0, folds=self.folds or 0, target=self.target)
+
 
 def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) -> Any:
     """0/1 int8 labels: 1 where the value is ``positive`` (every other value is 0), or the
     target's own 0/1 / True/False; raises naming the column otherwise."""
     if series.isna().any():
-        raise DataError(f"target column '{column}' has {int(series.isna().sum())} missing values")
+        raise DataError(f"target column '{column}' has {int(series.isna().sum())} missing values; "
+                        f"{MISSING_TARGET_HINT}")
     values = sorted(map(str, backend.to_host(series.unique()).tolist()))
     if positive is None:
         if set(values) <= {"0", "1", "True", "False", "0.0", "1.0"}:
@@ -264,7 +282,7 @@ def task_labels(series: Any, task: Task, backend: Backend, *, column: str) -> An
         return binary_labels(series, task.positive, backend, column=column)
     missing = int(backend.to_host(series.isna().sum()))
     if missing:
-        raise DataError(f"target column '{column}' has {missing} missing values")
+        raise DataError(f"target column '{column}' has {missing} missing values; {MISSING_TARGET_HINT}")
     if task.kind == "regression":
         check_numeric_target(series, column=column)
         return series.astype("float32")
@@ -304,6 +322,8 @@ def split_frame(
     task: str | None = None,
     folds: int | None = None,
     test_latest: int | None = None,
+    missing_target: str = "error",
+    facts: dict[str, Any] | None = None,
 ) -> SplitData:
     """Split a frame you already have; the target becomes the task's labels (``task``: binary,
     multiclass or regression; None infers it from the target, see ``resolve_task``).
@@ -313,7 +333,9 @@ def split_frame(
     stratified (the groups or the times decide where a row goes). ``folds``: k-fold positions
     over the training split, which then holds every non-test row (``valid`` must be 0); see
     ``train_folds``. ``test_latest`` (with ``order_by``): the rows of that many latest distinct
-    times are the test split, in place of ``test``; ``valid`` is a share of the other rows."""
+    times are the test split, in place of ``test``; ``valid`` is a share of the other rows.
+    ``missing_target``: ``error`` refuses rows whose target is missing, ``drop`` leaves them out
+    (in memory, ``facts["dropped_missing_target"]`` counts them when ``facts`` is given)."""
     from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
 
     backend = backend_for(frame, backend)
@@ -326,6 +348,10 @@ def split_frame(
         raise ValueError(FOLDS_WITH_VALID)
     if test_latest is not None and order_by is None:
         raise ValueError(TEST_LATEST_NEEDS_ORDER_BY)
+    if missing_target not in MISSING_TARGETS:
+        raise ValueError(f"missing_target: {missing_target!r}; use one of {', '.join(MISSING_TARGETS)}")
+    if missing_target == "drop":
+        frame = _drop_missing_target(frame, target, backend, facts)
     if is_partitioned(frame):
         if folds:
             raise DataError(FOLDS_NEED_MEMORY)
@@ -373,6 +399,20 @@ def split_frame(
                              stratify=stratify, group=group, order_by=order_by, backend=backend) if folds else None
     return SplitData(frames=frames, target=target, positive=positive, backend=backend, task=resolved,
                      folds=fold_pairs)
+
+
+def _drop_missing_target(frame: Any, target: str, backend: Backend, facts: dict[str, Any] | None) -> Any:
+    """``frame`` without the rows whose target is missing. Partitioned data drops them lazily,
+    uncounted: counting would take a pass over the data of its own."""
+    present = ~frame[target].isna()            # Dask series have no notna()
+    if is_partitioned(frame):
+        return frame[present]
+    dropped = int(len(frame) - int(backend.to_host(present.sum())))
+    if facts is not None:
+        facts["dropped_missing_target"] = dropped
+    if not dropped:
+        return frame
+    return backend.take(frame, np.flatnonzero(np.asarray(backend.to_host(present))))
 
 
 def train_folds(frame: Any, train_pos: np.ndarray, k: int, *, target: str, task: Task, seed: int,
@@ -450,11 +490,21 @@ def _label_partition(part: Any, target: str, task: Task) -> Any:
     1 where the value is 1, as before tasks)."""
     series = part[target]
     if series.isna().any():
-        raise DataError(f"target column '{target}' has missing values")
+        raise DataError(f"target column '{target}' has missing values; {MISSING_TARGET_HINT}")
     if task.kind != "binary":
         return part.assign(**{target: task_labels(series, task, backend_for(part, None), column=target)})
     labels = (series == task.positive) if task.positive is not None else series.astype("int8") == 1
     return part.assign(**{target: labels.astype("int8")})
+
+
+def other_value(frame: Any, target: str, task: Task, backend: Backend) -> Any:
+    """A binary task's target value that label 0 stands for, where the target holds exactly one
+    value besides ``positive`` (None otherwise, or for a partitioned table, where finding it
+    would cost another pass over the data)."""
+    if task.kind != "binary" or task.positive is None or is_partitioned(frame) or target not in frame.columns:
+        return None
+    others = [v for v in distinct_values(frame[target], backend) if str(v) != str(task.positive)]
+    return others[0] if len(others) == 1 else None
 
 
 @register_stage("split", SplitSpec, produces=SplitData, accepts=(Table,))
@@ -462,7 +512,8 @@ def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
     data = split_frame(
         only_input(inputs), spec.target, positive=spec.positive, test=spec.test_share(), valid=spec.valid,
         seed=ctx.seed, stratify=spec.stratify, group=spec.group, order_by=spec.order_by, backend=ctx.backend,
-        task=spec.task, folds=spec.folds, test_latest=spec.test_latest,
+        task=spec.task, folds=spec.folds, test_latest=spec.test_latest, missing_target=spec.missing_target,
+        facts=ctx.facts,
     )
     if spec.test_latest is not None:
         ctx.facts["test_latest"] = spec.test_latest
@@ -470,6 +521,9 @@ def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
         ctx.facts["folds"] = len(data.folds)
         ctx.facts["fold_rows"] = [{"fit": len(fit), "scored": len(score)} for fit, score in data.folds]
     ctx.facts["task"] = data.task.to_dict()
+    negative = other_value(only_input(inputs), spec.target, data.task, ctx.backend)
+    if negative is not None:
+        ctx.facts["negative"] = negative        # what label 0 stands for: the report names the classes by it
     if spec.declared_task() is None:
         ctx.logger.info("%s: task %s, inferred from target '%s' (task: sets it)", ctx.stage, data.task.describe(),
                         spec.target)

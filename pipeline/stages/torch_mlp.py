@@ -12,7 +12,7 @@ PyTorch is imported when the stage runs, not when a config is validated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,10 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from pipeline.errors import BackendUnavailable, DataError
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.featuresets.folds import HELD_OUT, without_validation
-from pipeline.stages.base import StageContext, StageProgress, StageSpec, only_input, register_stage
+from pipeline.backends.headers import HeaderReader
+from pipeline.stages.base import (
+    KeyPath, Preview, StageContext, StageProgress, StageSpec, model_preview, only_input, register_stage,
+)
 from pipeline.stages.cross_validation import cross_validate_model
 from pipeline.stages.train import SplitScores, TrainedModel
-from pipeline.stages.tuning import TorchTrainer, TuneSpec, parse_duration, run_search
+from pipeline.stages.tuning import TorchTrainer, TuneSpec, parse_duration, run_search, tune_problems
 from pipeline.tasks import Task
 from pipeline.tensors.handoff import Handoff
 from pipeline.tensors.history import monitor_problem
@@ -93,6 +96,12 @@ class TorchSpec(StageSpec):
                           "the folds' mean; pruned on the validation loss per epoch), then train the best.")
     min_inputs = 1
     max_inputs = 1
+
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        return model_preview(inputs)
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        return tune_problems(self.tune, inputs)
 
     @field_validator("tune")
     @classmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,9 +22,12 @@ from pipeline.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.base import Scorer
 from pipeline.models import MODELS, get_model_spec, trainable_models
-from pipeline.stages.base import StageContext, StageSpec, only_input, register_stage
+from pipeline.backends.headers import HeaderReader
+from pipeline.stages.base import (
+    KeyPath, Preview, StageContext, StageProgress, StageSpec, model_preview, only_input, register_stage,
+)
 from pipeline.stages.cross_validation import cross_validate_model
-from pipeline.stages.tuning import RegistryTrainer, TuneSpec, run_search
+from pipeline.stages.tuning import RegistryTrainer, TuneSpec, run_search, tune_problems
 from pipeline.tasks import Task
 
 
@@ -127,6 +131,12 @@ class TrainSpec(StageSpec):
     min_inputs = 1
     max_inputs = 1
 
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        return model_preview(inputs)
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        return tune_problems(self.tune, inputs)
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, model: str) -> str:
@@ -183,12 +193,16 @@ def train_model(
     name: str | None = None,
     external_memory: bool | None = None,
     estimator_kwargs: dict[str, Any] | None = None,
+    progress: StageProgress | None = None,
 ) -> TrainedModel:
     """Fit ``model`` (a registry name) on ``features``' training split.
 
     ``external_memory`` matters for partitioned features only (see ``TrainSpec``).
     ``estimator_kwargs`` go to the estimator's constructor as they are, after translation and
     outside ``params`` (a tuner's XGBoost ``callbacks``: not parameters a model file records).
+    ``progress``: where a model whose entry counts its steps (``ModelSpec.fit_steps``: XGBoost's
+    boosting rounds) shows them as a bar; a distributed fit's steps run on the workers and are
+    not counted here.
     """
     backend: Backend = features.backend
     spec = get_model_spec(model)
@@ -207,14 +221,23 @@ def train_model(
     kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=features.distributed)
     if features.rows()["train"] == 0:
         raise DataError("the training split is empty")
-    estimator = backend.estimator(spec, {**kwargs, **(estimator_kwargs or {})}, distributed=features.distributed,
-                                  task=task.kind)
+    constructor = {**kwargs, **(estimator_kwargs or {})}
+    steps = spec.fit_steps(constructor) if spec.fit_steps and progress is not None and not features.distributed \
+        else None
     fit_kwargs: dict[str, Any] = {}
     if spec.supports_eval_set and features.rows().get("valid"):
         fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
     started = time.perf_counter()
-    streamed = features.fit(estimator, fit_kwargs, stage=name or model, model=model,
-                            external_memory=external_memory)
+    with progress.bar(steps.total, steps.description) if steps and progress else nullcontext(None) as advance:
+        attached = steps.attach(advance) if steps and advance is not None else {}
+        estimator = backend.estimator(spec, {**constructor, **attached}, distributed=features.distributed,
+                                      task=task.kind)
+        try:
+            streamed = features.fit(estimator, fit_kwargs, stage=name or model, model=model,
+                                    external_memory=external_memory)
+        finally:
+            if attached:      # the fitted estimator is cached and exported: it must not hold the display
+                estimator.set_params(**{key: constructor.get(key) for key in attached})
     scores = SplitScores.of_estimator(estimator, features)
     fit_seconds = time.perf_counter() - started
     return TrainedModel(
@@ -261,7 +284,7 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
                             only_input(inputs), ctx)
         params.update(tuning.best_params)
     trained = train_model(only_input(inputs), spec.model, params, seed=ctx.seed, name=ctx.stage,
-                          external_memory=spec.external_memory)
+                          external_memory=spec.external_memory, progress=ctx.progress)
     trained.tuning = tuning.to_dict() if tuning is not None else None
     if trained.ignored_params:
         ctx.logger.warning("%s: %s has no %s on %s; ignored", ctx.stage, spec.model,

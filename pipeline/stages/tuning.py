@@ -45,9 +45,10 @@ from pydantic import (
 
 from pipeline.errors import ConfigError
 from pipeline.featuresets import FeatureSet
+from pipeline.hooks import elapsed
 from pipeline.metrics import HIGHER_IS_BETTER, default_metric, metric_names
 from pipeline.sizes import parse_duration
-from pipeline.stages.base import StageContext, StageProgress
+from pipeline.stages.base import KeyPath, Preview, StageContext, StageProgress
 from pipeline.stages.tuning_trials import (
     RegistryTrainer, TorchTrainer, Trainer, TrialPruner, trial_runner,
 )
@@ -308,6 +309,21 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+NO_VALIDATION_ROWS = ("trials are scored on validation rows and this split has none: set valid: (e.g. 0.1) "
+                      "or folds: (e.g. 5) on the split stage")
+
+
+def tune_problems(tune: TuneSpec | None, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+    """A ``tune:`` whose split has neither validation rows nor folds, found before the run
+    (a model stage's ``preview_problems``): the search would stop there."""
+    previews = list(inputs.values())
+    if tune is None or len(previews) != 1:
+        return []
+    if previews[0].valid is False and previews[0].folds == 0:
+        return [(("tune",), NO_VALIDATION_ROWS)]
+    return []
+
+
 def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: int = 42,
                progress: StageProgress | None = None) -> TuneResult:
     """Search ``spec.space`` for ``trainer``'s model on ``features``; returns every trial and
@@ -317,14 +333,16 @@ def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: 
     metric, maximize = _metric(spec, features)
     folds = features.fold_count()
     if not folds and not features.rows().get("valid"):
-        raise ConfigError("tune: trials are scored on validation rows and this split has none: set valid: "
-                          "(e.g. 0.1) or folds: (e.g. 5) on the split stage")
+        raise ConfigError(f"tune: {NO_VALIDATION_ROWS}")
     seed = spec.seed if spec.seed is not None else seed
     distributions = spec.distributions()
     started = time.perf_counter()
     records: list[TrialRecord] = []
     failures: list[BaseException] = []
-    with _quiet_optuna(), trial_runner(spec.parallel, features) as runner:
+    # A bar over the planned trials (none for a search bounded only by tune.timeout).
+    bar = progress.bar(spec.trials, "tuning trials") if progress is not None and spec.trials \
+        else contextlib.nullcontext(lambda n: None)
+    with _quiet_optuna(), trial_runner(spec.parallel, features) as runner, bar as advance:
         pruning = _pruning_description(spec, trainer, features, runner, folds)
         study = _study(maximize, seed, spec.pruning and runner.prunes, trainer.warmup_steps)
         while _budget_left(spec, len(records), started):
@@ -339,7 +357,8 @@ def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: 
                                            outcome.note, outcome.worker if runner.remote else None))
                 if outcome.error is not None:
                     failures.append(outcome.error)
-                _report_trial(progress, records, metric, maximize, spec.trials)
+                _report_trial(progress, records, metric, maximize, spec.trials, time.perf_counter() - started)
+                advance(1)
     complete = [r for r in records if r.state == "COMPLETE"]
     if not complete:
         _no_trial_finished(records, failures)
@@ -417,7 +436,7 @@ def _best(complete: list[TrialRecord], maximize: bool) -> TrialRecord:
 
 
 def _report_trial(progress: StageProgress | None, records: list[TrialRecord], metric: str, maximize: bool,
-                  planned: int | None) -> None:
+                  planned: int | None, seconds: float = 0.0) -> None:
     if progress is None:
         return
     record = records[-1]
@@ -426,7 +445,8 @@ def _report_trial(progress: StageProgress | None, records: list[TrialRecord], me
     complete = [r for r in records if r.state == "COMPLETE"]
     best = f" (best {_best(complete, maximize).value:.6g})" if complete else ""
     note = f": {record.note}" if record.note and record.state == "FAIL" else ""
-    progress.message(f"trial {record.number + 1}{of}: {shown}{best} in {record.seconds:.1f}s{note}")
+    progress.message(f"trial {record.number + 1}{of}: {shown}{best} in {record.seconds:.1f}s{note} "
+                     f"({elapsed(seconds)} elapsed)")
     report_metrics = getattr(progress, "metrics", None)      # a caller's own progress may lack it
     if record.value is not None and report_metrics is not None:
         report_metrics(record.number, {metric: record.value})

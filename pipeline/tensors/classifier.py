@@ -97,7 +97,7 @@ class MLPClassifier:
     # ---------------------------------------------------------------- files
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Write ``model.pt`` and ``architecture.json`` atomically; returns their paths."""
-        from pipeline.store import atomic_destination, atomic_write_text
+        from pipeline.store import atomic_destination, atomic_write_json
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -105,7 +105,7 @@ class MLPClassifier:
         with atomic_destination(folder / STATE_FILE) as tmp:
             torch.save(state, tmp)
         body = {**self.arch.to_dict(), **self.objective.to_dict()}
-        atomic_write_text(folder / ARCHITECTURE_FILE, json.dumps(body, indent=2))
+        atomic_write_json(folder / ARCHITECTURE_FILE, body)
         return [folder / STATE_FILE, folder / ARCHITECTURE_FILE]
 
     @classmethod

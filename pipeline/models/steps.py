@@ -1,0 +1,52 @@
+"""Steps a fit reports while it runs (XGBoost's boosting rounds), named by a registry entry
+(``ModelSpec.fit_steps``), so ``train`` shows a bar for any model that has steps without
+naming one.
+
+A ``FitSteps`` says how many steps the fit plans and which constructor keyword arguments
+attach a callback that calls ``advance(1)`` after each; ``train`` takes those arguments off
+the fitted estimator again, so what is cached, pickled to a Dask worker or exported never
+holds the run's progress display.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Advance = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class FitSteps:
+    """A fit's planned steps: ``total``, a ``description`` for the bar, and ``attach(advance)``:
+    the constructor keyword arguments that report each step."""
+
+    total: int
+    description: str
+    attach: Callable[[Advance], dict[str, Any]]
+
+
+StepsOf = Callable[[Mapping[str, Any]], "FitSteps | None"]
+
+# XGBoost's n_estimators when none is given (xgboost.sklearn's default).
+XGBOOST_DEFAULT_ROUNDS = 100
+
+
+def xgboost_rounds(kwargs: Mapping[str, Any]) -> FitSteps | None:
+    """One step per boosting round, through an ``xgboost.callback.TrainingCallback``; the
+    planned total is ``n_estimators`` (early stopping may end the fit before it)."""
+    rounds = kwargs.get("n_estimators")
+    total = int(rounds) if isinstance(rounds, int) and rounds > 0 else XGBOOST_DEFAULT_ROUNDS
+
+    def attach(advance: Advance) -> dict[str, Any]:
+        import xgboost
+
+        class EachRound(xgboost.callback.TrainingCallback):
+            def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+                advance(1)
+                return False
+
+        return {"callbacks": [*(kwargs.get("callbacks") or []), EachRound()]}
+
+    return FitSteps(total=total, description="boosting rounds", attach=attach)
