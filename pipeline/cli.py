@@ -11,6 +11,7 @@ Kubernetes jobs.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from pipeline import __version__
 from pipeline.commands import register as register_commands
 from pipeline.commands.common import (
     JSON_ERRORS, PipelineGroup, config_argument, declare_outputs, handle_errors, metrics_setting, print_wide,
-    set_option, split_names, stderr, stdout,
+    report_failure, set_option, split_names, stderr, stdout,
 )
 from pipeline.errors import BackendUnavailable, ExitCode
 
@@ -84,7 +85,17 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     runner = Runner(cfg, device=device, runs_dir=runs_dir, hooks=hooks, keep_outputs=False,
                     config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait,
                     cache_max_size=cache_max_size, check_budget_estimate=not ignore_budget_estimate)
-    result = runner.run(only=split_names(only), from_=split_names(from_), until=split_names(until))
+    try:
+        result = runner.run(only=split_names(only), from_=split_names(from_), until=split_names(until))
+    except Exception as exc:
+        ended = getattr(exc, "run_result", None)
+        if ended is None or log_format == "json":
+            raise
+        # The error paragraph, then (as for a run that succeeded) the outcome and where to look.
+        code = report_failure(exc, debug=bool(click.get_current_context().find_root().params.get("debug")),
+                              ctx=click.get_current_context())
+        stdout.print(Text(outcome_line(ended)))
+        sys.exit(code)
     if log_format == "json":
         _echo_result_json(result)
         return

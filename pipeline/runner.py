@@ -224,6 +224,8 @@ class Runner:
             self._finish(run, manifest, info, "succeeded", started)
         except BaseException as exc:
             error = self._end_unsuccessfully(run, manifest, info, started, exc)
+            # What the run left, for a caller that says where to look (the CLI's last line).
+            error.run_result = RunResult(run.run_id, run.path, manifest.status, manifest, {})  # type: ignore[union-attr]
             if error is exc:
                 raise
             raise error from exc

@@ -102,6 +102,20 @@ def test_the_last_line_is_the_outcome_and_the_report(plain_run):
     assert report.is_file() and report.parent.name == match.group(1)
 
 
+def test_a_failed_run_ends_with_its_outcome_and_report_after_the_error(tmp_path):
+    write_table(tmp_path)
+    (tmp_path / "broken_stage.py").write_text("def fail(ctx, inputs):\n    raise ValueError('no such thing')\n")
+    (tmp_path / "f.yaml").write_text(config("f", "data.csv", folds=False)
+                                     + "  broken: {kind: python, inputs: [evaluate], function: 'broken_stage:fail'}\n")
+    proc = cli("run", "f.yaml", cwd=tmp_path, report="on")
+    assert proc.returncode == 4, proc.stderr                      # a stage failed
+    assert "stage 'broken'" in proc.stderr and "no such thing" in proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    match = re.fullmatch(r"run (\S+) failed in \d+\.\ds: report (\S+report\.html)", last)
+    assert match, proc.stdout
+    assert (tmp_path / match.group(2)).is_file()
+
+
 def test_runs_show_names_the_report(plain_run):
     folder, _ = plain_run
     shown = cli("runs", "show", "latest", cwd=folder)
