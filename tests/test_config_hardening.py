@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from pipeline.config import load_config
 from pipeline.config.schema import ClusterConfig
+from pipeline.config import yaml_source
 from pipeline.config.yaml_source import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_VALUES, parse_yaml
 from pipeline.errors import ConfigError, ExitCode
 from pipeline.features.ops import FillMissing
@@ -130,6 +132,45 @@ def test_nesting_up_to_the_bound_is_read():
         parse_yaml("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), source="t")
 
 
+DEEP_FLOW = "[" * 3000 + "]" * 3000
+DEEP_BLOCK = "".join(f"\n{'  ' * (i + 1)}k{i}:" for i in range(300)) + " 1"
+
+
+@pytest.mark.parametrize("deep", [DEEP_FLOW, DEEP_BLOCK], ids=["flow", "block"])
+def test_the_depth_bound_reads_the_same_with_pythons_parser_alone(monkeypatch, deep):
+    """PyYAML's Python parser is the one that reads a document again when libyaml refuses it
+    (and the only one where PyYAML was built without libyaml): the same issue, key path and line."""
+    issue = only_issue(BASE + f"deep: {deep}\n")
+    monkeypatch.setattr(yaml_source, "COMPOSERS", {"python": yaml_source.COMPOSERS["python"]})
+    assert only_issue(BASE + f"deep: {deep}\n") == issue
+    assert issue.path.startswith("deep") and f"deeper than {MAX_DEPTH} levels" in issue.message
+    assert issue.line == (11 if deep == DEEP_FLOW else 11 + MAX_DEPTH - 1)
+
+
+@pytest.fixture
+def libyaml_nesting_limit():
+    """Set libyaml's own nesting limit (process-wide; PyYAML 6.0.4 and later, libyaml 0.2.6)."""
+    cparser = getattr(yaml, "_yaml", None)
+    get, put = getattr(cparser, "_get_max_nest_level", None), getattr(cparser, "_set_max_nest_level", None)
+    if get is None or put is None or get() < 0:
+        pytest.skip("this PyYAML's libyaml has no nesting limit to set")
+    before = get()
+    yield put
+    put(before)
+
+
+def test_libyaml_s_own_nesting_limit_never_decides_what_a_config_may_hold(libyaml_nesting_limit):
+    """libyaml 0.2.6 refuses nesting past its own level (1,000 by default, and any library in the
+    process may lower it), and its scanner runs ahead of the events: its refusal must not replace
+    the project's bound, nor refuse a config within it."""
+    libyaml_nesting_limit(10)
+    within = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
+    assert parse_yaml(f"deep: {within}", source="t").data["deep"] is not None
+    issue = only_issue(BASE + f"deep: {DEEP_FLOW}\n")
+    assert issue.path.startswith("deep[0][0]") and issue.line == 11 and "deeper than" in issue.message
+    assert "not valid YAML" in only_issue(BASE + "deep: [1, 2\n").message
+
+
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
     f"{chr(c)}: &{chr(c)} [{','.join([f'*{chr(c - 1)}'] * 9)}]\n" for c in range(ord("b"), ord("j")))
 
@@ -201,6 +242,14 @@ def test_a_nul_character_in_any_string_is_refused():
 def test_set_values_are_read_by_the_same_rules(value):
     issue = only_issue(BASE, (f"seed={value}",))
     assert issue.source == "--set" and issue.path.startswith("seed") and issue.line is None
+
+
+def test_set_a_deeply_nested_value_on_a_text_field_is_refused_not_kept_as_text():
+    """A text field would take the brackets as text: the value must be refused as YAML first."""
+    for deep in ("[" * 3000 + "]" * 3000, "{a: " * 3000 + "1" + "}" * 3000):
+        issue = only_issue(BASE, (f"description={deep}",))
+        assert issue.source == "--set" and issue.path.startswith("description") and issue.line is None
+        assert f"deeper than {MAX_DEPTH} levels" in issue.message
 
 
 def test_set_nesting_counts_the_key_path():

@@ -20,7 +20,10 @@ that decides what YAML may hold; the config file and every ``--set`` value are r
 - bounded: ``MAX_DOCUMENT_BYTES`` of text, ``MAX_DEPTH`` levels of nesting (checked while
   composing, before PyYAML's recursive composer can exhaust the stack) and ``MAX_VALUES``
   values once aliases are expanded (an 800-byte "billion laughs" document would otherwise
-  expand until memory runs out); an alias inside its own anchor is refused.
+  expand until memory runs out); an alias inside its own anchor is refused. The bounds are
+  the project's whatever PyYAML release is installed: libyaml 0.2.6 (in PyYAML 6.0.4's wheels)
+  has a nesting limit of its own, and its scanner reads ahead of the events, so it can refuse
+  a document before the composer reaches ``MAX_DEPTH`` (see ``COMPOSERS``).
 
 Every problem is a ``ConfigError`` (exit 2) that names the key path and the line.
 """
@@ -36,7 +39,10 @@ from typing import Any
 import yaml
 from yaml.composer import Composer
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
 from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from pipeline.errors import ConfigError, ConfigIssue
 
@@ -104,17 +110,14 @@ def parse_yaml(text: str, *, source: str, root: KeyPath = ()) -> YamlDocument:
                                           and len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES):
         raise ConfigError([ConfigIssue(format_path(root), f"the YAML is larger than {_size_limit()}, "
                                                           "the most a config may be")], file=source)
-    loader = _BoundedComposer(text, root=root)
     try:
-        node = loader.get_single_node()
+        node = _compose(text, root)
     except _BoundPassed as exc:
         raise ConfigError([ConfigIssue(str(exc.context), str(exc.problem), exc.problem_mark.line + 1)],
                           file=source) from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError([ConfigIssue(format_path(root), f"not valid YAML: {_problem(exc)}", _line(exc))],
                               file=source) from None
-    finally:
-        loader.dispose()
     doc = YamlDocument(data=None)
     if node is None:
         doc.data = {}
@@ -136,6 +139,28 @@ def parse_value(text: str, *, path: KeyPath) -> Any:
     except ConfigError as exc:
         issues = [replace(i, path=i.path or format_path(path), line=None, source="--set") for i in exc.issues]
         raise ConfigError(issues) from None
+
+
+def _compose(text: str, root: KeyPath) -> Node | None:
+    """The node tree of ``text``, from the first of ``COMPOSERS`` that reads it.
+
+    A refusal of the parser's own (libyaml's nesting limit) is not the project's word on the
+    document: the next parser reads it again, and its answer stands, a bound passed included.
+    Where every parser finds the text is not YAML, the first one's message is kept.
+    """
+    first_error: yaml.YAMLError | None = None
+    for composer in COMPOSERS.values():
+        loader = composer(text, root=root)
+        try:
+            return loader.get_single_node()
+        except _BoundPassed:
+            raise
+        except yaml.YAMLError as exc:
+            first_error = first_error or exc
+        finally:
+            loader.dispose()
+    assert first_error is not None
+    raise first_error
 
 
 def _size_limit() -> str:
@@ -174,33 +199,31 @@ def _core_resolvers(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, li
     return out
 
 
-try:                                   # libyaml's event parser: the same events, ~10x faster
-    from yaml._yaml import CParser as _EventParser
-except ImportError:                    # PyYAML built without libyaml
-    from yaml.parser import Parser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
+class _PythonEventParser(Reader, Scanner, Parser):
+    """PyYAML's own event parser, in Python: no nesting limit of its own in any 6.0.x."""
 
-    class _EventParser(Reader, Scanner, Parser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            Parser.__init__(self)
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
 
 
-class _BoundedComposer(Composer, _EventParser, Resolver):  # type: ignore[misc,valid-type]
-    """PyYAML's composer on an event parser, with bounds on depth and size; plain dates are
-    text, and only true / false are booleans.
+class _BoundedComposer(Composer, Resolver):
+    """PyYAML's composer on an event parser (``event_parser``, mixed in by the subclasses
+    below), with bounds on depth and size; plain dates are text, and only true / false are
+    booleans.
 
     The composer is PyYAML's Python one even where libyaml's is available: libyaml's composer
     recurses in C with no bound. It recurses once per level (a few stack frames each), so the
     bound is checked before descending: 3,000 nested brackets end here, not in a RecursionError.
     """
 
+    event_parser: Any
+
     yaml_implicit_resolvers = _core_resolvers(Resolver.yaml_implicit_resolvers)
 
     def __init__(self, stream: str, *, root: KeyPath = ()) -> None:
-        _EventParser.__init__(self, stream)
+        self.event_parser.__init__(self, stream)
         Composer.__init__(self)
         Resolver.__init__(self)
         self.path: list[Any] = [*root, None]    # where the composer is, for the message
@@ -223,6 +246,28 @@ class _BoundedComposer(Composer, _EventParser, Resolver):  # type: ignore[misc,v
                  for p in self.path if p is not None]
         raise _BoundPassed(context=_outline(tuple(where)), problem=problem,
                            problem_mark=self.peek_event().start_mark)
+
+
+class _PythonComposer(_BoundedComposer, _PythonEventParser):
+    event_parser = _PythonEventParser
+
+
+# The event parsers a document is read with, in order (see ``_compose``). libyaml's is about
+# 10x faster and reads every valid config; but libyaml 0.2.6 (PyYAML 6.0.4's wheels) refuses
+# nesting past its own level (1,000 by default, settable by any library in the process), and
+# its scanner reads up to 1,024 characters ahead of the events (a flow collection may turn out
+# to be a key), so 3,000 brackets fail in the scanner before the composer reaches MAX_DEPTH.
+# PyYAML's Python parser then reads the text again, and the project's bound decides.
+COMPOSERS: dict[str, type[_BoundedComposer]] = {"python": _PythonComposer}
+try:
+    from yaml._yaml import CParser as _LibyamlEventParser
+except ImportError:                    # PyYAML built without libyaml
+    pass
+else:
+    class _LibyamlComposer(_BoundedComposer, _LibyamlEventParser):  # type: ignore[misc,valid-type]
+        event_parser = _LibyamlEventParser
+
+    COMPOSERS = {"libyaml": _LibyamlComposer, **COMPOSERS}
 
 
 _INVALID = object()   # a value with a reported problem; the read goes on to find the others
