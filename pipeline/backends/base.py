@@ -63,7 +63,7 @@ class Backend(ABC):
         path = Path(path)
         if not path.exists():
             raise input_not_found(path)
-        fmt = (format or _infer_format(path)).lower()
+        fmt = (format or infer_format(path)).lower()
         check_source(path, fmt)
         if fmt == "csv" and columns:
             check_row_widths(path)
@@ -114,7 +114,7 @@ class Backend(ABC):
 
         text: str | list[str] = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
         first = partitioned_sources(text)[0]
-        fmt = (format or _infer_format(first)).lower()
+        fmt = (format or infer_format(first)).lower()
         if first.exists():                  # a local file or folder (a remote URL is the reader's)
             check_source(first, fmt)
         try:
@@ -623,7 +623,9 @@ def partitioned_sources(text: str | list[str]) -> list[Path]:
     return found
 
 
-def _infer_format(path: Path) -> str:
+def infer_format(path: Path, *, fix: str = "set format: csv or parquet") -> str:
+    """The format a file's name says (a folder is Parquet); ``fix`` is how the caller's user
+    names one when the name says nothing."""
     if path.is_dir():
         return "parquet"
     suffixes = [s.lower() for s in path.suffixes]
@@ -631,7 +633,7 @@ def _infer_format(path: Path) -> str:
         return "parquet"
     if ".csv" in suffixes or ".txt" in suffixes:
         return "csv"
-    raise DataError(f"{path}: cannot tell the format from the file name; set format: csv or parquet")
+    raise DataError(f"{path}: cannot tell the format from the file name (.csv, .txt, .parquet or .pq); {fix}")
 
 
 def text_dates(dtypes: Mapping[str, str] | None, dates: Mapping[str, Any] | None,

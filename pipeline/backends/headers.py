@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.backends.base import (
-    _infer_format, check_header_names, one_line, partitioned_sources, read_errors, read_header,
+    check_header_names, infer_format, one_line, partitioned_sources, read_errors, read_header,
 )
 from pipeline.errors import DataError, input_not_found
 
@@ -118,7 +118,7 @@ class HeaderReader:
                 raise input_not_found(path)        # says where a relative path was looked for
         if not first.is_dir() and not stat.S_ISREG(os.stat(first).st_mode) and self.before_run:
             return None
-        fmt = (format or _infer_format(first)).lower()
+        fmt = (format or infer_format(first)).lower()
         if fmt not in ("csv", "parquet"):
             raise DataError(f"{path}: unknown format '{fmt}' (expected csv or parquet)")
         if first.is_dir():

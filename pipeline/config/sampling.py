@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import check_source, one_line, parquet_files, read_errors, read_header
+from pipeline.backends.base import check_source, infer_format, one_line, parquet_files, read_errors, read_header
 from pipeline.errors import DataError
 
 SAMPLE_ROWS = 20_000
@@ -53,17 +53,7 @@ class Sample:
 
 def format_of(path: Path, given: str | None = None) -> str:
     """``given``, else the format the load stage infers from the name (a folder is Parquet)."""
-    if given:
-        return given
-    if path.is_dir():
-        return "parquet"
-    suffixes = [s.lower() for s in path.suffixes]
-    if ".parquet" in suffixes or ".pq" in suffixes:
-        return "parquet"
-    if ".csv" in suffixes or ".txt" in suffixes:
-        return "csv"
-    raise DataError(f"{path}: cannot tell the format from the file name (.csv, .txt, .parquet or .pq); "
-                    "pass --format csv or --format parquet")
+    return given or infer_format(path, fix="pass --format csv or --format parquet")
 
 
 def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str] | None = None,
