@@ -454,7 +454,9 @@ def test_latest_needs_pipeline_lists_only_pipelines_that_succeeded(tmp_path):
     assert cli(tmp_path, "run", "configs/broken.yaml").returncode != 0
     proc = cli(tmp_path, "runs", "show", "latest")
     assert proc.returncode == ExitCode.CONFIG
-    assert "--pipeline" in proc.stderr and "good" in proc.stderr and "broken" not in proc.stderr
+    # Only "good" can be picked; "broken" is named as having no succeeded run, not as a choice.
+    assert "--pipeline good" in proc.stderr and "no succeeded run yet: broken" in proc.stderr
+    assert "--pipeline broken" not in proc.stderr
 
     (tmp_path / "runs" / "good" / "latest").unlink()
     none = cli(tmp_path, "runs", "show", "latest")
