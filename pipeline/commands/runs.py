@@ -302,15 +302,12 @@ def _time(value: str | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
+    """The progress lines' elapsed-time form (``pipeline.hooks.elapsed``); ``—`` when unknown."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
         return "—"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
+    from pipeline.hooks import elapsed
+
+    return elapsed(seconds)
 
 
 def _headline(value: dict[str, Any] | None) -> str:
