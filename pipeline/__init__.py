@@ -20,33 +20,33 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from pipeline.version import __version__
 
 _EXPORTS = {
     "PipelineConfig": "pipeline.config",
     "load_config": "pipeline.config",
-    "BackendUnavailable": "pipeline.errors",
-    "ConfigError": "pipeline.errors",
-    "DataError": "pipeline.errors",
-    "ExitCode": "pipeline.errors",
-    "PipelineError": "pipeline.errors",
-    "StageError": "pipeline.errors",
-    "StorageError": "pipeline.errors",
+    "BackendUnavailable": "pipeline.core.errors",
+    "ConfigError": "pipeline.core.errors",
+    "DataError": "pipeline.core.errors",
+    "ExitCode": "pipeline.core.errors",
+    "PipelineError": "pipeline.core.errors",
+    "StageError": "pipeline.core.errors",
+    "StorageError": "pipeline.core.errors",
     "FeatureWorkflow": "pipeline.features",
-    "RunResult": "pipeline.runner",
-    "Runner": "pipeline.runner",
-    "run_pipeline": "pipeline.runner",
+    "RunResult": "pipeline.engine.runner",
+    "Runner": "pipeline.engine.runner",
+    "run_pipeline": "pipeline.engine.runner",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig, load_config
-    from pipeline.errors import (
+    from pipeline.core.errors import (
         BackendUnavailable, ConfigError, DataError, ExitCode, PipelineError, StageError, StorageError,
     )
     from pipeline.features import FeatureWorkflow
-    from pipeline.runner import RunResult, Runner, run_pipeline
+    from pipeline.engine.runner import RunResult, Runner, run_pipeline
 
 
 def __getattr__(name: str) -> Any:

@@ -39,7 +39,7 @@ read the data.
 
 Signed entries: the checksums sit beside the files they protect, so a writer of the runs
 folder could replace an output and its checksum together. With a signing key set
-(``PIPELINE_SIGNING_KEY``/``_FILE``, ``pipeline.signing``) ``store`` signs ``record.json``
+(``PIPELINE_SIGNING_KEY``/``_FILE``, ``pipeline.runs.signing``) ``store`` signs ``record.json``
 (``record.json.sig``, HMAC-SHA256, written in the temporary folder before the rename), and
 ``lookup`` sets aside, like a corrupt one, an entry whose record is unsigned, signed with
 another key or changed, or that holds a file its record does not list: checked before
@@ -68,12 +68,13 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pipeline import __version__
-from pipeline.errors import ConfigError, ConfigIssue, StorageError, Terminated, termination_requested
-from pipeline.fingerprints import code_fingerprint
-from pipeline.sizes import DEFAULT_CACHE_SIZE, parse_size
-from pipeline.signing import signature_path, signature_problem, signature_text, signing_key
-from pipeline.store import json_text, sha256_file, utc_now
+from pipeline.version import __version__
+from pipeline.core.errors import ConfigError, ConfigIssue, StorageError
+from pipeline.core.interrupts import Terminated, termination_requested
+from pipeline.core.fingerprints import code_fingerprint
+from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
+from pipeline.runs.signing import signature_path, signature_problem, signature_text, signing_key
+from pipeline.runs.store import json_text, sha256_file, utc_now
 
 log = logging.getLogger("pipeline")
 

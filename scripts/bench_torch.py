@@ -9,7 +9,7 @@
    ``TensorBatches`` against ``DataLoader(TensorDataset(X, y), batch_size=1024, shuffle=True)``.
 3. Epoch time of the MLP the shipped config trains (configs/churn.yaml: hidden [64, 32],
    dropout 0.2, BatchNorm, AdamW) on the same data with batch size 1024: the pipeline's training
-   loop (``pipeline.tensors.training.fit``, one epoch, no validation) against the textbook loop
+   loop (``pipeline.tensors.fit_loop.fit``, one epoch, no validation) against the textbook loop
    over that DataLoader with the same model, optimizer and loss.
 
 The device is the CPU unless ``--device cuda`` (then the hand-off starts from CuPy arrays
@@ -45,7 +45,7 @@ from pipeline.config import load_config  # noqa: E402
 from pipeline.tensors import to_torch  # noqa: E402
 from pipeline.tensors.batches import TensorBatches  # noqa: E402
 from pipeline.tensors.mlp import MLPArchitecture  # noqa: E402
-from pipeline.tensors.training import FitOptions, Split, fit, make_optimizer  # noqa: E402
+from pipeline.tensors.fit_loop import FitOptions, Split, fit, make_optimizer  # noqa: E402
 
 COLUMNS = 32
 BATCH = 1024

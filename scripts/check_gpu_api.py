@@ -246,7 +246,7 @@ class ModuleScan:
 
 
 def _module_name(path: Path) -> str:
-    """``pipeline/backends/base.py`` -> ``pipeline.backends.base`` (a package's ``__init__`` -> the package)."""
+    """``pipeline/backends/contract.py`` -> ``pipeline.backends.contract`` (a package's ``__init__`` -> the package)."""
     parts = list(Path(_shown(path)).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -2489,7 +2489,7 @@ def check_portable_estimator(report: Report, spec: Any, cls: type, prefix: str, 
 
 def check_models(report: Report, devices: Sequence[str] = ("gpu", "cpu")) -> None:
     from pipeline.models import get_model_spec, trainable_models
-    from pipeline.plugins import load_plugins
+    from pipeline.config.plugins import load_plugins
 
     load_plugins()            # models of $PIPELINE_PLUGINS and installed plugins are checked too
     # Only entries with estimator classes: the MLP is an entry for its file format alone.
@@ -2661,7 +2661,7 @@ def check_ddp(report: Report) -> None:
     from pipeline.distributed import torch_ddp
     from pipeline.tensors.mlp import MLPArchitecture
     from pipeline.tensors.objectives import Objective
-    from pipeline.tensors.training import FitOptions
+    from pipeline.tensors.fit_loop import FitOptions
 
     report.section(f"PyTorch {torch.__version__} DDP on GPUs")
     cuda = torch.device("cuda")

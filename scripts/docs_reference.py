@@ -222,7 +222,7 @@ def config_page() -> tuple[str, list[str]]:
 def cli_page() -> str:
     import click
 
-    from pipeline.cli import main as cli
+    from pipeline.cli.app import main as cli
 
     lines = [HEADER, "# Command-line reference", "",
              "Every `pipeline` command and option, generated from the commands themselves "

@@ -143,7 +143,7 @@ def run_cli(args: Iterable[str], cwd: Path, *, timeout: float = 120.0, env: dict
 # ------------------------------------------------------------------ many processes at once
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_SCRIPT = str(ROOT / "pipeline" / "__main__.py")
-PRELOAD = ("pipeline.cli", "pipeline.runner", "pipeline.predict", "pipeline.scoring", "pipeline.history",
+PRELOAD = ("pipeline.cli.app", "pipeline.engine.runner", "pipeline.predict.batch", "pipeline.scoring.model_folder", "pipeline.runs.history",
            "pipeline.stages", "pipeline.features", "pipeline.models", "sklearn.linear_model",
            "sklearn.model_selection", "sklearn.metrics", "pyarrow.parquet", "skops.io")
 
@@ -166,7 +166,7 @@ class Launch:
 
     ``exec_``: a fresh ``python`` running ``pipeline`` (interpreter start and shutdown as a
     user gets them); otherwise a fork of the zygote, a fresh interpreter that has imported the
-    package once, running the same ``pipeline.cli.main`` with the case's argv, streams, working
+    package once, running the same ``pipeline.cli.app.main`` with the case's argv, streams, working
     directory, environment and limits. ``signal`` is sent once ``trigger`` holds (a file
     exists, that many seconds passed, or ``("open", path)``: the process has that file open);
     ``holder`` is started first and must write ``holder_ready``.
@@ -229,7 +229,7 @@ def _forked_child(args: list[str], cwd: str, env: dict[str, str], out: str, err:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         sys.argv = [MAIN_SCRIPT, *args]
-        from pipeline.cli import main
+        from pipeline.cli.app import main
 
         try:
             main()

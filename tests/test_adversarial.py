@@ -9,7 +9,7 @@ nothing at predict's output path after a failure.
 
 The cases run when the module's first case is reached, one process per core at a time, and
 each test then reports its own case. Most are forked from a zygote, a fresh interpreter that
-has imported the package once (the same ``pipeline.cli.main``, argv, streams, working
+has imported the package once (the same ``pipeline.cli.app.main``, argv, streams, working
 directory and exit code as the console script, without a second of imports per case); those
 whose interpreter start or shutdown matters (signals, Dask clients, memory limits) run as
 ``python -m pipeline``. ``ADVERSARIAL_EXEC=1`` runs every case that way.
@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.errors import ExitCode
+from pipeline.core.errors import ExitCode
 from tests.adversarial_support import (CONFIG, DATA, ID, INCOMING, PIPELINE, TARGET, TINY_CONFIG, Case, Launch,
                                        case, check_case, cli_env, copy_project, describe, latest_target,
                                        read_json, run_cli, run_folders, run_processes, sha256, snapshot,
@@ -705,7 +705,7 @@ SIGNALS = {"sig-term-during-a-stage": signal.SIGTERM, "sig-int-during-a-stage": 
 # ------------------------------------------------------------------ running the cases
 HOLD_THE_LOCK = """\
 import pathlib, sys, time
-from pipeline.locks import RunLock
+from pipeline.runs.locks import RunLock
 with RunLock(sys.argv[1], wait=0) as lock:
     lock.note(run_id="the-holder")
     pathlib.Path(sys.argv[2]).write_text("held")

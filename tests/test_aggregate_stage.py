@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.backends import get_backend
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError, ExitCode
+from pipeline.core.errors import ConfigError, DataError, ExitCode
 from pipeline.stages import STAGE_KINDS, StageContext
 from pipeline.stages.aggregate import AggregateSpec
 from pipeline.stages.label import LabelSpec
@@ -144,7 +144,7 @@ def test_a_cutoff_before_every_event_is_a_data_error():
 
 @pytest.mark.slow
 def test_pipeline_run_builds_a_labelled_customer_table_and_trains_on_it(tmp_path):
-    from pipeline.record import read_manifest
+    from pipeline.runs.record import read_manifest
 
     write_events(tmp_path)
     text = CONFIG + """\

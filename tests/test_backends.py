@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.backends import get_backend, resolve_backend
 from pipeline.backends.detect import GpuDevice, NvmlReport, choose_device, probe_nvml
-from pipeline.errors import BackendUnavailable, DataError
+from pipeline.core.errors import BackendUnavailable, DataError
 from tests.conftest import TELCO
 
 

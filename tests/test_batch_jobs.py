@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 
 from pipeline import run_pipeline
-from pipeline.errors import ExitCode
-from pipeline.locks import RunLock
-from pipeline.record import read_manifest
-from pipeline.store import sha256_file
+from pipeline.core.errors import ExitCode
+from pipeline.runs.locks import RunLock
+from pipeline.runs.record import read_manifest
+from pipeline.runs.store import sha256_file
 
 pytestmark = pytest.mark.slow
 # One forest thread: scikit-learn adds its trees' probabilities in thread-completion order
@@ -199,7 +199,7 @@ def test_a_cached_run_loads_only_what_it_reports(in_project):
     PyTorch and costs seconds). The metrics table comes from the run record the evaluate stage
     cached with its output, so no output at all is unpickled."""
     from pipeline.config import load_config
-    from pipeline.runner import Runner
+    from pipeline.engine.runner import Runner
 
     run_pipeline("configs/churn.yaml", overrides=FAST)
     runner = Runner(load_config("configs/churn.yaml", overrides=FAST), keep_outputs=False)
@@ -210,8 +210,8 @@ def test_a_cached_run_loads_only_what_it_reports(in_project):
 
 def test_a_stage_whose_input_could_not_be_loaded_fails_instead_of_running_on_nothing(tmp_path):
     from pipeline.config import load_config
-    from pipeline.errors import StageError
-    from pipeline.execution import StageOutcome, StageTask, run_on_worker
+    from pipeline.core.errors import StageError
+    from pipeline.engine.executors import StageOutcome, StageTask, run_on_worker
 
     spec = load_config("configs/churn.yaml").stages["split"]
     task = StageTask(name="split", spec=spec, backend="cpu", seed=42, artifacts_dir=tmp_path)

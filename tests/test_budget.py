@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget import BudgetHook
-from pipeline.costs import Budget, Rates
-from pipeline.sizes import parse_duration
-from pipeline.errors import ExitCode
-from pipeline.memory import cpu_seconds
+from pipeline.usage.budget import BudgetHook
+from pipeline.usage.costs import Budget, Rates
+from pipeline.core.sizes import parse_duration
+from pipeline.core.errors import ExitCode
+from pipeline.usage.memory import cpu_seconds
 
 STAGES = '''\
 import time
@@ -130,7 +130,7 @@ def test_the_watch_prices_a_running_stage_on_the_gpus_it_may_use():
     hook = BudgetHook(Budget(max_gpu_hours=1.0), {"train": Budget(max_cost=5.0)}, Rates(gpu_hour={"H100": 4.0}),
                       gpus=[(0, "NVIDIA H100"), (1, "NVIDIA H100")])
     hook._started = 0.0
-    from pipeline.budget import _Running
+    from pipeline.usage.budget import _Running
 
     hook._running["train"] = _Running(started=0.0, cpu=cpu_seconds(hook._process))
     assert hook.check(now=1000.0) is None                         # 2 GPUs x 1000 s: 0.56 GPU-h, 2.22 cost

@@ -22,11 +22,11 @@ from click.testing import CliRunner
 
 from pipeline import ConfigError, load_config, run_pipeline
 from pipeline.cache import ENV_MAX_SIZE, STALE_TMP_SECONDS, StageCache, resolve_max_size
-from pipeline.cli import main
-from pipeline.sizes import parse_size
-from pipeline.errors import ExitCode
-from pipeline.locks import RunLock
-from pipeline.record import read_manifest
+from pipeline.cli.app import main
+from pipeline.core.sizes import parse_size
+from pipeline.core.errors import ExitCode
+from pipeline.runs.locks import RunLock
+from pipeline.runs.record import read_manifest
 from tests.conftest import small_config
 
 EVALUATE = "  evaluate:\n    kind: evaluate\n    inputs: [logreg]\n"

@@ -18,10 +18,10 @@ import pytest
 
 from pipeline import run_pipeline
 from pipeline.cache import ENV_MAX_SIZE, StageCache
-from pipeline.errors import DataError
-from pipeline.execution import load_cached
-from pipeline.record import read_manifest
-from pipeline.signing import KEY_ENV, KEY_FILE_ENV, sign_file, verify_file, verify_run
+from pipeline.core.errors import DataError
+from pipeline.engine.executors import load_cached
+from pipeline.runs.record import read_manifest
+from pipeline.runs.signing import KEY_ENV, KEY_FILE_ENV, sign_file, verify_file, verify_run
 from tests.conftest import small_config
 
 KEY_A = "a-test-key-of-32-characters-aaaa"

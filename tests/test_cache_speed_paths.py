@@ -31,7 +31,7 @@ import pytest
 
 from pipeline import run_pipeline
 from pipeline.cache import STALE_TMP_SECONDS, StageCache
-from pipeline.record import read_manifest
+from pipeline.runs.record import read_manifest
 from tests.conftest import script_module, small_config
 
 RECORD = {"stage": "features", "kind": "features", "facts": {}, "run_record": {}}
@@ -267,7 +267,7 @@ def test_an_output_changed_after_it_was_read_fails_verification_never_loads_chan
 
 def test_a_write_stopped_by_sigterm_leaves_nothing(tmp_path, monkeypatch):
     import pipeline.cache as cache_module
-    from pipeline.errors import Terminated
+    from pipeline.core.interrupts import Terminated
 
     cache = StageCache(tmp_path / ".cache")
     pending = cache.prepare("a" * 32, [np.ones(2 * MiB, np.uint8)])

@@ -248,7 +248,7 @@ def test_the_derived_method_list_holds_the_calls_shared_code_makes(package):
 
 
 def test_dask_readers_dlpack_subclasses_and_registry_strings_are_found(package):
-    base = package["pipeline/backends/base.py"]
+    base = package["pipeline/backends/contract.py"]
     reads = {r.function: r.keywords for r in base.dask_reads}
     assert set(reads["read_csv"]) == {"usecols", "dtype", "na_values", "blocksize"}
     assert {d.path for scan in package.values() for d in scan.dlpack} >= {"pipeline/backends/gpu.py"}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ExitCode
-from pipeline.record import read_manifest
+from pipeline.core.errors import ExitCode
+from pipeline.runs.record import read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_run_shipped_config_reaches_target_auc(project):
     assert metrics["models"]["mlp"]["roc_auc"] >= 0.83, metrics["models"]["mlp"]
 
     # Every exported model reloads in this process and scores raw rows as the run did.
-    from pipeline.scoring import load_model
+    from pipeline.scoring.model_folder import load_model
 
     raw = pd.read_csv(project / "data" / "telco_customer_churn.csv", na_values=[" "])
     rows = raw.set_index("customerID").loc[table["customerID"]].reset_index()

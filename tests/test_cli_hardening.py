@@ -20,9 +20,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pipeline.commands.common import PipelineGroup, failure_of, handle_errors
-from pipeline.errors import ExitCode, StorageError
-from pipeline.record import read_manifest
+from pipeline.cli.options import PipelineGroup, failure_of, handle_errors
+from pipeline.core.errors import ExitCode, StorageError
+from pipeline.runs.record import read_manifest
 from tests.conftest import ROOT
 
 FAST = ["--set", "stages.forest.params.n_estimators=20", "--set", "stages.xgb.params.n_estimators=20",
@@ -235,7 +235,7 @@ def test_a_script_without_the_main_guard_fails_at_once_naming_it(project, body):
     proc = _script(project, body)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("pipeline.errors.UsageError:"), proc.stderr
+    assert last.startswith("pipeline.core.errors.UsageError:"), proc.stderr
     assert 'if __name__ == "__main__":' in proc.stderr and "snippet.py, line" in proc.stderr
     assert "Nanny failed to start" not in proc.stderr
 
@@ -263,7 +263,7 @@ def test_a_run_started_while_a_spawned_worker_imports_the_script_is_refused(tmp_
 
         if __name__ == "__mp_main__":          # only in the child, while it imports this script
             from pipeline.backends.cluster import refuse_run_in_worker_bootstrap
-            from pipeline.errors import UsageError
+            from pipeline.core.errors import UsageError
             try:
                 refuse_run_in_worker_bootstrap()
             except UsageError as exc:
@@ -289,7 +289,7 @@ def test_a_run_started_while_a_spawned_worker_imports_the_script_is_refused(tmp_
 
 # ------------------------------------------------------------------ doctor
 def _gpu_ready() -> bool:
-    from pipeline.doctor import collect
+    from pipeline.cli.doctor import collect
 
     return collect()["gpu_ready"]
 
@@ -306,7 +306,7 @@ def test_doctor_require_gpu_without_one_says_why_on_stderr(project):
 
 @pytest.mark.slow
 def test_doctor_does_not_import_torch(project):
-    code = ("import sys\nfrom pipeline.cli import main\n"
+    code = ("import sys\nfrom pipeline.cli.app import main\n"
             "try:\n    main(['doctor', '--json'])\nexcept SystemExit:\n    pass\n"
             "print('TORCH-IMPORTED' if 'torch' in sys.modules else 'TORCH-NOT-IMPORTED')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=300,
@@ -338,7 +338,7 @@ def test_json_log_format_is_json_on_every_line_of_stdout_and_stderr(project):
 @pytest.mark.slow
 def test_worker_processes_log_json_lines_in_json_mode(tmp_path):
     """Dask's local workers import ``distributed`` with the logging config the CLI passes them."""
-    from pipeline.logs import WORKER_LOGGING_ENV, worker_json_logging
+    from pipeline.cli.log_output import WORKER_LOGGING_ENV, worker_json_logging
 
     code = ("import logging, warnings\nimport distributed\n"
             "logging.getLogger('distributed.worker').warning('worker warning')\n"
@@ -358,7 +358,7 @@ def test_metrics_table_keeps_its_headers_at_80_columns(tmp_path):
     metrics = {"split": "test", "threshold": 0.5, "rank_by": "roc_auc", "best": "logreg",
                "models": {name: dict.fromkeys(["roc_auc", "pr_auc", "log_loss", "accuracy", "precision",
                                                "recall", "f1"], 0.8123) for name in ("logreg", "random_forest_2")}}
-    code = f"from pipeline.cli import _print_metrics\n_print_metrics({metrics!r})\n"
+    code = f"from pipeline.cli.app import _print_metrics\n_print_metrics({metrics!r})\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr

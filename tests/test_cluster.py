@@ -14,8 +14,8 @@ import pytest
 
 from pipeline import run_pipeline
 from pipeline.config import load_config
-from pipeline.errors import ClusterUnavailable, ExitCode, StageError
-from pipeline.record import RunManifest, read_manifest
+from pipeline.core.errors import ClusterUnavailable, ExitCode, StageError
+from pipeline.runs.record import RunManifest, read_manifest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -182,7 +182,7 @@ def test_unreachable_scheduler_is_exit_5_within_the_timeout(project):
 
 def test_cluster_section_is_validated():
     text = (ROOT / "configs" / "churn.yaml").read_text() + "cluster: {n_worker: 2}\n"
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="did you mean 'n_workers'"):
         load_config(text=text)

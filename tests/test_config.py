@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import dump_config, json_schema, load_config
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from tests.conftest import ROOT
 
 CHURN = ROOT / "configs" / "churn.yaml"

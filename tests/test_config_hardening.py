@@ -19,9 +19,9 @@ from pydantic import ValidationError
 
 from pipeline.config import load_config
 from pipeline.config.schema import ClusterConfig
-from pipeline.config import yaml_source
-from pipeline.config.yaml_source import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_VALUES, parse_yaml
-from pipeline.errors import ConfigError, ExitCode
+from pipeline.core import yaml_source
+from pipeline.core.yaml_source import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_VALUES, parse_yaml
+from pipeline.core.errors import ConfigError, ExitCode
 from pipeline.features.ops import FillMissing
 from pipeline.stages.evaluate import EvaluateSpec
 from pipeline.stages.split import SplitSpec

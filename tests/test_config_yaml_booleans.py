@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import load_config
-from pipeline.config.yaml_source import parse_value, parse_yaml
+from pipeline.core.yaml_source import parse_value, parse_yaml
 
 SPLIT = """\
 name: t

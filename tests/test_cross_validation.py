@@ -18,14 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import ConfigError, load_config, run_pipeline
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.featuresets.folds import HELD_OUT, without_validation
 from pipeline.metrics import binary_metrics
-from pipeline.record import read_manifest
+from pipeline.runs.record import read_manifest
 from pipeline.stages import build_features, cross_validate, split_frame, train_model
-from pipeline.stages.cross_validation import fold_statistics
-from pipeline.stages.split_positions import fold_positions
+from pipeline.stages.training.cross_validation import fold_statistics
+from pipeline.featuresets.split_positions import fold_positions
 from tests.conftest import small_config
 
 EVALUATE = "  evaluate:\n    kind: evaluate\n    inputs: [logreg]\n"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import dag
+from pipeline.core import dag
 
 GRAPH = {"raw": [], "split": ["raw"], "features": ["split"], "a": ["features"], "b": ["features"],
          "evaluate": ["a", "b"], "export": ["a"]}

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError, ExitCode
+from pipeline.core.errors import ConfigError, DataError, ExitCode
 
 from tests.conftest import working_directory
 

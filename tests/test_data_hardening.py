@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pipeline.backends import get_backend
-from pipeline.errors import DataError, ExitCode
+from pipeline.core.errors import DataError, ExitCode
 from pipeline.features import Categorify, Drop, FeatureWorkflow, FillMissing, Log1p, OneHot, Standardize
 from pipeline.stages import load_table, split_frame
 from tests.conftest import TELCO, working_directory
@@ -359,7 +359,7 @@ def test_the_workflow_needs_only_the_columns_its_features_read(run_dir):
 
 
 def test_predict_reads_input_as_training_did_and_without_dropped_columns(run_dir, tmp_path):
-    from pipeline.predict import predict_batch
+    from pipeline.predict.batch import predict_batch
 
     rows = scoring_rows(run_dir)
     assert (rows["TotalCharges"] == " ").any()                      # the blank placeholder is there
@@ -380,7 +380,7 @@ def test_predict_reads_input_as_training_did_and_without_dropped_columns(run_dir
 
 @pytest.mark.parametrize("text", ["inf", "-inf", "Infinity", "-Infinity"])
 def test_infinite_values_in_predict_input_name_the_column_and_the_row(run_dir, tmp_path, text):
-    from pipeline.predict import predict_batch
+    from pipeline.predict.batch import predict_batch
 
     rows = scoring_rows(run_dir)
     rows.loc[4, "MonthlyCharges"] = text

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from pipeline.backends import get_backend
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError, ExitCode
+from pipeline.core.errors import ConfigError, DataError, ExitCode
 from pipeline.features import FeatureWorkflow
 from pipeline.features.ops import OPS, DateDiff, DateParts, FillMissing
 from pipeline.stages.load import LoadSpec, read_options
@@ -360,7 +360,7 @@ stages:
 
     proc = cli("run", "dates.yaml")
     assert proc.returncode == 0, proc.stderr
-    from pipeline.record import read_manifest
+    from pipeline.runs.record import read_manifest
 
     latest = tmp_path / "runs" / "dates" / "latest"
     facts = read_manifest(latest).stages["raw"].facts

@@ -346,7 +346,7 @@ needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=GPU_MISSING or ""
 def test_gpu_partitioned_random_forest_trains_on_a_one_thread_cuda_worker(in_project):
     """cuml.dask's RandomForestClassifier through the train stage on a LocalCUDACluster worker."""
     from pipeline import run_pipeline
-    from pipeline.record import read_manifest
+    from pipeline.runs.record import read_manifest
 
     result = run_pipeline("configs/churn_partitioned.yaml", overrides=[
         "device=gpu", "cluster.n_workers=1", "stages.xgb.model=random_forest",

@@ -62,7 +62,7 @@ def test_a_field_without_a_description_is_reported_with_its_path():
 
 
 def test_the_cli_reference_lists_every_command():
-    from pipeline.cli import main as cli
+    from pipeline.cli.app import main as cli
 
     page = docs_reference.CLI_PAGE.read_text(encoding="utf-8")
     assert all(f"## `pipeline {name}`" in page for name in cli.commands)

@@ -14,12 +14,12 @@ from sklearn.metrics import log_loss, mean_squared_error
 
 from pipeline.backends import get_backend
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.features import Categorify, Standardize
-from pipeline.scoring import load_model
+from pipeline.scoring.model_folder import load_model
 from pipeline.stages import build_features, fit_ensemble, save_model, split_frame, train_model
 from pipeline.stages.ensemble import EnsembleModel, fit_weights
-from pipeline.tasks import BINARY, REGRESSION, Task
+from pipeline.core.problems import BINARY, REGRESSION, Task
 
 CLASSES = ["<30", ">30", "NO"]
 MODELS = {"binary": ["logistic_regression", "xgboost", "random_forest"],
@@ -276,7 +276,7 @@ def config(data: Path, *, blend: str = "    inputs: [logreg, xgb]\n") -> str:
 
 def test_the_ensemble_stage_is_evaluated_and_exported_like_any_model(tmp_path):
     from pipeline import run_pipeline
-    from pipeline.record import read_manifest
+    from pipeline.runs.record import read_manifest
 
     rows("multiclass").to_csv(tmp_path / "rows.csv", index=False)
     (tmp_path / "blended.yaml").write_text(config(tmp_path / "rows.csv"))

@@ -13,13 +13,13 @@ from sklearn import metrics as skm
 
 from pipeline.backends import get_backend
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.featuresets import InMemoryFeatures
 from pipeline.metrics import metric_names
-from pipeline.stages.base import StageContext
+from pipeline.stages.spec import StageContext
 from pipeline.stages.evaluate import EvaluateSpec, evaluate_models, run_evaluate
 from pipeline.stages.train import TrainedModel
-from pipeline.tasks import BINARY, REGRESSION, Task
+from pipeline.core.problems import BINARY, REGRESSION, Task
 
 CONTRACT = Task("multiclass", classes=("Month-to-month", "One year", "Two year"))
 
@@ -160,8 +160,8 @@ def test_cross_validation_results_travel_with_the_evaluation(regression_models):
 
 
 def test_the_run_summary_table_shows_the_tasks_metrics(regression_models, multiclass_models, capsys):
-    from pipeline.cli import _print_metrics
-    from pipeline.commands.runs import _print_metrics as print_run_metrics
+    from pipeline.cli.app import _print_metrics
+    from pipeline.cli.runs_command import _print_metrics as print_run_metrics
 
     for models, names in ((regression_models, metric_names("regression")),
                           (multiclass_models, metric_names("multiclass"))):

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.events import aggregate_events
 
 START = pd.Timestamp("2020-01-01")

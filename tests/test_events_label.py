@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.events import aggregate_events, label_events
 
 START = pd.Timestamp("2020-01-01")

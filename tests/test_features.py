@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import (
     Categorify, Drop, FeatureWorkflow, FillMissing, Log1p, OneHot, Standardize,
 )

@@ -14,7 +14,7 @@ import pytest
 import pipeline.stages
 import pipeline.stages.features
 from pipeline.backends import get_backend
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import Categorify, FillMissing, Standardize
 from pipeline.featuresets import FeatureSet, InMemoryFeatures, PartitionedFeatures
 from pipeline.stages import SplitData, build_features, train_model

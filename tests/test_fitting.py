@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import assert_nested_close
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import OPS, FeatureWorkflow
 from pipeline.features.ops import (
     Categorify, CategorifyState, Drop, EmptyState, FillMissing, FillMissingState, Log1p, OneHot, OneHotState,

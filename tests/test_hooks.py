@@ -4,7 +4,7 @@ and a hook that raises never fails the run."""
 from __future__ import annotations
 
 from pipeline import run_pipeline
-from pipeline.hooks import ArtifactEvent, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
+from pipeline.hooks.protocol import ArtifactEvent, MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
 
 FAST = ["device=cpu", "stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=20",
         "stages.mlp.epochs=2"]
@@ -64,7 +64,7 @@ def test_hooks_get_structured_events(in_project):
 def test_a_failed_run_reports_the_error_to_hooks(in_project):
     import pytest
 
-    from pipeline.errors import DataError
+    from pipeline.core.errors import DataError
 
     class Errors(Recorder):
         def error(self, event):

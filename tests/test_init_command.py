@@ -21,7 +21,7 @@ import yaml
 from pipeline.config import load_config
 from pipeline.config.sampling import read_sample
 from pipeline.config.scaffold import classify, draft_config, scalar
-from pipeline.errors import ExitCode
+from pipeline.core.errors import ExitCode
 
 ROWS = 600
 ROOT = Path(__file__).resolve().parents[1]

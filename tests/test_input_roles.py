@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError
-from pipeline.stages.base import STAGE_KINDS, StageSpec, Table, register_stage
+from pipeline.core.errors import ConfigError
+from pipeline.stages.spec import STAGE_KINDS, StageSpec, Table, register_stage
 
 
 class PairSpec(StageSpec):

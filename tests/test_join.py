@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.stages.join import join_tables
 
 
@@ -412,7 +412,7 @@ def _write_pair(folder, seed: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_a_run_joins_and_records_facts(tmp_path, partitioned):
     from pipeline import run_pipeline
-    from pipeline.record import read_manifest
+    from pipeline.runs.record import read_manifest
 
     left, right = _write_pair(tmp_path)
     (tmp_path / "c.yaml").write_text(f"""\

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.errors import ExitCode
-from pipeline.record import read_manifest
+from pipeline.core.errors import ExitCode
+from pipeline.runs.record import read_manifest
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.slow

@@ -44,7 +44,7 @@ def test_load_a_config_and_run_it(project):
 
 def test_a_hook_watches_a_run(in_project, capsys):
     from pipeline import run_pipeline
-    from pipeline.hooks import MetricEvent, RunEvent, RunHook
+    from pipeline.hooks.protocol import MetricEvent, RunEvent, RunHook
 
     class PrintMetrics(RunHook):
         def metric(self, event: MetricEvent) -> None:          # per epoch (step) and per model

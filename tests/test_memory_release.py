@@ -8,7 +8,7 @@ import sys
 import psutil
 import pytest
 
-from pipeline.memory import release_freed_memory
+from pipeline.usage.memory import release_freed_memory
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from pipeline.memory import MemorySampler
+from pipeline.usage.memory import MemorySampler
 from pipeline.metrics import binary_metrics
 
 

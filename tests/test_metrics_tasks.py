@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn import metrics as skm
 
-from pipeline.memory import MemorySampler
+from pipeline.usage.memory import MemorySampler
 from pipeline.metrics import (ALL_METRICS, HIGHER_IS_BETTER, binary_metrics, class_table, confusion_matrix,
                               default_metric, is_better, metric_names, task_metrics)
-from pipeline.tasks import BINARY, REGRESSION, Task
+from pipeline.core.problems import BINARY, REGRESSION, Task
 
 APPROX = {"rel": 1e-10, "abs": 1e-12}
 
@@ -143,7 +143,7 @@ def test_binary_confusion_matrix_at_the_threshold():
 
 
 def test_multiclass_scores_of_the_wrong_shape_are_refused():
-    from pipeline.errors import DataError
+    from pipeline.core.errors import DataError
 
     with pytest.raises(DataError, match="matrix"):
         task_metrics(three(), np.array([0, 1, 2]), np.array([0.1, 0.2, 0.3]))

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError, ExitCode
-from pipeline.record import read_manifest
+from pipeline.core.errors import ConfigError, DataError, ExitCode
+from pipeline.runs.record import read_manifest
 from pipeline.stages import split_frame
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.errors import DataError, ExitCode
+from pipeline.core.errors import DataError, ExitCode
 from pipeline.models import (
     JOBLIB,
     LINEAR_COEFFICIENTS,
@@ -27,12 +27,12 @@ from pipeline.models import (
     register_model,
     trainable_models,
 )
-from pipeline.predict import verify_artifacts
-from pipeline.scoring import load_model
+from pipeline.predict.batch import verify_artifacts
+from pipeline.scoring.model_folder import load_model
 from pipeline.stages import build_features, load_table, save_model, split_frame, train_model
 from pipeline.stages.torch_mlp import train_torch
 from pipeline.stages.train import TrainSpec, external_memory_models
-from pipeline.store import atomic_write_text, sha256_file
+from pipeline.runs.store import atomic_write_text, sha256_file
 from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops, dump_unloadable
 
 CATEGORICAL = CHURN_CATEGORICAL

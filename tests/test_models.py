@@ -45,7 +45,7 @@ def test_a_model_whose_package_is_not_installed_names_the_install_extra():
     """XGBoost comes with an install extra, not the base requirements: without it, training says
     which package is missing and how to install it (exit code 5), not an ImportError."""
     from pipeline.backends import get_backend
-    from pipeline.errors import BackendUnavailable, ExitCode
+    from pipeline.core.errors import BackendUnavailable, ExitCode
 
     class Spec:
         name = "boosted"

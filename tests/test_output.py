@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.hooks import HookList, LineProgress, LogProgress, step_lines
-from pipeline.progress import LogHook
+from pipeline.hooks.protocol import HookList, LineProgress, LogProgress, step_lines
+from pipeline.hooks.progress import LogHook
 
 ROWS = 240
 # A bar's lines for every step: by default a bar shorter than 10 s leaves no line, and these
@@ -204,8 +204,8 @@ def test_a_bar_as_lines_says_the_count_and_the_elapsed_time():
 
 
 def test_bar_lines_from_a_worker_are_shown_where_bars_are(caplog):
-    from pipeline.hooks import RunInfo, StageEvent
-    from pipeline.record import StageRecord
+    from pipeline.hooks.protocol import RunInfo, StageEvent
+    from pipeline.runs.record import StageRecord
 
     run = RunInfo("r", Path("."), "p", "cpu", "test", 1)
     event = StageEvent(run, StageRecord(name="xgb", kind="train", status="running"), None, 1)

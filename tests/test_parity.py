@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.errors import ExitCode
-from pipeline.parity import compare_runs, within
-from pipeline.record import read_manifest
+from pipeline.core.errors import ExitCode
+from pipeline.runs.parity import compare_runs, within
+from pipeline.runs.record import read_manifest
 
 FAST = ["device=cpu", "stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=30",
         "stages.mlp.epochs=2"]
@@ -75,7 +75,7 @@ def test_a_sample_is_the_same_rows_each_time_and_refused_on_a_partitioned_read(p
 
 def _gpu_usable() -> bool:
     from pipeline.backends import resolve_backend
-    from pipeline.errors import BackendUnavailable
+    from pipeline.core.errors import BackendUnavailable
 
     try:
         resolve_backend("gpu")

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from pipeline import run_pipeline
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.features.ops import Categorify, FillMissing, Log1p, OneHot, Standardize
 from pipeline.features.fitting import op_phases
-from pipeline.record import RunManifest, read_manifest
+from pipeline.runs.record import RunManifest, read_manifest
 from tests.conftest import TELCO, assert_nested_close
 
 ONE_HOT = ["gender", "Partner", "Dependents", "PhoneService", "PaperlessBilling", "MultipleLines",
@@ -193,7 +193,7 @@ def test_external_memory_training_agrees_with_in_memory_training(in_project):
 
 def test_external_memory_is_refused_for_models_that_cannot_stream(in_project):
     from pipeline.config import load_config
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="external_memory applies to xgboost only"):
         load_config("configs/churn_partitioned.yaml",

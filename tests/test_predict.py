@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.errors import ConfigError, DataError, ExitCode
-from pipeline.predict import predict_batch
-from pipeline.record import read_manifest
-from pipeline.store import sha256_file
+from pipeline.core.errors import ConfigError, DataError, ExitCode
+from pipeline.predict.batch import predict_batch
+from pipeline.runs.record import read_manifest
+from pipeline.runs.store import sha256_file
 from tests.conftest import copy_project, dump_unloadable, working_directory
 
 OVERRIDES = ["device=cpu", "stages.forest.params.n_estimators=10", "stages.xgb.params.n_estimators=10",
@@ -201,11 +201,11 @@ def test_a_truncated_model_file_is_reported_corrupt_and_nothing_is_written(churn
 
 
 def test_a_corrupt_model_is_never_loaded(churn_run, tmp_path, monkeypatch):
-    import pipeline.scoring
+    import pipeline.scoring.model_folder
 
     run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
     (run_copy / "export" / "models" / "mlp" / "model.pt").write_bytes(b"not a state dict")
-    monkeypatch.setattr(pipeline.scoring, "load_model", lambda *a, **k: pytest.fail("loaded a corrupt model"))
+    monkeypatch.setattr(pipeline.scoring.model_folder, "load_model", lambda *a, **k: pytest.fail("loaded a corrupt model"))
     source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
     with pytest.raises(DataError, match="corrupt"):
         predict_batch(run_copy, source, tmp_path / "out.csv", model="mlp", na_values=[" "])
@@ -306,8 +306,8 @@ def test_an_old_pickled_model_is_refused_with_what_to_do(churn_run, tmp_path, mo
 
 
 def test_exported_models_come_from_the_run_record_else_from_old_artifact_lists(tmp_path):
-    from pipeline.predict import exported_models, run_metrics
-    from pipeline.record import RunManifest
+    from pipeline.predict.batch import exported_models, run_metrics
+    from pipeline.runs.record import RunManifest
 
     record = RunManifest(pipeline="churn", run_id="r", status="succeeded",
                          models={"xgb": "ship/models/xgb"},

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.errors import ExitCode, UsageError
-from pipeline.predict import predict_batch
+from pipeline.core.errors import ExitCode, UsageError
+from pipeline.predict.batch import predict_batch
 from tests.conftest import working_directory
 from tests.test_cli import cli
 

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.errors import ExitCode, UsageError
-from pipeline.predict import choose_model, predict_batch
-from pipeline.scoring import load_model, scores_table
-from pipeline.tasks import BINARY, Task
+from pipeline.core.errors import ExitCode, UsageError
+from pipeline.predict.batch import choose_model, predict_batch
+from pipeline.scoring.model_folder import load_model, scores_table
+from pipeline.core.problems import BINARY, Task
 from tests.conftest import small_config
 
 pytestmark = pytest.mark.slow
@@ -99,7 +99,7 @@ def run_predictions(run_dir: Path) -> pd.DataFrame:
 
 
 def test_class_columns_keep_letters_digits_and_underscores_and_stay_apart():
-    from pipeline.prediction_columns import class_columns
+    from pipeline.scoring.columns import class_columns
 
     assert class_columns(CLASSES) == ["30_0", "30_1", "NO", "One_year"]
     assert class_columns(["Month-to-month", "", "?!", 3, 4.5]) == ["Month_to_month", "class_1", "class_2", "3", "4_5"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.metrics.profile import feature_histograms, target_balance
-from pipeline.tasks import Task
+from pipeline.core.problems import Task
 
 
 def test_histograms_share_the_training_bins_and_count_every_row():

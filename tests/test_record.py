@@ -1,4 +1,4 @@
-"""The run record: ``manifest.json`` written and read back through ``pipeline.record``.
+"""The run record: ``manifest.json`` written and read back through ``pipeline.runs.record``.
 
 Every reader (``runs``, ``predict``, tests) goes through ``read_manifest``, so each way a file
 can be broken must come back as one ManifestError that names the file and says why.
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import history
-from pipeline.errors import DataError
-from pipeline.record import DeviceRecord, ManifestError, RunManifest, StageRecord, read_manifest
+from pipeline.runs import history
+from pipeline.core.errors import DataError
+from pipeline.runs.record import DeviceRecord, ManifestError, RunManifest, StageRecord, read_manifest
 
 RUN_ID = "20260101T000000.000Z-abc123"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ExitCode
-from pipeline.record import read_manifest
+from pipeline.core.errors import ExitCode
+from pipeline.runs.record import read_manifest
 from pipeline.report import REPORT, report_enabled
 from pipeline.report.html import duration, number
 

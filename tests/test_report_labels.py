@@ -63,7 +63,7 @@ def test_the_split_records_what_label_0_stands_for_when_the_target_has_two_value
 
     from pipeline.backends import backend_for
     from pipeline.stages.split import other_value
-    from pipeline.tasks import Task
+    from pipeline.core.problems import Task
 
     frame = pd.DataFrame({"Churn": ["No", "Yes", "No", None]})
     backend = backend_for(frame, None)

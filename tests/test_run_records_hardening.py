@@ -20,11 +20,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import history, run_pipeline
-from pipeline.errors import ExitCode, PipelineError, StorageError
-from pipeline.layout import is_run_id
-from pipeline.record import read_manifest
-from pipeline.store import atomic_destination, atomic_folder, atomic_write_parquet, atomic_write_text, host_name
+from pipeline import run_pipeline
+from pipeline.runs import history
+from pipeline.core.errors import ExitCode, PipelineError, StorageError
+from pipeline.runs.layout import is_run_id
+from pipeline.runs.record import read_manifest
+from pipeline.runs.store import atomic_destination, atomic_folder, atomic_write_parquet, atomic_write_text, host_name
 from tests.conftest import working_directory
 
 STAGES = '''\
@@ -242,10 +243,10 @@ def _fail(monkeypatch, target: str, error: BaseException) -> None:
 @pytest.mark.parametrize("where, error, status, said", [
     ("pipeline.cache.StageCache.lookup", TypeError("'NoneType' object is not subscriptable"), "failed",
      "internal error: TypeError"),
-    ("pipeline.runner.Runner._executor", PipelineError("the cluster would not start"), "failed",
+    ("pipeline.engine.runner.Runner._executor", PipelineError("the cluster would not start"), "failed",
      "the cluster would not start"),
-    ("pipeline.hooks.HookList.run_started", KeyboardInterrupt(), "interrupted", "interrupted"),
-    ("pipeline.runner.Runner._executor", OSError(errno.EROFS, os.strerror(errno.EROFS)), "failed",
+    ("pipeline.hooks.protocol.HookList.run_started", KeyboardInterrupt(), "interrupted", "interrupted"),
+    ("pipeline.engine.runner.Runner._executor", OSError(errno.EROFS, os.strerror(errno.EROFS)), "failed",
      "Read-only file system"),
 ])
 def test_a_failure_before_any_stage_runs_is_recorded(tmp_path, monkeypatch, where, error, status, said):
@@ -263,7 +264,7 @@ def test_a_failure_before_any_stage_runs_is_recorded(tmp_path, monkeypatch, wher
 
 def test_sys_exit_inside_a_stage_is_a_stage_failure(tmp_path):
     """sys.exit() in user code ends the stage (exit 4), never the process with the code it chose."""
-    from pipeline.errors import StageError
+    from pipeline.core.errors import StageError
 
     config = project(tmp_path, "  leave: {kind: python, function: 'steps:leave', params: {code: 1}}\n")
     with pytest.raises(StageError, match=r"leave.*sys.exit\(1\)"):
@@ -373,7 +374,7 @@ def test_show_and_diff_of_a_broken_manifest_are_data_errors(bad_runs):
     assert shown.returncode == ExitCode.DATA and "metrics.best" in shown.stderr and one_paragraph(shown.stderr)
     from click.testing import CliRunner
 
-    from pipeline.cli import main
+    from pipeline.cli.app import main
 
     runner = CliRunner()
     with working_directory(root):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from pipeline import ConfigError, DataError, StageError, load_config, run_pipeline
-from pipeline.record import read_manifest
+from pipeline.runs.record import read_manifest
 
 FAST = ["stages.forest.params.n_estimators=20", "stages.xgb.params.n_estimators=20", "stages.mlp.epochs=3",
         "device=cpu"]

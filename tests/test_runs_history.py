@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import history
-from pipeline.errors import DataError, ExitCode, StorageError
-from pipeline.layout import DELETING_PREFIX, is_run_id
-from pipeline.record import RunManifest, read_manifest
-from pipeline.store import host_name, utc_now
+from pipeline.runs import history
+from pipeline.core.errors import DataError, ExitCode, StorageError
+from pipeline.runs.layout import DELETING_PREFIX, is_run_id
+from pipeline.runs.record import RunManifest, read_manifest
+from pipeline.runs.store import host_name, utc_now
 from tests.conftest import copy_project, working_directory
 
 SMALL = ["device=cpu", "stages.forest.params.n_estimators=10", "stages.xgb.params.n_estimators=10",

@@ -23,15 +23,15 @@ import pandas as pd
 import pytest
 
 from pipeline.backends import get_backend
-from pipeline.errors import ConfigError, DataError, ExitCode
+from pipeline.core.errors import ConfigError, DataError, ExitCode
 from pipeline.models import MODELS, SKOPS, SkopsFormat, get_model_spec
-from pipeline.predict import predict_batch
-from pipeline.record import read_manifest
-from pipeline.scoring import load_model
-from pipeline.signing import KEY_ENV, KEY_FILE_ENV, signature_path, signing_key
+from pipeline.predict.batch import predict_batch
+from pipeline.runs.record import read_manifest
+from pipeline.scoring.model_folder import load_model
+from pipeline.runs.signing import KEY_ENV, KEY_FILE_ENV, signature_path, signing_key
 from pipeline.stages import build_features, load_table, save_model, split_frame, train_model
 from pipeline.stages.torch_mlp import train_torch
-from pipeline.store import sha256_file
+from pipeline.runs.store import sha256_file
 from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops, working_directory
 
 KEY = "k" * 40
@@ -484,7 +484,7 @@ def test_a_run_with_an_unusable_key_fails_before_it_starts(tmp_path, monkeypatch
 
 def test_any_file_signs_and_verifies_the_same_way(tmp_path):
     """Signing is about files, not runs: a cache record, say, signs the same way."""
-    from pipeline.signing import sign_file, verify_file
+    from pipeline.runs.signing import sign_file, verify_file
 
     record = tmp_path / "record.json"
     record.write_text("{}")

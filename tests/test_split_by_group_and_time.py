@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import run_pipeline
-from pipeline.errors import DataError
-from pipeline.record import read_manifest
+from pipeline.core.errors import DataError
+from pipeline.runs.record import read_manifest
 from pipeline.stages import split_frame
-from pipeline.stages.split_positions import ordered_positions
+from pipeline.featuresets.split_positions import ordered_positions
 from tests.conftest import TELCO
 
 
@@ -114,7 +114,7 @@ def test_partitioned_data_splits_by_group_wherever_a_groups_rows_sit():
 
 
 def test_a_groups_draw_depends_only_on_its_value_and_the_seed():
-    from pipeline.stages.split_positions import group_draws
+    from pipeline.featuresets.split_positions import group_draws
 
     one = group_draws(pd.Series(["a", "b", "a", "c"]), 3, "g")
     alone = group_draws(pd.Series(["c"]), 3, "g")

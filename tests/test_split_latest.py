@@ -9,10 +9,10 @@ import pytest
 
 from pipeline import run_pipeline
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DataError
-from pipeline.record import read_manifest
+from pipeline.core.errors import ConfigError, DataError
+from pipeline.runs.record import read_manifest
 from pipeline.stages import split_frame
-from pipeline.stages.split_positions import ordered_positions
+from pipeline.featuresets.split_positions import ordered_positions
 
 CUTOFFS = pd.to_datetime(["1997-03-31", "1997-06-30", "1997-09-30", "1997-12-31"])
 

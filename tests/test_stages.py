@@ -10,7 +10,7 @@ import pytest
 import xgboost
 from sklearn import metrics as skm
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FillMissing, OneHot, Standardize
 from pipeline.stages import (
     binary_metrics, build_features, evaluate_models, load_table, predictions_frame, save_model,

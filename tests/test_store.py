@@ -5,8 +5,8 @@ import os
 import pandas as pd
 import pytest
 
-from pipeline.record import RunManifest
-from pipeline.store import RunStore, atomic_destination, atomic_write_parquet, atomic_write_text, sha256_file
+from pipeline.runs.record import RunManifest
+from pipeline.runs.store import RunStore, atomic_destination, atomic_write_parquet, atomic_write_text, sha256_file
 
 
 def test_failed_write_leaves_the_old_file_and_no_temp(tmp_path):
@@ -49,7 +49,7 @@ def test_json_artifacts_are_strict_json(tmp_path):
     with a strict reader."""
     import json as json_module
 
-    from pipeline.store import atomic_write_json
+    from pipeline.runs.store import atomic_write_json
 
     path = tmp_path / "metrics.json"
     atomic_write_json(path, {"roc_auc": float("nan"), "nested": [1.0, float("inf"), {"x": -float("inf")}], "n": 3})
@@ -62,7 +62,7 @@ def test_json_artifacts_are_strict_json(tmp_path):
 
 
 def test_export_refuses_a_model_with_non_finite_coefficients():
-    from pipeline.errors import DataError
+    from pipeline.core.errors import DataError
     from pipeline.stages.export import _refuse_non_finite
 
     _refuse_non_finite({"coef": [0.5, 1.0], "intercept": [0.0]}, "logreg")

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.store import atomic_write_json, json_text
+from pipeline.runs.store import atomic_write_json, json_text
 
 ROWS = 240
 

@@ -1,5 +1,5 @@
 """Every task on every registry model that serves it: the estimator of the task, scores in the
-task's shape (``pipeline.tasks``), model files that round-trip per task, and training on
+task's shape (``pipeline.core.problems``), model files that round-trip per task, and training on
 partitioned data (xgboost.dask and external memory) per task on a real 2-worker cluster.
 
 The ``backend`` fixture runs each case on the CPU and, where a GPU and RAPIDS are present, on
@@ -16,12 +16,12 @@ import pytest
 from sklearn.metrics import accuracy_score, r2_score, roc_auc_score
 
 from pipeline.backends import get_backend, scores_for_task
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features.ops import Standardize
 from pipeline.models import LINEAR_COEFFICIENTS, SKOPS, XGBOOST_JSON, get_model_spec
 from pipeline.models.registry import models_for
 from pipeline.stages import build_features, split_frame, train_model
-from pipeline.tasks import BINARY, REGRESSION, Task
+from pipeline.core.problems import BINARY, REGRESSION, Task
 from tests.conftest import script_module
 
 TARGETS = {"binary": "churned", "multiclass": "plan", "regression": "spend"}

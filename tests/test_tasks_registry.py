@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.models import MODELS, EstimatorClasses, ModelSpec, get_model_spec, models_for, register_model
 from pipeline.stages import build_features, split_frame, train_model
-from pipeline.tasks import REGRESSION, Task
+from pipeline.core.problems import REGRESSION, Task
 
 REGRESSORS = {"random_forest", "ridge", "xgboost"}
 

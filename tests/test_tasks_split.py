@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from pipeline.backends import get_backend
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.stages import STAGE_KINDS, build_features, split_frame
-from pipeline.stages.base import StageContext
-from pipeline.tasks import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
+from pipeline.stages.spec import StageContext
+from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 
 CPU = get_backend("cpu")
 READMITTED = ["NO", ">30", "<30"]

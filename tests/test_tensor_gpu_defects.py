@@ -18,10 +18,10 @@ import torch
 from pipeline.backends.device_memory import (
     CupyPoolCount, DevicePeak, ProcessDeviceMemory, RmmCount, TorchCount, process_device_bytes,
 )
-from pipeline.memory import MemorySampler
+from pipeline.usage.memory import MemorySampler
 from pipeline.tensors import batches as batches_module
 from pipeline.tensors.batches import InFlightBatches, TensorBatches
-from pipeline.tensors.training import autocast_dtype, mixed_precision
+from pipeline.tensors.fit_loop import autocast_dtype, mixed_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda")
@@ -234,7 +234,7 @@ def test_the_sampler_records_the_meters_peak_and_what_it_counts():
 def _load_task(tmp_path):
     """The churn config's ``load`` stage, reading the shipped CSV by its absolute path."""
     from pipeline.config import load_config
-    from pipeline.execution import StageTask
+    from pipeline.engine.executors import StageTask
 
     spec = load_config(ROOT / "configs" / "churn.yaml").stages["raw"]
     spec = spec.model_copy(update={"path": str(ROOT / "data" / "telco_customer_churn.csv")})
@@ -242,7 +242,7 @@ def _load_task(tmp_path):
 
 
 def test_a_cpu_stage_records_no_device_peak(tmp_path):
-    from pipeline.execution import execute_stage
+    from pipeline.engine.executors import execute_stage
 
     outcome = execute_stage(_load_task(tmp_path), {})
     assert outcome.status == "succeeded", outcome.error
@@ -250,7 +250,7 @@ def test_a_cpu_stage_records_no_device_peak(tmp_path):
 
 
 def test_the_stage_outcome_carries_the_meters_source(tmp_path, monkeypatch):
-    from pipeline import execution
+    from pipeline.engine import executors as execution
 
     monkeypatch.setattr(execution, "ProcessDeviceMemory", lambda: ProcessDeviceMemory([FakeCount("torch", [64])]))
     outcome = execution.execute_stage(_load_task(tmp_path), {})

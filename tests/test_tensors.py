@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from pipeline.backends import get_backend
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.tensors import matrix_handoff, to_torch
 from pipeline.tensors.batches import TensorBatches
 from pipeline.tensors.classifier import MLPClassifier
 from pipeline.tensors.mlp import MLPArchitecture, default_embedding_dim
-from pipeline.tensors.training import FitOptions, Split, autocast_dtype, epoch_line, fit, predict_logits
+from pipeline.tensors.fit_loop import FitOptions, Split, autocast_dtype, epoch_line, fit, predict_logits
 
 
 def _matrix(backend, rows=1000, cols=8, dtype="float32"):

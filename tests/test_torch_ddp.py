@@ -27,13 +27,13 @@ from pipeline.distributed.local_ranks import run_local_ranks
 from pipeline.distributed.torch_ddp import (
     ArraySplit, RankJob, RankShard, check_placement, plan_shards, rank_options, train_rank,
 )
-from pipeline.errors import ConfigError, DataError, StageError, UsageError
+from pipeline.core.errors import ConfigError, DataError, StageError, UsageError
 from pipeline.stages import build_features, evaluate_models, load_table, split_frame
 from pipeline.stages.torch_mlp import train_torch
 from pipeline.tensors import TensorBatches
 from pipeline.tensors.mlp import MLPArchitecture
 from pipeline.tensors.objectives import Objective
-from pipeline.tensors.training import FitOptions
+from pipeline.tensors.fit_loop import FitOptions
 from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops
 
 MLP = dict(hidden=[64, 32], epochs=20, batch_size=256, dropout=0.0)
@@ -99,7 +99,7 @@ def test_parquet_files_are_dealt_round_robin_and_bound_the_rank_count(tmp_path, 
     from types import SimpleNamespace
 
     from pipeline.backends import get_backend
-    from pipeline.tasks import BINARY
+    from pipeline.core.problems import BINARY
 
     folders = {}
     for split, sizes in (("train", [50, 10, 0, 30]), ("valid", [5])):

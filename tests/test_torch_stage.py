@@ -10,9 +10,9 @@ import pytest
 
 from pipeline import run_pipeline
 from pipeline.config import load_config
-from pipeline.errors import BackendUnavailable, ConfigError, DataError
-from pipeline.record import read_manifest
-from pipeline.scoring import load_model
+from pipeline.core.errors import BackendUnavailable, ConfigError, DataError
+from pipeline.runs.record import read_manifest
+from pipeline.scoring.model_folder import load_model
 from pipeline.stages import build_features, evaluate_models, load_table, predictions_frame, save_model, split_frame
 from pipeline.stages.torch_mlp import train_torch
 from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops

@@ -11,18 +11,18 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureWorkflow
 from pipeline.featuresets import InMemoryFeatures
 from pipeline.models.formats import TORCH_STATE_DICT, ClassifierPredictor
-from pipeline.stages.base import StageContext
+from pipeline.stages.spec import StageContext
 from pipeline.stages.torch_mlp import TorchSpec, run_torch, train_torch
-from pipeline.tasks import BINARY, REGRESSION, Task
+from pipeline.core.problems import BINARY, REGRESSION, Task
 from pipeline.tensors.classifier import MLPClassifier
-from pipeline.tensors.history import history_csv
+from pipeline.tensors.learning_curve import history_csv
 from pipeline.tensors.mlp import MLPArchitecture
 from pipeline.tensors.objectives import Objective
-from pipeline.tensors.training import FitOptions, Split, epoch_line, fit
+from pipeline.tensors.fit_loop import FitOptions, Split, epoch_line, fit
 
 MULTICLASS = Task("multiclass", classes=("NO", ">30", "<30"))
 SIZES = {"train": 800, "valid": 200, "test": 200}

@@ -71,8 +71,8 @@ def test_a_tracking_server_that_is_down_never_fails_the_run(project):
 
 
 def test_tuning_trials_are_logged_with_the_trial_number_as_step(tmp_path):
-    from pipeline.hooks import RunEvent, RunInfo, StageEvent
-    from pipeline.record import RunManifest, StageRecord
+    from pipeline.hooks.protocol import RunEvent, RunInfo, StageEvent
+    from pipeline.runs.record import RunManifest, StageRecord
     from pipeline.tracking import MlflowHook
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -15,13 +15,13 @@ from pipeline.backends import get_backend
 from pipeline.backends.cluster import cluster_workers
 from pipeline.cache import stage_key
 from pipeline.config import dump_config, load_config
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from pipeline.features import Standardize
 from pipeline.metrics import task_metrics
 from pipeline.stages import StageContext, build_features, split_frame, train_model
 from pipeline.stages.torch_mlp import TorchSpec, run_torch
 from pipeline.stages.train import TrainSpec, run_train
-from pipeline.stages.tuning import RegistryTrainer, TuneSpec, parse_duration, tune_model
+from pipeline.stages.training.tuning import RegistryTrainer, TuneSpec, parse_duration, tune_model
 
 # Small and quick: every test here trains a few dozen models on one or two cores.
 XGB = {"n_estimators": 30, "n_jobs": 1}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.backends.gpu_usage import GpuUsageMeter, Reading, visible_indices
-from pipeline.costs import Rates, idle_gpus, rates_from, run_totals, stage_cost
-from pipeline.errors import ExitCode
-from pipeline.memory import MemorySampler
+from pipeline.usage.costs import Rates, idle_gpus, rates_from, run_totals, stage_cost
+from pipeline.core.errors import ExitCode
+from pipeline.usage.memory import MemorySampler
 
 
 class Replay:
@@ -154,7 +154,7 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
         assert stage["cost"]["memory"] == pytest.approx(
             stage["peak_rss_bytes"] / 1e9 * stage["seconds"] / 3600 * 0.5, abs=1e-6)
     assert manifest["cost"]["total"] == pytest.approx(sum(s["cost"]["total"] for s in stages), abs=1e-5)
-    from pipeline.costs import format_cost
+    from pipeline.usage.costs import format_cost
     from pipeline.report.html import duration
     from tests.test_report import Page
 
@@ -189,7 +189,7 @@ def test_runs_list_shows_each_runs_cost_and_totals_a_period(project):
 
 
 def test_worker_usage_is_the_difference_between_two_snapshots():
-    from pipeline.memory import worker_usage
+    from pipeline.usage.memory import worker_usage
 
     before = {"tcp://127.0.0.1:1": {"cpu_seconds": 10.0, "time": 100.0,
                                     "gpus": [{"index": 0, "name": "A100", "energy_mj": 1_000_000}]},

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from pipeline.backends.base import (
+from pipeline.backends.contract import (
     FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, estimator_output, has_cluster, instance_of,
     is_partitioned, scores_for_task,
 )
 from pipeline.backends.detect import DeviceChoice, choose_device
-from pipeline.errors import BackendUnavailable
+from pipeline.core.errors import BackendUnavailable
 
 __all__ = [
     "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import ClusterUnavailable, UsageError
+from pipeline.core.errors import ClusterUnavailable, UsageError
 
 GPU_RESOURCE = "GPU"
 log = logging.getLogger("pipeline")

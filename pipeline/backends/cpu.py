@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import Backend, compute_lazy, is_partitioned, row_major_matrix
+from pipeline.backends.contract import Backend, compute_lazy, is_partitioned, row_major_matrix
 
 
 class CpuBackend(Backend):

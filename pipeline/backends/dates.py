@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 
 if TYPE_CHECKING:
-    from pipeline.backends.base import Backend
+    from pipeline.backends.contract import Backend
 
 # Text parsed into dates comes out in this unit (pandas 3's and cuDF's own for text); a
 # column that already holds datetimes keeps its unit.

@@ -300,7 +300,7 @@ def choose_device(requested: str, *, nvml: NvmlReport | None = None) -> DeviceCh
 
     ``gpu`` without a usable GPU raises BackendUnavailable: never a silent CPU run.
     """
-    from pipeline.errors import BackendUnavailable
+    from pipeline.core.errors import BackendUnavailable
 
     if requested == "cpu":
         return DeviceChoice("cpu", "device: cpu was requested")

@@ -20,8 +20,8 @@ import cupy as cp
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import Backend, compute_lazy, is_partitioned, row_major_matrix
-from pipeline.errors import DataError
+from pipeline.backends.contract import Backend, compute_lazy, is_partitioned, row_major_matrix
+from pipeline.core.errors import DataError
 
 
 # Formats whose every directive writes a zero-padded number: a date parsed with one writes back

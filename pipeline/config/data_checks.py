@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from pipeline.backends.headers import ColumnSet, HeaderReader, closest_column
 from pipeline.config.schema import PipelineConfig
-from pipeline.dag import topological_order
-from pipeline.errors import ConfigIssue, DataError
-from pipeline.stages.base import ColumnRef, KeyPath, Preview
+from pipeline.core.dag import topological_order
+from pipeline.core.errors import ConfigIssue, DataError
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview
 
 # Where an issue is: (key path) -> ConfigIssue with its line, or "--set" when an override set it.
 IssueAt = Callable[[KeyPath, str], ConfigIssue]

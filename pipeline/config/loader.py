@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from pipeline.config.data_checks import data_issues
 from pipeline.config.schema import PipelineConfig, config_model, is_module_name
-from pipeline.config.yaml_source import (
+from pipeline.core.yaml_source import (
     MAX_DEPTH,
     KeyPath,
     YamlDocument,
@@ -28,12 +28,12 @@ from pipeline.config.yaml_source import (
     parse_yaml,
     read_document,
 )
-from pipeline.dag import graph_problems, topological_order
-from pipeline.errors import ConfigError, ConfigIssue
+from pipeline.core.dag import graph_problems, topological_order
+from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.features import OPS
-from pipeline.plugins import load_plugins
+from pipeline.config.plugins import load_plugins
 from pipeline.stages import STAGE_KINDS
-from pipeline.stages.base import input_list, kinds_producing
+from pipeline.stages.spec import input_list, kinds_producing
 
 
 def _tags() -> set[str]:

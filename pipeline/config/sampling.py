@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.base import check_source, infer_format, one_line, parquet_files, read_errors, read_header
-from pipeline.errors import DataError
+from pipeline.backends.contract import check_source, infer_format, one_line, parquet_files, read_errors, read_header
+from pipeline.core.errors import DataError
 
 SAMPLE_ROWS = 20_000
 SAMPLE_BYTES = 16 * 1024 * 1024

@@ -30,11 +30,11 @@ import pandas as pd
 from pipeline.config.loader import load_config
 from pipeline.config.sampling import Sample, format_of, read_sample
 from pipeline.config.schema import NAME_MAX_LENGTH
-from pipeline.errors import ConfigError, DataError, PipelineError, UsageError
+from pipeline.core.errors import ConfigError, DataError, PipelineError, UsageError
 from pipeline.features import OPS, FeatureWorkflow
 from pipeline.models.registry import get_model_spec, models_for
 from pipeline.stages.split import ZERO_ONE, SplitSpec
-from pipeline.tasks import MAX_INFERRED_CLASSES, TASK_KINDS
+from pipeline.core.problems import MAX_INFERRED_CLASSES, TASK_KINDS
 
 # ---------------------------------------------------------------- the rules' thresholds
 LOW_CARDINALITY = 20           # text columns with at most this many values: one 0/1 column each

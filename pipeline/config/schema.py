@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
-from pipeline.costs import Budget
-from pipeline.sizes import DEFAULT_CACHE_SIZE, parse_size
+from pipeline.usage.costs import Budget
+from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
 from pipeline.stages import STAGE_KINDS
 
 # Names become path components: <runs_dir>/<name>/ and <run>/<stage>/. A plain folder name
@@ -177,7 +177,7 @@ Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class CostConfig(BaseModel):
-    """Rates a run's usage is priced at (``pipeline.costs``); environment variables override them."""
+    """Rates a run's usage is priced at (``pipeline.usage.costs``); environment variables override them."""
 
     model_config = ConfigDict(extra="forbid")
 

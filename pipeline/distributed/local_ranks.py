@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pipeline.backends.cluster import refuse_unguarded_main_script
-from pipeline.errors import StageError
+from pipeline.core.errors import StageError
 
 # How often the parent looks at its ranks' processes and messages.
 POLL_SECONDS = 0.2

@@ -1,5 +1,5 @@
 """Prediction tables of partitioned features, written partition by partition on the cluster
-(their columns per task: ``pipeline.prediction_columns``).
+(their columns per task: ``pipeline.scoring.columns``).
 
 Gathering a split into one table is what the in-memory export does; at 5M test rows it put a
 worker past its limit. Here each partition of the featurized split's Parquet files is scored
@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends import Backend, compute_lazy
-from pipeline.distributed.training import PartitionedData
-from pipeline.errors import DataError
-from pipeline.prediction_columns import empty_scores, task_columns, true_values
-from pipeline.tasks import BINARY, Task
+from pipeline.distributed.dask_estimators import PartitionedData
+from pipeline.core.errors import DataError
+from pipeline.scoring.columns import empty_scores, task_columns, true_values
+from pipeline.core.problems import BINARY, Task
 
 
 @dataclass
@@ -93,7 +93,7 @@ def write_predictions(features: PartitionedData, models: Sequence[Any], split: s
     """
     import dask.dataframe as dd
 
-    from pipeline.store import atomic_folder
+    from pipeline.runs.store import atomic_folder
 
     scorers = {m.name: partition_scorer(m.estimator, features.feature_names, features.backend) for m in models}
     if not features.parquet_dirs or any(s is None for s in scorers.values()):

@@ -38,11 +38,11 @@ import torch
 
 from pipeline.backends import Backend
 from pipeline.distributed.local_ranks import run_local_ranks
-from pipeline.errors import DataError, UsageError
+from pipeline.core.errors import DataError, UsageError
 from pipeline.tensors.handoff import Handoff
 from pipeline.tensors.mlp import MLPArchitecture
 from pipeline.tensors.objectives import Objective
-from pipeline.tensors.training import FitOptions, Split
+from pipeline.tensors.fit_loop import FitOptions, Split
 
 log = logging.getLogger("pipeline")
 WHAT = "DDP training"
@@ -323,7 +323,7 @@ def train_rank(rank: int, job: RankJob, shard: RankShard, device: str, *, progre
     import torch.distributed as dist
 
     from pipeline.tensors.ranks import GroupRanks
-    from pipeline.tensors.training import fit
+    from pipeline.tensors.fit_loop import fit
 
     where = torch.device(device)
     if where.type == "cuda":

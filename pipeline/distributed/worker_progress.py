@@ -3,7 +3,7 @@
 Lines (an epoch or boosting-round summary) and per-step metrics are published on one Dask
 event topic; the run's client subscribes and hands them to the run hooks like those of a
 stage running in its own process. There is no bar remotely: a bar travels as its lines
-(``pipeline.hooks.step_lines``: now and then with the elapsed time, and when it ends), marked
+(``pipeline.hooks.protocol.step_lines``: now and then with the elapsed time, and when it ends), marked
 ``step_line`` so that the client shows them where it shows bars (not in JSON logs).
 """
 
@@ -13,9 +13,9 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipeline.hooks import step_lines
+from pipeline.hooks.protocol import step_lines
 
-PROGRESS_TOPIC = "pipeline.progress"
+PROGRESS_TOPIC = "pipeline.hooks.progress"
 
 
 class WorkerProgress:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.backends.cluster import GPU_RESOURCE, cluster_workers
-from pipeline.errors import DataError, StageError
+from pipeline.core.errors import DataError, StageError
 
 # Rank tasks are polled at this interval for failures and lost workers.
 POLL_SECONDS = 1.0

@@ -32,9 +32,9 @@ from pipeline.backends.cluster import cluster_workers
 from pipeline.distributed.partition_files import parquet_files
 from pipeline.distributed.worker_progress import WorkerProgress
 from pipeline.distributed.worker_ranks import rendezvous_host, submit_pinned, wait_for_ranks
-from pipeline.errors import DataError
-from pipeline.memory import release_freed_memory
-from pipeline.tasks import BINARY, Task
+from pipeline.core.errors import DataError
+from pipeline.usage.memory import release_freed_memory
+from pipeline.core.problems import BINARY, Task
 
 # How long a collective operation may wait for a peer before it fails (a lost worker).
 _COLLECTIVE_TIMEOUT_SECONDS = 600

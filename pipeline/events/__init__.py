@@ -6,9 +6,9 @@ in the horizon after each cut-off. Features never see an event at or after the c
 labels never see one before it, by construction. Both take pandas, cuDF or Dask frames.
 """
 
-from pipeline.events.aggregate import AggregationPlan, aggregate_events, plan_aggregation
+from pipeline.events.windows import AggregationPlan, aggregate_events, plan_aggregation
 from pipeline.events.durations import check_windows, normalize_duration, parse_cutoff, parse_cutoffs, parse_duration
-from pipeline.events.label import LabelPlan, label_events, plan_label
+from pipeline.events.horizon_labels import LabelPlan, label_events, plan_label
 from pipeline.events.specs import (
     COLUMN_AGGREGATES, EVENT_AGGREGATES, TARGET_COLUMN_AGGREGATES, TARGET_EVENT_KINDS, EventFeature, EventTarget,
     check_feature_value, check_output_names, parse_features, parse_target,

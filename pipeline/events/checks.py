@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 
 
 def check_has_columns(frame: Any, columns: Iterable[str], *, table: str, role: str) -> None:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.backends import Backend
 from pipeline.backends.dates import to_dates
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 
 DatePart = Literal["year", "month", "day", "dayofweek", "dayofyear", "week", "quarter", "hour"]
 DEFAULT_PARTS: list[DatePart] = ["year", "month", "day", "dayofweek"]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 
 from pipeline.backends import Backend, is_partitioned
 from pipeline.backends.headers import ColumnSet
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features.date_ops import DateDiffRules, DatePartsRules
 
 # A category or fill value as JSON holds it (the exact type is kept: 1, 1.0, "1", True).

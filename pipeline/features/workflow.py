@@ -26,7 +26,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
 
@@ -184,7 +184,7 @@ class FeatureWorkflow:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write workflow.json: strict JSON (no NaN or Infinity, which other readers refuse and
         which would turn every transformed value into them), or nothing and a DataError."""
-        from pipeline.store import atomic_write_text
+        from pipeline.runs.store import atomic_write_text
 
         data = self.to_dict()
         for position, (op, entry) in enumerate(zip(self.ops, data["ops"])):

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp
-from pipeline.featuresets.base import FeatureSet, Scorer, ScoredModel
+from pipeline.featuresets.feature_set import FeatureSet, Scorer, ScoredModel
 from pipeline.featuresets.folds import FOLDS_NEED_MEMORY, FoldSource
 from pipeline.featuresets.in_memory import InMemoryFeatures, build_in_memory
 from pipeline.featuresets.partitioned import PartitionedFeatures, build_partitioned

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp
-from pipeline.featuresets.base import TRAIN
+from pipeline.featuresets.feature_set import TRAIN
 from pipeline.featuresets.in_memory import InMemoryFeatures, build_in_memory
 
 # The split of a fold's features that holds its scored rows, and its name for a trainer that

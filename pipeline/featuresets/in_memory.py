@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.backends import Backend
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer
-from pipeline.tasks import BINARY, Task
+from pipeline.featuresets.feature_set import TRAIN, FeatureSet, Scorer
+from pipeline.core.problems import BINARY, Task
 from pipeline.tensors.handoff import Handoff, matrix_handoff
 
 

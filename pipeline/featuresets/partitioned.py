@@ -22,12 +22,12 @@ import numpy as np
 
 from pipeline.backends import Backend, compute_lazy
 from pipeline.distributed.predictions import write_predictions as write_partition_predictions
-from pipeline.distributed.training import DistributedScorer, fit_distributed, use_external_memory
-from pipeline.errors import DataError
+from pipeline.distributed.dask_estimators import DistributedScorer, fit_distributed, use_external_memory
+from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
-from pipeline.featuresets.base import TRAIN, FeatureSet, Scorer, ScoredModel
+from pipeline.featuresets.feature_set import TRAIN, FeatureSet, Scorer, ScoredModel
 from pipeline.featuresets.in_memory import InMemoryFeatures
-from pipeline.tasks import BINARY, Task
+from pipeline.core.problems import BINARY, Task
 
 
 # The fewest partitions a host sample reads (spread over the split), when it needs fewer.

@@ -1,7 +1,7 @@
 """Metrics per task, with scikit-learn's definitions and a few vectors of memory.
 
 One entry point, ``task_metrics(task, y_true, scores)``, reads the scores in the task's shape
-(``pipeline.tasks``: binary a P(positive) vector, multiclass an ``n x K`` matrix, regression
+(``pipeline.core.problems``: binary a P(positive) vector, multiclass an ``n x K`` matrix, regression
 the predicted values) and returns that task's metrics, named by ``metric_names(kind)``.
 Which way each metric is better is data (``HIGHER_IS_BETTER``), so ``evaluate``, tuning and
 ``predict``'s choice of the best model never guess it from a name. Each task's default (what
@@ -23,7 +23,7 @@ from pipeline.metrics import multiclass, regression
 from pipeline.metrics.binary import binary_confusion, binary_metrics
 from pipeline.metrics.multiclass import confusion_counts, multiclass_metrics, per_class_metrics
 from pipeline.metrics.regression import regression_metrics
-from pipeline.tasks import Task
+from pipeline.core.problems import Task
 
 __all__ = [
     "ALL_METRICS", "HIGHER_IS_BETTER", "METRIC_NAMES", "binary_metrics", "class_table", "confusion_matrix",

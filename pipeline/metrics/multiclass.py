@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.metrics.binary import _CLIP, _curve_areas
 
 NAMES = ("log_loss", "roc_auc_ovr_macro", "accuracy", "f1_macro", "f1_weighted")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.tasks import Task
+from pipeline.core.problems import Task
 
 # Rows per split a profile reads: enough for stable shares at 20 bins, little to copy.
 PROFILE_ROWS = 100_000

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.errors import DataError
-from pipeline.tasks import BINARY, Task
+from pipeline.core.errors import DataError
+from pipeline.core.problems import BINARY, Task
 
 if TYPE_CHECKING:
     from pipeline.backends import Backend
@@ -62,7 +62,7 @@ class ModelFormat:
     name: str = "format"
 
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
-        """Write ``estimator`` into ``folder`` atomically (``pipeline.store`` helpers).
+        """Write ``estimator`` into ``folder`` atomically (``pipeline.runs.store`` helpers).
 
         Returns the files written and the keys to add to ``model.json`` (at least ``file``,
         the main model file, which older readers look for).
@@ -258,7 +258,7 @@ class SkopsFormat(ModelFormat):
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
         import skops.io as sio
 
-        from pipeline.store import atomic_destination
+        from pipeline.runs.store import atomic_destination
 
         portable = backend.to_portable_estimator(estimator)
         path = folder / self.filename
@@ -343,7 +343,7 @@ class XGBoostJsonFormat(ModelFormat):
         self.filename = filename
 
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
-        from pipeline.store import atomic_write_bytes
+        from pipeline.runs.store import atomic_write_bytes
 
         path = folder / self.filename
         atomic_write_bytes(path, bytes(estimator.get_booster().save_raw(raw_format="json")))
@@ -438,7 +438,7 @@ class LinearCoefficientsFormat(ModelFormat):
         self.filename = filename
 
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
-        from pipeline.store import atomic_write_json
+        from pipeline.runs.store import atomic_write_json
 
         native = np.asarray(backend.to_host(estimator.coef_))
         dtype = "float32" if native.dtype == np.float32 else "float64"     # scores are computed in it

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.models.ensemble import EnsembleFormat
+from pipeline.models.blending import EnsembleFormat
 from pipeline.models.explainers import Explainer, xgboost_importance
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 from pipeline.models.steps import StepsOf, xgboost_rounds
@@ -83,7 +83,7 @@ class ModelSpec:
     param_rules: ParamRules | None = None
     # Rewrites translated kwargs whose meaning lies in values, not names; run by ``translate``.
     adapt_params: ParamAdapter | None = None
-    # The tasks it serves (``pipeline.tasks``): a ``train`` stage fed another task is refused
+    # The tasks it serves (``pipeline.core.problems``): a ``train`` stage fed another task is refused
     # at validation when the split declares the task, else when training starts.
     tasks: tuple[str, ...] = CLASSIFICATION_TASKS
     # Regression estimators where they differ from the fields above (a classifier's regressor

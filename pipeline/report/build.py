@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError, ConfigIssue
+from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.report.sources import read_sources
 
 REPORT = "report.html"
@@ -57,8 +57,8 @@ def build_comparison(run_a: Any, run_b: Any, output: str | Path) -> Path:
 
 def _write(path: Path, render: Callable[[datetime, str], str]) -> Path:
     """``render(generated, version)`` written to ``path`` atomically."""
-    from pipeline import __version__
-    from pipeline.store import atomic_write_text
+    from pipeline.version import __version__
+    from pipeline.runs.store import atomic_write_text
 
     atomic_write_text(path, render(datetime.now(timezone.utc), __version__))
     return path

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline.history import Run, diff_runs
+from pipeline.runs.history import Run, diff_runs
 from pipeline.report import figures
 from pipeline.report.html import cell, document, duration, e, figure_row, number, plain, switches, table, text
 from pipeline.report.sources import RunSources, read_sources

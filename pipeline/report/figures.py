@@ -326,7 +326,7 @@ def _short(label: Any, limit: int = 36) -> str:
 # -------------------------------------------------------------------------- training
 def learning_curve(history: Sequence[Mapping[str, float]], title: str, best_epoch: int = 0) -> str:
     """The torch stage's learning curve, drawn as the run folder's PNG is (``tensors.history``)."""
-    from pipeline.tensors.history import learning_curve_figure
+    from pipeline.tensors.learning_curve import learning_curve_figure
 
     return to_svg(learning_curve_figure(list(history), title=title, best_epoch=best_epoch))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.hooks import RunEvent, RunHook
+from pipeline.hooks.protocol import RunEvent, RunHook
 from pipeline.report.build import build_report
 
 log = logging.getLogger("pipeline")

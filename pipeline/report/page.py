@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline.costs import describe as describe_usage
-from pipeline.costs import format_cost
+from pipeline.usage.costs import describe as describe_usage
+from pipeline.usage.costs import format_cost
 from pipeline.metrics import HIGHER_IS_BETTER
 from pipeline.report import figures
 from pipeline.report.html import (cell, document, duration, e, figure_row, grouped_table, key_values, number, plain,

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.layout import CONFIG, MANIFEST
-from pipeline.record import RunManifest, read_manifest
+from pipeline.runs.layout import CONFIG, MANIFEST
+from pipeline.runs.record import RunManifest, read_manifest
 
 
 @dataclass

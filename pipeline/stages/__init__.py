@@ -4,14 +4,14 @@ function that works on data you already hold (``load_table``, ``split_frame``,
 
 # Imported in data-flow order: registration order is the order kinds are listed to users.
 # isort: off
-from pipeline.stages.base import STAGE_KINDS, StageContext, StageKind, StageSpec, register_stage
+from pipeline.stages.spec import STAGE_KINDS, StageContext, StageKind, StageSpec, register_stage
 from pipeline.stages.load import LoadSpec, load_table
 from pipeline.stages.aggregate import AggregateSpec, aggregate_events
 from pipeline.stages.label import LabelSpec, label_events
 from pipeline.stages.join import JoinSpec, join_tables
 from pipeline.stages.split import SplitData, SplitSpec, split_frame
 from pipeline.stages.features import FeatureSet, FeaturesSpec, build_features
-from pipeline.stages.cross_validation import CVResult, cross_validate
+from pipeline.stages.training.cross_validation import CVResult, cross_validate
 from pipeline.stages.train import TrainedModel, TrainSpec, train_model
 from pipeline.stages.torch_mlp import TorchSpec, TorchTrainedModel, train_torch
 from pipeline.stages.ensemble import EnsembleModel, EnsembleSpec, fit_ensemble

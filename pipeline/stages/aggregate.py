@@ -9,14 +9,14 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pipeline.backends import is_partitioned
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.events import (
     AggregationPlan, aggregate_events, check_feature_value, check_output_names, check_windows, parse_cutoffs,
     parse_features, plan_aggregation,
 )
 from pipeline.events.durations import cutoff_text
 from pipeline.backends.headers import ColumnSet, HeaderReader
-from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
+from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
 
 __all__ = ["AggregateSpec", "aggregate_events", "run_aggregate"]
 

@@ -10,7 +10,7 @@ on the rows it was fitted on. ``weights:`` fixes them instead.
 
 The result is an ``EnsembleModel`` (a ``TrainedModel``): its scores per split are the weighted
 average of its members' (computed on first read, like theirs), so ``evaluate`` ranks it and
-``export`` saves it (``pipeline.models.ensemble``: every member in its own format).
+``export`` saves it (``pipeline.models.blending``: every member in its own format).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends.headers import HeaderReader
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.featuresets import FeatureSet
-from pipeline.featuresets.base import TRAIN
-from pipeline.models.ensemble import Ensemble, EnsembleMember, blend
-from pipeline.stages.base import KeyPath, Preview, StageContext, StageSpec, register_stage
+from pipeline.featuresets.feature_set import TRAIN
+from pipeline.models.blending import Ensemble, EnsembleMember, blend
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.stages.train import SplitScores, TrainedModel
-from pipeline.tasks import Task
+from pipeline.core.problems import Task
 
 # The registry entry an ensemble is exported as.
 ENSEMBLE_MODEL = "ensemble"
@@ -335,7 +335,7 @@ def run_ensemble(spec: EnsembleSpec, ctx: StageContext, inputs: Mapping[str, Tra
         ctx.facts["loss"] = {"name": fit["loss"], "ensemble": _rounded(fit["ensemble_loss"]),
                              "best_member": _rounded(min(fit["member_loss"].values()))}
     if ctx.artifacts_dir is not None:
-        from pipeline.store import atomic_write_json
+        from pipeline.runs.store import atomic_write_json
 
         atomic_write_json(ctx.artifact_path("weights.json"),
                           {"weights": model.weights, "fitted_on": model.fitted_on, **fit})

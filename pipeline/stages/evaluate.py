@@ -20,15 +20,15 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from pipeline.errors import ConfigError, ConfigIssue, DataError
+from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, class_table, confusion_matrix,
                               default_metric, is_better, metric_names, task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
-from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.stages.spec import StageContext, StageSpec, register_stage
 from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, explain_models
 from pipeline.stages.split import SPLITS
 from pipeline.stages.train import TrainedModel
-from pipeline.tasks import BINARY, Task
+from pipeline.core.problems import BINARY, Task
 
 __all__ = ["EvaluateSpec", "Evaluation", "binary_metrics", "evaluate_models"]
 
@@ -200,7 +200,7 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
     evaluation = evaluate_models(models, split=spec.split, threshold=spec.threshold, rank_by=rank_by,
                                  splits=spec.splits)
     if ctx.artifacts_dir is not None:
-        from pipeline.store import atomic_write_json
+        from pipeline.runs.store import atomic_write_json
 
         atomic_write_json(ctx.artifact_path("metrics.json"), evaluation.to_dict())
         if evaluation.curves:

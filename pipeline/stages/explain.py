@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.featuresets.in_memory import InMemoryFeatures, stride
 from pipeline.metrics import HIGHER_IS_BETTER, task_metrics
 from pipeline.models import get_model_spec
-from pipeline.stages.base import StageProgress
+from pipeline.stages.spec import StageProgress
 from pipeline.stages.train import TrainedModel
 
 # Rows of the evaluated split the importances are measured on, and shuffles per feature.

@@ -1,5 +1,5 @@
 """``export``: predictions as Parquet with the id column, and each model as a self-contained
-folder (estimator, fitted feature workflow, metadata) that ``pipeline.scoring.load_model``
+folder (estimator, fitted feature workflow, metadata) that ``pipeline.scoring.model_folder.load_model``
 loads later.
 
 The model file is written by the registry entry's format (``pipeline.models.formats``:
@@ -20,11 +20,11 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import Field
 
-from pipeline.errors import DataError
-from pipeline.store import finite_or_null
+from pipeline.core.errors import DataError
+from pipeline.runs.store import finite_or_null
 from pipeline.featuresets import FeatureSet
-from pipeline.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
-from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.runs.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
+from pipeline.stages.spec import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
 
 
@@ -66,7 +66,7 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     """Write ``folder``/{model files, reference.json, workflow.json, model.json}; returns the
     files written."""
     from pipeline.models import get_model_spec
-    from pipeline.store import atomic_write_json
+    from pipeline.runs.store import atomic_write_json
 
     backend = model.features.backend
     folder.mkdir(parents=True, exist_ok=True)

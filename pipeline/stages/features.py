@@ -20,7 +20,7 @@ from pydantic import Field
 from pipeline.backends.headers import HeaderReader
 from pipeline.features.ops import FeatureOp, OpStep, op_of_step
 from pipeline.featuresets import FeatureSet, build_feature_set
-from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
 
 __all__ = ["FeatureSet", "FeaturesSpec", "build_features", "run_features"]
@@ -82,7 +82,7 @@ def run_features(spec: FeaturesSpec, ctx: StageContext, inputs) -> FeatureSet:
     if result.fold_count():
         ctx.facts["folds"] = result.fold_count()
     if ctx.artifacts_dir is not None:
-        from pipeline.store import atomic_write_json
+        from pipeline.runs.store import atomic_write_json
 
         atomic_write_json(ctx.artifact_path("profile.json"), result.profile())
     return result

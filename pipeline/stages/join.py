@@ -31,13 +31,13 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 from pipeline.events.checks import key_kind
 from pipeline.events.frames import (
     is_key_partitioned, lookup_indexed, matching_key_dtypes, remember_key_partitioned, shuffle_on_keys,
 )
 from pipeline.backends.headers import ColumnSet, HeaderReader
-from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
+from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
 
 __all__ = ["JoinSpec", "join_tables"]
 

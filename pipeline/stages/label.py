@@ -13,7 +13,7 @@ from pipeline.events import label_events, parse_duration, parse_target, plan_lab
 from pipeline.events.durations import normalize_duration
 from pipeline.stages.aggregate import CutoffFields
 from pipeline.backends.headers import HeaderReader
-from pipeline.stages.base import ColumnRef, Preview, StageContext, Table, register_stage
+from pipeline.stages.spec import ColumnRef, Preview, StageContext, Table, register_stage
 
 __all__ = ["LabelSpec", "label_events", "run_label"]
 

@@ -10,10 +10,10 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
 from pipeline.backends.dates import check_date_format
-from pipeline.errors import DataError
-from pipeline.fingerprints import files_fingerprint
+from pipeline.core.errors import DataError
+from pipeline.core.fingerprints import files_fingerprint
 from pipeline.backends.headers import ColumnSet, HeaderReader
-from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
+from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
 
 
 class LoadSpec(StageSpec):
@@ -134,7 +134,7 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         if not len(frame):
             raise DataError(f"{spec.path}: no rows" + (f" left after the filters {spec.filters}" if spec.filters else ""))
         if ctx.artifacts_dir is not None:
-            from pipeline.store import atomic_write_json
+            from pipeline.runs.store import atomic_write_json
 
             atomic_write_json(ctx.artifact_path("columns.json"), column_summary(frame, ctx.backend))
     ctx.facts["columns"] = int(len(frame.columns))

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from pipeline.fingerprints import module_fingerprint
-from pipeline.stages.base import StageContext, StageSpec, register_stage
+from pipeline.core.fingerprints import module_fingerprint
+from pipeline.stages.spec import StageContext, StageSpec, register_stage
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 

@@ -13,11 +13,11 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
-from pipeline.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.featuresets.folds import FOLDS_NEED_MEMORY
 from pipeline.backends.headers import HeaderReader
-from pipeline.stages.base import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
-from pipeline.tasks import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
+from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
+from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_TEST = 0.2
@@ -32,7 +32,7 @@ FOLDS_WITH_VALID = ("folds use every non-test row (each fold scores the rows the
 
 @dataclass
 class SplitData:
-    """Frames per split; the target column holds the task's labels (``pipeline.tasks``):
+    """Frames per split; the target column holds the task's labels (``pipeline.core.problems``):
     0/1 for binary (1 = ``positive``), class codes for multiclass, numbers for regression."""
 
     frames: dict[str, Any]
@@ -276,7 +276,7 @@ def _first_distinct(part: Any, limit: int) -> Any:
 
 
 def task_labels(series: Any, task: Task, backend: Backend, *, column: str) -> Any:
-    """The target as the task's labels (``pipeline.tasks``): 0/1 int8 (binary, as before tasks),
+    """The target as the task's labels (``pipeline.core.problems``): 0/1 int8 (binary, as before tasks),
     class codes int32 in ``task.classes`` order (multiclass), float32 (regression)."""
     if task.kind == "binary":
         return binary_labels(series, task.positive, backend, column=column)
@@ -369,7 +369,7 @@ def split_frame(
     frame = frame.assign(**{target: labels})
     y = np.asarray(backend.to_host(labels))
     if group or order_by:
-        from pipeline.stages.split_positions import ordered_positions
+        from pipeline.featuresets.split_positions import ordered_positions
 
         groups = _host_column(frame, group, backend) if group else None
         times = _host_column(frame, order_by, backend) if order_by else None
@@ -421,7 +421,7 @@ def train_folds(frame: Any, train_pos: np.ndarray, k: int, *, target: str, task:
     """``k`` folds over the training rows (``frame``'s labelled rows at ``train_pos``, sorted: the
     order of ``frames["train"]``): (fit, score) positions into that frame. Stratified for a class
     target with ``stratify``; by group and time as ``fold_positions`` says."""
-    from pipeline.stages.split_positions import check_fold_classes, fold_positions
+    from pipeline.featuresets.split_positions import check_fold_classes, fold_positions
 
     labels = np.asarray(backend.to_host(frame[target]))[train_pos]
     classification = task.is_classification
@@ -478,7 +478,7 @@ def _split_partitioned(frame: Any, target: str, positive: Any, test: float, vali
 
 def _group_share(part: Any, group: str, seed: int, low: float, high: float) -> Any:
     """The rows of a partition whose group's draw falls in [low, high)."""
-    from pipeline.stages.split_positions import group_draws
+    from pipeline.featuresets.split_positions import group_draws
 
     backend = backend_for(part, None)
     draws = group_draws(_host_column(part, group, backend), seed, group)

@@ -18,19 +18,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from pipeline.errors import BackendUnavailable, DataError
+from pipeline.core.errors import BackendUnavailable, DataError
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.featuresets.folds import HELD_OUT, without_validation
 from pipeline.backends.headers import HeaderReader
-from pipeline.stages.base import (
+from pipeline.stages.spec import (
     KeyPath, Preview, StageContext, StageProgress, StageSpec, model_preview, only_input, register_stage,
 )
-from pipeline.stages.cross_validation import cross_validate_model
+from pipeline.stages.training.cross_validation import cross_validate_model
 from pipeline.stages.train import SplitScores, TrainedModel
-from pipeline.stages.tuning import TorchTrainer, TuneSpec, parse_duration, run_search, tune_problems
-from pipeline.tasks import Task
+from pipeline.stages.training.tuning import TorchTrainer, TuneSpec, parse_duration, run_search, tune_problems
+from pipeline.core.problems import Task
 from pipeline.tensors.handoff import Handoff
-from pipeline.tensors.history import monitor_problem
+from pipeline.tensors.learning_curve import monitor_problem
 
 
 class EarlyStopping(BaseModel):
@@ -169,7 +169,7 @@ def train_torch(
     from pipeline.tensors.classifier import MLPClassifier
     from pipeline.tensors.mlp import MLPArchitecture, default_embedding_dim
     from pipeline.tensors.objectives import Objective
-    from pipeline.tensors.training import FitOptions, fit
+    from pipeline.tensors.fit_loop import FitOptions, fit
 
     spec = TorchSpec(kind="torch", **params)
     if spec.distributed is None or not features.partitioned:
@@ -226,7 +226,7 @@ def train_torch(
 def _tensor_splits(features: InMemoryFeatures) -> tuple[dict[str, Any], list[Handoff]]:
     """Every split with rows as tensors, shared with the feature matrices through DLPack."""
     from pipeline.tensors.handoff import to_torch
-    from pipeline.tensors.training import Split
+    from pipeline.tensors.fit_loop import Split
 
     handoffs: list[Handoff] = []
     splits: dict[str, Split] = {}
@@ -313,7 +313,7 @@ class TorchScorer:
 
     def __call__(self, split: str) -> Any:
         from pipeline.tensors.handoff import to_torch
-        from pipeline.tensors.training import Split
+        from pipeline.tensors.fit_loop import Split
 
         backend = self.features.backend
         x, _ = to_torch(self.features.X[split], backend, f"{split}.X")
@@ -355,8 +355,8 @@ def _torch_device(requested: str, features: FeatureSet) -> Any:
 
 @register_stage("torch", TorchSpec, produces=TorchTrainedModel, accepts=(FeatureSet,), resources=("gpu",))
 def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
-    from pipeline.store import atomic_write_json, atomic_write_text
-    from pipeline.tensors.history import history_csv, plot_learning_curve
+    from pipeline.runs.store import atomic_write_json, atomic_write_text
+    from pipeline.tensors.learning_curve import history_csv, plot_learning_curve
 
     params = spec.model_dump(exclude={"kind", "inputs", "description", "tune"})
     # tune: search first (each trial in this process), then train the best fields as any others.

@@ -18,17 +18,17 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.backends import Backend
-from pipeline.errors import ConfigError, ConfigIssue, DataError
+from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
-from pipeline.featuresets.base import Scorer
+from pipeline.featuresets.feature_set import Scorer
 from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.backends.headers import HeaderReader
-from pipeline.stages.base import (
+from pipeline.stages.spec import (
     KeyPath, Preview, StageContext, StageProgress, StageSpec, model_preview, only_input, register_stage,
 )
-from pipeline.stages.cross_validation import cross_validate_model
-from pipeline.stages.tuning import RegistryTrainer, TuneSpec, run_search, tune_problems
-from pipeline.tasks import Task
+from pipeline.stages.training.cross_validation import cross_validate_model
+from pipeline.stages.training.tuning import RegistryTrainer, TuneSpec, run_search, tune_problems
+from pipeline.core.problems import Task
 
 
 class SplitScores(Mapping[str, np.ndarray]):
@@ -294,7 +294,7 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     ctx.facts["estimator"] = type(trained.estimator).__module__ + "." + type(trained.estimator).__name__
     rounds = evaluation_rounds(trained.estimator)
     if rounds and ctx.artifacts_dir is not None:
-        from pipeline.store import atomic_write_text
+        from pipeline.runs.store import atomic_write_text
 
         atomic_write_text(ctx.artifact_path(EVAL_HISTORY), rounds)
     if trained.ignored_params:

@@ -16,10 +16,10 @@ from pipeline.tensors.handoff import Handoff, matrix_handoff, to_torch
 
 _LAZY = {
     "TensorBatches": "pipeline.tensors.batches",
-    "FitOptions": "pipeline.tensors.training",
-    "FitResult": "pipeline.tensors.training",
-    "Split": "pipeline.tensors.training",
-    "fit": "pipeline.tensors.training",
+    "FitOptions": "pipeline.tensors.fit_loop",
+    "FitResult": "pipeline.tensors.fit_loop",
+    "Split": "pipeline.tensors.fit_loop",
+    "fit": "pipeline.tensors.fit_loop",
     "MLPArchitecture": "pipeline.tensors.mlp",
     "TabularMLP": "pipeline.tensors.mlp",
     "MLPClassifier": "pipeline.tensors.classifier",

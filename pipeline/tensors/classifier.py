@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.tasks import Task
+from pipeline.core.problems import Task
 from pipeline.tensors.mlp import MLPArchitecture, TabularMLP
 from pipeline.tensors.objectives import Objective
-from pipeline.tensors.training import Split, predict_logits
+from pipeline.tensors.fit_loop import Split, predict_logits
 
 STATE_FILE = "model.pt"
 ARCHITECTURE_FILE = "architecture.json"
@@ -55,7 +55,7 @@ class MLPClassifier:
         return bool(self.arch.cardinalities)
 
     def predict_split(self, split: Split) -> np.ndarray:
-        """Scores of tensors already in hand, host float64, in ``pipeline.tasks``' shapes:
+        """Scores of tensors already in hand, host float64, in ``pipeline.core.problems``' shapes:
         P(positive) for binary, an n x K matrix for multiclass, values for regression."""
         logits = predict_logits(self.module, split, self.device)
         return self.objective.scores(logits).cpu().numpy()
@@ -97,7 +97,7 @@ class MLPClassifier:
     # ---------------------------------------------------------------- files
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Write ``model.pt`` and ``architecture.json`` atomically; returns their paths."""
-        from pipeline.store import atomic_destination, atomic_write_json
+        from pipeline.runs.store import atomic_destination, atomic_write_json
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipeline.backends import Backend
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 
 
 @dataclass(frozen=True)

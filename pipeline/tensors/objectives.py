@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import DataError
-from pipeline.tasks import BINARY, Task
-from pipeline.tensors.history import HIGHER_IS_BETTER, LOSS_LABELS, monitor_problem, monitors_for
+from pipeline.core.errors import DataError
+from pipeline.core.problems import BINARY, Task
+from pipeline.tensors.learning_curve import HIGHER_IS_BETTER, LOSS_LABELS, monitor_problem, monitors_for
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Objective:
 
     # ---------------------------------------------------------------- scoring
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
-        """Scores in ``pipeline.tasks``' shapes, float64: P(positive), an n x K matrix, or values."""
+        """Scores in ``pipeline.core.problems``' shapes, float64: P(positive), an n x K matrix, or values."""
         if self.kind == "multiclass":
             return torch.softmax(outputs.double(), dim=1)
         if self.kind == "regression":

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.hooks import MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
-from pipeline.layout import CONFIG, MANIFEST
+from pipeline.hooks.protocol import MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
+from pipeline.runs.layout import CONFIG, MANIFEST
 
 log = logging.getLogger("pipeline")
 
@@ -160,7 +160,7 @@ class MlflowHook(RunHook):
     def _record(self, run_dir: Path) -> None:
         """tracking.json: where the run went, or why it did not (derived, like the report: not
         one of the run's checksummed artifacts)."""
-        from pipeline.store import atomic_write_json
+        from pipeline.runs.store import atomic_write_json
 
         entry = {"uri": self.uri, "experiment": self.experiment, "run_id": self.run_id, "error": self.error}
         try:

@@ -85,7 +85,7 @@ def probe_torch_stage(work: Path) -> dict[str, Any]:
     torch, why_not = _cuda_torch()
     if why_not:
         return failed(why_not)
-    from pipeline.tensors.training import autocast_dtype
+    from pipeline.tensors.fit_loop import autocast_dtype
 
     checks = Checks(details=_device_details(torch))
     data = work / "churn.csv"

@@ -16,8 +16,8 @@ from pydantic import Field
 from pipeline.models import ModelSpec, register_model
 from pipeline.models.formats import ModelFormat
 from pipeline.stages import StageSpec, register_stage
-from pipeline.stages.base import Table
-from pipeline.store import atomic_write_text
+from pipeline.stages.spec import Table
+from pipeline.runs.store import atomic_write_text
 
 
 class KeyJoinSpec(StageSpec):

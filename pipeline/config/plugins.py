@@ -1,0 +1,106 @@
+"""Plugins: modules outside the package that register stage kinds and models.
+
+A plugin is an ordinary module that calls the registries when it is imported
+(``pipeline.stages.register_stage``, ``pipeline.models.register_model``). It is loaded from
+any of three places, so each kind of use has its own way in:
+
+- a config's ``plugins: [my_project.stages]`` list (modules beside the config file import
+  too): what a project's YAML needs travels with it, and the run's resolved config records
+  it, so ``pipeline predict`` loads the same plugins for that run's models;
+- the ``PIPELINE_PLUGINS`` environment variable (comma-separated module names): for
+  commands without a config (``pipeline schema``) and for scheduled jobs;
+- the ``pipeline.config.plugins`` entry-point group of installed distributions: a plugin package
+  that is installed is always available.
+
+A module is imported once per process; an import that fails is a ConfigError naming the
+module and where it was asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError, ConfigIssue
+
+ENV_VAR = "PIPELINE_PLUGINS"
+ENTRY_POINT_GROUP = "pipeline.config.plugins"
+
+_loaded: set[str] = set()
+_entry_points_loaded = False
+
+
+def load_plugins(modules: Iterable[str] = (), *, search_path: str | os.PathLike[str] | None = None,
+                 where: str = "plugins") -> list[str]:
+    """Import ``modules`` plus those in $PIPELINE_PLUGINS and the entry-point group.
+
+    ``search_path`` (the config's folder) is put on ``sys.path`` first, so a project's plugin
+    module need not be installed. Returns the modules imported by this call.
+    """
+    if search_path is not None:
+        folder = str(Path(search_path).resolve())
+        if folder not in sys.path:
+            sys.path.append(folder)
+    imported = _entry_point_plugins()
+    named = [(m, f"{where}[{i}]") for i, m in enumerate(modules)]
+    named += [(m.strip(), f"${ENV_VAR}") for m in os.environ.get(ENV_VAR, "").split(",") if m.strip()]
+    issues = []
+    for module, origin in named:
+        if module in _loaded:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - a plugin's import can fail in any way
+            issues.append(ConfigIssue(origin, f"cannot import plugin module '{module}': {type(exc).__name__}: {exc}"))
+            continue
+        _loaded.add(module)
+        imported.append(module)
+    if issues:
+        raise ConfigError(issues)
+    return imported
+
+
+def _entry_point_plugins() -> list[str]:
+    """Import every ``pipeline.config.plugins`` entry point of installed distributions (once)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return []
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    imported, issues = [], []
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as exc:  # noqa: BLE001
+            issues.append(ConfigIssue(f"entry point {entry.name}",
+                                      f"cannot load plugin '{entry.value}': {type(exc).__name__}: {exc}"))
+            continue
+        imported.append(entry.value)
+    if issues:
+        raise ConfigError(issues)
+    return imported
+
+
+def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = None) -> list[str]:
+    """The plugins a finished run used (its resolved ``config.yaml``), so its models load.
+
+    ``config_file`` (from the run record) is where the run's config was: modules beside it
+    import as they did for the run.
+    """
+    import yaml
+
+    from pipeline.runs.layout import RunLayout
+
+    try:
+        data = yaml.safe_load(RunLayout(Path(run_dir)).config.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        data = None
+    modules = data.get("plugins") if isinstance(data, dict) else None
+    modules = [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else []
+    folder = Path(config_file).parent if config_file else None
+    return load_plugins(modules, search_path=folder if folder is not None and folder.is_dir() else None,
+                        where="the run's plugins")

@@ -1,0 +1,3 @@
+"""How anything that watches a run attaches: the run-hook protocol, the registry that turns
+run-level outputs on from the config sections they own, and the progress hooks for people and logs.
+"""

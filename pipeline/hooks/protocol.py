@@ -1,0 +1,297 @@
+"""Run hooks: how anything that watches a run (terminal, JSON logs, a report, a tracker) attaches.
+
+The runner calls each hook on run, stage, metric, artifact and error events, with structured
+data: the run folder, the stage's spec and record, metrics as numbers. The terminal view and
+the log lines are hooks (``pipeline.hooks.progress``); an HTML report or an MLflow tracker is one
+more class with the methods it cares about, passed as ``Runner(hooks=[...])``.
+
+A hook that raises does not fail the run: the error is logged as a warning and the run goes
+on. A report that cannot be drawn must not cost a night's training.
+
+Inside a stage, ``StageProgress`` carries what a long stage reports while it runs: lines (an
+epoch summary), a bar over its steps (boosting rounds, tuning trials, folds, importances), and
+per-step metrics (the torch stage's epochs), which the runner turns into ``MetricEvent``s. On a
+terminal a bar is drawn; where none can be (a log file, a Dask worker) it becomes a line with
+the elapsed time at most every ``STEP_LINE_SECONDS`` and one when it ends (``step_lines``). On
+a Dask worker the same calls travel to the client as Dask events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.runs.record import RunManifest, StageRecord
+
+log = logging.getLogger("pipeline")
+
+# Where no bar can be drawn (a log file, a Dask worker), a bar's line at most this often;
+# $PIPELINE_PROGRESS_SECONDS sets another interval (0: a line per step).
+STEP_LINE_SECONDS = 10.0
+STEP_LINE_ENV = "PIPELINE_PROGRESS_SECONDS"
+
+
+class StageProgress(Protocol):
+    """How a long stage reports from inside: lines, a bar over its steps, metrics per step."""
+
+    def message(self, text: str) -> None: ...
+    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]: ...
+    def metrics(self, step: int, values: Mapping[str, float]) -> None: ...
+
+
+def elapsed(seconds: float) -> str:
+    """``4.2s``, ``3m07s``, ``1h02m``: an elapsed time as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def step_line_seconds() -> float:
+    """The interval of a bar's lines: ``$PIPELINE_PROGRESS_SECONDS`` if it is a number >= 0."""
+    try:
+        value = float(os.environ.get(STEP_LINE_ENV, ""))
+    except ValueError:
+        return STEP_LINE_SECONDS
+    return value if value >= 0 else STEP_LINE_SECONDS
+
+
+@contextmanager
+def step_lines(emit: Callable[[str], None], total: int, description: str, *,
+               every: float | None = None) -> Iterator[Callable[[int], None]]:
+    """A bar as plain lines: ``description: 120/300, 10.0s elapsed`` at most every ``every``
+    seconds (default ``step_line_seconds()``), and ``description: 300/300 in 24.1s`` when a bar
+    that ran that long ends (not when the work raised: the error says it). A cron log gets a few
+    lines for a long step and none for a short one (the stage's own lines and its "done" line say
+    enough), never one per boosting round or per torch epoch's batches."""
+    every = step_line_seconds() if every is None else every
+    started = last = time.monotonic()
+    done, shown = 0, False
+
+    def advance(n: int = 1) -> None:
+        nonlocal done, last, shown
+        done += n
+        now = time.monotonic()
+        if now - last >= every and done < total:
+            last, shown = now, True
+            emit(f"{description}: {done}/{total}, {elapsed(now - started)} elapsed")
+
+    yield advance
+    took = time.monotonic() - started
+    if shown or took >= every:
+        emit(f"{description}: {done}/{total} in {elapsed(took)}")
+
+
+class LogProgress:
+    """Lines as log records, and a bar as a line now and then (``step_lines``; none with
+    ``bars=False``, as ``--log-format json`` wants): for log files, scheduled jobs and library use."""
+
+    def __init__(self, logger: logging.Logger, prefix: str = "", *, bars: bool = True) -> None:
+        self.logger = logger
+        self.prefix = prefix
+        self.bars = bars
+
+    def message(self, text: str) -> None:
+        self.logger.info("%s%s", self.prefix, text)
+
+    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]:
+        if not self.bars:
+            return nullcontext(lambda n: None)
+        return step_lines(self.message, total, description)
+
+    def step_line(self, text: str) -> None:
+        """A bar's line from where it ran (a Dask worker): shown as the bar would be."""
+        if self.bars:
+            self.message(text)
+
+    def metrics(self, step: int, values: Mapping[str, float]) -> None:
+        """Metrics are shown by the epoch line; hooks get them as events from the runner."""
+
+
+class LineProgress:
+    """Lines to ``emit`` (a print to stderr), and a bar as ``step_lines``: a run's progress
+    where no logging is set up and no live display is wanted (``run_pipeline(progress=True)``)."""
+
+    def __init__(self, emit: Callable[[str], None], prefix: str = "") -> None:
+        self.emit = emit
+        self.prefix = prefix
+
+    def message(self, text: str) -> None:
+        self.emit(f"{self.prefix}{text}")
+
+    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]:
+        return step_lines(self.message, total, description)
+
+    def step_line(self, text: str) -> None:
+        self.message(text)
+
+    def metrics(self, step: int, values: Mapping[str, float]) -> None:
+        """Shown by the lines the stage writes; hooks get them as events from the runner."""
+
+
+# ---------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class RunInfo:
+    """The run every event belongs to."""
+
+    run_id: str
+    run_dir: Path
+    pipeline: str
+    device: str                       # "cpu" | "gpu"
+    device_reason: str
+    stages: int                       # how many stages the run plans (cached ones included)
+    config: Any = None                # the PipelineConfig
+
+
+@dataclass(frozen=True)
+class StageEvent:
+    """A stage started or finished (``record.status``: running, succeeded, failed or cached)."""
+
+    run: RunInfo
+    record: StageRecord
+    spec: Any                         # the stage's params model
+    index: int                        # 1-based position in the run's plan
+    artifacts_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class MetricEvent:
+    """Numbers a stage measured: per step (an epoch) while it runs, or its final values."""
+
+    run: RunInfo
+    stage: str
+    values: Mapping[str, float]
+    step: int | None = None
+    model: str | None = None          # set for an evaluation's per-model metrics
+
+
+@dataclass(frozen=True)
+class ArtifactEvent:
+    """A file a stage wrote into the run folder (path relative to it, with its sha256)."""
+
+    run: RunInfo
+    stage: str
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    run: RunInfo
+    error: BaseException
+    stage: str | None = None
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """The run finished (``status``: succeeded, failed, interrupted) with its record."""
+
+    run: RunInfo
+    status: str
+    manifest: RunManifest
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RunHook:
+    """Base class of hooks: override the events you need; the rest do nothing."""
+
+    def run_started(self, run: RunInfo) -> None: ...
+    def cluster_started(self, run: RunInfo, description: str) -> None: ...
+    def stage_started(self, event: StageEvent) -> None: ...
+    def stage_finished(self, event: StageEvent) -> None: ...
+    def metric(self, event: MetricEvent) -> None: ...
+    def artifact(self, event: ArtifactEvent) -> None: ...
+    def error(self, event: ErrorEvent) -> None: ...
+    def run_finished(self, event: RunEvent) -> None: ...
+
+    def stage_progress(self, event: StageEvent) -> StageProgress | None:
+        """Where a running stage's lines go (None: this hook shows none)."""
+        return None
+
+
+class HookList(RunHook):
+    """Calls every hook in order; a hook that raises is logged and skipped."""
+
+    def __init__(self, hooks: Sequence[RunHook] = ()) -> None:
+        self.hooks = list(hooks)
+
+    def _each(self, method: str, *args: Any) -> None:
+        for hook in self.hooks:
+            try:
+                getattr(hook, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - a watcher never fails the run
+                log.warning("run hook %s.%s failed: %s: %s", type(hook).__name__, method, type(exc).__name__, exc)
+
+    def run_started(self, run: RunInfo) -> None:
+        self._each("run_started", run)
+
+    def cluster_started(self, run: RunInfo, description: str) -> None:
+        self._each("cluster_started", run, description)
+
+    def stage_started(self, event: StageEvent) -> None:
+        self._each("stage_started", event)
+
+    def stage_finished(self, event: StageEvent) -> None:
+        self._each("stage_finished", event)
+
+    def metric(self, event: MetricEvent) -> None:
+        self._each("metric", event)
+
+    def artifact(self, event: ArtifactEvent) -> None:
+        self._each("artifact", event)
+
+    def error(self, event: ErrorEvent) -> None:
+        self._each("error", event)
+
+    def run_finished(self, event: RunEvent) -> None:
+        self._each("run_finished", event)
+
+    def stage_progress(self, event: StageEvent) -> StageProgress:
+        """One progress for the stage: lines to every hook that shows them, metrics as events."""
+        shown = []
+        for hook in self.hooks:
+            try:
+                progress = hook.stage_progress(event)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("run hook %s.stage_progress failed: %s", type(hook).__name__, exc)
+                continue
+            if progress is not None:
+                shown.append(progress)
+        return HookProgress(self, event, shown)
+
+
+class HookProgress:
+    """A stage's progress fanned out: lines and bars to the hooks that show them, metrics to
+    every hook as ``MetricEvent``s. Only one bar is drawn (the first hook's that has one)."""
+
+    def __init__(self, hooks: HookList, event: StageEvent, shown: list[StageProgress]) -> None:
+        self._hooks = hooks
+        self._event = event
+        self._shown = shown
+
+    def message(self, text: str) -> None:
+        for progress in self._shown:
+            progress.message(text)
+
+    def bar(self, total: int, description: str) -> AbstractContextManager[Callable[[int], None]]:
+        if not self._shown:
+            return nullcontext(lambda n: None)
+        return self._shown[0].bar(total, description)
+
+    def step_line(self, text: str) -> None:
+        """A bar's line that a Dask worker sent: to the hooks that show bars (``step_line``), or
+        as a line to those that have no such method."""
+        for progress in self._shown:
+            shown = getattr(progress, "step_line", None)
+            (shown or progress.message)(text)
+
+    def metrics(self, step: int, values: Mapping[str, float]) -> None:
+        self._hooks.metric(MetricEvent(self._event.run, self._event.record.name, dict(values), step=step))

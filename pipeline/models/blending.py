@@ -1,0 +1,182 @@
+"""An ensemble: a weighted average of other models' scores, saved as its members' own files.
+
+The ``ensemble`` stage fits the weights; this module holds what outlives the run: the
+estimator (``Ensemble``: members and weights), how scores are blended (``blend``, the same
+arithmetic in the run and in ``predict``) and the file format. The format writes each member
+with its own registry format into ``members/<name>/`` beside a ``model.json`` like the one
+``export`` writes for a model on its own, plus ``ensemble.json`` (members and weights), and
+lists every member file in the ensemble's ``files``, so ``predict`` verifies all of them
+against the run's checksums before any is read.
+
+The format finds a member's format by its registry name through the lookup it is given
+(``EnsembleFormat(format_of)``): the registry imports this module for its entry, so this module
+cannot import the registry back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.core.errors import DataError
+from pipeline.models.formats import ModelFormat, Predictor
+from pipeline.core.problems import BINARY, Task
+
+if TYPE_CHECKING:
+    from pipeline.backends import Backend
+
+__all__ = ["MEMBERS_DIR", "Ensemble", "EnsembleFormat", "EnsembleMember", "EnsemblePredictor", "blend"]
+
+# Member folders inside an exported ensemble: members/<member name>/.
+MEMBERS_DIR = "members"
+# A member's name becomes a folder name: a plain name only (stage names are).
+_MEMBER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# Fitted weights are rounded sums of floats: this far from 1 is still a distribution.
+WEIGHT_SUM_TOLERANCE = 1e-6
+
+
+@dataclass
+class EnsembleMember:
+    """One model of an ensemble: what its registry format needs to save it, and its weight."""
+
+    name: str
+    model: str                       # registry name: its format writes and reads the member's files
+    estimator: Any
+    weight: float
+    # The member's model.json keys beyond its files (task, features, categorical columns...).
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Ensemble:
+    """The estimator of an ensemble model: its members, with weights that sum to 1."""
+
+    members: list[EnsembleMember]
+    task: Task = BINARY
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {member.name: member.weight for member in self.members}
+
+
+def blend(scores: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
+    """The weighted average of score arrays (vectors, or ``n x K`` matrices for multiclass),
+    host float64; the weights are used as given (they sum to 1). Callers leave members of
+    weight 0 out, so a model the fit dropped is not even scored."""
+    if not len(scores):
+        raise ValueError("an ensemble needs at least one member with a weight above 0")
+    total = float(weights[0]) * np.asarray(scores[0], dtype="float64")
+    for score, weight in zip(scores[1:], weights[1:], strict=True):
+        total = total + float(weight) * np.asarray(score, dtype="float64")
+    return total
+
+
+@dataclass
+class EnsemblePredictor:
+    """Scores of the members' predictors, averaged with the ensemble's weights (members of
+    weight 0 are not scored)."""
+
+    predictors: list[Predictor]
+    weights: list[float]
+
+    def __call__(self, X: Any, codes: Any) -> np.ndarray:
+        used = [(predictor, weight) for predictor, weight in zip(self.predictors, self.weights) if weight > 0]
+        return blend([predictor(X, codes) for predictor, _ in used], [weight for _, weight in used])
+
+
+class EnsembleFormat(ModelFormat):
+    """``ensemble.json`` (members, weights, task) and each member's own files under
+    ``members/<name>/``; ``format_of(model)`` is the registry entry's format of a member."""
+
+    name = "ensemble"
+
+    def __init__(self, format_of: Callable[[str], ModelFormat], filename: str = "ensemble.json") -> None:
+        self.format_of = format_of
+        self.filename = filename
+
+    def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
+        from pipeline.runs.store import atomic_write_json
+
+        members: list[EnsembleMember] = list(estimator.members)
+        written: list[Path] = []
+        for member in members:
+            written += self._save_member(member, folder / MEMBERS_DIR / _member_name(member.name), backend)
+        path = folder / self.filename
+        atomic_write_json(path, {
+            "task": estimator.task.to_dict(),
+            "members": [{"name": m.name, "model": m.model, "weight": float(m.weight)} for m in members],
+        })
+        return [path, *written], {"file": path.name}
+
+    def _save_member(self, member: EnsembleMember, folder: Path, backend: Backend) -> list[Path]:
+        """The member's files through its own format, and its model.json beside them."""
+        from pipeline.runs.store import atomic_write_json
+
+        model_format = self._member_format(member.model, member.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        files, extra = model_format.save(member.estimator, folder, backend=backend)
+        meta = {**member.meta, "name": member.name, "model": member.model, **extra, "format": model_format.name,
+                "files": [path.relative_to(folder).as_posix() for path in files]}
+        atomic_write_json(folder / "model.json", meta)
+        return [*files, folder / "model.json"]
+
+    def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
+        listed = set(self.files(meta))
+        # Members the fit gave no weight are not read at all (predict verifies their files all the same).
+        used = [entry for entry in self._read_members(self.main_file(folder, meta)) if entry["weight"] > 0]
+        predictors = [self._load_member(folder, entry["name"], listed, backend) for entry in used]
+        return EnsemblePredictor(predictors, [entry["weight"] for entry in used])
+
+    def _read_members(self, file: Path) -> list[dict[str, Any]]:
+        """The members of ``ensemble.json``, each a plain name with a weight; the weights a
+        distribution (non-negative, summing to 1)."""
+        try:
+            body = json.loads(file.read_text(encoding="utf-8"))
+            members = [{"name": _member_name(str(m["name"])), "weight": float(m["weight"])} for m in body["members"]]
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"{file}: not a readable ensemble description ({type(exc).__name__}: {exc})") from None
+        weights = np.asarray([m["weight"] for m in members], dtype="float64")
+        if not members or not np.isfinite(weights).all() or (weights < 0).any() \
+                or abs(weights.sum() - 1.0) > WEIGHT_SUM_TOLERANCE:
+            raise DataError(f"{file}: ensemble weights must be non-negative numbers that sum to 1 "
+                            f"(got {weights.tolist()})")
+        return members
+
+    def _load_member(self, folder: Path, name: str, listed: set[str], backend: Backend | None) -> Predictor:
+        """A member's predictor, once every file it names is one the ensemble lists (so
+        ``predict`` verified it against the run's checksums)."""
+        relative = f"{MEMBERS_DIR}/{name}"
+        meta_path = folder / relative / "model.json"
+        if f"{relative}/model.json" not in listed:
+            raise DataError(f"{folder}: member '{name}' is not among the ensemble's files; it was not loaded")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            model_format = self._member_format(str(meta["model"]), name)
+            files = model_format.files(meta)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"{meta_path}: not a model description ({type(exc).__name__}: {exc})") from None
+        unlisted = [f for f in files if f"{relative}/{f}" not in listed]
+        if unlisted:
+            raise DataError(f"{folder}: member '{name}' names file(s) {unlisted} that the ensemble does not list; "
+                            "it was not loaded")
+        return model_format.load(folder / relative, meta, backend=backend)
+
+    def _member_format(self, model: str, member: str) -> ModelFormat:
+        try:
+            return self.format_of(model)
+        except KeyError as exc:
+            raise DataError(f"ensemble member '{member}': {exc.args[0]}; if a plugin registers model '{model}', "
+                            "load that plugin") from None
+
+
+def _member_name(name: str) -> str:
+    """A member name that is safe as one folder name (no separators, no '..')."""
+    if not _MEMBER_NAME.fullmatch(name):
+        raise DataError(f"ensemble member name {name!r} is not a plain name (letters, digits, _ . -)")
+    return name

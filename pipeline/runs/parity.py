@@ -1,0 +1,119 @@
+"""CPU/GPU parity: the same pipeline run on both backends, compared.
+
+``pipeline parity CONFIG`` runs the config once with ``device: cpu`` and once with ``device:
+gpu`` (each a normal run in the run history), then compares the two records:
+
+- each model's metrics on every split, against a tolerance band per metric (``TOLERANCES``:
+  absolute for bounded scores, relative for errors in the target's units). cuML and
+  scikit-learn fit the same models with different solvers and random streams, so equal
+  metrics are not expected; a difference outside its band is;
+- the fitted feature workflow of each exported model (``workflow.json``): every number of its
+  state (means, standard deviations, bin edges) on one side against the other;
+- each stage's time on each side.
+
+The result is ``parity.json`` in the GPU run's folder (with the CPU run's id) and a table on
+the terminal. A machine without a usable GPU is exit 5 with the reason, before either side
+runs: one side alone proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline.runs.record import read_manifest
+
+PARITY_FILE = "parity.json"
+# metric -> (band, "abs" | "rel"): the most a metric may differ between the backends.
+TOLERANCES: dict[str, tuple[float, str]] = {
+    "roc_auc": (0.01, "abs"), "pr_auc": (0.02, "abs"), "accuracy": (0.01, "abs"), "precision": (0.03, "abs"),
+    "recall": (0.03, "abs"), "f1": (0.03, "abs"), "log_loss": (0.02, "abs"), "roc_auc_ovr_macro": (0.01, "abs"),
+    "f1_macro": (0.03, "abs"), "f1_weighted": (0.03, "abs"), "rmse": (0.02, "rel"), "mae": (0.02, "rel"),
+    "r2": (0.01, "abs"), "mape": (0.05, "rel"),
+}
+DEFAULT_TOLERANCE = (0.02, "abs")
+# Workflow numbers that differ by more than this (relative, or absolute near zero) are listed.
+WORKFLOW_TOLERANCE = 1e-4
+
+
+def within(metric: str, cpu: float | None, gpu: float | None,
+           tolerances: Mapping[str, tuple[float, str]] = TOLERANCES) -> tuple[bool, float]:
+    """Whether ``gpu`` is within ``metric``'s band of ``cpu``, and the band in the metric's
+    units. Two NaNs agree (a metric undefined on both sides); one NaN does not."""
+    band, kind = tolerances.get(metric, DEFAULT_TOLERANCE)
+    limit = band * abs(cpu) if kind == "rel" and cpu is not None and math.isfinite(cpu) else band
+    if cpu is None or gpu is None or not (math.isfinite(cpu) and math.isfinite(gpu)):
+        both_missing = (cpu is None or not math.isfinite(cpu)) and (gpu is None or not math.isfinite(gpu))
+        return both_missing, limit
+    return abs(gpu - cpu) <= limit, limit
+
+
+def compare_runs(cpu_dir: Path, gpu_dir: Path,
+                 tolerances: Mapping[str, tuple[float, str]] = TOLERANCES) -> dict[str, Any]:
+    """``parity.json``: ``metrics`` (a row per model, split and metric), ``workflow`` (the
+    numbers of each model's fitted workflow that differ), ``stages`` (seconds on each side) and
+    ``ok`` (every metric within its band)."""
+    cpu, gpu = read_manifest(cpu_dir), read_manifest(gpu_dir)
+    rows = []
+    for split, model, metric, a, b in _paired_metrics(cpu.metrics or {}, gpu.metrics or {}):
+        ok, band = within(metric, a, b, tolerances)
+        rows.append({"model": model, "split": split, "metric": metric, "cpu": a, "gpu": b,
+                     "difference": None if a is None or b is None else b - a, "band": band, "within": ok})
+    workflow = []
+    for model, folder in cpu.models.items():
+        other = gpu.models.get(model)
+        if other is None:
+            continue
+        a, b = (_read_json(run / path / "workflow.json") for run, path in ((cpu_dir, folder), (gpu_dir, other)))
+        workflow += [{"model": model, "key": key, "cpu": x, "gpu": y}
+                     for key, x, y in _different_numbers(a, b)]
+    stages = [{"stage": name, "cpu_seconds": record.seconds,
+               "gpu_seconds": gpu.stages[name].seconds if name in gpu.stages else None,
+               "cpu_status": record.status, "gpu_status": gpu.stages[name].status if name in gpu.stages else None}
+              for name, record in cpu.stages.items()]
+    return {"cpu_run": cpu.run_id, "gpu_run": gpu.run_id, "ok": all(row["within"] for row in rows),
+            "metrics": rows, "workflow": workflow, "stages": stages}
+
+
+def _paired_metrics(cpu: Mapping[str, Any], gpu: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Any, Any]]:
+    """(split, model, metric, cpu value, gpu value) for every split either side evaluated."""
+    def by_split(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
+        return metrics.get("splits") or {metrics.get("split", "test"): metrics.get("models", {})}
+
+    a, b = by_split(cpu), by_split(gpu)
+    for split in dict.fromkeys([*a, *b]):
+        models_a, models_b = a.get(split, {}), b.get(split, {})
+        for model in dict.fromkeys([*models_a, *models_b]):
+            values_a, values_b = models_a.get(model, {}), models_b.get(model, {})
+            for metric in dict.fromkeys([*values_a, *values_b]):
+                yield split, model, metric, values_a.get(metric), values_b.get(metric)
+
+
+def _different_numbers(a: Any, b: Any, key: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Dotted keys where two JSON values differ: numbers beyond ``WORKFLOW_TOLERANCE``, anything
+    else when unequal (a category list in another order, a key on one side only)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for name in dict.fromkeys([*a, *b]):
+            yield from _different_numbers(a.get(name), b.get(name), f"{key}.{name}" if key else str(name))
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from _different_numbers(x, y, f"{key}[{i}]")
+    elif _number(a) and _number(b):
+        if not math.isclose(a, b, rel_tol=WORKFLOW_TOLERANCE, abs_tol=WORKFLOW_TOLERANCE):
+            yield key, a, b
+    elif a != b:
+        yield key, a, b
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

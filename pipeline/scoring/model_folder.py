@@ -1,0 +1,190 @@
+"""Load an exported model folder and score new rows with it, on either device.
+
+A folder written by the ``export`` stage holds ``model.json`` (what the model is),
+``workflow.json`` (the fitted feature workflow) and the model file. ``load_model`` rebuilds
+both halves, so raw rows go in and scores (or predictions) come out::
+
+    from pipeline.scoring.model_folder import load_model
+    model = load_model("runs/churn/latest/export/models/mlp")
+    scores = model.score(pandas.read_csv("new_customers.csv"))
+    labels = model.predict(pandas.read_csv("new_customers.csv"))
+
+What the scores are depends on the model's task (``model.task``, from model.json; a folder
+exported before tasks is binary): see ``pipeline.core.problems``.
+
+A folder holds ``reference.json`` too when it was exported with drift profiles (model.json
+lists it among its ``files``): ``model.reference`` is then the training features' profile and
+``scores_with_counts`` bins the feature matrix of the scored rows against it
+(``pipeline.metrics.drift``); it is None for folders exported before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.backends import Backend, backend_for, get_backend
+from pipeline.scoring.columns import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
+from pipeline.core.errors import DataError
+from pipeline.features import FeatureWorkflow
+from pipeline.runs.layout import REFERENCE_FILE
+from pipeline.metrics.drift import Counts, bin_counts, check_profile
+from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
+from pipeline.runs.signing import verify_model_folder
+from pipeline.core.problems import Task
+
+__all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table", "scores_with_counts"]
+
+
+@dataclass
+class SavedModel:
+    """An exported model: its metadata, feature workflow and a predictor for its matrices."""
+
+    name: str
+    kind: str
+    meta: dict[str, Any]
+    workflow: FeatureWorkflow
+    predictor: Predictor
+    backend: Backend | None = None
+    # The training features' drift profile (reference.json); None in folders exported before it.
+    reference: dict[str, Any] | None = None
+
+    @property
+    def categorical_columns(self) -> list[str]:
+        return list(self.meta.get("categorical_columns") or [])
+
+    @property
+    def task(self) -> Task:
+        """What the model predicts (binary for a folder exported before tasks)."""
+        try:
+            return Task.from_dict(self.meta.get("task"))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise DataError(f"model '{self.name}': model.json has no valid task ({exc})") from None
+
+    def score(self, frame: Any) -> np.ndarray:
+        """Scores per row of ``frame`` (pandas or cuDF, raw columns), host float64, shaped by the
+        task: binary the positive-class probability, multiclass an ``n x K`` matrix of class
+        probabilities (``task.classes`` order), regression the predicted value."""
+        return self.score_matrix(frame)[0]
+
+    def score_matrix(self, frame: Any) -> tuple[np.ndarray, Any]:
+        """``score``'s scores and the feature matrix they came from (on the frame's device), so
+        that drift counts read the matrix the model saw without running the workflow again."""
+        backend = backend_for(frame, self.backend)
+        out = self.workflow.transform(frame)
+        X = backend.to_matrix(out, dtype="float32")
+        codes = backend.to_matrix(out, columns=self.categorical_columns, dtype="int64") \
+            if self.categorical_columns else None
+        return self.predictor(X, codes), X
+
+    def predict(self, frame: Any, *, threshold: float = 0.5) -> np.ndarray:
+        """Predictions per row of ``frame``: binary 1 where the score is at least ``threshold``
+        (else 0), multiclass the original class value of the top score, regression the value."""
+        task = self.task
+        scores = np.asarray(self.score(frame), dtype="float64")
+        if task.kind == "regression":
+            return scores
+        if task.kind == "multiclass":
+            return task.decode(scores.reshape(-1, task.n_outputs).argmax(axis=1))
+        return (scores >= threshold).astype("int64")
+
+
+def load_model(folder: str | os.PathLike[str], *, device: str | None = None) -> SavedModel:
+    """Load an exported model folder; ``device`` "cpu" or "gpu" (default: the data decides).
+
+    The registry entry named in model.json says how its files are read (its format), so a
+    model added by a plugin loads once the plugin has registered it.
+    """
+    folder = Path(folder)
+    meta_path = folder / "model.json"
+    if not meta_path.is_file():
+        raise DataError(f"{folder} is not an exported model folder (no model.json)")
+    verify_model_folder(folder)         # with a signing key set: a signed run's files, unchanged
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        kind = meta["model"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{meta_path}: not a model description ({exc})") from exc
+    model_format = model_format_of(meta, meta_path)
+    try:
+        files = model_format.files(meta)
+    except (KeyError, TypeError) as exc:
+        raise DataError(f"{meta_path}: not a model description ({exc})") from exc
+    for name in files:
+        if not (folder / name).is_file():
+            raise DataError(f"{folder}: model file '{name}' is missing")
+    backend = get_backend(device) if device else None
+    workflow = FeatureWorkflow.load(folder / "workflow.json", backend=backend)
+    predictor = model_format.load(folder, meta, backend=backend)
+    reference = None if REFERENCE_FILE not in files else read_reference(folder / REFERENCE_FILE,
+                                                                           workflow.output_columns_)
+    return SavedModel(name=meta.get("name", folder.name), kind=kind, meta=meta, workflow=workflow,
+                      predictor=predictor, backend=backend, reference=reference)
+
+
+def read_reference(path: Path, features: list[str]) -> dict[str, Any]:
+    """The drift profile at ``path``, checked against the model's ``features`` (its workflow's
+    output columns, the matrix's columns); a ``DataError`` when it is not one."""
+    try:
+        return check_profile(json.loads(path.read_text(encoding="utf-8")), features)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise DataError(f"{path}: not a drift profile of this model's features ({exc})") from None
+
+
+def model_format_of(meta: dict[str, Any], where: Path | str) -> ModelFormat:
+    """The format of the model a model.json describes; a model not registered in this process
+    is a DataError that says how to register it (its plugin is not loaded)."""
+    name = meta.get("model")
+    if not isinstance(name, str) or name not in MODELS:
+        raise DataError(
+            f"{where}: model '{name}' is unknown here (registered: {', '.join(sorted(MODELS))}); if a plugin "
+            "registers it, load that plugin: list its module under plugins: in the config or in the "
+            "PIPELINE_PLUGINS environment variable (comma-separated module names)")
+    return get_model_spec(name).format
+
+
+def scores_with_counts(frame: Any, saved: SavedModel, name: str, threshold: float | None,
+                       backend: Any) -> tuple[pd.DataFrame, Counts | None]:
+    """``scores_table``'s rows for ``frame`` and the drift counts of its feature matrix
+    (``pipeline.metrics.drift.bin_counts``; None when the model has no reference profile), from
+    one pass of the workflow: for a whole input, or one partition whose counts are then added."""
+    if len(frame):
+        scores, matrix = saved.score_matrix(frame)
+    else:
+        scores, matrix = empty_scores(saved.task), np.empty((0, len(saved.workflow.output_columns_)))
+    table = scores_table(frame, saved, name, threshold, backend, scores=scores)
+    return table, None if saved.reference is None else bin_counts(saved.reference, backend.to_host(matrix))
+
+
+def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, backend: Any, *,
+                 scores: np.ndarray | None = None) -> pd.DataFrame:
+    """The output rows for ``frame`` (a whole input, or one partition), in the frame's order:
+    the id column when the model has one, the task's columns, then ``model``. ``scores``: the
+    frame's scores when the caller has them (``scores_with_counts``), else computed here.
+
+    binary: ``score`` and ``prediction`` (1 when score >= ``threshold``, else 0); multiclass:
+    ``score_<class>`` per class and ``prediction`` (the original class value; names of class
+    columns: ``pipeline.distributed.predictions``); regression: ``prediction``.
+    """
+    task = saved.task
+    if scores is None:
+        scores = saved.score(frame) if len(frame) else empty_scores(task)
+    scores = np.asarray(scores, dtype="float64")
+    id_column = saved.meta.get("id_column")
+    table: dict[str, Any] = {}
+    if id_column:
+        table[id_column] = backend.to_host(frame[id_column]).reset_index(drop=True)
+    table.update(task_columns(task, scores))
+    if task.kind == "binary":
+        table["prediction"] = (scores >= threshold).astype("int64")
+    table["model"] = pd.Series([name] * len(frame), dtype="str")
+    out = pd.DataFrame(table)
+    if task.kind == "multiclass":          # Parquet keeps it: which class each score column is
+        out.attrs[CLASS_COLUMNS_KEY] = class_column_map(task)
+    return out

@@ -1,0 +1,248 @@
+"""The stage contract: the params model base, the run context, the registry of kinds.
+
+A stage kind is a pydantic model of its YAML block (``kind`` is the discriminator) plus a
+plain function ``run(spec, ctx, inputs) -> output``, registered with what the runner, the
+config checks and the cache need to know about it, so none of them names a kind:
+
+- ``produces``: the type of its output; ``accepts``: the output types it reads. A config
+  wiring a ``load`` into a ``train`` stage is refused at validation by type, not by name;
+- ``resources``: what it needs from a worker (``"gpu"``: training stages take a GPU slot
+  on a GPU cluster);
+- ``fingerprint(spec)``: what its output depends on beyond params and inputs (the bytes of
+  the files a ``load`` reads); ``None`` means the output must never be cached;
+- ``records``: the run-record fields it sets through ``ctx.run_record`` (``evaluate`` sets
+  ``metrics``, ``export`` sets ``models``).
+
+Outputs are ordinary Python objects (frames, ``SplitData``, ``FeatureSet``,
+``TrainedModel``...) so the same functions serve the runner and library users. Plugin code
+registers kinds with the same ``register_stage`` (see ``pipeline.config.plugins``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pipeline.backends import Backend
+from pipeline.backends.headers import ColumnSet, HeaderReader
+from pipeline.usage.costs import Budget
+from pipeline.hooks.protocol import LogProgress, StageProgress
+
+__all__ = [
+    "STAGE_KINDS", "ColumnRef", "KeyPath", "LogProgress", "Preview", "StageContext", "StageKind", "StageProgress",
+    "StageSpec", "Table", "input_list", "kinds_producing", "model_preview", "only_input", "register_stage",
+]
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What the config tells about a stage's output before any data is read.
+
+    The checks ``pipeline validate`` runs before reading data (``pipeline.config.data_checks``)
+    pass these from stage to stage along the graph, each kind saying what its output is from
+    its inputs' (``StageSpec.preview``). A field left None is unknown, and every check that
+    needs it is skipped: a check reports only what cannot be right.
+    """
+
+    columns: ColumnSet | None = None     # a table's columns
+    features: str | None = None          # the features stage a feature set or model comes from
+    valid: bool | None = None            # whether its split has valid rows
+    folds: int | None = None             # the split's folds: (0: none)
+    target: str | None = None            # the split's target column
+
+
+def model_preview(inputs: Mapping[str, Preview]) -> Preview:
+    """A model stage's output: trained on its one input's features, split the same way."""
+    previews = list(inputs.values())
+    if len(previews) != 1:
+        return Preview()
+    source = previews[0]
+    return Preview(features=source.features, valid=source.valid, folds=source.folds, target=source.target)
+
+
+@dataclass(frozen=True)
+class ColumnRef:
+    """A column a stage's block names, for the checks before data is read: its key path in the
+    block, what it is for (``target``, ``join key``: the message's words) and the columns it
+    must be one of: ``among``, or else the table of input number ``input``."""
+
+    where: KeyPath
+    column: str
+    what: str = "column"
+    input: int = 0
+    among: ColumnSet | None = None
+
+
+class Table:
+    """The output type of stages that produce a data frame (pandas, cuDF or a Dask frame)."""
+
+
+class StageSpec(BaseModel):
+    """Fields every stage has. Subclasses add ``kind: Literal[...]`` and their parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[str] = Field(default_factory=list, description="Names of the stages whose outputs this stage reads.")
+    description: str = Field("", description="Free text shown by `pipeline dag`.")
+    budget: Budget | None = Field(None, description="Caps on this stage's cost, GPU-hours and wall time "
+                                                    "(pipeline.usage.budget), beside the run's.")
+
+    # How many inputs a stage of this kind takes (what types: see ``register_stage``).
+    min_inputs: ClassVar[int] = 0
+    max_inputs: ClassVar[int | None] = None
+    # Names of the inputs by position (``join``: left, right). A kind with roles also takes
+    # ``inputs`` as a mapping ``{role: stage}``, kept as a list in role order.
+    input_roles: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _inputs_by_role(cls, inputs: Any) -> Any:
+        if isinstance(inputs, dict):
+            listed = input_list(inputs, cls.input_roles)
+            if isinstance(listed, str):
+                raise ValueError(listed)
+            return listed
+        return inputs
+
+    def at_cutoff(self, as_of: str) -> StageSpec:
+        """This stage as it runs when a run's tables are rebuilt from raw data at cut-off
+        ``as_of`` (``pipeline predict --as-of``): kinds with a cut-off return a copy at it."""
+        return self
+
+    # The checks before data is read (``Preview``). A kind that says nothing has an unknown
+    # output, so nothing downstream of it is checked: a plugin kind is never refused by them.
+    def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
+        """What this stage's output is known to be, given its inputs' (``headers`` reads a
+        file's header or schema, never its rows)."""
+        return Preview()
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """The columns this stage's block names, each checked against the columns known there."""
+        return []
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """Rules across stages that fail at run time otherwise, as ``(key path in this block,
+        message)``: a ``tune:`` on a split without validation rows, an ensemble of models
+        from different features."""
+        return []
+
+    def scoring_passthrough(self) -> int | None:
+        """When a run's tables are rebuilt for scoring, the position of the input whose table
+        this stage passes on unchanged instead of running (a label has no future to look at
+        then); None: it runs."""
+        return None
+
+
+def input_list(inputs: Any, roles: tuple[str, ...]) -> list[str] | str:
+    """``inputs`` as a list of stage names: a mapping ``{role: stage}`` in ``roles`` order, a
+    list as it is; a message (str) saying what is wrong with a mapping the roles refuse."""
+    if not isinstance(inputs, dict):
+        return [str(i) for i in inputs] if isinstance(inputs, list) else []
+    if not roles:
+        return "this stage kind takes inputs as a list of stage names, not a mapping"
+    unknown = [str(k) for k in inputs if k not in roles]
+    missing = [r for r in roles if r not in inputs]
+    if unknown or missing:
+        parts = ([f"unknown role(s) {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])
+        return f"inputs by role must name exactly {list(roles)}: {'; '.join(parts)}"
+    return [str(inputs[role]) for role in roles]
+
+
+@dataclass
+class StageContext:
+    """What a running stage may use besides its inputs."""
+
+    backend: Backend
+    seed: int
+    stage: str
+    artifacts_dir: Path | None = None
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("pipeline"))
+    # Stages record facts for the manifest here (row counts, hand-offs and the bytes they copied).
+    facts: dict[str, Any] = field(default_factory=dict)
+    progress: StageProgress | None = None
+    # Run-record fields this stage sets (only those its kind declares in ``records``).
+    run_record: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.progress is None:
+            self.progress = LogProgress(self.logger, prefix=f"{self.stage}: ")
+
+    def artifact_path(self, *parts: str) -> Path:
+        """A path inside this run's artifact folder (created on demand)."""
+        if self.artifacts_dir is None:
+            raise RuntimeError(f"stage '{self.stage}' writes artifacts but the run has no artifact folder")
+        path = self.artifacts_dir.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+RunFunction = Callable[[Any, StageContext, Mapping[str, Any]], Any]
+Fingerprint = Callable[[Any], Mapping[str, Any] | None]
+
+
+def _no_fingerprint(spec: Any) -> Mapping[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """A registered stage kind: its params model, its function and its contract."""
+
+    kind: str
+    spec: type[StageSpec]
+    run: RunFunction
+    produces: type = object                         # object: unknown until it runs (python)
+    accepts: tuple[type, ...] | None = None         # None: any input
+    resources: frozenset[str] = frozenset()
+    fingerprint: Fingerprint = _no_fingerprint
+    records: tuple[str, ...] = ()
+
+    def accepts_output_of(self, other: StageKind) -> bool:
+        """Whether this kind reads what ``other`` produces (unknown outputs are let through)."""
+        if self.accepts is None or other.produces is object:
+            return True
+        return issubclass(other.produces, self.accepts)
+
+
+STAGE_KINDS: dict[str, StageKind] = {}
+
+
+def register_stage(
+    kind: str,
+    spec: type[StageSpec],
+    *,
+    produces: type = object,
+    accepts: Iterable[type] | None = None,
+    resources: Iterable[str] = (),
+    fingerprint: Fingerprint | None = None,
+    records: Iterable[str] = (),
+) -> Callable[[RunFunction], RunFunction]:
+    """Decorator: make ``run`` the implementation of stage ``kind`` configured by ``spec``.
+
+    Registering a kind that exists replaces it (a plugin reloaded in a notebook).
+    """
+
+    def wrap(run: RunFunction) -> RunFunction:
+        STAGE_KINDS[kind] = StageKind(
+            kind, spec, run, produces=produces, accepts=tuple(accepts) if accepts is not None else None,
+            resources=frozenset(resources), fingerprint=fingerprint or _no_fingerprint, records=tuple(records))
+        return run
+
+    return wrap
+
+
+def kinds_producing(types: tuple[type, ...]) -> list[str]:
+    """Registered kinds whose output is one of ``types`` (for messages)."""
+    return [name for name, k in STAGE_KINDS.items() if k.produces is not object and issubclass(k.produces, types)]
+
+
+def only_input(inputs: Mapping[str, Any]) -> Any:
+    (value,) = inputs.values()
+    return value

@@ -1,0 +1,366 @@
+"""Tuning trials: what one trial trains, how it reports for pruning, and where it runs.
+
+``pipeline.stages.training.tuning`` drives the search; this module runs its trials. A trainer fits a
+stage's model with a trial's params (``RegistryTrainer`` for ``train`` stages, ``TorchTrainer``
+for ``torch``); the stage modules import the tuning modules, so they pass their training
+function in, and functions pickle by name, so trainers travel to Dask workers as they are.
+``run_trial`` scores one trial, here or as a Dask task, and returns its failure as its outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipeline.featuresets import FeatureSet
+from pipeline.featuresets.folds import HELD_OUT, without_validation
+from pipeline.metrics import task_metrics
+from pipeline.models import get_model_spec
+from pipeline.stages.training.cross_validation import cross_validate
+
+# XGBoost metrics where a higher value is better (the rest are losses and errors).
+_XGBOOST_HIGHER = {"auc", "aucpr", "map", "ndcg", "pre", "interval-regression-accuracy"}
+
+
+# ------------------------------------------------------------------ what a trial trains
+class Report(Protocol):
+    """Called with a training step's validation value; raises ``optuna.TrialPruned`` to stop."""
+
+    def __call__(self, step: int, value: float, *, higher_is_better: bool) -> None: ...
+
+
+class Trainer(Protocol):
+    """Trains a stage's model with a trial's params (``fold_scores``: on a cross-validation
+    fold, as the stage's own cross-validation does); ``pruning_signal`` says what it reports
+    while training (None: it cannot be pruned)."""
+
+    warmup_steps: int
+
+    def fit(self, features: FeatureSet, params: dict[str, Any], report: Report | None,
+            threads: int | None = None) -> Any: ...
+
+    def fold_scores(self, fold: FeatureSet, params: dict[str, Any], report: Report | None,
+                    threads: int | None = None) -> Any: ...
+
+    def pruning_signal(self, features: FeatureSet) -> str | None: ...
+
+
+@dataclass
+class RegistryTrainer:
+    """A ``train`` stage's model: ``train`` is ``pipeline.stages.train.train_model``, passed in
+    (that module imports this one). XGBoost reports its evaluation metric each round through a
+    ``TrainingCallback``; other registry models cannot be pruned."""
+
+    train: Callable[..., Any]
+    model: str
+    params: dict[str, Any]
+    seed: int | None = 42
+    external_memory: bool | None = None
+    warmup_steps: int = 10
+
+    def fit(self, features: FeatureSet, params: dict[str, Any], report: Report | None,
+            threads: int | None = None) -> Any:
+        merged = {**self.params, **params}
+        if threads and features.backend.name == "cpu" and "n_jobs" not in merged and self._takes("n_jobs"):
+            merged["n_jobs"] = threads       # a Dask worker's share of the cores (its nanny sets OMP to 1)
+        extra = {"callbacks": [xgboost_pruning_callback(report)]} \
+            if report is not None and self.pruning_signal(features) else None
+        return self.train(features, self.model, merged, seed=self.seed, external_memory=self.external_memory,
+                          estimator_kwargs=extra)
+
+    def fold_scores(self, fold: FeatureSet, params: dict[str, Any], report: Report | None,
+                    threads: int | None = None) -> Any:
+        return self.fit(fold, params, report, threads).scores["valid"]
+
+    def pruning_signal(self, features: FeatureSet) -> str | None:
+        path = get_model_spec(self.model).class_path(features.backend.name) or ""
+        if features.distributed or path.split(":")[0] != "xgboost":
+            return None
+        if not features.rows().get("valid") and not features.fold_count():
+            return None
+        return "the evaluation metric of each XGBoost boosting round"
+
+    def _takes(self, param: str) -> bool:
+        return param in get_model_spec(self.model).params
+
+
+@dataclass
+class TorchTrainer:
+    """A ``torch`` stage's MLP: ``train`` is ``pipeline.stages.torch_mlp.train_torch``; it
+    reports the validation loss of each epoch."""
+
+    train: Callable[..., Any]
+    params: dict[str, Any]
+    seed: int = 42
+    warmup_steps: int = 2
+
+    def fit(self, features: FeatureSet, params: dict[str, Any], report: Report | None,
+            threads: int | None = None) -> Any:
+        on_epoch = EpochReport(report) if report is not None else None
+        with _torch_threads(threads):
+            return self.train(features, seed=self.seed, on_epoch=on_epoch, **{**self.params, **params})
+
+    def fold_scores(self, fold: FeatureSet, params: dict[str, Any], report: Report | None,
+                    threads: int | None = None) -> Any:
+        """As the stage's cross-validation: every epoch on the fold's fit rows, no early stopping
+        on the rows it is scored on (so nothing to report for pruning either)."""
+        return self.fit(without_validation(fold), params, None, threads).scores[HELD_OUT]
+
+    def pruning_signal(self, features: FeatureSet) -> str | None:
+        if not features.rows().get("valid") or features.fold_count():
+            return None
+        return "the validation loss of each epoch"
+
+
+@dataclass
+class EpochReport:
+    """``train_torch(on_epoch=...)``: the epoch's validation loss to the trial."""
+
+    report: Report
+
+    def __call__(self, epoch: int, row: dict[str, float]) -> None:
+        if "val_loss" in row:
+            self.report(epoch, float(row["val_loss"]), higher_is_better=False)
+
+
+def xgboost_pruning_callback(report: Report) -> Any:
+    """An ``xgboost.callback.TrainingCallback`` that reports the last evaluation metric on the
+    last evaluation set (the one early stopping watches) after every round."""
+    import xgboost
+
+    class ReportEachRound(xgboost.callback.TrainingCallback):
+        def after_iteration(self, model: Any, epoch: int, evals_log: dict[str, dict[str, list[Any]]]) -> bool:
+            if evals_log:
+                metrics = evals_log[list(evals_log)[-1]]
+                name = list(metrics)[-1]
+                value = metrics[name][-1]
+                value = value[0] if isinstance(value, tuple) else value        # xgboost.cv: (mean, std)
+                report(epoch, float(value), higher_is_better=name.split("@")[0] in _XGBOOST_HIGHER)
+            return False
+
+    return ReportEachRound()
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """PyTorch on a Dask worker gets the worker's threads (its nanny set OMP to 1), then back."""
+    if not threads or "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ one trial
+@dataclass
+class TrialOutcome:
+    """What one trial came to: COMPLETE with a value, PRUNED at a step, or FAIL with an error."""
+
+    state: str
+    value: float | None = None
+    seconds: float = 0.0
+    note: str | None = None
+    error: BaseException | None = None
+    worker: str | None = None            # the Dask worker that ran it
+
+
+@dataclass
+class FoldScores:
+    """``cross_validate``'s ``fit_and_score`` for one trial: the first fold reports for pruning."""
+
+    trainer: Trainer
+    params: dict[str, Any]
+    report: Report | None
+    threads: int | None = None
+    calls: int = 0
+
+    def __call__(self, fold: FeatureSet) -> Any:
+        report = self.report if self.calls == 0 else None
+        self.calls += 1
+        return self.trainer.fold_scores(fold, self.params, report, self.threads)
+
+
+def score_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], metric: str,
+                report: Report | None = None, threads: int | None = None) -> float:
+    """Train with ``params`` and score ``metric``: the folds' mean, or the validation split's."""
+    if features.fold_count():
+        result = cross_validate(features, FoldScores(trainer, params, report, threads))
+        return float(result.mean[metric])
+    trained = trainer.fit(features, params, report, threads)
+    return float(task_metrics(features.task, features.labels("valid"), trained.scores["valid"])[metric])
+
+
+def run_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], metric: str,
+              report: Report | None = None) -> TrialOutcome:
+    """One trial, here or as a Dask task; its failure is its outcome, not an exception."""
+    from optuna import TrialPruned
+
+    worker = _current_worker()
+    threads = max(1, int(worker.state.nthreads)) if worker is not None else None
+    address = worker.address if worker is not None else None
+    started = time.perf_counter()
+    try:
+        value = score_trial(trainer, features, params, metric, report, threads)
+    except TrialPruned as exc:
+        return TrialOutcome("PRUNED", seconds=time.perf_counter() - started, note=str(exc) or "pruned",
+                            worker=address)
+    except Exception as exc:  # noqa: BLE001 - a trial's params can fail in any library; the search goes on
+        return TrialOutcome("FAIL", seconds=time.perf_counter() - started,
+                            note=f"{type(exc).__name__}: {exc}", error=exc, worker=address)
+    seconds = time.perf_counter() - started
+    if not math.isfinite(value):
+        return TrialOutcome("FAIL", seconds=seconds, note=f"{metric} is {value} (e.g. one class in the scored rows)",
+                            worker=address)
+    return TrialOutcome("COMPLETE", value=value, seconds=seconds, worker=address)
+
+
+def _current_worker() -> Any | None:
+    """The Dask worker this runs on, or None outside one."""
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import get_worker
+
+    try:
+        return get_worker()
+    except ValueError:
+        return None
+
+
+class TrialPruner:
+    """Reports a training's steps to an Optuna trial; raises ``TrialPruned`` when the pruner
+    says so. Values are turned so that higher means better exactly when the study maximizes."""
+
+    def __init__(self, trial: Any, maximize: bool) -> None:
+        self.trial = trial
+        self.maximize = maximize
+
+    def __call__(self, step: int, value: float, *, higher_is_better: bool) -> None:
+        from optuna import TrialPruned
+
+        if not math.isfinite(value):
+            return
+        self.trial.report(value if higher_is_better == self.maximize else -value, step)
+        if self.trial.should_prune():
+            raise TrialPruned(f"pruned at step {step}")
+
+
+# ------------------------------------------------------------------ where trials run
+class LocalTrials:
+    """Trials one after another in this process, pruned as they train."""
+
+    def __init__(self, features: FeatureSet, parallel: int, where: str) -> None:
+        self.features = features
+        self.parallel = parallel
+        self.where = where
+        self.prunes = True
+        self.remote = False
+
+    def run(self, trainer: Trainer, metric: str, batch: Sequence[tuple[Any, dict[str, Any]]],
+            pruners: Sequence[Report | None]) -> list[TrialOutcome]:
+        return [run_trial(trainer, self.features, params, metric, pruner)
+                for (_, params), pruner in zip(batch, pruners)]
+
+    def close(self) -> None:
+        pass
+
+
+class DaskTrials:
+    """Trials as Dask tasks on the features scattered once to every worker; not pruned."""
+
+    def __init__(self, client: Any, features: FeatureSet, parallel: int, workers: int) -> None:
+        self.client = client
+        self.parallel = parallel
+        self.where = f"Dask cluster ({workers} workers, {parallel} trials at a time)"
+        self.prunes = False
+        self.remote = True
+        self._features = client.scatter(features, broadcast=True, hash=False)
+
+    def run(self, trainer: Trainer, metric: str, batch: Sequence[tuple[Any, dict[str, Any]]],
+            pruners: Sequence[Report | None]) -> list[TrialOutcome]:
+        futures = [self.client.submit(run_trial, trainer, self._features, params, metric, None,
+                                      key=f"tune-trial-{trial.number}-{id(self):x}", pure=False, retries=0)
+                   for trial, params in batch]
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(future.result())
+            except Exception as exc:  # noqa: BLE001 - a lost worker or an unpicklable result fails that trial only
+                outcomes.append(TrialOutcome("FAIL", note=f"{type(exc).__name__}: {exc}", error=exc))
+        return outcomes
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.cancel([self._features])
+
+
+def _cluster_client() -> Any | None:
+    """The run's Dask client: the worker's when this runs as a task on a cluster, else the
+    process's default client; None where there is no cluster."""
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import get_client
+
+    try:
+        return get_client()
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def trial_runner(parallel: int | None, features: FeatureSet) -> Iterator[LocalTrials | DaskTrials]:
+    """Where a search's trials run: ``parallel`` at a time on the run's Dask cluster (None: one
+    per worker), or one after another here (see ``pipeline.stages.training.tuning``)."""
+    if features.distributed:
+        # Each trial is itself a fit across the cluster; running several at once would only
+        # make them compete for the same workers.
+        yield LocalTrials(features, 1, "in this process, each trial a distributed fit on the cluster")
+        return
+    client = _cluster_client()
+    workers = _worker_count(client) if client is not None else 0
+    parallel = parallel or max(workers, 1)
+    if client is None or parallel == 1:
+        where = "in this process" + (f" (batches of {parallel})" if parallel > 1 else "")
+        yield LocalTrials(features, parallel, where)
+        return
+    with _submitting(client) as submitting:
+        runner = DaskTrials(submitting, features, parallel, workers)
+        try:
+            yield runner
+        finally:
+            runner.close()
+
+
+def _worker_count(client: Any) -> int:
+    from pipeline.backends.cluster import cluster_workers
+
+    try:
+        return len(cluster_workers(client))
+    except Exception:  # noqa: BLE001 - a client that cannot answer: run here
+        return 0
+
+
+@contextlib.contextmanager
+def _submitting(client: Any) -> Iterator[Any]:
+    """A client to submit trials with: inside a worker's task, ``worker_client()``, which
+    secedes from the worker's thread pool while the trials run (a one-thread worker would
+    otherwise wait on its own busy thread)."""
+    from distributed import get_worker, worker_client
+
+    try:
+        get_worker()
+    except ValueError:
+        yield client
+        return
+    with worker_client() as inner:
+        yield inner

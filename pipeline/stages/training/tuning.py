@@ -1,0 +1,478 @@
+"""``tune:``: search a model's hyperparameters with Optuna, then train the winner.
+
+A ``train`` or ``torch`` stage with a ``tune:`` block runs trials before it trains: each trial
+trains the model with the trial's params merged over the stage's own and scores it on the
+validation split, or by cross-validation when the split has ``folds:`` (the folds' mean). The
+stage then trains the best params as it would train any params (on the training split; with
+folds that is every non-test row), so the model it returns is an ordinary ``TrainedModel``
+that also carries the search (``TrainedModel.tuning``).
+
+The search is Optuna's TPE sampler, seeded (``tune.seed``, default the run's seed), and every
+trial trains with the run's seed, so a run repeated gives the same trials. Hopeless trials are
+pruned by a median rule on what training reports as it goes: XGBoost's evaluation metric per
+boosting round (a ``TrainingCallback``), the torch MLP's validation loss per epoch; other models
+run every trial to the end. With folds, XGBoost's first fold decides; the MLP trains each fold
+without a validation split (as the stage's cross-validation does), so it is not pruned there.
+
+Parallel: where the run has a Dask cluster (stages then run as tasks on its workers), trials run
+in batches of ``parallel`` (default: one per worker): ``parallel`` trials are asked of the
+sampler, each is a Dask task on the features scattered once, and the batch's results are told
+back in trial order, so the trials depend on ``parallel`` but not on which worker finishes
+first. Trials on workers are not pruned (their progress cannot reach the study while they
+run); early stopping within a trial still applies. Without a cluster, trials run one after
+another in this process.
+
+The config block and the search are here; what a trial trains, how it reports for pruning and
+where it runs are in ``pipeline.stages.training.trials``. Library use: ``tune_model(features,
+RegistryTrainer(train_model, "xgboost", params), TuneSpec(...))``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import difflib
+import json
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import (
+    BaseModel, ConfigDict, Field, FiniteFloat, PositiveInt, field_validator, model_serializer, model_validator,
+)
+
+from pipeline.core.errors import ConfigError
+from pipeline.featuresets import FeatureSet
+from pipeline.hooks.protocol import elapsed
+from pipeline.metrics import HIGHER_IS_BETTER, default_metric, metric_names
+from pipeline.core.sizes import parse_duration
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageProgress
+from pipeline.stages.training.trials import (
+    RegistryTrainer, TorchTrainer, Trainer, TrialPruner, trial_runner,
+)
+
+__all__ = ["ParamRange", "RegistryTrainer", "TorchTrainer", "TuneResult", "TuneSpec", "parse_duration", "run_search",
+           "tune_model"]
+
+SAMPLER = "TPE"
+# Median pruning waits for this many finished trials before it compares anything.
+PRUNER_STARTUP_TRIALS = 5
+
+
+# ------------------------------------------------------------------ the config block
+class ParamRange(BaseModel):
+    """One searched parameter, written ``{int: [low, high]}``, ``{float: [low, high]}`` (either
+    with ``log: true`` or a ``step``) or ``{choice: [a, b, ...]}``. Bounds are inclusive."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Named as users write them; the builtins are spelled out where the class body shadows them.
+    int: tuple[builtins.int, builtins.int] | None = Field(None, description="Whole numbers from low to high.")
+    float: tuple[FiniteFloat, FiniteFloat] | None = Field(None, description="Real numbers from low to high.")
+    choice: list[Any] | None = Field(None, min_length=1, description="One of these values.")
+    log: bool = Field(False, description="Sample on a log scale (low must be > 0): for learning rates, "
+                                         "regularisation strengths and other scale-like params.")
+    step: FiniteFloat | None = Field(None, gt=0, description="Only multiples of step above low.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ParamRange:
+        given = [name for name, value in (("int", self.int), ("float", self.float), ("choice", self.choice))
+                 if value is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of int: [low, high], float: [low, high] or choice: [values]"
+                             + (f" (got {' and '.join(given)})" if given else ""))
+        if self.choice is not None:
+            if self.log or self.step is not None:
+                raise ValueError("log and step apply to int and float ranges, not to choice")
+            return self
+        low, high = self.int or self.float  # type: ignore[misc]
+        if not low < high:
+            raise ValueError(f"low must be below high (got [{low}, {high}])")
+        if self.log and low <= 0:
+            raise ValueError(f"log: true needs a low bound above 0 (got {low})")
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be combined")
+        if self.int is not None and self.step is not None:
+            if self.step != int(self.step):
+                raise ValueError(f"an int range's step must be a whole number (got {self.step})")
+            if (high - low) % int(self.step):
+                raise ValueError(f"step {int(self.step)} does not divide the range [{low}, {high}]")
+        return self
+
+    @model_serializer(mode="plain")
+    def _as_written(self) -> dict[str, Any]:
+        """The YAML form (``int: [...]``), so a resolved config loads again and hashes plainly."""
+        if self.int is not None:
+            out: dict[str, Any] = {"int": list(self.int)}
+        elif self.float is not None:
+            out = {"float": list(self.float)}
+        else:
+            out = {"choice": list(self.choice or [])}
+        if self.log:
+            out["log"] = True
+        if self.step is not None:
+            out["step"] = int(self.step) if self.int is not None else self.step
+        return out
+
+    # ------------------------------------------------------------ for the sampler
+    @property
+    def encodes_choices(self) -> bool:
+        """Choices Optuna cannot hold as such (lists such as ``hidden: [64, 32]``) are sampled
+        as their positions and decoded back."""
+        return self.choice is not None and not all(
+            value is None or isinstance(value, (bool, int, float, str)) for value in self.choice)
+
+    def distribution(self) -> Any:
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        if self.int is not None:
+            return IntDistribution(self.int[0], self.int[1], log=self.log, step=int(self.step or 1))
+        if self.float is not None:
+            return FloatDistribution(self.float[0], self.float[1], log=self.log, step=self.step)
+        choices = list(range(len(self.choice or []))) if self.encodes_choices else list(self.choice or [])
+        return CategoricalDistribution(choices)
+
+    def decode(self, value: Any) -> Any:
+        return self.choice[value] if self.encodes_choices else value  # type: ignore[index]
+
+    def values_to_check(self) -> list[Any]:
+        """The values a config check tries against the parameter: the ends, or every choice."""
+        if self.choice is not None:
+            return list(self.choice)
+        return list(self.int or self.float)  # type: ignore[arg-type]
+
+
+class TuneSpec(BaseModel):
+    """A ``tune:`` block: the search space, the budget and how trials are scored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trials: PositiveInt | None = Field(None, description="How many trials to run (with timeout: whichever ends first).")
+    timeout: float | None = Field(
+        None, description="Stop starting trials after this long: seconds, or 90s, 10m, 1h. The trials then running "
+                          "finish.")
+    metric: str | None = Field(
+        None, description="Metric a trial is scored by, on the validation split or as the folds' mean; its "
+                          "direction is known. Default per task: roc_auc (binary), log_loss (multiclass), "
+                          "rmse (regression).")
+    space: dict[str, ParamRange] = Field(
+        ..., min_length=1,
+        description="Parameter -> {int: [low, high]} | {float: [low, high], log: true} | {choice: [values]}; "
+                    "each trial's values are merged over the stage's own params.")
+    seed: int | None = Field(None, description="Seed of the sampler (default: the run's seed).")
+    parallel: PositiveInt | None = Field(
+        None, description="Trials run at once, as Dask tasks, when the run has a cluster (default: one per "
+                          "worker). Trials are asked in batches of this size, so it shapes which trials run.")
+    pruning: bool = Field(True, description="Stop hopeless trials early (median rule over XGBoost rounds or "
+                                            "torch epochs; not for trials on Dask workers).")
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> float | None:
+        return None if value is None else parse_duration(value)
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str | None) -> str | None:
+        if metric is not None and metric not in HIGHER_IS_BETTER:
+            known = sorted(HIGHER_IS_BETTER)
+            close = difflib.get_close_matches(metric, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(known)})"
+            raise ValueError(f"unknown metric '{metric}'{hint}")
+        return metric
+
+    @model_validator(mode="after")
+    def _budget(self) -> TuneSpec:
+        if self.trials is None and self.timeout is None:
+            raise ValueError("give trials:, timeout: or both: the search needs a budget")
+        return self
+
+    def unknown_params(self, allowed: Sequence[str], owner: str) -> list[str]:
+        """Problems naming each ``space`` key that is not a parameter of ``owner``."""
+        problems = []
+        for key in self.space:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, list(allowed), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(sorted(allowed))}"
+                problems.append(f"space.{key}: unknown parameter '{key}' for {owner}{hint}")
+        return problems
+
+    def value_problems(self, problem: Callable[[str, Any], str | None]) -> list[str]:
+        """Problems naming each ``space`` key whose range ends (or choices) ``problem`` refuses."""
+        problems = []
+        for key, entry in self.space.items():
+            for value in entry.values_to_check():
+                why = problem(key, value)
+                if why:
+                    problems.append(f"space.{key}: {value!r} is not a valid {key}: {why}")
+                    break
+        return problems
+
+    def distributions(self) -> dict[str, Any]:
+        return {name: entry.distribution() for name, entry in self.space.items()}
+
+    def decode(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A trial's sampled values as the params a stage takes (in ``space`` order)."""
+        return {name: self.space[name].decode(params[name]) for name in self.space if name in params}
+
+
+
+# ------------------------------------------------------------------ the search
+@dataclass
+class TrialRecord:
+    number: int
+    params: dict[str, Any]
+    value: float | None
+    state: str
+    seconds: float
+    note: str | None = None
+    worker: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["seconds"] = round(self.seconds, 3)
+        for optional in ("note", "worker"):
+            if out[optional] is None:
+                del out[optional]
+        return out
+
+
+@dataclass
+class TuneResult:
+    """A finished search: every trial and the winner (``TrainedModel.tuning`` is ``to_dict``)."""
+
+    metric: str
+    direction: str
+    trials: list[TrialRecord]
+    best: TrialRecord
+    seed: int
+    parallel: int
+    where: str
+    pruning: str
+    seconds: float
+    folds: int = 0
+    sampler: str = SAMPLER
+    space: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_params(self) -> dict[str, Any]:
+        return dict(self.best.params)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for trial in self.trials:
+            out[trial.state.lower()] = out.get(trial.state.lower(), 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric, "direction": self.direction, "best_params": self.best_params,
+            "best_value": self.best.value, "best_trial": self.best.number,
+            "trials": [t.to_dict() for t in self.trials], "sampler": self.sampler, "seed": self.seed,
+            "scored_on": f"mean of {self.folds} folds" if self.folds else "valid split",
+            "parallel": self.parallel, "where": self.where, "pruning": self.pruning,
+            "seconds": round(self.seconds, 3), "space": self.space,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What the stage's facts keep (the run record); the trials are in tuning.csv too."""
+        out = self.to_dict()
+        out["counts"] = self.counts()
+        return out
+
+    def table(self) -> str:
+        """Every trial as CSV: number, state, value, seconds, note, then one column per param."""
+        import csv
+        import io
+
+        names = list(self.space)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["number", "state", self.metric, "seconds", *names, "note"])
+        for t in self.trials:
+            values = [json.dumps(t.params[n]) if isinstance(t.params.get(n), (list, dict)) else t.params.get(n)
+                      for n in names]
+            writer.writerow([t.number, t.state, "" if t.value is None else repr(t.value), round(t.seconds, 3),
+                             *values, t.note or ""])
+        return buffer.getvalue()
+
+    def best_line(self) -> str:
+        params = ", ".join(f"{k}={_short(v)}" for k, v in self.best.params.items())
+        counts = ", ".join(f"{n} {state}" for state, n in self.counts().items())
+        return (f"tune: best trial #{self.best.number} of {len(self.trials)} ({counts}): "
+                f"{self.metric} {self.best.value:.6g} with {params}")
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+NO_VALIDATION_ROWS = ("trials are scored on validation rows and this split has none: set valid: (e.g. 0.1) "
+                      "or folds: (e.g. 5) on the split stage")
+
+
+def tune_problems(tune: TuneSpec | None, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+    """A ``tune:`` whose split has neither validation rows nor folds, found before the run
+    (a model stage's ``preview_problems``): the search would stop there."""
+    previews = list(inputs.values())
+    if tune is None or len(previews) != 1:
+        return []
+    if previews[0].valid is False and previews[0].folds == 0:
+        return [(("tune",), NO_VALIDATION_ROWS)]
+    return []
+
+
+def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: int = 42,
+               progress: StageProgress | None = None) -> TuneResult:
+    """Search ``spec.space`` for ``trainer``'s model on ``features``; returns every trial and
+    the best (the caller trains the winner). ``seed``: the sampler's, unless ``spec.seed``."""
+    from optuna.trial import TrialState
+
+    metric, maximize = _metric(spec, features)
+    folds = features.fold_count()
+    if not folds and not features.rows().get("valid"):
+        raise ConfigError(f"tune: {NO_VALIDATION_ROWS}")
+    seed = spec.seed if spec.seed is not None else seed
+    distributions = spec.distributions()
+    started = time.perf_counter()
+    records: list[TrialRecord] = []
+    failures: list[BaseException] = []
+    # A bar over the planned trials (none for a search bounded only by tune.timeout).
+    bar = progress.bar(spec.trials, "tuning trials") if progress is not None and spec.trials \
+        else contextlib.nullcontext(lambda n: None)
+    with _quiet_optuna(), trial_runner(spec.parallel, features) as runner, bar as advance:
+        pruning = _pruning_description(spec, trainer, features, runner, folds)
+        study = _study(maximize, seed, spec.pruning and runner.prunes, trainer.warmup_steps)
+        while _budget_left(spec, len(records), started):
+            size = runner.parallel if spec.trials is None else min(runner.parallel, spec.trials - len(records))
+            asked = [study.ask(distributions) for _ in range(size)]
+            batch = [(trial, spec.decode(trial.params)) for trial in asked]
+            pruners = [TrialPruner(trial, maximize) if spec.pruning and runner.prunes else None for trial in asked]
+            for (trial, params), outcome in zip(batch, runner.run(trainer, metric, batch, pruners)):
+                state = getattr(TrialState, outcome.state)
+                study.tell(trial, outcome.value if outcome.state == "COMPLETE" else None, state=state)
+                records.append(TrialRecord(trial.number, params, outcome.value, outcome.state, outcome.seconds,
+                                           outcome.note, outcome.worker if runner.remote else None))
+                if outcome.error is not None:
+                    failures.append(outcome.error)
+                _report_trial(progress, records, metric, maximize, spec.trials, time.perf_counter() - started)
+                advance(1)
+    complete = [r for r in records if r.state == "COMPLETE"]
+    if not complete:
+        _no_trial_finished(records, failures)
+    best = _best(complete, maximize)
+    return TuneResult(metric=metric, direction="maximize" if maximize else "minimize", trials=records, best=best,
+                      seed=seed, parallel=runner.parallel, where=runner.where, pruning=pruning,
+                      seconds=time.perf_counter() - started, folds=folds,
+                      space={k: v.model_dump() for k, v in spec.space.items()})
+
+
+def _metric(spec: TuneSpec, features: FeatureSet) -> tuple[str, bool]:
+    task = features.task
+    metric = spec.metric or default_metric(task.kind)
+    if metric not in metric_names(task.kind):
+        raise ConfigError(f"tune.metric: '{metric}' does not apply to {task.describe()}; use one of "
+                          f"{', '.join(metric_names(task.kind))}")
+    return metric, bool(HIGHER_IS_BETTER[metric])
+
+
+def _budget_left(spec: TuneSpec, done: int, started: float) -> bool:
+    if spec.trials is not None and done >= spec.trials:
+        return False
+    return spec.timeout is None or time.perf_counter() - started < spec.timeout
+
+
+def _study(maximize: bool, seed: int, pruning: bool, warmup_steps: int) -> Any:
+    """TPE, seeded, with the settings spelled out: Optuna 5 made multivariate TPE and the
+    constant liar (asked trials count as running, so a batch spreads out) its defaults, 4.x
+    had neither; naming them keeps the trials the same on both."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)   # 4.x: both were experimental
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS, n_warmup_steps=warmup_steps) \
+        if pruning else optuna.pruners.NopPruner()
+    return optuna.create_study(direction="maximize" if maximize else "minimize", sampler=sampler, pruner=pruner)
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna logs every trial at INFO; the stage reports them itself."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def _pruning_description(spec: TuneSpec, trainer: Trainer, features: FeatureSet, runner: Any, folds: int) -> str:
+    if not spec.pruning:
+        return "off (tune.pruning: false)"
+    if not runner.prunes:
+        return "off: trials on Dask workers are not pruned (early stopping within a trial still applies)"
+    if features.distributed:
+        return "off: each trial is a distributed fit, whose rounds run on the workers"
+    signal = trainer.pruning_signal(features)
+    if signal is None:
+        return ("none: nothing reports a validation score while it trains here (XGBoost's rounds and the torch "
+                "MLP's epochs on a valid split do); every trial runs to the end")
+    return f"median rule on {signal}" + (" (the first fold's)" if folds else "")
+
+
+def _best(complete: list[TrialRecord], maximize: bool) -> TrialRecord:
+    """The best value; among equals, the earliest trial (as Optuna picks)."""
+    best = complete[0]
+    for record in complete[1:]:
+        assert record.value is not None and best.value is not None
+        if (record.value > best.value) if maximize else (record.value < best.value):
+            best = record
+    return best
+
+
+def _report_trial(progress: StageProgress | None, records: list[TrialRecord], metric: str, maximize: bool,
+                  planned: int | None, seconds: float = 0.0) -> None:
+    if progress is None:
+        return
+    record = records[-1]
+    of = f"/{planned}" if planned else ""
+    shown = f"{metric} {record.value:.6g}" if record.value is not None else record.state.lower()
+    complete = [r for r in records if r.state == "COMPLETE"]
+    best = f" (best {_best(complete, maximize).value:.6g})" if complete else ""
+    note = f": {record.note}" if record.note and record.state == "FAIL" else ""
+    progress.message(f"trial {record.number + 1}{of}: {shown}{best} in {record.seconds:.1f}s{note} "
+                     f"({elapsed(seconds)} elapsed)")
+    report_metrics = getattr(progress, "metrics", None)      # a caller's own progress may lack it
+    if record.value is not None and report_metrics is not None:
+        report_metrics(record.number, {metric: record.value})
+
+
+def _no_trial_finished(records: list[TrialRecord], failures: list[BaseException]) -> None:
+    """Every trial failed (or was pruned): the first failure, with how many, is the error."""
+    if failures:
+        first = failures[0]
+        if hasattr(first, "add_note"):
+            first.add_note(f"tune: every one of the {len(records)} trials failed; this is the first failure")
+        raise first
+    notes = "; ".join(sorted({r.note or r.state for r in records}))
+    raise ValueError(f"tune: none of the {len(records)} trials finished ({notes})")
+
+
+# ------------------------------------------------------------------ inside a stage
+def run_search(spec: TuneSpec, trainer: Trainer, features: FeatureSet, ctx: StageContext) -> TuneResult:
+    """``tune`` for a stage: progress to the stage's, then the record (facts, tuning.csv, the
+    best trial in the log)."""
+    result = tune_model(features, trainer, spec, seed=ctx.seed, progress=ctx.progress)
+    ctx.facts["tuning"] = result.summary()
+    if ctx.artifacts_dir is not None:
+        from pipeline.runs.store import atomic_write_text
+
+        atomic_write_text(ctx.artifact_path("tuning.csv"), result.table())
+    if ctx.progress is not None:
+        ctx.progress.message(result.best_line())
+    return result

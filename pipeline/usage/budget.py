@@ -1,0 +1,179 @@
+"""Budget caps enforced while a run goes: a hook that watches the run's spend on a thread.
+
+``budget: {max_cost, max_gpu_hours, max_wall}`` caps the run, and the same key on a stage caps
+that stage. Every ``INTERVAL`` seconds the watch adds up what the run has spent: the finished
+stages' recorded cost and GPU-hours, plus each running stage's so far (its wall time on every
+GPU this process may use, this process's CPU seconds since it started, its RSS), priced at the
+run's rates. When a cap is passed, it notes why and raises ``BudgetExceeded`` in the thread that
+runs the stages, at its next Python instruction: a stage inside one long native call (one
+XGBoost ``fit``, one cuDF operation) stops when that call returns. The runner records the run
+as stopped by the budget with the figures, and it exits 9.
+
+On a Dask cluster the stages run in workers: their CPU seconds are not seen until a stage
+finishes, so there the caps that act mid-stage are ``max_wall`` and ``max_gpu_hours``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import psutil
+
+from pipeline.backends.gpu_usage import visible_gpus
+from pipeline.usage.costs import Budget, Rates
+from pipeline.core.interrupts import BudgetExceeded, request_budget_stop
+from pipeline.hooks.protocol import RunHook, RunInfo, StageEvent
+from pipeline.usage.memory import cpu_seconds
+
+INTERVAL = 0.2
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """Which cap was passed: ``scope`` "run" or a stage's name, the cap, its limit and what was reached."""
+
+    scope: str
+    cap: str
+    limit: float
+    reached: float
+    run: Mapping[str, float]        # what the whole run had spent by then, by cap
+
+
+    def describe(self) -> str:
+        where = "the run" if self.scope == "run" else f"stage {self.scope}"
+        unit = {"max_cost": "", "max_gpu_hours": " GPU-hours", "max_wall": " s"}[self.cap]
+        return (f"stopped by the budget: {where} reached {self.reached:.4g}{unit} against "
+                f"{self.cap} {self.limit:.4g}{unit}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scope": self.scope, "cap": self.cap, "limit": self.limit, "reached": round(self.reached, 6),
+                "run_spent": {cap: round(value, 6) for cap, value in self.run.items()}}
+
+
+@dataclass
+class _Running:
+    started: float
+    cpu: float
+
+
+class BudgetHook(RunHook):
+    """Watches the run against ``budget`` and each stage against its own (``stages``)."""
+
+    def __init__(self, budget: Budget | None, stages: Mapping[str, Budget], rates: Rates, *,
+                 gpus: list[tuple[int, str]] | None = None, interval: float = INTERVAL) -> None:
+        """``gpus``: (NVML index, name) of the GPUs the run holds; None: this process's visible
+        ones, looked up when the run starts."""
+        self.budget = budget
+        self.stages = {name: b for name, b in stages.items() if b.limits}
+        self.rates = rates
+        self.gpus = gpus
+        self.interval = interval
+        self.overrun: Overrun | None = None
+        self._process = psutil.Process()
+        self._running: dict[str, _Running] = {}
+        self._spent = {"max_cost": 0.0, "max_gpu_hours": 0.0}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._target = 0
+        self._started = 0.0
+        self._thread: threading.Thread | None = None
+        self._previous: Any = None
+
+    @property
+    def active(self) -> bool:
+        return bool((self.budget and self.budget.limits) or self.stages)
+
+    # ------------------------------------------------------------------ the run's events
+    def run_started(self, run: RunInfo) -> None:
+        if self.gpus is None:
+            readings = visible_gpus()
+            self.gpus = list(readings.devices) if readings is not None else []
+        self._target = threading.get_ident()           # the thread that runs the stages
+        if self._target == threading.main_thread().ident:
+            # A signal wakes the main thread from a blocking call (a sleep, a wait on the
+            # cluster) so the exception is raised now, not when the call returns.
+            self._previous = signal.signal(signal.SIGUSR1, _wake)
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._watch, name="budget-watch", daemon=True)
+        self._thread.start()
+
+    def stage_started(self, event: StageEvent) -> None:
+        with self._lock:
+            self._running[event.record.name] = _Running(time.monotonic(), cpu_seconds(self._process))
+
+    def stage_finished(self, event: StageEvent) -> None:
+        record = event.record
+        with self._lock:
+            self._running.pop(record.name, None)
+            self._spent["max_cost"] += (record.cost or {}).get("total", 0.0)
+            gpu_seconds = sum(d.get("seconds") or 0.0 for d in (record.usage or {}).get("gpus", []))
+            self._spent["max_gpu_hours"] += gpu_seconds / 3600
+
+    def run_finished(self, event: Any) -> None:
+        self._stop.set()
+        if self._previous is not None:
+            signal.signal(signal.SIGUSR1, self._previous)
+            self._previous = None
+
+    # ------------------------------------------------------------------ the watch
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            overrun = self.check()
+            if overrun is not None:
+                self.overrun = overrun
+                request_budget_stop(overrun.describe())
+                _raise_in(self._target, BudgetExceeded)
+                if self._previous is not None:
+                    signal.pthread_kill(self._target, signal.SIGUSR1)
+                return
+
+    def check(self, now: float | None = None) -> Overrun | None:
+        """The first cap passed, if any: each running stage's own, then the run's."""
+        now = time.monotonic() if now is None else now
+        cpu = cpu_seconds(self._process)
+        rss = self._process.memory_info().rss
+        with self._lock:
+            running = dict(self._running)
+            spent = dict(self._spent)
+        run_spend = {"max_wall": now - self._started, **spent}
+        for name, stage in running.items():
+            spend = self._stage_spend(stage, now, cpu, rss)
+            run_spend["max_cost"] += spend["max_cost"]
+            run_spend["max_gpu_hours"] += spend["max_gpu_hours"]
+            found = _over(name, self.stages.get(name), spend)
+            if found:
+                return replace(found, run=run_spend)
+        found = _over("run", self.budget, run_spend)
+        return replace(found, run=run_spend) if found else None
+
+    def _stage_spend(self, stage: _Running, now: float, cpu: float, rss: int) -> dict[str, float]:
+        wall = now - stage.started
+        gpus = self.gpus or []
+        gpu = sum(wall / 3600 * self.rates.gpu_rate(name) for _, name in gpus)
+        cost = gpu + (cpu - stage.cpu) / 3600 * self.rates.cpu_core_hour \
+            + rss / 1e9 * wall / 3600 * self.rates.memory_gb_hour
+        return {"max_wall": wall, "max_cost": cost, "max_gpu_hours": wall * len(gpus) / 3600}
+
+
+
+def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Overrun | None:
+    for cap, limit in (budget.limits if budget else {}).items():
+        if spend.get(cap, 0.0) > limit:
+            return Overrun(scope, cap, limit, spend[cap], {})
+    return None
+
+
+def _wake(signum: int, frame: Any) -> None:
+    """SIGUSR1 only interrupts a blocking call; the pending exception does the rest."""
+
+
+def _raise_in(thread_id: int, exception: type[BaseException]) -> None:
+    """Raise ``exception`` in another thread of this process at its next Python instruction
+    (CPython's ``PyThreadState_SetAsyncExc``: the one way to stop a thread from outside)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
