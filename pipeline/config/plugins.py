@@ -9,7 +9,7 @@ any of three places, so each kind of use has its own way in:
   it, so ``pipeline predict`` loads the same plugins for that run's models;
 - the ``PIPELINE_PLUGINS`` environment variable (comma-separated module names): for
   commands without a config (``pipeline schema``) and for scheduled jobs;
-- the ``pipeline.config.plugins`` entry-point group of installed distributions: a plugin package
+- the ``pipeline.plugins`` entry-point group of installed distributions: a plugin package
   that is installed is always available.
 
 A module is imported once per process; an import that fails is a ConfigError naming the
@@ -27,7 +27,7 @@ from pathlib import Path
 from pipeline.core.errors import ConfigError, ConfigIssue
 
 ENV_VAR = "PIPELINE_PLUGINS"
-ENTRY_POINT_GROUP = "pipeline.config.plugins"
+ENTRY_POINT_GROUP = "pipeline.plugins"
 
 _loaded: set[str] = set()
 _entry_points_loaded = False
@@ -64,7 +64,7 @@ def load_plugins(modules: Iterable[str] = (), *, search_path: str | os.PathLike[
 
 
 def _entry_point_plugins() -> list[str]:
-    """Import every ``pipeline.config.plugins`` entry point of installed distributions (once)."""
+    """Import every ``pipeline.plugins`` entry point of installed distributions (once)."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return []
