@@ -186,18 +186,24 @@ def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
     """The key path in the user's YAML for a pydantic error location.
 
     Pydantic puts the discriminator tag of a union member in the location; it is not a key in
-    the data, so it is skipped. Locations past the data (a missing key) are kept as they are.
+    the data, so it is skipped: a stage's kind right after its block, an op's name repeated
+    after its own key. A field named like a kind or an op (``features`` of an ``aggregate``
+    stage) is a key, kept even where it is missing. Locations past the data (a missing key)
+    are kept as they are.
     """
     path: list[str | int] = []
     node = data
     tags = _tags()
+    skipped: Any = None                 # the node whose tag was skipped: a node has one tag
     for part in loc:
         if isinstance(node, dict):
+            if isinstance(part, str) and part in tags and node is not skipped \
+                    and (node.get("kind") == part or (path and path[-1] == part)):
+                skipped = node
+                continue
             if part in node:
                 path.append(part)
                 node = node[part]
-            elif isinstance(part, str) and part in tags:
-                continue
             else:
                 path.append(part)
                 node = None

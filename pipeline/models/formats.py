@@ -408,8 +408,9 @@ class TorchStateDictFormat(ModelFormat):
         device = "cuda" if backend is not None and backend.name == "gpu" else "cpu"
         try:
             classifier = MLPClassifier.load(folder, device=device)
-        except (pickle.UnpicklingError, RuntimeError, ValueError, TypeError, KeyError, EOFError) as exc:
-            # weights_only=True refuses anything but tensors and plain containers (UnpicklingError).
+        except (pickle.UnpicklingError, RuntimeError, ValueError, TypeError, KeyError, IndexError, EOFError) as exc:
+            # weights_only=True refuses anything but tensors and plain containers (UnpicklingError);
+            # a text file in place of model.pt empties the unpickler's stack (IndexError).
             raise DataError(f"{folder}: not a readable MLP model ({type(exc).__name__}: {_first_line(exc)})") from None
         declared = task_of(folder, meta) if meta.get("task") else classifier.task
         if declared.kind != classifier.task.kind or declared.n_outputs != classifier.task.n_outputs:

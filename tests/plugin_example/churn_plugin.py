@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from pipeline import DataError
 from pipeline.models import ModelSpec, register_model
 from pipeline.models.formats import ModelFormat
 from pipeline.stages import StageSpec, register_stage
@@ -76,9 +77,13 @@ class CentroidJsonFormat(ModelFormat):
         return [path], {"file": path.name}
 
     def load(self, folder: Path, meta: dict[str, Any], *, backend: Any) -> CentroidScores:
-        data = json.loads((folder / meta["file"]).read_text(encoding="utf-8"))
-        model = CentroidClassifier(data["temperature"])
-        model.centroids_ = np.asarray(data["centroids"], dtype="float64")
+        file = folder / meta["file"]
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            model = CentroidClassifier(float(data["temperature"]))
+            model.centroids_ = np.asarray(data["centroids"], dtype="float64").reshape(2, -1)
+        except (OSError, ValueError, TypeError, KeyError) as exc:       # predict reports a DataError cleanly
+            raise DataError(f"{file}: not a readable centroid model ({type(exc).__name__}: {exc})") from None
         return CentroidScores(model)
 
 
@@ -89,5 +94,6 @@ register_model(ModelSpec(
     params={"temperature": ("temperature", "temperature")},
     seed_param=None,
     format=CentroidJsonFormat(),
+    tasks=("binary",),                      # two centroids: a binary classifier only
     description="nearest class centroid (a test plugin)",
 ))
