@@ -185,3 +185,37 @@ def test_the_name_check_sees_a_comparison(tmp_path):
     module = tmp_path / "m.py"
     module.write_text('def f(kind, table):\n    return kind in ("train", "torch") or table.get("export")\n')
     assert compared_names(module) == ["train", "torch", "export"]
+
+
+# ------------------------------------------------------------------ the runner knows no run-level output
+# What the runner reaches only through the hook registry (pipeline.hooks.hook_registry).
+RUN_LEVEL_OUTPUTS = ("pipeline.report", "pipeline.tracking", "pipeline.usage.budget", "pipeline.usage.costs",
+                     "pipeline.usage.cost_hook", "pipeline.runs.signing", "pipeline.hooks.signature_hook")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of the file (``from a import b`` counts as a
+    and a.b: b may be a module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_runner_imports_no_run_level_output():
+    imported = imported_modules(PACKAGE / "engine" / "runner.py")
+    named = sorted(m for m in imported for output in RUN_LEVEL_OUTPUTS if m == output or m.startswith(output + "."))
+    assert named == []
+    assert "pipeline.hooks.hook_registry" in imported           # they come from the registry instead
+
+
+def test_the_import_check_sees_every_form(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import pipeline.report\nfrom pipeline.usage import budget\n"
+                      "def f():\n    from pipeline.runs.signing import sign_run\n")
+    imported = imported_modules(module)
+    assert {"pipeline.report", "pipeline.usage.budget", "pipeline.runs.signing"} <= imported

@@ -187,8 +187,8 @@ def show(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 @main.command()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
-              help="Import MODULE first, so the stage kinds and models it registers are in the schema (repeatable; "
-                   "$PIPELINE_PLUGINS and installed plugins are always loaded).")
+              help="Import MODULE first, so the stage kinds, models and hook sections it registers are in the schema "
+                   "(repeatable; $PIPELINE_PLUGINS and installed plugins are always loaded).")
 @handle_errors
 def schema(output: str | None, plugins: tuple[str, ...]) -> None:
     """Print the JSON Schema of config files, for editor completion and checks."""

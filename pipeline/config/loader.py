@@ -217,8 +217,9 @@ def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
 
 
 def _allowed_keys(loc: Sequence[Any]) -> list[str]:
-    """Field names of the model the unknown key was found in, for the did-you-mean."""
-    model: type[BaseModel] = PipelineConfig
+    """Field names of the model the unknown key was found in, for the did-you-mean (hooks'
+    sections and plugins' kinds included)."""
+    model: type[BaseModel] = config_model()
     for part in loc[:-1]:
         if part in STAGE_KINDS:
             model = STAGE_KINDS[part].spec

@@ -1,16 +1,22 @@
-"""Plugins: modules outside the package that register stage kinds and models.
+"""Plugins: modules outside the package that register stage kinds, models and run hooks.
 
 A plugin is an ordinary module that calls the registries when it is imported
-(``pipeline.stages.register_stage``, ``pipeline.models.register_model``). It is loaded from
-any of three places, so each kind of use has its own way in:
+(``pipeline.stages.register_stage``, ``pipeline.models.register_model``,
+``pipeline.hooks.hook_registry.register_hook``). It is loaded from any of three places, so each kind
+of use has its own way in:
 
 - a config's ``plugins: [my_project.stages]`` list (modules beside the config file import
   too): what a project's YAML needs travels with it, and the run's resolved config records
   it, so ``pipeline predict`` loads the same plugins for that run's models;
 - the ``PIPELINE_PLUGINS`` environment variable (comma-separated module names): for
   commands without a config (``pipeline schema``) and for scheduled jobs;
-- the ``pipeline.plugins`` entry-point group of installed distributions: a plugin package
+- the entry-point groups of installed distributions, ``pipeline.plugins`` (any plugin) and
+  ``pipeline.hooks`` (a module that registers run hooks: a report, a tracker): a plugin package
   that is installed is always available.
+
+The groups are names installed packages declare (``[project.entry-points."pipeline.hooks"]``),
+not module paths: they stay as they are when the package's modules move (``pipeline.hooks`` is
+also the package of the hook protocol; the two are unrelated).
 
 A module is imported once per process; an import that fails is a ConfigError naming the
 module and where it was asked for.
@@ -27,7 +33,10 @@ from pathlib import Path
 from pipeline.core.errors import ConfigError, ConfigIssue
 
 ENV_VAR = "PIPELINE_PLUGINS"
+# Public names that installed distributions declare: never renamed with the modules.
 ENTRY_POINT_GROUP = "pipeline.plugins"
+HOOK_ENTRY_POINT_GROUP = "pipeline.hooks"
+ENTRY_POINT_GROUPS = {ENTRY_POINT_GROUP: "plugin", HOOK_ENTRY_POINT_GROUP: "hook module"}
 
 _loaded: set[str] = set()
 _entry_points_loaded = False
@@ -64,7 +73,8 @@ def load_plugins(modules: Iterable[str] = (), *, search_path: str | os.PathLike[
 
 
 def _entry_point_plugins() -> list[str]:
-    """Import every ``pipeline.plugins`` entry point of installed distributions (once)."""
+    """Import every ``pipeline.plugins`` and ``pipeline.hooks`` entry point of installed
+    distributions (once)."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return []
@@ -72,14 +82,15 @@ def _entry_point_plugins() -> list[str]:
     from importlib.metadata import entry_points
 
     imported, issues = [], []
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            entry.load()
-        except Exception as exc:  # noqa: BLE001
-            issues.append(ConfigIssue(f"entry point {entry.name}",
-                                      f"cannot load plugin '{entry.value}': {type(exc).__name__}: {exc}"))
-            continue
-        imported.append(entry.value)
+    for group, what in ENTRY_POINT_GROUPS.items():
+        for entry in entry_points(group=group):
+            try:
+                entry.load()
+            except Exception as exc:  # noqa: BLE001
+                where = f"entry point {entry.name}" if group == ENTRY_POINT_GROUP else f"entry point {entry.name} ({group})"
+                issues.append(ConfigIssue(where, f"cannot load {what} '{entry.value}': {type(exc).__name__}: {exc}"))
+                continue
+            imported.append(entry.value)
     if issues:
         raise ConfigError(issues)
     return imported

@@ -3,6 +3,12 @@
 The stage union is built from the stage registry when a config is validated
 (``config_model``), so a stage kind registered by a plugin module is validated, listed by
 ``pipeline schema`` and drawn by ``pipeline dag`` like a built-in one, with no edit here.
+
+The same goes for the top-level sections of run-level outputs (``report``, ``cost``,
+``tracking``, ``budget``, and any a plugin's hook owns): no section is named here. Each hook
+registers the key it owns with its pydantic model (``pipeline.hooks.hook_registry``), and the
+model is built with every registered section, the package's own at import
+(``pipeline.config.run_outputs``) and plugins' in ``config_model``.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
-from pipeline.usage.costs import Budget
+from pipeline.config import run_outputs  # registers the package's run-level outputs and their sections
+from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
+from pipeline.hooks.hook_registry import HookRegistration, config_sections, reserve_config_keys
 from pipeline.stages import STAGE_KINDS
 
 # Names become path components: <runs_dir>/<name>/ and <run>/<stage>/. A plain folder name
@@ -163,59 +171,8 @@ class CacheConfig(BaseModel):
         return "none" if value is None else value  # type: ignore[return-value]
 
 
-class ReportConfig(BaseModel):
-    """The run report (``pipeline.report``): report.html in every run folder."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(True, description="Write report.html into the run folder when the run ends "
-                                            "(`pipeline report RUN` builds it later either way).")
-
-
-# A rate: a finite number of 0 or more.
-Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class CostConfig(BaseModel):
-    """Rates a run's usage is priced at (``pipeline.usage.costs``); environment variables override them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu_hour: Rate | dict[str, Rate] | None = Field(
-        None, description="Per GPU-hour: one rate, or rates by a part of the GPU's name "
-                          "({H100: 4.0, A10G: 1.2, default: 2.0}); $PIPELINE_COST_GPU_HOUR sets the default.")
-    cpu_core_hour: Rate = Field(0.0, description="Per CPU-core-hour (CPU seconds used); "
-                                                        "$PIPELINE_COST_CPU_CORE_HOUR.")
-    memory_gb_hour: Rate = Field(0.0, description="Per GB-hour of peak host memory; "
-                                                         "$PIPELINE_COST_MEMORY_GB_HOUR.")
-    currency: str = Field("USD", min_length=1, max_length=12, description="Shown with the costs; "
-                                                                           "$PIPELINE_COST_CURRENCY.")
-
-
-class MlflowConfig(BaseModel):
-    """Where ``pipeline.tracking.MlflowHook`` logs each run."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    uri: str | None = Field(None, min_length=1, description="Tracking URI (http://host:5000, sqlite:///mlflow.db, "
-                                                            "databricks); absent: $MLFLOW_TRACKING_URI or MLflow's default.")
-    experiment: str | None = Field(None, min_length=1, description="Experiment name; absent: the pipeline's name.")
-    artifact_location: str | None = Field(None, min_length=1, description="Where a new experiment keeps artifacts "
-                                          "(absent: the server's default; a local store's is ./mlruns).")
-    artifacts: bool = Field(True, description="Also upload report.html, manifest.json, config.yaml and the "
-                                              "exported models.")
-
-
-class TrackingConfig(BaseModel):
-    """Tracking servers each run is sent to (hooks on the run; never a reason for a run to fail)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    mlflow: MlflowConfig | None = Field(None, description="Log runs to MLflow (the mlflow extra).")
-
-
-class PipelineConfig(BaseModel):
-    """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``)."""
+class PipelineCore(BaseModel):
+    """The keys that are the pipeline's own: its name, where it runs, its stages, its cache."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -231,40 +188,78 @@ class PipelineConfig(BaseModel):
     description: str = Field("", description="Free text.")
     plugins: list[ModuleName] = Field(
         default_factory=list,
-        description="Modules imported before the config is validated, which register stage kinds and models "
-                    "(modules beside the config file import too).")
+        description="Modules imported before the config is validated, which register stage kinds, models and "
+                    "run hooks (modules beside the config file import too).")
     stages: dict[StageName, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="The stage cache's size limit.")
-    report: ReportConfig = Field(default_factory=ReportConfig, description="The HTML report of each run.")
-    cost: CostConfig = Field(default_factory=CostConfig, description="Rates that price each stage's and run's "
-                                                                     "usage (none set: no cost is recorded).")
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig,
-                                     description="Send each run to a tracking server (MLflow).")
-    budget: Budget | None = Field(None, description="Caps on the run's cost, GPU-hours and wall time, enforced while "
-                                                    "it runs (exit 9); a stage's own budget: caps that stage.")
 
     def inputs_of(self) -> dict[str, list[str]]:
         return {name: list(stage.inputs) for name, stage in self.stages.items()}
 
 
-_models: dict[tuple[tuple[str, int], ...], type[PipelineConfig]] = {}
+reserve_config_keys(PipelineCore.model_fields)
+
+
+def section_fields(sections: list[HookRegistration]) -> dict[str, Any]:
+    """The config fields of hooks' sections: the model with its defaults when the hook is on by
+    default (``default=True``), else ``None`` when the key is absent."""
+    fields: dict[str, Any] = {}
+    for hook in sections:
+        key, model = hook.config_key, hook.section
+        assert key is not None and model is not None
+        if key in PipelineCore.model_fields:
+            raise ConfigError([ConfigIssue(key, f"hook '{hook.name}' claims the config key '{key}', which is the "
+                                                "pipeline config's own")])
+        description = hook.description or None
+        if hook.default:
+            fields[key] = (model, Field(default_factory=model, description=description))
+        else:
+            fields[key] = (model | None, Field(None, description=description))
+    return fields
+
+
+def _section_key(sections: list[HookRegistration]) -> tuple[tuple[str, int, bool, str], ...]:
+    return tuple((h.config_key or "", id(h.section), h.default, h.description) for h in sections)
+
+
+# The package's own sections (a plugin registered before this module was imported is not one).
+_BUILT_IN_SECTIONS = [h for h in config_sections() if h.factory.__module__ in run_outputs.MODULES]
+
+
+class PipelineConfig(create_model("PipelineConfig", __base__=PipelineCore, __module__=__name__,
+                                  **section_fields(_BUILT_IN_SECTIONS))):
+    """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``), with the
+    sections of the package's run-level outputs (report, cost, tracking, budget)."""
+
+
+_models: dict[tuple[Any, ...], type[PipelineConfig]] = {}
 
 
 def config_model() -> type[PipelineConfig]:
-    """``PipelineConfig`` with every stage kind registered now (one class per set of kinds)."""
-    key = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+    """``PipelineConfig`` with every stage kind and every hook's section registered now (one
+    class per set of them)."""
+    kinds = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+    sections = config_sections()
+    key = (kinds, _section_key(sections))
     if key == _BUILT_IN:
         return PipelineConfig
     if key not in _models:
+        built_in = set(_section_key(_BUILT_IN_SECTIONS))
+        if built_in <= set(_section_key(sections)):      # plugins' sections added: after the package's
+            base: type[PipelineCore] = PipelineConfig
+            added = [h for h in sections if _section_key([h])[0] not in built_in]
+        else:                                           # a plugin replaced one of the package's
+            base, added = PipelineCore, sections
         _models[key] = create_model(
-            "PipelineConfig", __base__=PipelineConfig, __module__=__name__,
-            stages=(dict[StageName, stage_union()], Field(min_length=1, description=STAGES_DESCRIPTION)))
-    return _models[key]
+            "PipelineConfig", __base__=base, __module__=__name__, __doc__=PipelineConfig.__doc__,
+            stages=(dict[StageName, stage_union()], Field(min_length=1, description=STAGES_DESCRIPTION)),
+            **section_fields(added))
+    return _models[key]  # type: ignore[return-value]
 
 
-_BUILT_IN = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+_BUILT_IN = (tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items()), _section_key(_BUILT_IN_SECTIONS))
 
 
 def json_schema() -> dict:

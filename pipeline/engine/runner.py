@@ -8,6 +8,10 @@ only what is still to be consumed (the raw table is gone once it is split).
 
 Nothing here knows a stage kind: what a stage reads, what it needs, what its output depends
 on and what it adds to the run record are declared by its kind (``pipeline.stages.spec``).
+Nor a run-level output: the report, tracking, budgets, costs and signatures are hooks
+registered with the config sections they own (``pipeline.hooks.hook_registry``), built for each run
+around the caller's hooks, and called at the points the hook protocol names (a pre-flight
+check, a stage recorded, the run finishing, the run recorded).
 """
 
 from __future__ import annotations
@@ -23,33 +27,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipeline.runs import history
-from pipeline.version import __version__
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
-from pipeline.usage.budget import BudgetHook
 from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
-from pipeline.usage.costs import IDLE_UTILISATION, Budget, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.core.dag import plan, select
-from pipeline.core.errors import BudgetError, ConfigError, ConfigIssue, PipelineError, StageError, StorageError
+from pipeline.core.errors import BudgetError, ConfigError, PipelineError, StageError, StorageError
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.hooks.protocol import (
     ArtifactEvent, ErrorEvent, HookList, LineProgress, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo,
-    StageEvent, StageProgress, elapsed,
+    RunPlan, StageEvent, StageProgress, elapsed,
 )
+from pipeline.hooks.hook_registry import HookContext, build_hooks
 from pipeline.runs.locks import RunLock
 from pipeline.runs.record import DeviceRecord, RunManifest, StageRecord, check_metrics
-from pipeline.report import ReportHook, report_enabled
-from pipeline.runs.signing import check_signing_key, sign_run
-from pipeline.stages import STAGE_KINDS
 from pipeline.runs.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
-from pipeline.tracking import MlflowHook
+from pipeline.stages import STAGE_KINDS
+from pipeline.version import __version__
 
 log = logging.getLogger("pipeline")
-# Earlier runs a budget's pre-flight estimate is the median of.
-ESTIMATE_RUNS = 5
 
 
 class LibraryLogHook(RunHook):
@@ -146,24 +143,14 @@ class Runner:
             self.cluster = base.model_copy(update={"address": scheduler})
         self.requested_device = device or config.device
         self.store = RunStore(runs_dir or config.runs_dir, config.name)
-        try:
-            self.rates = rates_from(config.cost.model_dump())
-        except ValueError as exc:
-            raise ConfigError([ConfigIssue("cost", str(exc))]) from None
         self.check_budget_estimate = check_budget_estimate
         self._worker_usage: dict[str, dict[str, Any]] = {}
-        chosen = list(hooks if hooks is not None else [LibraryLogHook()])
-        if report_enabled(config.report.enabled) and not any(isinstance(hook, ReportHook) for hook in chosen):
-            chosen.append(ReportHook())          # last: it reads the record the others saw finished
-        mlflow = config.tracking.mlflow
-        if mlflow is not None and not any(isinstance(hook, MlflowHook) for hook in chosen):
-            chosen.append(MlflowHook(mlflow.uri, mlflow.experiment, artifacts=mlflow.artifacts,    # after the report
-                                     artifact_location=mlflow.artifact_location))
-        self.budget = BudgetHook(config.budget, {name: spec.budget for name, spec in config.stages.items()
-                                                 if spec.budget is not None}, self.rates)
-        if self.budget.active:
-            chosen.insert(0, self.budget)        # first: its watch starts as the run does
-        self.hooks = HookList(chosen)
+        # The caller's hooks, and around them every registered hook its config section turns on
+        # (the budget watch first, the report and MLflow last): pipeline.hooks.hook_registry.
+        context = HookContext(config, config.name, self.store.layout.runs_dir,
+                              tuple(hooks if hooks is not None else [LibraryLogHook()]),
+                              {"check_budget_estimate": check_budget_estimate})
+        self.hooks = HookList(build_hooks(context))
         self.keep_outputs = keep_outputs
         self.config_path = config_path
         self.cache = StageCache(self.store.layout.cache_dir)
@@ -185,9 +172,9 @@ class Runner:
             raise ConfigError("the stage selection (--only/--from/--until) is empty")
         steps = plan(graph, selected)
         forced = self._forced(graph, steps)
-        check_signing_key()              # a key that is set but unusable fails before any work
-        if self.check_budget_estimate and self.config.budget is not None:
-            _refuse_over_budget(self.config.budget, self.store.layout.runs_dir, self.config.name)
+        # Hooks' checks before any work (a signing key set but unusable, a budget earlier runs passed).
+        self.hooks.preflight(RunPlan(self.config.name, self.store.layout.runs_dir, tuple(name for name, _ in steps),
+                                     frozenset(selected), self.config))
         backend, choice = resolve_backend(self.requested_device)
         try:
             lock = RunLock(self.store.layout.lock_path, wait=self.wait)
@@ -263,8 +250,6 @@ class Runner:
         process has gone or has let go of the run lock; the error raised then says so.
         """
         status, why, raised = _ending(exc)
-        if budget_stop() is not None:
-            manifest.budget = self.budget.overrun.to_dict() if self.budget.overrun else None
         if isinstance(raised, PipelineError):
             self.hooks.error(ErrorEvent(info, raised, getattr(raised, "stage", None)))
         _stop_unfinished_stages(manifest, status, why)
@@ -398,6 +383,7 @@ class Runner:
         record.ended, record.seconds, record.facts = record.started, 0.0, dict(entry.record.get("facts", {}))
         computed = entry.record.get("seconds")
         record.computed_seconds = computed if isinstance(computed, (int, float)) and computed >= 0 else None
+        self.hooks.stage_recorded(event)
         self._add_to_record(manifest, event, dict(entry.record.get("run_record") or {}))
         self.hooks.stage_finished(event)
         run.write_manifest(manifest)
@@ -410,15 +396,9 @@ class Runner:
         record.peak_rss_bytes, record.peak_device_bytes = outcome.peak_rss_bytes, outcome.peak_device_bytes
         record.peak_device_source = outcome.peak_device_source
         record.usage = outcome.usage
-        record.cost = stage_cost(record.usage, record.seconds, record.peak_rss_bytes, self.rates)
-        idle = idle_gpus(record.usage, record.seconds) if manifest.device and manifest.device.name == "gpu" else []
-        if idle:
-            record.usage["idle_gpus"] = [device["index"] for device in idle]
-            log.warning("stage %s held GPU %s for %.1f s at under %g%% utilisation (%s): paid for, barely used",
-                        record.name, ", ".join(str(d["index"]) for d in idle), record.seconds or 0.0,
-                        IDLE_UTILISATION, ", ".join(f"{d['utilisation_mean']:.0f}%" for d in idle))
         record.facts, record.worker = outcome.facts, outcome.worker
         record.error = str(outcome.error) if outcome.error is not None else None
+        self.hooks.stage_recorded(event)          # what hooks derive from it (its cost), before stage_finished
         if outcome.error is None:
             self._add_to_record(manifest, event, outcome.run_record)
         self.hooks.stage_finished(event)
@@ -474,17 +454,16 @@ class Runner:
         manifest.ended = utc_now()
         manifest.duration_s = round(time.perf_counter() - started, 4)
         manifest.error = error
-        manifest.usage, manifest.cost = run_totals(((r.usage, r.cost) for r in manifest.stages.values()),
-                                                   self.rates.currency)
+        event = RunEvent(info, status, manifest)
+        self.hooks.run_finishing(event)         # what hooks add to the record (run totals, a budget's stop)
         if self._worker_usage:                  # on a cluster: every worker's, over the whole run
             manifest.usage = {**(manifest.usage or {}), "workers": self._worker_usage}
         manifest.artifacts = self._checksums(run, required=status == "succeeded")
         run.write_manifest(manifest)
-        if status == "succeeded":
-            sign_run(run.path)           # manifest.json.sig, with PIPELINE_SIGNING_KEY set (pipeline.runs.signing)
+        self.hooks.run_recorded(event)          # the final record is written (signed, with a key set)
         for path, digest in manifest.artifacts.items():
             self.hooks.artifact(ArtifactEvent(info, Path(path).parts[0], path, digest))
-        self.hooks.run_finished(RunEvent(info, status, manifest))
+        self.hooks.run_finished(event)
 
     @staticmethod
     def _checksums(run: RunDir, *, required: bool) -> dict[str, str]:
@@ -496,20 +475,6 @@ class Runner:
                 raise
             log.warning("%s", exc)
             return {}
-
-
-def _refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str) -> None:
-    """A ``BudgetError`` before anything starts when earlier runs of the pipeline suggest this
-    one will pass a cap: the median of the last ``ESTIMATE_RUNS`` succeeded runs' wall time,
-    cost and GPU-hours (no earlier run: no estimate, the run starts)."""
-    estimate = history.recent_spend(runs_dir, pipeline, ESTIMATE_RUNS)
-    for cap, limit in budget.limits.items():
-        value = estimate.get(cap)
-        if value is not None and value > limit:
-            raise BudgetError(
-                f"not started: the last {estimate['runs']} succeeded run(s) of '{pipeline}' spent a median of "
-                f"{value:.4g} ({cap}), over the budget's {cap} of {limit:.4g}. Raise the cap, or start it anyway "
-                "with --ignore-budget-estimate (the caps still stop it while it runs)")
 
 
 def _ending(exc: BaseException) -> tuple[str, str, BaseException]:

@@ -3,10 +3,20 @@
 The runner calls each hook on run, stage, metric, artifact and error events, with structured
 data: the run folder, the stage's spec and record, metrics as numbers. The terminal view and
 the log lines are hooks (``pipeline.hooks.progress``); an HTML report or an MLflow tracker is one
-more class with the methods it cares about, passed as ``Runner(hooks=[...])``.
+more class with the methods it cares about, passed as ``Runner(hooks=[...])`` or registered with
+the config section it owns (``pipeline.hooks.hook_registry``).
+
+Besides watching, a hook may take part in the run's bookkeeping, at four points the runner
+offers and names no feature at: ``preflight`` (before the run lock: refuse the run), a stage
+recorded (fill its record before ``stage_finished``), the run finishing (fill the run record
+before its final write) and the run recorded (after that write: sign it). Budgets, costs and
+signatures are hooks at those points.
 
 A hook that raises does not fail the run: the error is logged as a warning and the run goes
-on. A report that cannot be drawn must not cost a night's training.
+on. A report that cannot be drawn must not cost a night's training. Two exceptions: a
+``preflight`` that raises refuses the run (that is what it is for), and a hook that sets
+``critical = True`` fails the run with its error (a run that was to be signed must not end
+unsigned).
 
 Inside a stage, ``StageProgress`` carries what a long stage reports while it runs: lines (an
 epoch summary), a bar over its steps (boosting rounds, tuning trials, folds, importances), and
@@ -25,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pipeline.runs.record import RunManifest, StageRecord
 
@@ -139,6 +149,17 @@ class LineProgress:
 
 # ---------------------------------------------------------------------------- events
 @dataclass(frozen=True)
+class RunPlan:
+    """A run about to start, before the run lock and the run folder: what ``preflight`` checks."""
+
+    pipeline: str
+    runs_dir: Path                    # the pipeline's runs are in <runs_dir>/<pipeline>/
+    stages: tuple[str, ...]           # the planned stages in plan order (cached ones included)
+    selected: frozenset[str]          # those the selection named (--only/--from/--until)
+    config: Any = None                # the PipelineConfig
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """The run every event belongs to."""
 
@@ -201,15 +222,42 @@ class RunEvent:
 
 
 class RunHook:
-    """Base class of hooks: override the events you need; the rest do nothing."""
+    """Base class of hooks: override the events you need; the rest do nothing.
+
+    The events of one run, in order: ``preflight`` (before the lock), ``run_started``,
+    ``cluster_started`` (on a cluster), per stage ``stage_started``, ``stage_recorded`` and
+    ``stage_finished`` (a cached stage: the last two), ``metric`` whenever numbers come,
+    ``error`` (a run that fails), then ``run_finishing``, the final write of the record,
+    ``run_recorded``, ``artifact`` per file and ``run_finished``.
+    """
+
+    # True: an exception from this hook fails the run instead of being logged and skipped.
+    critical: ClassVar[bool] = False
+
+    def preflight(self, plan: RunPlan) -> None:
+        """Before the run lock and the run folder: raise a ``PipelineError`` to refuse the run
+        (always raised, whatever ``critical`` says)."""
 
     def run_started(self, run: RunInfo) -> None: ...
     def cluster_started(self, run: RunInfo, description: str) -> None: ...
     def stage_started(self, event: StageEvent) -> None: ...
+
+    def stage_recorded(self, event: StageEvent) -> None:
+        """A stage's outcome is in ``event.record`` (status, times, usage, facts, error): fill in
+        what this hook derives from it (its cost, say) before every hook's ``stage_finished``."""
+
     def stage_finished(self, event: StageEvent) -> None: ...
     def metric(self, event: MetricEvent) -> None: ...
     def artifact(self, event: ArtifactEvent) -> None: ...
     def error(self, event: ErrorEvent) -> None: ...
+
+    def run_finishing(self, event: RunEvent) -> None:
+        """The run has its status, end and duration; fill in ``event.manifest`` (run totals,
+        why a cap stopped it) before the record's final write."""
+
+    def run_recorded(self, event: RunEvent) -> None:
+        """The final record is written (manifest.json): act on the file (sign it)."""
+
     def run_finished(self, event: RunEvent) -> None: ...
 
     def stage_progress(self, event: StageEvent) -> StageProgress | None:
@@ -218,17 +266,30 @@ class RunHook:
 
 
 class HookList(RunHook):
-    """Calls every hook in order; a hook that raises is logged and skipped."""
+    """Calls every hook in order; a hook that raises is logged and skipped (unless ``critical``)."""
 
     def __init__(self, hooks: Sequence[RunHook] = ()) -> None:
         self.hooks = list(hooks)
 
     def _each(self, method: str, *args: Any) -> None:
         for hook in self.hooks:
+            call = getattr(hook, method, None)
+            if call is None:             # a hook written to the protocol without the newer events
+                continue
+            if getattr(hook, "critical", False):
+                call(*args)
+                continue
             try:
-                getattr(hook, method)(*args)
+                call(*args)
             except Exception as exc:  # noqa: BLE001 - a watcher never fails the run
                 log.warning("run hook %s.%s failed: %s: %s", type(hook).__name__, method, type(exc).__name__, exc)
+
+    def preflight(self, plan: RunPlan) -> None:
+        """Every hook's check, in order; the first refusal is raised."""
+        for hook in self.hooks:
+            check = getattr(hook, "preflight", None)
+            if check is not None:
+                check(plan)
 
     def run_started(self, run: RunInfo) -> None:
         self._each("run_started", run)
@@ -238,6 +299,9 @@ class HookList(RunHook):
 
     def stage_started(self, event: StageEvent) -> None:
         self._each("stage_started", event)
+
+    def stage_recorded(self, event: StageEvent) -> None:
+        self._each("stage_recorded", event)
 
     def stage_finished(self, event: StageEvent) -> None:
         self._each("stage_finished", event)
@@ -250,6 +314,12 @@ class HookList(RunHook):
 
     def error(self, event: ErrorEvent) -> None:
         self._each("error", event)
+
+    def run_finishing(self, event: RunEvent) -> None:
+        self._each("run_finishing", event)
+
+    def run_recorded(self, event: RunEvent) -> None:
+        self._each("run_recorded", event)
 
     def run_finished(self, event: RunEvent) -> None:
         self._each("run_finished", event)

@@ -9,7 +9,7 @@ artifacts and can be rebuilt at any time (``pipeline report RUN``).
 from __future__ import annotations
 
 from pipeline.report.build import ENV_REPORT, REPORT, build_comparison, build_report, report_enabled
-from pipeline.report.hook import ReportHook
+from pipeline.report.report_section import ReportConfig, ReportHook
 from pipeline.report.sources import RunSources, read_sources
 
-__all__ = ["ENV_REPORT", "REPORT", "ReportHook", "RunSources", "build_comparison", "build_report", "read_sources", "report_enabled"]
+__all__ = ["ENV_REPORT", "REPORT", "ReportConfig", "ReportHook", "RunSources", "build_comparison", "build_report", "read_sources", "report_enabled"]

@@ -1,4 +1,3 @@
-"""What a run leaves behind and how it is read again: the run-folder layout, atomic writes, the run
-record (``manifest.json``), signatures, the one-run-at-a-time lock, the run history and CPU/GPU
-parity of two runs.
+"""Run folders and what is kept in them: the folder layout, the typed run record (manifest.json),
+the run store and its lock, signatures, and reading earlier runs back (history, parity).
 """

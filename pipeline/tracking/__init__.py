@@ -3,7 +3,7 @@
 ``MlflowHook`` logs a run to MLflow (``tracking: {mlflow: {...}}``; the ``mlflow`` extra). A
 tracking server that is down, slow or refusing never fails a run that was otherwise fine: the
 hook warns once, stops calling it, and says what happened in the run folder's
-``tracking.json``.
+``tracking.json``. ``pipeline.tracking.tracking_section`` registers it with the ``tracking:`` section.
 """
 
 from pipeline.tracking.mlflow_hook import TRACKING_FILE, MlflowHook

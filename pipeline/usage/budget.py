@@ -11,6 +11,10 @@ as stopped by the budget with the figures, and it exits 9.
 
 On a Dask cluster the stages run in workers: their CPU seconds are not seen until a stage
 finishes, so there the caps that act mid-stage are ``max_wall`` and ``max_gpu_hours``.
+
+Before a run starts (``preflight``, unless ``--ignore-budget-estimate``), a run whose earlier
+runs spent more than a cap is refused. The hook is registered with the ``budget:`` section it
+owns, first in the hook order: its watch starts as the run does.
 """
 
 from __future__ import annotations
@@ -21,17 +25,23 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 from pipeline.backends.gpu_usage import visible_gpus
-from pipeline.usage.costs import Budget, Rates
-from pipeline.core.interrupts import BudgetExceeded, request_budget_stop
-from pipeline.hooks.protocol import RunHook, RunInfo, StageEvent
+from pipeline.core.errors import BudgetError
+from pipeline.core.interrupts import BudgetExceeded, budget_stop, request_budget_stop
+from pipeline.hooks.protocol import RunEvent, RunHook, RunInfo, RunPlan, StageEvent
+from pipeline.hooks.hook_registry import HookContext, register_hook
+from pipeline.runs import history
+from pipeline.usage.costs import Budget, Rates, rates_of
 from pipeline.usage.memory import cpu_seconds
 
 INTERVAL = 0.2
+# Earlier runs a budget's pre-flight estimate is the median of.
+ESTIMATE_RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -66,10 +76,13 @@ class BudgetHook(RunHook):
     """Watches the run against ``budget`` and each stage against its own (``stages``)."""
 
     def __init__(self, budget: Budget | None, stages: Mapping[str, Budget], rates: Rates, *,
-                 gpus: list[tuple[int, str]] | None = None, interval: float = INTERVAL) -> None:
+                 gpus: list[tuple[int, str]] | None = None, interval: float = INTERVAL,
+                 estimate: bool = False) -> None:
         """``gpus``: (NVML index, name) of the GPUs the run holds; None: this process's visible
-        ones, looked up when the run starts."""
+        ones, looked up when the run starts. ``estimate``: refuse, before the run starts, a run
+        whose earlier runs passed the run's caps (``refuse_over_budget``)."""
         self.budget = budget
+        self.estimate = estimate
         self.stages = {name: b for name, b in stages.items() if b.limits}
         self.rates = rates
         self.gpus = gpus
@@ -90,6 +103,10 @@ class BudgetHook(RunHook):
         return bool((self.budget and self.budget.limits) or self.stages)
 
     # ------------------------------------------------------------------ the run's events
+    def preflight(self, plan: RunPlan) -> None:
+        if self.estimate and self.budget is not None:
+            refuse_over_budget(self.budget, plan.runs_dir, plan.pipeline)
+
     def run_started(self, run: RunInfo) -> None:
         if self.gpus is None:
             readings = visible_gpus()
@@ -114,6 +131,11 @@ class BudgetHook(RunHook):
             self._spent["max_cost"] += (record.cost or {}).get("total", 0.0)
             gpu_seconds = sum(d.get("seconds") or 0.0 for d in (record.usage or {}).get("gpus", []))
             self._spent["max_gpu_hours"] += gpu_seconds / 3600
+
+    def run_finishing(self, event: RunEvent) -> None:
+        """A run the budget stopped records which cap, its limit and what was reached."""
+        if event.status != "succeeded" and budget_stop() is not None:
+            event.manifest.budget = self.overrun.to_dict() if self.overrun else None
 
     def run_finished(self, event: Any) -> None:
         self._stop.set()
@@ -162,6 +184,20 @@ class BudgetHook(RunHook):
 
 
 
+def refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str) -> None:
+    """A ``BudgetError`` before anything starts when earlier runs of the pipeline suggest this
+    one will pass a cap: the median of the last ``ESTIMATE_RUNS`` succeeded runs' wall time,
+    cost and GPU-hours (no earlier run: no estimate, the run starts)."""
+    estimate = history.recent_spend(runs_dir, pipeline, ESTIMATE_RUNS)
+    for cap, limit in budget.limits.items():
+        value = estimate.get(cap)
+        if value is not None and value > limit:
+            raise BudgetError(
+                f"not started: the last {estimate['runs']} succeeded run(s) of '{pipeline}' spent a median of "
+                f"{value:.4g} ({cap}), over the budget's {cap} of {limit:.4g}. Raise the cap, or start it anyway "
+                "with --ignore-budget-estimate (the caps still stop it while it runs)")
+
+
 def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Overrun | None:
     for cap, limit in (budget.limits if budget else {}).items():
         if spend.get(cap, 0.0) > limit:
@@ -177,3 +213,19 @@ def _raise_in(thread_id: int, exception: type[BaseException]) -> None:
     """Raise ``exception`` in another thread of this process at its next Python instruction
     (CPython's ``PyThreadState_SetAsyncExc``: the one way to stop a thread from outside)."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
+
+
+# ---------------------------------------------------------------------------- the registration
+def budget_hook(section: Budget | None, context: HookContext) -> BudgetHook | None:
+    """On when the run or any stage has a cap (a stage's ``budget:`` is the stage's own key)."""
+    stages = {name: spec.budget for name, spec in context.config.stages.items()
+              if getattr(spec, "budget", None) is not None}
+    hook = BudgetHook(section, stages, rates_of(getattr(context.config, "cost", None)),
+                      estimate=bool(context.options.get("check_budget_estimate", True)))
+    return hook if hook.active else None
+
+
+# First of the hooks that watch: its clock starts as the run does.
+register_hook("budget", budget_hook, config_key="budget", section=Budget, default=False, order=-100,
+              description="Caps on the run's cost, GPU-hours and wall time, enforced while it runs (exit 9); "
+                          "a stage's own budget: caps that stage.")

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.core.sizes import parse_duration
 
 IDLE_UTILISATION = 10.0
@@ -83,6 +84,16 @@ def rates_from(config: Mapping[str, Any] | None, environ: Mapping[str, str] | No
             values[key] = value
     currency = environ.get(ENV_CURRENCY) or config.get("currency") or "USD"
     return Rates(gpu_hour=gpu_hour, currency=str(currency), **values)
+
+
+def rates_of(section: Any) -> Rates:
+    """The rates of a config's ``cost:`` section (its model, a mapping, or None: none) with the
+    environment's overrides; a ``ConfigError`` at ``cost`` when a variable is not a rate."""
+    values = section.model_dump() if hasattr(section, "model_dump") else section
+    try:
+        return rates_from(values)
+    except ValueError as exc:
+        raise ConfigError([ConfigIssue("cost", str(exc))]) from None
 
 
 def stage_cost(usage: Mapping[str, Any] | None, seconds: float | None, peak_rss_bytes: int | None,
