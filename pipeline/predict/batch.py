@@ -519,7 +519,7 @@ def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_colu
 
 def _header(path: Path, fmt: str) -> list[str]:
     """The names as the file has them (a repeated name is refused when the file is read)."""
-    from pipeline.backends.contract import read_header
+    from pipeline.backends.input_files import read_header
 
     return read_header(path, fmt)
 
