@@ -57,6 +57,14 @@ def test_every_module_of_the_package_is_in_a_layer():
     assert _layer_modules() - _top_level_modules() == set()         # no layer names a module that is gone
 
 
+def test_no_two_modules_share_a_file_name():
+    """A file name says which module it is (in a traceback, a search, an editor tab)."""
+    from collections import Counter
+
+    names = Counter(path.name for path in PACKAGE.rglob("*.py") if path.name != "__init__.py")
+    assert sorted(name for name, count in names.items() if count > 1) == []
+
+
 def import_cycles(graph) -> list[list[str]]:
     """Strongly connected groups of more than one module (Tarjan, iterative)."""
     modules = sorted(m for m in graph.modules if m.startswith("pipeline"))
@@ -124,7 +132,7 @@ def test_the_cycle_check_finds_a_cycle():
 
 # ------------------------------------------------------------------ the seams
 # Paths under pipeline/ (globs): the run, the cache, predict and scoring ask the registries.
-NAME_BLIND = ("engine/runner.py", "engine/executors.py", "cache/*.py", "predict/batch.py", "predict/partitioned.py",
+NAME_BLIND = ("engine/runner.py", "engine/executors.py", "cache/*.py", "predict/batch.py", "predict/partition_scoring.py",
               "scoring/model_folder.py")
 
 
