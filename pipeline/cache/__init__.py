@@ -10,8 +10,14 @@ A stage's key is a hash of everything its output depends on:
   the user's module. A kind whose fingerprint is None for a spec is never cached (stages on
   partitioned Dask data: their outputs are lazy views of files in one run's folder), and
   neither is anything downstream of it;
-- the source of the whole ``pipeline`` package and its version: any code change
-  invalidates the cache. Coarse, but it never misses an edit in a helper function;
+- the code it runs (``StageKind.code_modules``): the source of its kind's module, of the
+  modules of the objects its spec holds or names (a feature op's class, a ``train`` stage's
+  model entry with its format and rules, found by their ``__module__``, so a plugin's count
+  too), of the backend's module, and of every module of the package those import, directly
+  or transitively (``pipeline.core.import_graph``, read once per process with ``ast``); plus
+  the package's version. An edit to one of them reruns the stage and what follows it; an
+  edit anywhere else (the report, the CLI, another stage kind) reruns nothing. The code that
+  writes and reads an entry's pickle (``output_pickling``) is in every key;
 - the backend and the versions of its libraries, and the run's seed.
 
 An entry is a folder ``<runs_dir>/<pipeline>/.cache/<key>/`` holding the pickled output
