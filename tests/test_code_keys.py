@@ -118,6 +118,20 @@ def test_a_registered_objects_own_module_counts_even_outside_the_package():
     assert defining_modules("pipeline.models.registry:ModelSpec") == {"pipeline.models.registry"}
 
 
+def test_a_python_stage_runs_its_users_module_and_what_that_imports_of_the_package(tmp_path, monkeypatch):
+    from pipeline.core.fingerprints import _source_path
+    from pipeline.core.import_graph import file_imports
+
+    (tmp_path / "user_steps.py").write_text(
+        "from pipeline.metrics import task_metrics\nimport pipeline.features.ops\nfrom . import sibling\n\n"
+        "def ratios(ctx, inputs):\n    return task_metrics\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = STAGE_KINDS["python"].spec.model_validate({"kind": "python", "function": "user_steps:ratios"})
+    assert "user_steps" in STAGE_KINDS["python"].code_modules(spec)
+    assert "user_steps" not in sys.modules                        # found, not imported
+    assert file_imports(str(_source_path("user_steps"))) == {"pipeline.metrics", "pipeline.features.ops"}
+
+
 def test_the_code_fingerprint_is_computed_once_per_set_of_modules():
     modules = ["pipeline.stages.load"]
     assert code_fingerprint(modules) is code_fingerprint(list(modules))

@@ -12,9 +12,10 @@ A stage's key is a hash of everything its output depends on:
   neither is anything downstream of it;
 - the code it runs (``StageKind.code_modules``): the source of its kind's module, of the
   modules of the objects its spec holds or names (a feature op's class, a ``train`` stage's
-  model entry with its format and rules, found by their ``__module__``, so a plugin's count
-  too), of the backend's module, and of every module of the package those import, directly
-  or transitively (``pipeline.core.import_graph``, read once per process with ``ast``); plus
+  model entry with its format and rules, found by their ``__module__``; a ``python`` stage's
+  module), of the backend's module, and of every module of the package those import, directly
+  or transitively (``pipeline.core.import_graph``, read once per process with ``ast``; a
+  plugin's or a user's module counts by its file and what it imports of the package); plus
   the package's version. An edit to one of them reruns the stage and what follows it; an
   edit anywhere else (the report, the CLI, another stage kind) reruns nothing. The code that
   writes and reads an entry's pickle (``output_pickling``) is in every key;

@@ -14,44 +14,65 @@ import os
 import sys
 import types
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from glob import glob
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.import_graph import PACKAGE, imported_closure, package_modules
+from pipeline.core.import_graph import PACKAGE, file_imports, imported_closure, package_modules
+
+
+@dataclass(frozen=True)
+class ModuleName:
+    """A module named by a string (a ``python`` stage's ``module:function``), for
+    ``defining_modules``: counted as code without importing it."""
+
+    name: str
 
 
 def code_fingerprint(modules: Iterable[str]) -> str:
     """Hash of the source of ``modules`` and of every module of the package they import,
     transitively (``pipeline.core.import_graph``): a stage's code, so an edit anywhere else (the
-    report, the CLI) leaves its key alone. A module outside the package (a plugin's) counts by
-    its own file. Computed once per process for each set of modules."""
+    report, the CLI) leaves its key alone. A module outside the package (a plugin's, a
+    ``python`` stage's) counts by its own file and the modules of the package it imports.
+    Computed once per process for each set of modules."""
     return _code_fingerprint(frozenset(modules))
 
 
 @cache
 def _code_fingerprint(modules: frozenset[str]) -> str:
-    inside = imported_closure(modules)
     outside = {m for m in modules if m not in package_modules()}
+    imported = {name for m in outside if (path := _source_path(m)) for name in file_imports(str(path))}
     digest = hashlib.blake2b(digest_size=16)
-    for name in sorted(inside | outside):
+    for name in sorted(imported_closure(modules | imported) | outside):
         digest.update(f"{name}\0{_source_digest(name)}\0".encode())
     return digest.hexdigest()
+
+
+def _source_path(module: str) -> Path | None:
+    """A module's source file: the package's own, else a loaded module's, else where the import
+    system would find it (its parent packages are imported for that, as ``module_fingerprint``
+    does); None without a ``.py`` file."""
+    path = package_modules().get(module)
+    if path is not None:
+        return path
+    origin = getattr(sys.modules.get(module), "__file__", None)
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") and os.path.isfile(origin) else None
 
 
 @cache
 def _source_digest(module: str) -> str:
     """Hash of a module's source file, read once per process ("unresolved" without one)."""
-    path = package_modules().get(module)
-    if path is None:
-        loaded = sys.modules.get(module)
-        origin = getattr(loaded, "__file__", None)
-        if not origin or not origin.endswith(".py"):
-            return "unresolved"
-        path = Path(origin)
+    path = _source_path(module)
     try:
-        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() if path else "unresolved"
     except OSError:
         return "unresolved"
 
@@ -71,7 +92,9 @@ def defining_modules(*objects: Any) -> set[str]:
         if id(obj) in seen or obj is None or isinstance(obj, (bool, int, float, complex, bytes)):
             continue
         seen.add(id(obj))
-        if isinstance(obj, str):
+        if isinstance(obj, ModuleName):
+            found.add(obj.name)
+        elif isinstance(obj, str):
             module = obj.partition(":")[0]
             if ":" in obj and module in package_modules():
                 found.add(module)

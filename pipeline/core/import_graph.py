@@ -45,12 +45,24 @@ def package_modules() -> dict[str, Path]:
 @cache
 def direct_imports(module: str) -> frozenset[str]:
     """The modules of the package that ``module`` imports itself (see the module docstring)."""
+    path = package_modules()[module]
+    return _package_imports(path.read_bytes(), str(path), module, is_package=path.name == "__init__.py")
+
+
+@cache
+def file_imports(path: str) -> frozenset[str]:
+    """The modules of the package that a source file outside it imports (a plugin's module, a
+    ``python`` stage's); nothing for a file that cannot be read or parsed."""
+    try:
+        return _package_imports(Path(path).read_bytes(), path, None, is_package=False)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+
+
+def _package_imports(source: bytes, filename: str, module: str | None, *, is_package: bool) -> frozenset[str]:
     modules = package_modules()
-    path = modules[module]
-    source = path.read_bytes()
-    is_package = path.name == "__init__.py"
     named: list[str] = []
-    for node in _run_time_imports(ast.parse(source, filename=str(path)).body):
+    for node in _run_time_imports(ast.parse(source, filename=filename).body):
         if isinstance(node, ast.Import):
             named += [alias.name for alias in node.names]
         else:
@@ -108,10 +120,13 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str | None:
-    """The module a ``from ... import`` names, relative imports resolved against ``module``."""
+def _absolute(node: ast.ImportFrom, module: str | None, is_package: bool) -> str | None:
+    """The module a ``from ... import`` names, relative imports resolved against ``module`` (None:
+    a file outside the package, whose relative imports are not the package's)."""
     if not node.level:
         return node.module
+    if module is None:
+        return None
     parts = module.split(".") if is_package else module.split(".")[:-1]
     if node.level > 1:
         parts = parts[:-(node.level - 1)]
