@@ -291,7 +291,7 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
     from distributed import Client, LocalCluster
 
     from pipeline.backends import get_backend
-    from pipeline.backends.contract import compute_lazy
+    from pipeline.backends.dask_collections import compute_lazy
     from pipeline.backends.cluster import worker_preload
     from pipeline.backends.worker_memory import register_memory_release
 

@@ -96,7 +96,7 @@ def test_filled_int_column_reaches_the_matrix(backend):
 
 # ----------------------------------------------------------------- 5: row-major matrices
 def test_row_major_matrix_fills_columns_into_a_c_contiguous_array():
-    from pipeline.backends.contract import row_major_matrix
+    from pipeline.backends.matrices import row_major_matrix
 
     frame = pd.DataFrame({"f": np.arange(4, dtype="float64") / 2, "i": np.arange(4, dtype="int8"),
                           "b": [True, False, True, False]})
@@ -107,7 +107,7 @@ def test_row_major_matrix_fills_columns_into_a_c_contiguous_array():
 
 
 def test_row_major_matrix_of_no_columns_or_rows():
-    from pipeline.backends.contract import row_major_matrix
+    from pipeline.backends.matrices import row_major_matrix
 
     assert row_major_matrix(np, 3, [], lambda name: None, "float32").shape == (3, 0)
     assert row_major_matrix(np, 0, ["a"], lambda name: np.empty(0), "int64").shape == (0, 1)

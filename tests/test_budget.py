@@ -146,5 +146,5 @@ def test_a_budget_does_not_change_a_stages_cache_key():
 
     plain = PythonSpec(kind="python", function="m:f")
     capped = PythonSpec(kind="python", function="m:f", budget={"max_wall": "1h"})
-    key = dict(fingerprint={"code": "x"}, backend="cpu", versions={}, seed=0)
+    key = dict(fingerprint={"code": "x"}, code=(), backend="cpu", versions={}, seed=0)
     assert stage_key(plain, {}, **key) == stage_key(capped, {}, **key) is not None

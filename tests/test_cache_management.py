@@ -306,7 +306,7 @@ def test_a_removal_that_stops_half_way_leaves_only_hidden_remains(tmp_path, monk
     cache = StageCache(tmp_path / ".cache")
     small_entry(cache, "7" * 32)
     small_entry(cache, "8" * 32)
-    monkeypatch.setattr("pipeline.cache.shutil.rmtree", lambda *a, **k: None)
+    monkeypatch.setattr("pipeline.cache.entries.shutil.rmtree", lambda *a, **k: None)
     assert [e.key for e in cache.trim(0, keep={"8" * 32})] == ["7" * 32]
     assert cache.lookup("7" * 32, stage="x") is None
     assert [e.key for e in cache.entries()] == ["8" * 32]

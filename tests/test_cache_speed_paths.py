@@ -222,6 +222,7 @@ def test_a_process_killed_while_writing_leaves_only_a_hidden_tmp_folder(tmp_path
     script = textwrap.dedent(f"""
         import os, signal, numpy as np
         import pipeline.cache as cache
+        import pipeline.cache.output_pickling as output_pickling
 
         class Die:
             def __reduce__(self):
@@ -241,7 +242,7 @@ def test_a_process_killed_while_writing_leaves_only_a_hidden_tmp_folder(tmp_path
                         os.kill(os.getpid(), signal.SIGKILL)
                 return real_open(path, mode, *args, **kwargs)
 
-            cache.open = dying_open
+            output_pickling.open = dying_open     # the buffer files are opened there
         cache.StageCache({str(cache_root)!r}).store("a" * 32, output, None, {{"stage": "s", "kind": "features"}})
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -266,12 +267,12 @@ def test_an_output_changed_after_it_was_read_fails_verification_never_loads_chan
 
 
 def test_a_write_stopped_by_sigterm_leaves_nothing(tmp_path, monkeypatch):
-    import pipeline.cache as cache_module
+    import pipeline.cache.output_pickling as output_pickling
     from pipeline.core.interrupts import Terminated
 
     cache = StageCache(tmp_path / ".cache")
     pending = cache.prepare("a" * 32, [np.ones(2 * MiB, np.uint8)])
-    monkeypatch.setattr(cache_module, "termination_requested", lambda: True)
+    monkeypatch.setattr(output_pickling, "termination_requested", lambda: True)
     with pytest.raises(Terminated):
         pending.finish(None, dict(RECORD))
     assert list(cache.root.iterdir()) == []
@@ -302,12 +303,12 @@ def test_a_run_returns_only_once_every_entry_it_wrote_is_complete(tmp_path):
 
 
 def test_an_entry_that_cannot_be_finished_only_warns(tmp_path, monkeypatch, caplog):
-    import pipeline.cache as cache_module
+    import pipeline.cache.entries as entries
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cache_module, "write_buffers", full_disk)
+    monkeypatch.setattr(entries, "write_buffers", full_disk)            # what PendingEntry.finish calls
     with caplog.at_level("WARNING", logger="pipeline"):
         result = run_pipeline(speed_project(tmp_path), runs_dir=tmp_path / "runs")
     assert result.status == "succeeded"

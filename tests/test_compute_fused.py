@@ -8,7 +8,7 @@ import dask.dataframe as dd
 import pandas as pd
 from dask.callbacks import Callback
 
-from pipeline.backends.contract import compute_lazy
+from pipeline.backends.dask_collections import compute_lazy
 
 
 class _Tasks(Callback):

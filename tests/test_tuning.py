@@ -261,7 +261,7 @@ def test_the_cache_key_covers_the_space_and_the_budget():
     def key(**tune_block) -> str:
         block = {"trials": 10, "space": {"max_depth": {"int": [3, 10]}}, **tune_block}
         spec = TrainSpec.model_validate({"kind": "train", "inputs": ["f"], "model": "xgboost", "tune": block})
-        return stage_key(spec, {"f": "abc"}, fingerprint={}, backend="cpu", versions={}, seed=1)
+        return stage_key(spec, {"f": "abc"}, fingerprint={}, code=(), backend="cpu", versions={}, seed=1)
 
     assert key() == key()
     assert key(space={"max_depth": {"int": [3, 11]}}) != key()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from pipeline.backends.contract import (
-    FILTER_OPS, Backend, apply_filters, cluster_client, compute_lazy, estimator_output, has_cluster, instance_of,
-    is_partitioned, scores_for_task,
-)
+from pipeline.backends.contract import Backend, instance_of
+from pipeline.backends.dask_collections import cluster_client, compute_lazy, has_cluster, is_partitioned
+from pipeline.backends.estimators import estimator_output, scores_for_task
+from pipeline.backends.filters import FILTER_OPS, apply_filters
 from pipeline.backends.detect import DeviceChoice, choose_device
 from pipeline.core.errors import BackendUnavailable
 

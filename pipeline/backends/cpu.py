@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.contract import Backend, compute_lazy, is_partitioned, row_major_matrix
+from pipeline.backends.contract import Backend
+from pipeline.backends.dask_collections import compute_lazy, is_partitioned
+from pipeline.backends.matrices import row_major_matrix
 
 
 class CpuBackend(Backend):

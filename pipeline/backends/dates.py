@@ -23,15 +23,12 @@ import csv
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from pipeline.core.errors import DataError
-
-if TYPE_CHECKING:
-    from pipeline.backends.contract import Backend
 
 # Text parsed into dates comes out in this unit (pandas 3's and cuDF's own for text); a
 # column that already holds datetimes keeps its unit.
@@ -39,6 +36,17 @@ DATE_UNIT = "datetime64[us]"
 # A trailing UTC offset: "+05:00", "-0400" or "Z" (no groups: pandas warns on groups in contains).
 ZONE = r"[+-][0-9][0-9]:?[0-9][0-9]$|Z$"
 ZONE_PARTS = r"([+-])([0-9][0-9]):?([0-9][0-9])$"
+
+
+class DateBackend(Protocol):
+    """What parsing dates asks of a backend: every ``pipeline.backends.Backend`` is one. Named
+    here, not imported, because the backend contract's readers call this module."""
+
+    def is_numeric(self, series: Any) -> bool: ...
+
+    def strptime(self, text: Any, fmt: str) -> tuple[Any, Any]: ...
+
+    def to_host(self, x: Any) -> Any: ...
 
 
 def check_date_format(fmt: str | None) -> str | None:
@@ -67,7 +75,7 @@ def missing_date_columns(columns: Sequence[Any], dates: Mapping[str, Any]) -> li
     return [c for c in dates if c not in present]
 
 
-def parse_dates(backend: Backend, frame: Any, dates: Mapping[str, str | None], *, source: str,
+def parse_dates(backend: DateBackend, frame: Any, dates: Mapping[str, str | None], *, source: str,
                 csv_files: Sequence[Path] = ()) -> Any:
     """``frame`` with each ``dates`` column as naive datetimes (one frame or one partition)."""
     missing = missing_date_columns(frame.columns, dates)
@@ -82,7 +90,7 @@ def parse_dates(backend: Backend, frame: Any, dates: Mapping[str, str | None], *
     return frame
 
 
-def to_dates(backend: Backend, series: Any, fmt: str | None = None, *, column: str, source: str,
+def to_dates(backend: DateBackend, series: Any, fmt: str | None = None, *, column: str, source: str,
              csv_files: Sequence[Path] = ()) -> Any:
     """``series`` as naive datetimes: datetimes as they are (an aware one converted to UTC),
     text and integers parsed with ``fmt`` (see the module's rules)."""
@@ -118,7 +126,7 @@ def integer_text(series: Any) -> Any:
     return digits.where(present)
 
 
-def text_to_dates(backend: Backend, text: Any, fmt: str | None, *, column: str, source: str,
+def text_to_dates(backend: DateBackend, text: Any, fmt: str | None, *, column: str, source: str,
                   csv_files: Sequence[Path] = ()) -> Any:
     """Text parsed with ``fmt`` (or the first value's layout); offsets converted to UTC."""
     first = first_value(backend, text)
@@ -141,7 +149,7 @@ def text_to_dates(backend: Backend, text: Any, fmt: str | None, *, column: str, 
     return parsed.astype(DATE_UNIT)
 
 
-def first_value(backend: Backend, text: Any) -> str | None:
+def first_value(backend: DateBackend, text: Any) -> str | None:
     """The first present value as host text, or None when the column has none."""
     head = backend.to_host(text.dropna().head(1))
     return str(head.iloc[0]) if len(head) else None
@@ -155,7 +163,7 @@ def zone_offsets(text: Any) -> Any:
     return (minutes * 60).astype("int64").astype("timedelta64[s]")
 
 
-def bad_date(backend: Backend, text: Any, bad: Any, *, layout: str, inferred: bool, column: str, source: str,
+def bad_date(backend: DateBackend, text: Any, bad: Any, *, layout: str, inferred: bool, column: str, source: str,
              csv_files: Sequence[Path]) -> DataError:
     """The error for the first value of ``text`` that ``bad`` marks, with where it is."""
     marks = backend.to_host(bad)
@@ -198,7 +206,7 @@ def csv_line_of_value(files: Sequence[Path], column: str, value: str) -> tuple[P
     return None
 
 
-def partition_dates(partition: Any, backend: Backend, dates: Mapping[str, str | None], *, source: str,
+def partition_dates(partition: Any, backend: DateBackend, dates: Mapping[str, str | None], *, source: str,
                     csv_files: Sequence[Path] = ()) -> Any:
     """``parse_dates`` with the partition first, as ``map_partitions`` calls it."""
     return parse_dates(backend, partition, dates, source=source, csv_files=csv_files)

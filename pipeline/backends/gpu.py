@@ -20,7 +20,9 @@ import cupy as cp
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.contract import Backend, compute_lazy, is_partitioned, row_major_matrix
+from pipeline.backends.contract import Backend
+from pipeline.backends.dask_collections import compute_lazy, is_partitioned
+from pipeline.backends.matrices import row_major_matrix
 from pipeline.core.errors import DataError
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipeline.backends.contract import (
+from pipeline.backends.input_files import (
     check_header_names, infer_format, one_line, partitioned_sources, read_errors, read_header,
 )
 from pipeline.core.errors import DataError, input_not_found
@@ -134,7 +134,7 @@ class HeaderReader:
 def _dataset_columns(folder: Path, fmt: str) -> list[str]:
     """The columns of a Parquet dataset folder: the first file's schema plus hive partition
     keys (``year=2024/``), as pandas, cuDF and Dask read them; only footers are read."""
-    from pipeline.backends.contract import check_source
+    from pipeline.backends.input_files import check_source
 
     check_source(folder, fmt)              # a CSV folder, an empty folder: the load's own message
     import pyarrow.dataset as ds

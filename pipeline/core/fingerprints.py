@@ -1,4 +1,4 @@
-"""Content fingerprints for the stage cache: of files, of Python modules, of this package.
+"""Content fingerprints for the stage cache: of files, of Python modules, of the code a stage runs.
 
 Kept apart from ``pipeline.cache`` so stage kinds can declare what their output depends on
 (``register_stage(fingerprint=...)``) without importing the cache.
@@ -6,24 +6,117 @@ Kept apart from ``pipeline.cache`` so stage kinds can declare what their output 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
+import sys
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from glob import glob
 from pathlib import Path
+from typing import Any
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+from pipeline.core.import_graph import PACKAGE, file_imports, imported_closure, package_modules
+
+
+@dataclass(frozen=True)
+class ModuleName:
+    """A module named by a string (a ``python`` stage's ``module:function``), for
+    ``defining_modules``: counted as code without importing it."""
+
+    name: str
+
+
+def code_fingerprint(modules: Iterable[str]) -> str:
+    """Hash of the source of ``modules`` and of every module of the package they import,
+    transitively (``pipeline.core.import_graph``): a stage's code, so an edit anywhere else (the
+    report, the CLI) leaves its key alone. A module outside the package (a plugin's, a
+    ``python`` stage's) counts by its own file and the modules of the package it imports.
+    Computed once per process for each set of modules."""
+    return _code_fingerprint(frozenset(modules))
 
 
 @cache
-def code_fingerprint() -> str:
-    """Hash of every source file of the ``pipeline`` package (computed once per process)."""
+def _code_fingerprint(modules: frozenset[str]) -> str:
+    outside = {m for m in modules if m not in package_modules()}
+    imported = {name for m in outside if (path := _source_path(m)) for name in file_imports(str(path))}
     digest = hashlib.blake2b(digest_size=16)
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
-        digest.update(path.read_bytes())
+    for name in sorted(imported_closure(modules | imported) | outside):
+        digest.update(f"{name}\0{_source_digest(name)}\0".encode())
     return digest.hexdigest()
+
+
+def _source_path(module: str) -> Path | None:
+    """A module's source file: the package's own, else a loaded module's, else where the import
+    system would find it (its parent packages are imported for that, as ``module_fingerprint``
+    does); None without a ``.py`` file."""
+    path = package_modules().get(module)
+    if path is not None:
+        return path
+    origin = getattr(sys.modules.get(module), "__file__", None)
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") and os.path.isfile(origin) else None
+
+
+@cache
+def _source_digest(module: str) -> str:
+    """Hash of a module's source file, read once per process ("unresolved" without one)."""
+    path = _source_path(module)
+    try:
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() if path else "unresolved"
+    except OSError:
+        return "unresolved"
+
+
+def defining_modules(*objects: Any) -> set[str]:
+    """The modules whose code defines ``objects``, for ``code_fingerprint``: a class's or a
+    function's own module; for a pydantic model, a dataclass (a registry entry) or a container,
+    its class's and those of what it holds (a feature op in a stage's ``ops``, a model entry's
+    format and rules); for any other object its class's. A ``"module:Class"`` string counts when
+    it names a module of the package (estimators of other libraries are in the key by their
+    versions). The standard library is left out."""
+    found: set[str] = set()
+    todo = list(objects)
+    seen: set[int] = set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or obj is None or isinstance(obj, (bool, int, float, complex, bytes)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, ModuleName):
+            found.add(obj.name)
+        elif isinstance(obj, str):
+            module = obj.partition(":")[0]
+            if ":" in obj and module in package_modules():
+                found.add(module)
+        elif isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+            found.add(getattr(obj, "__module__", None) or "")
+        elif isinstance(obj, functools.partial):
+            todo.extend([obj.func, obj.args, obj.keywords])
+        elif isinstance(obj, Mapping):
+            todo.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo.extend(obj)
+        else:
+            found.add(type(obj).__module__)
+            fields = getattr(type(obj), "model_fields", None)           # a pydantic model
+            if isinstance(fields, Mapping):
+                todo.extend(getattr(obj, name, None) for name in fields)
+            elif dataclasses.is_dataclass(obj):
+                todo.extend(getattr(obj, f.name) for f in dataclasses.fields(obj))
+    return {m for m in found if m and (m.split(".")[0] == PACKAGE or m.split(".")[0] not in _STANDARD)}
+
+
+_STANDARD = frozenset(sys.stdlib_module_names) | {"builtins"}
 
 
 def files_fingerprint(pattern: str) -> dict[str, str]:

@@ -33,6 +33,7 @@ from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, PipelineError, StageError, StorageError
+from pipeline.core.fingerprints import defining_modules
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.hooks.protocol import (
@@ -280,14 +281,16 @@ class Runner:
                         forced: set[str]) -> dict[str, CacheEntry]:
         """Key every stage; return the verified cache entries of those that need not run."""
         versions = backend.versions()
+        backend_code = defining_modules(backend)          # the backend's class: code every stage runs
         self.keys.clear()
         found: dict[str, CacheEntry] = {}
         for name, _ in steps:
             spec = self.config.stages[name]
             key = None
             if self.use_cache:
+                kind = STAGE_KINDS[spec.kind]
                 key = stage_key(spec, {i: self.keys.get(i) for i in spec.inputs},
-                                fingerprint=STAGE_KINDS[spec.kind].fingerprint(spec),
+                                fingerprint=kind.fingerprint(spec), code=kind.code_modules(spec) | backend_code,
                                 backend=backend.name, versions=versions, seed=self.config.seed)
             self.keys[name] = manifest.stages[name].cache_key = key
             if key is not None and name not in forced:

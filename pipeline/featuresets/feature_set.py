@@ -26,7 +26,6 @@ from pipeline.metrics.profile import PROFILE_ROWS, feature_histograms, target_ba
 from pipeline.core.problems import BINARY, Task
 
 if TYPE_CHECKING:
-    from pipeline.featuresets.in_memory import InMemoryFeatures
     from pipeline.tensors.handoff import Handoff
 
 Scorer = Callable[[str], np.ndarray]
@@ -124,9 +123,11 @@ class FeatureSet(ABC):
                                                  self.feature_names)}
 
     @abstractmethod
-    def in_memory(self, refusal: str) -> InMemoryFeatures:
-        """These features as in-memory matrices, for a consumer that needs them (the torch
-        stage); a ``DataError`` with ``refusal`` where they are not."""
+    def in_memory(self, refusal: str) -> FeatureSet:
+        """These features as in-memory matrices (an ``InMemoryFeatures``, which each layout's
+        override returns: this module does not import the layouts that subclass it), for a
+        consumer that needs them (the torch stage); a ``DataError`` with ``refusal`` where they
+        are not."""
 
     # ------------------------------------------------------------ training and scoring
     @abstractmethod

@@ -25,13 +25,12 @@ from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp
 from pipeline.featuresets.feature_set import TRAIN
 from pipeline.featuresets.in_memory import InMemoryFeatures, build_in_memory
+from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY
 
 # The split of a fold's features that holds its scored rows, and its name for a trainer that
 # must not see it as a validation split (``without_validation``).
 SCORED = "valid"
 HELD_OUT = "held_out"
-FOLDS_NEED_MEMORY = ("folds: cross-validation needs in-memory data (each fold refits the feature workflow on "
-                     "its rows); read the table in memory (partitioned: false) or drop folds")
 
 
 @dataclass

@@ -30,6 +30,10 @@ import pandas as pd
 
 from pipeline.core.errors import DataError
 
+# Why folds refuse partitioned data: the split stage says it, and so do the folds' features.
+FOLDS_NEED_MEMORY = ("folds: cross-validation needs in-memory data (each fold refits the feature workflow on "
+                     "its rows); read the table in memory (partitioned: false) or drop folds")
+
 Positions = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 

@@ -104,7 +104,7 @@ def predict_batch(
     per class and ``prediction`` (the original class value); regression ``prediction``; then
     ``model`` (``pipeline.scoring.model_folder.scores_table``). ``partitioned``: score partition by
     partition with Dask (on the cluster at ``scheduler``, else local threads) into a Parquet
-    folder at ``output`` (pipeline.predict.by_partition), for input larger than memory.
+    folder at ``output`` (pipeline.predict.partition_scoring), for input larger than memory.
     ``as_of``: ``input`` is raw events; the run's table stages (aggregate, label, join...) are
     replayed on them at that cut-off and the rebuilt table is scored (``pipeline.predict.rebuild``).
     Once the scores are written, the drift summary goes beside them (``drift_path``; skipped,
@@ -127,7 +127,7 @@ def predict_batch(
             raise UsageError("--as-of and --partitioned cannot be combined yet: the features rebuilt from the "
                              "events are scored in memory (they hold one row per entity)")
     if partitioned:
-        from pipeline.predict.by_partition import check_output_folder
+        from pipeline.predict.partition_scoring import check_output_folder
 
         check_output_folder(output)
     elif scheduler:
@@ -228,7 +228,7 @@ def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], o
                          dates: Mapping[str, str | None] | None = None) -> tuple[int, Counts | None]:
     """The same header and type checks as in memory, on each file's header and Dask's meta;
     returns the rows and their drift counts."""
-    from pipeline.predict.by_partition import score_partitioned
+    from pipeline.predict.partition_scoring import score_partitioned
 
     fitted = saved.workflow.input_columns_
     needed = check_headers(files, fitted, id_column)
@@ -519,7 +519,7 @@ def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_colu
 
 def _header(path: Path, fmt: str) -> list[str]:
     """The names as the file has them (a repeated name is refused when the file is read)."""
-    from pipeline.backends.contract import read_header
+    from pipeline.backends.input_files import read_header
 
     return read_header(path, fmt)
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from pipeline.core.fingerprints import module_fingerprint
+from pipeline.core.fingerprints import ModuleName, module_fingerprint
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -49,6 +49,12 @@ def python_fingerprint(spec: PythonSpec) -> dict[str, Any]:
     return {"module": module_fingerprint(spec.function)}
 
 
-@register_stage("python", PythonSpec, fingerprint=python_fingerprint)
+def python_uses(spec: PythonSpec) -> list[ModuleName]:
+    """The user's module as code the stage runs, with what it imports of the package (not imported
+    here: the key is worked out before any stage runs)."""
+    return [ModuleName(spec.function.partition(":")[0])]
+
+
+@register_stage("python", PythonSpec, fingerprint=python_fingerprint, uses=python_uses)
 def run_python(spec: PythonSpec, ctx: StageContext, inputs) -> Any:
     return resolve_function(spec.function)(ctx, dict(inputs), **spec.params)

@@ -11,7 +11,10 @@ config checks and the cache need to know about it, so none of them names a kind:
 - ``fingerprint(spec)``: what its output depends on beyond params and inputs (the bytes of
   the files a ``load`` reads); ``None`` means the output must never be cached;
 - ``records``: the run-record fields it sets through ``ctx.run_record`` (``evaluate`` sets
-  ``metrics``, ``export`` sets ``models``).
+  ``metrics``, ``export`` sets ``models``);
+- ``uses(spec)``: the registered objects its spec names by name, whose code its output depends
+  on (``train``: the model's registry entry). With its kind's module and the objects the spec
+  holds (feature ops), they are the code its cache key covers (``StageKind.code_modules``).
 
 Outputs are ordinary Python objects (frames, ``SplitData``, ``FeatureSet``,
 ``TrainedModel``...) so the same functions serve the runner and library users. Plugin code
@@ -30,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet, HeaderReader
+from pipeline.core.fingerprints import defining_modules
 from pipeline.usage.costs import Budget
 from pipeline.hooks.protocol import LogProgress, StageProgress
 
@@ -185,10 +189,15 @@ class StageContext:
 
 RunFunction = Callable[[Any, StageContext, Mapping[str, Any]], Any]
 Fingerprint = Callable[[Any], Mapping[str, Any] | None]
+Uses = Callable[[Any], Iterable[Any]]
 
 
 def _no_fingerprint(spec: Any) -> Mapping[str, Any]:
     return {}
+
+
+def _uses_nothing(spec: Any) -> tuple[Any, ...]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,14 @@ class StageKind:
     resources: frozenset[str] = frozenset()
     fingerprint: Fingerprint = _no_fingerprint
     records: tuple[str, ...] = ()
+    uses: Uses = _uses_nothing
+
+    def code_modules(self, spec: StageSpec) -> frozenset[str]:
+        """The modules whose code a stage of this kind with ``spec`` runs, for its cache key: its
+        kind's (the run function's, the params model's, the fingerprint's), those of the objects
+        the spec holds (its feature ops) and of the registered objects it names (``uses``). The
+        key covers them and what they import (``pipeline.core.fingerprints.code_fingerprint``)."""
+        return frozenset(defining_modules(self.run, self.fingerprint, spec, *self.uses(spec)))
 
     def accepts_output_of(self, other: StageKind) -> bool:
         """Whether this kind reads what ``other`` produces (unknown outputs are let through)."""
@@ -223,6 +240,7 @@ def register_stage(
     resources: Iterable[str] = (),
     fingerprint: Fingerprint | None = None,
     records: Iterable[str] = (),
+    uses: Uses | None = None,
 ) -> Callable[[RunFunction], RunFunction]:
     """Decorator: make ``run`` the implementation of stage ``kind`` configured by ``spec``.
 
@@ -232,7 +250,8 @@ def register_stage(
     def wrap(run: RunFunction) -> RunFunction:
         STAGE_KINDS[kind] = StageKind(
             kind, spec, run, produces=produces, accepts=tuple(accepts) if accepts is not None else None,
-            resources=frozenset(resources), fingerprint=fingerprint or _no_fingerprint, records=tuple(records))
+            resources=frozenset(resources), fingerprint=fingerprint or _no_fingerprint, records=tuple(records),
+            uses=uses or _uses_nothing)
         return run
 
     return wrap

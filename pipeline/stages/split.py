@@ -14,8 +14,8 @@ from pydantic import Field, model_validator
 
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.core.errors import ConfigError, DataError
-from pipeline.featuresets.folds import FOLDS_NEED_MEMORY
 from pipeline.backends.headers import HeaderReader
+from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY
 from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
 from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 

@@ -275,7 +275,13 @@ def evaluation_rounds(estimator: Any) -> str | None:
     return out.getvalue()
 
 
-@register_stage("train", TrainSpec, produces=TrainedModel, accepts=(FeatureSet,), resources=("gpu",))
+def train_uses(spec: TrainSpec) -> list[Any]:
+    """The model's registry entry: its estimator classes, format and rules are code the stage
+    runs (a plugin's model lives in the plugin's module)."""
+    return [get_model_spec(spec.model)]
+
+
+@register_stage("train", TrainSpec, produces=TrainedModel, accepts=(FeatureSet,), resources=("gpu",), uses=train_uses)
 def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     params, tuning = dict(spec.params), None
     if spec.tune is not None:             # tune: search first, then train the best params as any others

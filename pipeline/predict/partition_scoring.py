@@ -87,7 +87,7 @@ def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any
     """On the cluster at ``scheduler`` (never shut down), else on local threads."""
     import dask
 
-    from pipeline.backends.contract import fused
+    from pipeline.backends.dask_collections import fused
 
     collections = fused(collections)
     if scheduler is None:

@@ -1,0 +1,157 @@
+"""The files a read names, before a reader reads them: their format from the name, their header
+as the file holds it, the files of a Parquet folder or a glob, and the checks that refuse what
+the readers would accept quietly (a repeated column name, a row wider than the header).
+Readers' own errors are reported through ``read_errors`` and ``one_line``.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.core.errors import DataError, input_not_found
+
+
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What a reader raises on a file it cannot read (pyarrow's errors only when it imports;
+    cuDF reports parse failures as RuntimeError). Evaluated only when something was raised."""
+    errors: tuple[type[BaseException], ...] = (
+        ValueError, KeyError, TypeError, OSError, OverflowError, RuntimeError, csv.Error)
+    try:
+        from pyarrow.lib import ArrowException
+    except ImportError:
+        return errors
+    return (*errors, ArrowException)
+
+
+def one_line(exc: BaseException) -> str:
+    """A library's message as one line (pandas ends its parser errors with a newline)."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+
+
+def check_source(path: Path, fmt: str) -> None:
+    """Refuse what the readers accept quietly or report without naming the file.
+
+    A folder without data files reads as a table with no columns; a CSV header that names
+    a column twice is renamed by pandas and cuDF alike (``tenure``, ``tenure.1``) and both
+    would be trained on. Both readers get the same answer because it is decided here, from
+    the raw header, before either reads.
+    """
+    if path.is_dir():
+        if fmt != "parquet":
+            raise DataError(f"{path} is a folder; a {fmt} input is one file (name the file, or read a folder "
+                            f"of CSV files with partitioned: true and a glob such as {path}/*.csv)")
+        files = parquet_files(path)
+        if not files:
+            csvs = sorted(p.name for p in path.glob("*.csv"))
+            hint = (f"; it holds CSV files ({', '.join(csvs[:3])}): name one, or use partitioned: true with "
+                    f"{path}/*.csv") if csvs else ""
+            raise DataError(f"no .parquet files in {path}{hint}")
+        path = files[0]
+    check_header_names(path, read_header(path, fmt))
+
+
+def check_header_names(path: Path, names: Sequence[str]) -> None:
+    """Refuse a header that names a column twice (see ``check_source``)."""
+    repeated = sorted(str(n) for n, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise DataError(f"{path}: column name(s) {repeated} appear more than once in the header; rename them "
+                        f"(pandas and cuDF would read the second '{repeated[0]}' as '{repeated[0]}.1')")
+
+
+_WIDTH_ERROR = re.compile(r"Expected (\d+) columns, got (\d+): ?(.*)", re.S)
+
+
+def check_row_widths(path: Path) -> None:
+    """Refuse a CSV row with more fields than the header when only some columns are read.
+
+    Reading every column, pandas and cuDF refuse such a row themselves; reading some
+    (``usecols``: predict reads only what the model needs) they drop the extra fields and
+    score the row. pyarrow's parser counts the fields of every row while converting one
+    column, at about the cost of the read itself. Its other complaints are left to the
+    reader of record, which decides what the file means.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=True,
+                                                                     block_size=1 << 24),
+                                convert_options=pacsv.ConvertOptions(include_columns=["f0"],
+                                                                     column_types={"f0": pa.string()}))
+        for _ in reader:
+            pass
+    except (pa.ArrowInvalid, pa.ArrowKeyError, OSError, ValueError) as exc:
+        found = _WIDTH_ERROR.search(str(exc))
+        if found and int(found.group(2)) > int(found.group(1)):
+            row = one_line(found.group(3))[:120]
+            raise DataError(f"{path}: a row has {found.group(2)} fields where the header has {found.group(1)} "
+                            f"(row: {row!r}); fix the row or quote the field that holds the separator") from None
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """The Parquet files of a dataset folder as pyarrow lists them (hidden ``.``/``_`` names
+    skipped, partition subfolders included)."""
+    return sorted(p for p in folder.rglob("*")
+                  if p.suffix.lower() in (".parquet", ".pq") and p.is_file()
+                  and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts))
+
+
+def read_header(path: Path, fmt: str) -> list[str]:
+    """Column names exactly as the file holds them (pandas renames a repeated name; this does
+    not): the first non-blank line of a CSV, the schema of a Parquet file."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return [str(n) for n in pq.read_schema(path).names]
+        except read_errors() as exc:
+            raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            row = next((r for r in csv.reader(fh) if r), None)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not a text CSV file ({one_line(exc)})") from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if row is None:
+        raise DataError(f"{path} is empty: a CSV file needs a header line")
+    return row
+
+
+def partitioned_sources(text: str | list[str]) -> list[Path]:
+    """The files a partitioned read names (globs expanded, in name order); nothing matching is
+    an error naming the pattern. Remote URLs pass through unchecked."""
+    found: list[Path] = []
+    for item in [text] if isinstance(text, str) else text:
+        if "://" in item:
+            found.append(Path(item.split("://", 1)[1]))
+        elif any(ch in item for ch in "*?["):
+            matched = sorted(glob.glob(item))
+            if not matched:
+                raise DataError(f"no files match {item}")
+            found += [Path(m) for m in matched]
+        elif not Path(item).exists():
+            raise input_not_found(item)
+        else:
+            found.append(Path(item))
+    if not found:
+        raise DataError("no input files given")
+    return found
+
+
+def infer_format(path: Path, *, fix: str = "set format: csv or parquet") -> str:
+    """The format a file's name says (a folder is Parquet); ``fix`` is how the caller's user
+    names one when the name says nothing."""
+    if path.is_dir():
+        return "parquet"
+    suffixes = [s.lower() for s in path.suffixes]
+    if ".parquet" in suffixes or ".pq" in suffixes:
+        return "parquet"
+    if ".csv" in suffixes or ".txt" in suffixes:
+        return "csv"
+    raise DataError(f"{path}: cannot tell the format from the file name (.csv, .txt, .parquet or .pq); {fix}")
