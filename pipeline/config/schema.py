@@ -2,7 +2,9 @@
 
 The stage union is built from the stage registry when a config is validated
 (``config_model``), so a stage kind registered by a plugin module is validated, listed by
-``pipeline schema`` and drawn by ``pipeline dag`` like a built-in one, with no edit here.
+``pipeline schema`` and drawn by ``pipeline dag`` like a built-in one, with no edit here; a
+feature op registered by a plugin joins the ``features`` stage's ``ops`` the same way
+(``StageSpec.validating_model``).
 """
 
 from __future__ import annotations
@@ -84,8 +86,10 @@ ModuleName = Annotated[str, AfterValidator(check_module_name)]
 
 
 def stage_union() -> Any:
-    """The tagged union of every registered stage kind's params model (``kind`` picks one)."""
-    specs = tuple(kind.spec for kind in STAGE_KINDS.values())
+    """The tagged union of every registered stage kind's params model (``kind`` picks one), each
+    as it validates with what is registered now (``StageSpec.validating_model``: a plugin's
+    feature ops join the ``features`` stage's ``ops``)."""
+    specs = tuple(kind.spec.validating_model() for kind in STAGE_KINDS.values())
     return Annotated[Union[specs], Field(discriminator="kind")]  # type: ignore[valid-type]
 
 
@@ -231,8 +235,8 @@ class PipelineConfig(BaseModel):
     description: str = Field("", description="Free text.")
     plugins: list[ModuleName] = Field(
         default_factory=list,
-        description="Modules imported before the config is validated, which register stage kinds and models "
-                    "(modules beside the config file import too).")
+        description="Modules imported before the config is validated, which register stage kinds, feature ops "
+                    "and models (modules beside the config file import too).")
     stages: dict[StageName, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
@@ -252,9 +256,15 @@ class PipelineConfig(BaseModel):
 _models: dict[tuple[tuple[str, int], ...], type[PipelineConfig]] = {}
 
 
+def _registered() -> tuple[tuple[str, int], ...]:
+    """What the stage union is built from now: each kind's validating model."""
+    return tuple((name, id(kind.spec.validating_model())) for name, kind in STAGE_KINDS.items())
+
+
 def config_model() -> type[PipelineConfig]:
-    """``PipelineConfig`` with every stage kind registered now (one class per set of kinds)."""
-    key = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+    """``PipelineConfig`` with every stage kind (and feature op) registered now (one class per
+    set of them)."""
+    key = _registered()
     if key == _BUILT_IN:
         return PipelineConfig
     if key not in _models:
@@ -264,7 +274,7 @@ def config_model() -> type[PipelineConfig]:
     return _models[key]
 
 
-_BUILT_IN = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
+_BUILT_IN = _registered()
 
 
 def json_schema() -> dict:
