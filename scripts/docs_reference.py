@@ -3,13 +3,17 @@
 
     python scripts/docs_reference.py            # writes docs/reference/config.md and cli.md
     python scripts/docs_reference.py --check    # exit 1 when a page is stale (the test suite runs this)
+    python scripts/docs_reference.py --plugin my_ops --out site/reference   # a project's pages
 
 One source of truth: the config reference comes from the pydantic models (``PipelineConfig``
 and each registered stage kind's params model, with every nested model they reach), the
 feature-op registry (``pipeline.features.OPS``) and the model registry
 (``pipeline.models.registry.MODELS``); the CLI reference from the click commands. A field
 without a description is an error here (``missing_descriptions``), so a new field cannot reach
-users undocumented. Plugins' stage kinds are not listed: the page documents the package.
+users undocumented. The registries are read as they are when the pages are written, so the
+package's pages list the package's kinds, ops and models; with ``--plugin MODULE`` (and
+``--out``, so the package's pages are left alone) a project's pages list what its plugins
+register too (stage kinds, feature ops, models).
 """
 
 from __future__ import annotations
@@ -277,23 +281,38 @@ def missing_descriptions() -> list[str]:
     return config_page()[1]
 
 
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a generated page differs from the code")
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="also document what this plugin module registers (repeatable; needs --out)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="write (or check) the pages in DIR, not docs/reference")
     args = parser.parse_args(argv)
+    if args.plugin and args.out is None:
+        parser.error("--plugin documents a project's plugins: give --out DIR for its pages")
+    if args.plugin:
+        from pipeline.config.plugins import load_plugins
+
+        load_plugins(args.plugin, search_path=Path.cwd(), where="--plugin")
     missing = missing_descriptions()
     if missing:
         print(f"fields without a description: {', '.join(missing)}", file=sys.stderr)
         return 1
     stale = []
     for path, text in pages().items():
+        path = path if args.out is None else args.out / path.name
         if args.check:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(str(path.relative_to(ROOT)))
+                stale.append(_shown(path))
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)}")
+            print(f"wrote {_shown(path)}")
     if stale:
         print(f"stale: {', '.join(stale)}; run python scripts/docs_reference.py", file=sys.stderr)
         return 1

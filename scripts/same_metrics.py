@@ -9,6 +9,9 @@ every number in each run's ``manifest.json`` ``metrics`` is compared exactly.
     git worktree add --detach ../before <commit>
     python scripts/same_metrics.py --before ../before --after . --output same-metrics.json
 
+``--runs-dir DIR`` keeps the run folders; a side whose run of a config already succeeded there
+is not run again, so the baseline's runs can be made once, ahead of time (``--sides before``).
+
 Exit status: 0 when every config succeeded on both sides with identical metrics, 1 otherwise.
 """
 
@@ -28,7 +31,12 @@ SKIP = {"bench_churn.yaml"}
 
 
 def run_config(checkout: Path, config: Path, runs_dir: Path) -> tuple[dict[str, Any] | None, float, str]:
-    """(the run's manifest, seconds, the last lines of its output) for one cold CPU run."""
+    """(the run's manifest, seconds, the last lines of its output) for one cold CPU run; the
+    run already made in ``runs_dir``, if one succeeded there."""
+    done = [json.loads(p.read_text()) for p in sorted(runs_dir.glob("*/*/manifest.json"))]
+    done = [m for m in done if m.get("status") == "succeeded"]
+    if done:
+        return done[-1], float(done[-1].get("duration_s") or 0.0), "(an earlier run)"
     env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
     command = [sys.executable, "-m", "pipeline", "run", str(config), "--device", "cpu", "--no-cache",
                "--runs-dir", str(runs_dir), "--quiet"]
@@ -61,20 +69,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=Path, default=Path("."), help="the checkout under test")
     parser.add_argument("--configs", nargs="*", help="config file names in configs/ (default: all)")
     parser.add_argument("--output", type=Path, help="write the comparison as JSON here")
+    parser.add_argument("--runs-dir", type=Path, help="keep the run folders here (and reuse succeeded ones)")
+    parser.add_argument("--sides", default="before,after", help="which sides to run (default: both)")
     args = parser.parse_args(argv)
     names = args.configs or sorted(p.name for p in (args.after / "configs").glob("*.yaml") if p.name not in SKIP)
     results, same = [], True
+    sides = [(side, checkout) for side, checkout in (("before", args.before), ("after", args.after))
+             if side in args.sides.split(",")]
     with tempfile.TemporaryDirectory(prefix="same-metrics-") as tmp:
+        runs = (args.runs_dir or Path(tmp)).resolve()
         for name in names:
-            row: dict[str, Any] = {"config": name}
+            row: dict[str, Any] = {"config": name, "before_seconds": None, "after_seconds": None}
             metrics = {}
-            for side, checkout in (("before", args.before), ("after", args.after)):
-                manifest, seconds, tail = run_config(checkout, Path("configs") / name, Path(tmp) / side / name)
+            for side, checkout in sides:
+                manifest, seconds, tail = run_config(checkout, Path("configs") / name, runs / side / name)
                 row[f"{side}_seconds"] = round(seconds, 1)
                 if manifest is None:
                     row[f"{side}_error"] = tail
                     continue
                 metrics[side] = numbers(manifest.get("metrics") or {})
+            if len(sides) == 1:
+                print(f"{name}: {sides[0][0]} {'done' if metrics else 'FAILED'}", flush=True)
+                for key in ("before_error", "after_error"):
+                    if key in row:
+                        print(f"  {key}: {row[key]}")
+                same &= bool(metrics)
+                continue
             if len(metrics) == 2:
                 differ = sorted(k for k in set(metrics["before"]) | set(metrics["after"])
                                 if metrics["before"].get(k) != metrics["after"].get(k))

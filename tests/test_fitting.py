@@ -215,7 +215,8 @@ def op_kind_checks(source: str, kinds: set[str]) -> list[str]:
 
 def test_nothing_in_the_features_package_asks_which_op_it_holds():
     kinds = {cls.__name__ for cls in OPS.values()}
-    offenders = {path.name: op_kind_checks(path.read_text(), kinds) for path in FEATURES.glob("*.py")}
+    offenders = {str(path.relative_to(FEATURES)): op_kind_checks(path.read_text(), kinds)
+                 for path in FEATURES.rglob("*.py")}
     assert {name: hits for name, hits in offenders.items() if hits} == {}
 
 

@@ -40,8 +40,8 @@ def parity(config: str, overrides: tuple[str, ...], sample: int | None, runs_dir
         raise BackendUnavailable(f"pipeline parity compares a CPU run with a GPU run, and no GPU is usable here, so "
                                  f"neither side was run. {exc}") from None
     if sample is not None:                    # every stage that can sample its rows does (load)
-        sampled = [f"stages.{name}.sample={sample}" for name, spec in cfg.stages.items()
-                   if "sample" in type(spec).model_fields and not getattr(spec, "partitioned", False)]
+        sampled = [f"stages.{name}.{key}={value}" for name, spec in cfg.stages.items()
+                   for key, value in spec.sample_overrides(sample).items()]
         cfg = load_config(config, overrides=(*overrides, *sampled))
     declare_outputs(runs_dir or cfg.runs_dir)
     results = {device: Runner(cfg, device=device, runs_dir=runs_dir, hooks=[LogHook()], keep_outputs=False,

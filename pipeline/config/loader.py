@@ -285,13 +285,13 @@ def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIss
 def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIssue]:
     """A task fixed upstream checked by the stages downstream that depend on it.
 
-    Two optional methods of a stage spec take part, so no stage kind is named here: a spec's
+    Two declarations of ``StageSpec`` take part, so no stage kind is named here: a spec's
     ``declared_task()`` returns the task it fixes before any data is read (a split with
-    ``task:``), or None; a spec's ``task_problems(task)`` returns ``(key path in its block,
-    message)`` pairs for what cannot serve the task it receives (a train stage's classifier
-    fed a regression split). A stage without a declaration passes on the task of its inputs
-    when they agree. An inferred task is known only when the data is read; the stages check
-    it then.
+    ``task:``), or None (the default); a spec's ``task_problems(task)`` returns ``(key path in
+    its block, message)`` pairs for what cannot serve the task it receives (a train stage's
+    classifier fed a regression split; none by default). A stage that declares no task passes
+    on the task of its inputs when they agree. An inferred task is known only when the data is
+    read; the stages check it then.
     """
     graph = config.inputs_of()
     received: dict[str, str | None] = {}
@@ -299,13 +299,11 @@ def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyP
     for name in topological_order(graph):
         spec = config.stages[name]
         upstream = {received[parent] for parent in graph[name]} - {None}
-        declared = getattr(spec, "declared_task", None)
-        task = (declared() if declared else None) or (upstream.pop() if len(upstream) == 1 else None)
+        task = spec.declared_task() or (upstream.pop() if len(upstream) == 1 else None)
         received[name] = task
-        check = getattr(spec, "task_problems", None)
-        if task is None or check is None:
+        if task is None:
             continue
-        for where, message in check(task):
+        for where, message in spec.task_problems(task):
             path = ("stages", name, *where)
             source = "--set" if any(path[: len(o)] == o for o in overridden) else None
             issues.append(ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source))

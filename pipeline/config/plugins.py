@@ -1,9 +1,9 @@
-"""Plugins: modules outside the package that register stage kinds, models and run hooks.
+"""Plugins: modules outside the package that register stage kinds, feature ops, models and run hooks.
 
 A plugin is an ordinary module that calls the registries when it is imported
-(``pipeline.stages.register_stage``, ``pipeline.models.register_model``,
-``pipeline.hooks.hook_registry.register_hook``). It is loaded from any of three places, so each kind
-of use has its own way in:
+(``pipeline.stages.register_stage``, ``pipeline.features.register_op``,
+``pipeline.models.register_model``, ``pipeline.hooks.hook_registry.register_hook``). It is loaded
+from any of three places, so each kind of use has its own way in:
 
 - a config's ``plugins: [my_project.stages]`` list (modules beside the config file import
   too): what a project's YAML needs travels with it, and the run's resolved config records

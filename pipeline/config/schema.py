@@ -2,7 +2,9 @@
 
 The stage union is built from the stage registry when a config is validated
 (``config_model``), so a stage kind registered by a plugin module is validated, listed by
-``pipeline schema`` and drawn by ``pipeline dag`` like a built-in one, with no edit here.
+``pipeline schema`` and drawn by ``pipeline dag`` like a built-in one, with no edit here; a
+feature op registered by a plugin joins the ``features`` stage's ``ops`` the same way
+(``StageSpec.validating_model``).
 
 The same goes for the top-level sections of run-level outputs (``report``, ``cost``,
 ``tracking``, ``budget``, and any a plugin's hook owns): no section is named here. Each hook
@@ -92,8 +94,10 @@ ModuleName = Annotated[str, AfterValidator(check_module_name)]
 
 
 def stage_union() -> Any:
-    """The tagged union of every registered stage kind's params model (``kind`` picks one)."""
-    specs = tuple(kind.spec for kind in STAGE_KINDS.values())
+    """The tagged union of every registered stage kind's params model (``kind`` picks one), each
+    as it validates with what is registered now (``StageSpec.validating_model``: a plugin's
+    feature ops join the ``features`` stage's ``ops``)."""
+    specs = tuple(kind.spec.validating_model() for kind in STAGE_KINDS.values())
     return Annotated[Union[specs], Field(discriminator="kind")]  # type: ignore[valid-type]
 
 
@@ -188,8 +192,8 @@ class PipelineCore(BaseModel):
     description: str = Field("", description="Free text.")
     plugins: list[ModuleName] = Field(
         default_factory=list,
-        description="Modules imported before the config is validated, which register stage kinds, models and "
-                    "run hooks (modules beside the config file import too).")
+        description="Modules imported before the config is validated, which register stage kinds, feature ops, "
+                    "models and run hooks (modules beside the config file import too).")
     stages: dict[StageName, AnyStage] = Field(min_length=1, description=STAGES_DESCRIPTION)
     cluster: ClusterConfig | None = Field(
         None, description="Run stages on a Dask cluster (local or at an address); absent = in this process.")
@@ -237,12 +241,16 @@ class PipelineConfig(create_model("PipelineConfig", __base__=PipelineCore, __mod
 _models: dict[tuple[Any, ...], type[PipelineConfig]] = {}
 
 
+def _registered() -> tuple[tuple[str, int], ...]:
+    """What the stage union is built from now: each kind's validating model."""
+    return tuple((name, id(kind.spec.validating_model())) for name, kind in STAGE_KINDS.items())
+
+
 def config_model() -> type[PipelineConfig]:
-    """``PipelineConfig`` with every stage kind and every hook's section registered now (one
+    """``PipelineConfig`` with every stage kind, feature op and hook section registered now (one
     class per set of them)."""
-    kinds = tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items())
     sections = config_sections()
-    key = (kinds, _section_key(sections))
+    key = (_registered(), _section_key(sections))
     if key == _BUILT_IN:
         return PipelineConfig
     if key not in _models:
@@ -259,7 +267,7 @@ def config_model() -> type[PipelineConfig]:
     return _models[key]  # type: ignore[return-value]
 
 
-_BUILT_IN = (tuple((name, id(kind.spec)) for name, kind in STAGE_KINDS.items()), _section_key(_BUILT_IN_SECTIONS))
+_BUILT_IN = (_registered(), _section_key(_BUILT_IN_SECTIONS))
 
 
 def json_schema() -> dict:

@@ -1,11 +1,16 @@
-"""Feature ops and the workflow that fits them on the training split only."""
+"""Feature ops and the workflow that fits them on the training split only.
+
+``OPS`` is the op registry (name -> ``FeatureOp`` class); ``register_op`` adds to it, from the
+package's own op modules (``pipeline.features.ops``) or from a plugin module.
+"""
 
 from pipeline.features.ops import (
-    OPS, Categorify, Drop, FeatureOp, FillMissing, Log1p, OneHot, OpState, Standardize,
+    OPS, Categorify, DateDiff, DateParts, Drop, FeatureOp, FillMissing, Log1p, OneHot, OpState, Standardize,
+    register_op,
 )
 from pipeline.features.workflow import FeatureWorkflow, op_from_spec
 
 __all__ = [
-    "OPS", "Categorify", "Drop", "FeatureOp", "FeatureWorkflow", "FillMissing", "Log1p",
-    "OneHot", "OpState", "Standardize", "op_from_spec",
+    "OPS", "Categorify", "DateDiff", "DateParts", "Drop", "FeatureOp", "FeatureWorkflow", "FillMissing", "Log1p",
+    "OneHot", "OpState", "Standardize", "op_from_spec", "register_op",
 ]

@@ -43,8 +43,22 @@ def op_from_spec(spec: FeatureOp | Mapping[str, Any]) -> FeatureOp:
         raise ValueError(f"a feature op is a mapping with one key (the op name), got {spec!r}")
     (name, params), = spec.items()
     if name not in OPS:
-        raise ValueError(f"unknown feature op '{name}' (known: {', '.join(sorted(OPS))})")
+        raise ValueError(f"unknown feature op '{name}' (known: {', '.join(sorted(OPS))}); if a plugin registers it, "
+                         "load that plugin: list its module under plugins: in the config or in the PIPELINE_PLUGINS "
+                         "environment variable")
     return OPS[name](**(params or {}))
+
+
+def op_entry(op: FeatureOp, state: OpState) -> dict[str, Any]:
+    """One fitted op as workflow.json holds it: ``{"op": name, "params": {...}, "state": {...}}``."""
+    return {"op": op.op, "params": op.model_dump(mode="json"), "state": state.model_dump(mode="json")}
+
+
+def op_from_entry(position: int, entry: Mapping[str, Any]) -> tuple[FeatureOp, OpState]:
+    """The op and its typed state from a workflow.json entry (``position``: 0-based, for messages);
+    a state its op's model refuses is a DataError naming the op."""
+    op = op_from_spec({entry["op"]: entry["params"]})
+    return op, _load_state(position, op, entry.get("state"))
 
 
 class FeatureWorkflow:
@@ -157,10 +171,7 @@ class FeatureWorkflow:
             "format_version": FORMAT_VERSION,
             "input_columns": self.input_columns_,
             "output_columns": self.output_columns_,
-            "ops": [
-                {"op": op.op, "params": op.model_dump(mode="json"), "state": state}
-                for op, state in zip(self.ops, self.states_)
-            ],
+            "ops": [op_entry(op, state) for op, state in zip(self.ops, self.op_states_)],
         }
 
     @classmethod

@@ -109,10 +109,7 @@ def _read_source(spec: StageSpec, kind: Any, ctx: StageContext, files: list[tupl
     """Each input file read as the source stage read its own path (same options), then stacked."""
     frames = []
     for path, fmt in files:
-        update = {"path": str(path)}
-        if "format" in type(spec).model_fields:
-            update["format"] = fmt
-        frames.append(kind.run(spec.model_copy(update=update), ctx, {}))
+        frames.append(kind.run(spec.reading(str(path), fmt), ctx, {}))
     if len(frames) == 1:
         return frames[0]
     return ctx.backend.frame.concat(frames, ignore_index=True)

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from pipeline.backends.headers import HeaderReader
-from pipeline.features.ops import FeatureOp, OpStep, op_of_step
+from pipeline.features.ops import BUILT_IN_OPS, FeatureOp, OpStep, op_of_step, op_step_union, ops_key
 from pipeline.featuresets import FeatureSet, build_feature_set
 from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
@@ -35,6 +35,21 @@ class FeaturesSpec(StageSpec):
     )
     min_inputs = 1
     max_inputs = 1
+
+    @classmethod
+    def validating_model(cls) -> type[StageSpec]:
+        """This class while the registered ops are the built-in ones (``ops`` was built over
+        them); after a plugin registers one, a subclass whose ``ops`` items are a union over
+        every op registered now (one class per registry state)."""
+        key = ops_key()
+        if key == BUILT_IN_OPS:
+            return cls
+        if (cls, key) not in _BY_OPS:
+            field = cls.model_fields["ops"]
+            _BY_OPS[cls, key] = create_model(
+                cls.__name__, __base__=cls, __module__=cls.__module__, __doc__=cls.__doc__,
+                ops=(list[op_step_union()], Field(default_factory=list, description=field.description)))
+        return _BY_OPS[cls, key]
 
     def build_ops(self) -> list[FeatureOp]:
         return [op_of_step(step) for step in self.ops]
@@ -60,6 +75,9 @@ class FeaturesSpec(StageSpec):
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (split,) = inputs.values()
         return Preview(features=stage, valid=split.valid, folds=split.folds, target=split.target)
+
+
+_BY_OPS: dict[tuple[type[FeaturesSpec], tuple[tuple[str, int], ...]], type[FeaturesSpec]] = {}
 
 
 def build_features(

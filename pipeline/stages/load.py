@@ -63,6 +63,14 @@ class LoadSpec(StageSpec):
                 raise ValueError(f"filter '{column} {op}' needs a list value")
         return filters
 
+    def sample_overrides(self, rows: int) -> dict[str, Any]:
+        """``sample: rows`` when it reads in memory; a partitioned read is not sampled."""
+        return {} if self.partitioned else {"sample": rows}
+
+    def reading(self, path: str, format: str) -> LoadSpec:
+        """The same read (dates, dtypes, missing-value strings...) of ``path`` in ``format``."""
+        return self.model_copy(update={"path": path, "format": format})
+
     def source_columns(self, headers: HeaderReader) -> ColumnSet | None:
         """The columns of the file as its header or schema names them (None: unknown)."""
         return headers.columns(self.path, format=self.format, partitioned=self.partitioned)

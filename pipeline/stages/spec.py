@@ -16,6 +16,14 @@ config checks and the cache need to know about it, so none of them names a kind:
   on (``train``: the model's registry entry). With its kind's module and the objects the spec
   holds (feature ops), they are the code its cache key covers (``StageKind.code_modules``).
 
+The params model (``StageSpec``) declares the rest, each with a default that says "nothing",
+overridden by the kinds that take part: ``declared_task``/``task_problems`` (the task checks at
+validation), ``sample_overrides`` (``pipeline parity --sample``), ``reading`` and
+``at_cutoff``/``scoring_passthrough`` (``pipeline predict --as-of``), ``preview``/
+``columns_read``/``preview_problems`` (the checks before data is read) and
+``validating_model`` (a field over another registry: ``features``' ops). Commands and checks
+call these instead of looking for fields or methods with getattr.
+
 Outputs are ordinary Python objects (frames, ``SplitData``, ``FeatureSet``,
 ``TrainedModel``...) so the same functions serve the runner and library users. Plugin code
 registers kinds with the same ``register_stage`` (see ``pipeline.config.plugins``).
@@ -114,6 +122,43 @@ class StageSpec(BaseModel):
                 raise ValueError(listed)
             return listed
         return inputs
+
+    # ---------------------------------------------------------------- declarations
+    # What a kind contributes to the commands and checks that must not name it: each has a
+    # default that says "nothing", and a kind overrides the ones it takes part in.
+
+    @classmethod
+    def validating_model(cls) -> type[StageSpec]:
+        """The model that validates this kind's blocks with what is registered now
+        (``pipeline.config.schema.config_model`` builds the stage union from these). Default:
+        the class itself. A kind with a field over another registry that grows after import
+        returns a subclass rebuilt over its members now (``features``: the ops, with a plugin's)."""
+        return cls
+
+    def declared_task(self) -> str | None:
+        """The task this stage fixes for the stages downstream, known before any data is read
+        (a split's ``task:``). Default None: the stage passes on the task of its inputs when they
+        agree. The config loader checks the task against ``task_problems`` downstream."""
+        return None
+
+    def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
+        """``(key path in this block, message)`` for what in this block cannot serve ``task``, the
+        task declared upstream (a train stage's classifier fed a regression split): reported at
+        validation, before any data is read. Default: none, the stage serves any task."""
+        return []
+
+    def sample_overrides(self, rows: int) -> dict[str, Any]:
+        """The keys of this block, with their values, that make the stage read a seeded random
+        sample of ``rows`` rows (``pipeline parity --sample`` sets them with ``--set``). Default:
+        none, the stage cannot sample (a ``load`` can when it reads in memory)."""
+        return {}
+
+    def reading(self, path: str, format: str) -> StageSpec:
+        """This source stage (one without inputs) reading ``path`` (``format``: csv or parquet)
+        instead of the data its block names, with its other options as they are:
+        ``pipeline predict --as-of --input`` replays a run's event source on new files. Default:
+        a copy with ``path`` set; a kind that also names its file format sets that too (``load``)."""
+        return self.model_copy(update={"path": path})
 
     def at_cutoff(self, as_of: str) -> StageSpec:
         """This stage as it runs when a run's tables are rebuilt from raw data at cut-off

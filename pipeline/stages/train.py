@@ -175,7 +175,7 @@ class TrainSpec(StageSpec):
                 raise ValueError("; ".join(problems))
         return tune
 
-    def task_problems(self, task: str) -> list[tuple[tuple[str, ...], str]]:
+    def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
         """(key path in this block, message) for a model or params that cannot serve ``task``,
         the task a split upstream declares: the config loader asks, so a regression split
         feeding a classifier fails at validation, not after the features are built."""

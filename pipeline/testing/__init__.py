@@ -1,5 +1,5 @@
 """Conformance checks for extensions: what a plugin's tests call to learn whether its stage
-kind or model honours the contract the runner, the config loader, the cache, ``export`` /
+kind, feature op or model honours the contract the runner, the config loader, the cache, ``export`` /
 ``predict`` and Dask workers rely on (as scikit-learn's ``check_estimator`` does for
 estimators).
 
@@ -7,19 +7,21 @@ Each check takes a registered name (or the registration itself), runs on tiny da
 second, returns None when the extension conforms and raises ``AssertionError`` naming the
 extension and the check it failed otherwise, so it is a one-line test::
 
-    from pipeline.testing import check_model, check_stage_kind
+    from pipeline.testing import check_model, check_op, check_stage_kind
 
     def test_my_plugin_conforms():
         import my_plugin  # registers its kinds and models
         check_stage_kind("key_join")
         check_model("centroid")
+        check_op("clip_outliers")
 
 ``check_stage_kind`` is in ``pipeline.testing.stage_kinds``, ``check_model`` in
-``pipeline.testing.models``; docs/guides/extending.md walks through writing a plugin.
+``pipeline.testing.models``, ``check_op`` in ``pipeline.testing.ops``; docs/guides/extending.md
+walks through writing a plugin.
 """
 
 from pipeline.testing.models import check_model
+from pipeline.testing.ops import check_op
 from pipeline.testing.stage_kinds import check_stage_kind
-# check_op (pipeline.testing.ops) is imported here too, once ops have their conformance check.
 
-__all__ = ["check_model", "check_stage_kind"]
+__all__ = ["check_model", "check_op", "check_stage_kind"]

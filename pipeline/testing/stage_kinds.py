@@ -399,7 +399,8 @@ def _check_fingerprint(registration: StageKind, specs: list[StageSpec], label: s
                                                            f"cache), not {type(found).__name__}")
         try:
             text = json.dumps(None if found is None else dict(found), sort_keys=True, default=str)
-            key = stage_key(spec, {}, fingerprint=found, backend="cpu", versions={}, seed=0)
+            code = registration.code_modules(spec)      # its kind, what it names (uses=), their imports
+            key = stage_key(spec, {}, fingerprint=found, code=code, backend="cpu", versions={}, seed=0)
         except Exception as exc:  # noqa: BLE001
             raise ConformanceFailure(label, "fingerprint",
                                      f"the cache cannot key the stage ({first_line(exc)})") from None

@@ -15,23 +15,23 @@ its parts would depend on a zone the load would have converted to UTC.
 ``until`` is a date literal when it is written as an ISO date (``1997-12-31``, optionally
 with a time: ``1997-12-31 18:00:00``), checked when the config loads; anything else names a
 column of the data (checked at fit and at scoring, as other columns are).
-
-The classes here hold the ops' parameters and behaviour; ``pipeline.features.ops`` makes them
-``FeatureOp``s and registers them (it imports this module, so this module cannot import it:
-the package has no import cycles).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from pipeline.backends import Backend
 from pipeline.backends.dates import to_dates
+from pipeline.backends.headers import ColumnSet
 from pipeline.core.errors import DataError
+from pipeline.features.ops.op_base import FeatureOp, OpState
+from pipeline.features.ops.op_registry import register_op
+from pipeline.features.ops.op_support import replace_columns
 
 DatePart = Literal["year", "month", "day", "dayofweek", "dayofyear", "week", "quarter", "hour"]
 DEFAULT_PARTS: list[DatePart] = ["year", "month", "day", "dayofweek"]
@@ -40,20 +40,12 @@ UNIT_SECONDS = {"days": 86_400.0, "weeks": 604_800.0, "hours": 3_600.0}
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?")
 
 
-class DateOpRules(BaseModel):
-    """Shared by the date ops: the frozen, closed parameter model every op has."""
+@register_op
+class DateParts(FeatureOp):
+    """Calendar parts of date columns as numbers (``pipeline.features.ops.date_ops``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    if TYPE_CHECKING:                                   # provided by FeatureOp
-        op: str
-        columns: list[str]
-
-        def check_columns(self, frame: Any) -> None: ...
-
-
-class DatePartsRules(DateOpRules):
-    """Parameters and behaviour of ``date_parts`` (registered in ``pipeline.features.ops``)."""
+    op: ClassVar[str] = "date_parts"
+    example: ClassVar[dict[str, Any]] = {"columns": ["when"], "parts": ["year", "month", "dayofweek", "week"]}
 
     parts: list[DatePart] = Field(
         default_factory=lambda: list(DEFAULT_PARTS), min_length=1,
@@ -67,7 +59,7 @@ class DatePartsRules(DateOpRules):
             raise ValueError(f"parts {repeated} are listed more than once")
         return parts
 
-    def transform(self, frame: Any, backend: Backend, state: Any) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
         new = {}
         for column in self.columns:
@@ -76,19 +68,26 @@ class DatePartsRules(DateOpRules):
                 new[f"{column}_{which}"] = date_part(series, which)
         return replace_columns(frame, backend, new, list(self.columns))
 
-    def output_columns(self, columns: list[str], state: Any) -> list[str]:
+    def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         return [c for c in columns if c not in self.columns] + self.part_columns()
 
     def written_columns(self) -> set[str]:
         """The date columns (dropped) and their part columns."""
         return set(self.columns) | set(self.part_columns())
 
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        return columns.without(self.columns, why).plus(self.part_columns())
+
     def part_columns(self) -> list[str]:
         return [f"{column}_{which}" for column in self.columns for which in self.parts]
 
 
-class DateDiffRules(DateOpRules):
-    """Parameters and behaviour of ``date_diff`` (registered in ``pipeline.features.ops``)."""
+@register_op
+class DateDiff(FeatureOp):
+    """Time from date columns to a date or a date column (``pipeline.features.ops.date_ops``)."""
+
+    op: ClassVar[str] = "date_diff"
+    example: ClassVar[dict[str, Any]] = {"columns": ["when"], "until": "until", "unit": "weeks"}
 
     until: str = Field(
         min_length=1,
@@ -110,7 +109,7 @@ class DateDiffRules(DateOpRules):
         """``until`` as a date, or None when it names a column."""
         return pd.Timestamp(self.until) if ISO_DATE.fullmatch(self.until) else None
 
-    def transform(self, frame: Any, backend: Backend, state: Any) -> Any:
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
         end = self._end(frame, backend)
         new = {}
@@ -129,7 +128,7 @@ class DateDiffRules(DateOpRules):
                             "ISO date (write a date as YYYY-MM-DD)")
         return op_dates(frame[self.until], backend, op=self.op, column=self.until)
 
-    def output_columns(self, columns: list[str], state: Any) -> list[str]:
+    def output_columns(self, columns: list[str], state: OpState) -> list[str]:
         return [c for c in columns if c not in self.columns] + self.diff_columns()
 
     def written_columns(self) -> set[str]:
@@ -139,6 +138,14 @@ class DateDiffRules(DateOpRules):
     def read_columns(self) -> set[str]:
         """The date columns and the ``until`` column when it names one (scoring needs it)."""
         return set(self.columns) | ({self.until} if self.until_date() is None else set())
+
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        return columns.without(self.columns, why).plus(self.diff_columns())
+
+    def named_columns(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """The date columns, and ``until`` when it names a column rather than a date."""
+        until = [(("until",), self.until)] if self.until_date() is None else []
+        return [*super().named_columns(), *until]
 
     def diff_columns(self) -> list[str]:
         return [f"{column}_{self.unit}" for column in self.columns]
@@ -186,10 +193,3 @@ def date_part(series: Any, which: str) -> Any:
 def time_to(end: Any, series: Any, unit: str) -> Any:
     """``end`` (a date or a date column) minus ``series`` in ``unit``, float64 with fractions."""
     return (end - series).dt.total_seconds() / UNIT_SECONDS[unit]
-
-
-def replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: list[str]) -> Any:
-    """``frame`` without ``drop``, with ``new`` appended in one concat."""
-    kept = frame.drop(columns=drop)
-    added = backend.frame.DataFrame(new, index=frame.index)
-    return backend.frame.concat([kept, added], axis=1)

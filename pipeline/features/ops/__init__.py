@@ -1,0 +1,35 @@
+"""Feature ops with scikit-learn semantics: ``fit`` on the training split, ``transform`` anywhere.
+
+One module per op or small family, each registering its classes with ``register_op`` when
+imported (``op_registry``); the contract they implement is ``op_base.FeatureOp``:
+
+- ``imputation``: ``fill_missing``;
+- ``encoding``: ``one_hot``, ``categorify``;
+- ``scaling``: ``standardize``, ``log1p``;
+- ``drop``: ``drop``;
+- ``date_ops``: ``date_parts``, ``date_diff``.
+
+An op added outside the package is one module too: a ``FeatureOp`` subclass under
+``@register_op``, imported as a plugin (``pipeline.config.plugins``); ``pipeline.testing.ops.check_op``
+runs it through the contract.
+"""
+
+from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState, Scalar, fit_state
+from pipeline.features.ops.op_registry import OPS, op_of_step, op_step_union, ops_key, register_op
+from pipeline.features.ops.imputation import FillMissing, FillMissingState
+from pipeline.features.ops.encoding import Categorify, CategorifyState, OneHot, OneHotState, code_dtype
+from pipeline.features.ops.scaling import Log1p, Standardize, StandardizeState
+from pipeline.features.ops.drop import Drop
+from pipeline.features.ops.date_ops import DateDiff, DateParts
+
+# The ``ops:`` item type over the built-in ops (``FeaturesSpec.ops``); ``op_step_union()`` is
+# the same over every op registered now, plugins' included.
+OpStep = op_step_union()
+BUILT_IN_OPS = ops_key()
+
+__all__ = [
+    "BUILT_IN_OPS", "OPS", "Categorify", "CategorifyState", "DateDiff", "DateParts", "Drop", "EmptyState",
+    "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot", "OneHotState", "OpState", "OpStep",
+    "Scalar", "Standardize", "StandardizeState", "code_dtype", "fit_state", "op_of_step", "op_step_union",
+    "ops_key", "register_op",
+]

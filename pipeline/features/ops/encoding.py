@@ -1,0 +1,130 @@
+"""Encodings of category columns: ``one_hot`` (a 0/1 column per category) and ``categorify``
+(integer codes by frequency, for trees and embeddings)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from pipeline.backends import Backend
+from pipeline.backends.headers import ColumnSet
+from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
+from pipeline.features.ops.op_registry import register_op
+from pipeline.features.ops.op_support import count_pairs, replace_columns
+
+
+class OneHotState(OpState):
+    categories: dict[str, list[Scalar]]
+    rare: dict[str, bool]
+
+
+class CategorifyState(OpState):
+    categories: dict[str, list[Scalar]]
+
+
+@register_op
+class OneHot(FeatureOp):
+    """One 0/1 column per category seen in training; unseen values get all zeros.
+
+    A missing value (null, NaN, or a string listed in the load's ``na_values``) is never a
+    category: it is not counted at fit, and at transform it gets all zeros, in the
+    ``<col>=__rare__`` column too (missing is not rare). Add ``fill_missing`` before this op
+    to give missing values a column of their own (``strategy: constant, value: missing``).
+    """
+
+    op: ClassVar[str] = "one_hot"
+    state_model: ClassVar[type[OpState]] = OneHotState
+    example: ClassVar[dict[str, Any]] = {"columns": ["cat"], "max_categories": 2}
+    min_frequency: int = Field(1, ge=1, description="Categories rarer than this share one '<col>=__rare__' column.")
+    max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent categories.")
+    drop_binary: bool = Field(False, description="For a two-category column keep only the second column.")
+
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        return {col: frame[col].value_counts(dropna=True) for col in self.columns}
+
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> OneHotState:
+        cats, rare = {}, {}
+        for col in self.columns:
+            counts = count_pairs(stats[col])
+            kept = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
+            rare[col] = len(kept) < len(counts)
+            kept.sort(key=str)
+            if self.drop_binary and len(kept) == 2 and not rare[col]:
+                kept = kept[1:]
+            cats[col] = kept
+        return OneHotState(categories=cats, rare=rare)
+
+    def transform(self, frame: Any, backend: Backend, state: OneHotState) -> Any:
+        self.check_columns(frame)
+        new = {}
+        for col in self.columns:
+            series = frame[col]
+            cats = state.categories[col]
+            for cat in cats:
+                new[f"{col}={cat}"] = (series == cat).fillna(False).astype("float32")
+            if state.rare[col]:
+                known = series.isin(cats) | series.isna()
+                new[f"{col}=__rare__"] = (~known).astype("float32")
+        return replace_columns(frame, backend, new, list(self.columns))
+
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        """Each column becomes ``<column>=<value>`` columns, whose values fitting finds."""
+        return columns.without(self.columns, why).plus(patterns=[f"{c}=" for c in self.columns])
+
+    def output_columns(self, columns: list[str], state: OneHotState) -> list[str]:
+        out = [c for c in columns if c not in self.columns]
+        for col in self.columns:
+            out += [f"{col}={cat}" for cat in state.categories[col]]
+            if state.rare[col]:
+                out.append(f"{col}=__rare__")
+        return out
+
+
+@register_op
+class Categorify(FeatureOp):
+    """Integer codes 1..n by training frequency; 0 for missing, unseen and rare values.
+
+    A missing value is not counted at fit (it never gets a code of its own) and is code 0 at
+    transform, on both devices; ``fill_missing`` with a constant before this op gives it one.
+
+    The shared 0 bucket and the frequency threshold keep high-cardinality columns small (the
+    GPU out-of-memory NVTabular users hit), and codes feed embeddings later.
+    """
+
+    op: ClassVar[str] = "categorify"
+    state_model: ClassVar[type[OpState]] = CategorifyState
+    example: ClassVar[dict[str, Any]] = {"columns": ["cat", "flag"]}
+    min_frequency: int = Field(1, ge=1, description="Values seen fewer times than this go to code 0.")
+    max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent values.")
+
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        return {col: frame[col].value_counts(dropna=True) for col in self.columns}
+
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> CategorifyState:
+        cats = {}
+        for col in self.columns:
+            counts = count_pairs(stats[col])
+            cats[col] = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
+        return CategorifyState(categories=cats)
+
+    def transform(self, frame: Any, backend: Backend, state: CategorifyState) -> Any:
+        self.check_columns(frame)
+        new = {col: backend.category_codes(frame[col], state.categories[col]).astype(
+                   code_dtype(len(state.categories[col]))) for col in self.columns}
+        out = replace_columns(frame, backend, new, list(self.columns))
+        return out[list(frame.columns)]
+
+    def categorical_cardinalities(self, state: CategorifyState) -> dict[str, int]:
+        """Embedding table sizes: known categories plus the 0 bucket."""
+        return {c: len(v) + 1 for c, v in state.categories.items()}
+
+
+def code_dtype(categories: int) -> str:
+    """The smallest unsigned dtype for codes 0..categories: a quarter of int32 for most columns,
+    which is what partitioned training holds in memory per worker."""
+    if categories < 2**8:
+        return "uint8"
+    if categories < 2**16:
+        return "uint16"
+    return "int32"

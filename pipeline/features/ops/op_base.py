@@ -1,0 +1,138 @@
+"""The op contract: ``FeatureOp`` (an op's parameters and its fit/transform pair) and ``OpState``
+(what fitting learns).
+
+An op is a frozen pydantic model of its parameters (the same model validates the YAML). Its
+fitted state is a second pydantic model, declared by the op (``state_model``): returned by
+``fit``, not stored, and plain JSON when dumped (numbers, category lists), so a workflow
+fitted on a GPU transforms on a CPU and back, and a hand-edited workflow.json is validated
+field by field when it loads. An op also declares what the workflow needs to know about it
+without asking which op it is: the columns it writes before fitting (``written_columns``,
+for dependency phases) and the embedding sizes of its outputs (``categorical_cardinalities``).
+Ops read frames through the backend's ``frame`` module, so one implementation serves pandas
+and cuDF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pipeline.backends import Backend
+from pipeline.backends.headers import ColumnSet
+from pipeline.core.errors import DataError
+
+# A category or fill value as JSON holds it (the exact type is kept: 1, 1.0, "1", True).
+Scalar = Union[float, int, str, bool]
+
+
+class OpState(BaseModel):
+    """Base of the fitted states: frozen values, unknown keys refused (a typo in a hand-edited
+    workflow.json is an error, not an ignored field), and only finite numbers: NaN and
+    Infinity are not JSON, and a state holding one would turn every transformed value into it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class EmptyState(OpState):
+    """The state of an op that learns nothing (log1p checks its domain; drop just drops)."""
+
+
+class FeatureOp(BaseModel):
+    """Base of every op: a list of columns, the fit/transform pair and its state model.
+
+    A subclass names itself with ``op`` (its key in the YAML ``ops:`` list and in
+    workflow.json) and is made usable from configs by ``register_op``
+    (``pipeline.features.ops.op_registry``). Besides its parameters it may declare:
+
+    - ``state_model``: the model of its fitted state (default ``EmptyState``: it learns nothing);
+    - ``example``: parameters of an instance that works on the sample frame of
+      ``pipeline.testing.ops`` (columns ``num``, ``count``, ``cat``, ``flag``, ``when``,
+      ``until``), which ``check_op`` runs the op with; None: ``check_op`` is given them;
+    - ``frame_api``: the frame-library names its code calls (``Series.value_counts``,
+      ``DataFrame.drop``, ``concat``), resolved on ``backend.frame``: pandas on the CPU, cuDF
+      on the GPU. The GPU-API check (``scripts/check_gpu_api.py``) reads the package's own ops
+      from their code; an op outside the package lists what it calls here, and ``check_op``
+      checks each name exists on both (on cuDF where it is installed). Empty: nothing declared.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    op: ClassVar[str]
+    state_model: ClassVar[type[OpState]] = EmptyState
+    example: ClassVar[Mapping[str, Any] | None] = None
+    frame_api: ClassVar[tuple[str, ...]] = ()
+    columns: list[str] = Field(min_length=1, description="Columns this op applies to.")
+
+    def fit(self, frame: Any, backend: Backend) -> OpState:
+        """The fitted state from the training frame (in memory; the workflow's fit driver
+        does the same phase by phase for whole workflows and partitioned frames)."""
+        self.check_columns(frame)
+        wanted = self.statistics(frame, backend)
+        return fit_state(self, {key: backend.to_host(value) for key, value in wanted.items()}, backend)
+
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        """The aggregates ``fit`` needs, as expressions on ``frame``.
+
+        On a pandas or cuDF frame they are values; on a Dask frame they are lazy, and the
+        workflow computes the aggregates of every op in a dependency phase in one pass.
+        """
+        return {}
+
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> OpState:
+        """The fitted state from computed ``statistics`` (host values)."""
+        return self.state_model()
+
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
+        raise NotImplementedError
+
+    def output_columns(self, columns: list[str], state: OpState) -> list[str]:
+        """Column names after this op, given the names before it."""
+        return columns
+
+    def written_columns(self) -> set[str]:
+        """Columns this op replaces, removes or adds under a name known before fitting: an op
+        reading one of them must be fitted after this one (a dependency phase later)."""
+        return set(self.columns)
+
+    def read_columns(self) -> set[str]:
+        """Columns whose values this op reads (every one it names, unless it only removes
+        them): an input column no op reads and none passes to the output is not needed to score."""
+        return set(self.columns)
+
+    def categorical_cardinalities(self, state: OpState) -> dict[str, int]:
+        """Embedding table sizes of the integer-code columns this op outputs (none by default)."""
+        return {}
+
+    def named_columns(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Every input column this op's parameters name, with its key path in the op's block:
+        each must exist when the op is fitted (checked before any data is read)."""
+        return [(("columns", i), c) for i, c in enumerate(self.columns)]
+
+    def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        """The columns known after this op, before any data is read (``why`` names the op in
+        messages about the columns it removes). An op with an ``output_columns`` of its own
+        says here what it does to the names; one that does not leaves them unknown."""
+        if type(self).output_columns is FeatureOp.output_columns:
+            return columns
+        return columns.opened()
+
+    def load_state(self, data: Mapping[str, Any]) -> OpState:
+        """A saved state (workflow.json) validated into this op's state model."""
+        return self.state_model.model_validate(data)
+
+    def check_columns(self, frame: Any) -> None:
+        missing = [c for c in self.columns if c not in frame.columns]
+        if missing:
+            raise DataError(f"feature op '{self.op}': column(s) {missing} not in the data "
+                            f"(available: {', '.join(map(str, frame.columns))})")
+
+
+def fit_state(op: FeatureOp, stats: dict[str, Any], backend: Backend) -> OpState:
+    """``op.fit_from(stats)``; a state its model refuses (a statistic that is not a finite
+    number) is a DataError naming the op and the field, as when workflow.json is loaded."""
+    try:
+        return op.fit_from(stats, backend)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'state'}: {e['msg']}" for e in exc.errors())
+        raise DataError(f"feature op '{op.op}' on {op.columns}: the fitted state is not valid ({problems})") from None

@@ -1,0 +1,108 @@
+"""What the built-in ops share: overflow-safe moments, category counts, host scalars, and
+replacing columns in one concat. Plain functions on backend values, usable by plugin ops too."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from pipeline.backends import Backend, is_partitioned
+from pipeline.core.errors import DataError
+
+# A statistic that overflows float64 (values near 1e200 square to infinity) is taken again on
+# the values times 2**-600: exact (a power of two moves only the exponent), and any float64
+# times it squares and sums without overflow. Values below about 1e-143 become 0 there, which
+# cannot matter next to a spread large enough to overflow.
+SCALE = 2.0 ** -600
+
+
+def moments(series: Any, names: tuple[str, ...], col: str) -> dict[str, Any]:
+    """``mean`` and/or population ``std`` of ``series`` under ``<col>.<name>`` keys, plus the
+    same of the scaled values (``<col>.<name>.scaled``): always when lazy (one pass takes
+    both), in memory only when the plain one is not finite."""
+    def stat(values: Any, name: str) -> Any:
+        return values.mean() if name == "mean" else values.std(ddof=0)
+
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow here is expected and handled
+        wanted = {f"{col}.{name}": stat(series, name) for name in names}
+        lazy = is_partitioned(series)
+        for name in names:
+            if lazy or not finite_number(wanted[f"{col}.{name}"]):
+                wanted[f"{col}.{name}.scaled"] = stat(series * SCALE, name)
+    return wanted
+
+
+def finite_number(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def stable(stats: dict[str, Any], key: str) -> float:
+    """A statistic taken by ``moments``: the plain value, else the scaled one scaled back."""
+    value = as_float(stats[key])
+    if not math.isfinite(value) and f"{key}.scaled" in stats:
+        value = as_float(stats[f"{key}.scaled"]) / SCALE
+    return value
+
+
+def as_float(value: Any) -> float:
+    """A host statistic as a float; pandas' NA (the mean of a nullable column with no values) is NaN."""
+    try:
+        return float(plain(value))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def require_finite(op: str, col: str, what: str, value: float) -> float:
+    """``value``, or a DataError naming the op and the column saying why it is not a number."""
+    if math.isfinite(value):
+        return value
+    reason = ("the column has no values there" if math.isnan(value)
+              else "its values include infinity, or are too large for float64 arithmetic")
+    raise DataError(f"{op}: the {what} of column '{col}' in the training split is {value}, not a finite "
+                    f"number; {reason}")
+
+
+def count_pairs(counts: Any) -> list[tuple[Any, int]]:
+    """(value, count) pairs of a host ``value_counts``, most frequent first, ties by value:
+    deterministic on both devices and for any partitioning. A missing value is no category,
+    whichever way the backend counted it (cuDF may count a NaN that is not a null)."""
+    pairs = [(plain(v), int(c)) for v, c in counts.items() if not missing_value(plain(v))]
+    pairs.sort(key=lambda vc: (-vc[1], str(vc[0])))
+    return pairs
+
+
+def median(series: Any) -> Any:
+    # Dask has no exact distributed median; its approximate one is documented as such.
+    return series.median_approximate() if hasattr(series, "median_approximate") else series.median()
+
+
+def missing_value(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def plain(value: Any) -> Any:
+    """NumPy scalars to Python scalars so the state serialises as JSON."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def as_fillable(series: Any, fill: Any, backend: Backend) -> Any:
+    """``series`` as float64 when ``fill`` is a float and the column is integer or boolean."""
+    if isinstance(fill, float) and backend.is_integral(series):
+        return series.astype("float64")
+    return series
+
+
+def replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: list[str]) -> Any:
+    """Drop ``drop`` and append ``new`` columns in one concat (no per-column fragmentation)."""
+    kept = frame.drop(columns=drop) if drop else frame
+    if not new:
+        return kept
+    added = backend.frame.DataFrame(new, index=frame.index)
+    return backend.frame.concat([kept, added], axis=1)
+
+

@@ -1,0 +1,83 @@
+"""Numeric transforms: ``standardize`` (zero mean, unit variance) and ``log1p`` (log(1 + x))."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pipeline.backends import Backend
+from pipeline.core.errors import DataError
+from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState
+from pipeline.features.ops.op_registry import register_op
+from pipeline.features.ops.op_support import missing_value, moments, plain, replace_columns, require_finite, stable
+
+
+class StandardizeState(OpState):
+    mean_std: dict[str, tuple[float, float]]
+
+
+@register_op
+class Standardize(FeatureOp):
+    """Zero mean, unit variance with the training split's statistics (population std)."""
+
+    op: ClassVar[str] = "standardize"
+    state_model: ClassVar[type[OpState]] = StandardizeState
+    example: ClassVar[dict[str, Any]] = {"columns": ["num", "count"]}
+
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        wanted = {}
+        for col in self.columns:
+            series = frame[col]
+            if not backend.is_numeric(series):
+                raise DataError(f"standardize: column '{col}' is {series.dtype}, not numeric")
+            wanted.update(moments(series, ("mean", "std"), col))
+        return wanted
+
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> StandardizeState:
+        mean_std = {}
+        for col in self.columns:
+            mean = require_finite("standardize", col, "mean", stable(stats, f"{col}.mean"))
+            std = require_finite("standardize", col, "standard deviation", stable(stats, f"{col}.std"))
+            mean_std[col] = (mean, std if std > 0 else 1.0)
+        return StandardizeState(mean_std=mean_std)
+
+    def transform(self, frame: Any, backend: Backend, state: StandardizeState) -> Any:
+        self.check_columns(frame)
+        new = {}
+        for col in self.columns:
+            mean, std = state.mean_std[col]
+            new[col] = (frame[col].astype("float64") - mean) / std
+        out = replace_columns(frame, backend, new, list(self.columns))
+        return out[list(frame.columns)]
+
+
+@register_op
+class Log1p(FeatureOp):
+    """log(1 + x) for skewed non-negative columns; values below -1 are an error at fit."""
+
+    op: ClassVar[str] = "log1p"
+    example: ClassVar[dict[str, Any]] = {"columns": ["count"]}
+
+    def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
+        return {col: frame[col].min() for col in self.columns}
+
+    def fit_from(self, stats: dict[str, Any], backend: Backend) -> EmptyState:
+        for col in self.columns:
+            low = plain(stats[col])
+            if not missing_value(low) and low <= -1:
+                raise DataError(f"log1p: column '{col}' has values <= -1 (min {low})")
+        return EmptyState()
+
+    def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
+        self.check_columns(frame)
+        new = {}
+        for col in self.columns:
+            values = frame[col].astype("float64")
+            if bool(backend.to_host((values <= -1).any())):
+                # log1p gives -inf at -1 and NaN below it: name the cause, not a missing value later.
+                raise DataError(f"log1p: column '{col}' has values <= -1 (min {plain(backend.to_host(values.min()))}), "
+                                "outside the domain it was fitted on")
+            new[col] = np.log1p(values)
+        out = replace_columns(frame, backend, new, list(self.columns))
+        return out[list(frame.columns)]
