@@ -143,14 +143,14 @@ class UnnamedColumns(Standardize):
 ])
 def test_a_broken_twin_fails_check_op_naming_the_check(twin, check, detail):
     with registered(twin):
-        with pytest.raises(AssertionError, match=rf"check_op\({twin.op}\): {check} failed: .*{detail}"):
+        with pytest.raises(AssertionError, match=rf"feature op '{twin.op}' fails the conformance check '{check}': .*{detail}"):
             check_op(twin)
 
 
 def test_an_op_that_is_not_registered_fails_check_op():
-    with pytest.raises(AssertionError, match=r"check_op\(forgetful_standardize\): registered failed: .*@register_op"):
+    with pytest.raises(AssertionError, match=r"feature op 'forgetful_standardize' fails the conformance check 'registered': .*@register_op"):
         check_op(ForgetfulStandardize)
-    with pytest.raises(AssertionError, match=r"registered failed: no op 'no_such_op'"):
+    with pytest.raises(AssertionError, match=r"'registered': no op 'no_such_op'"):
         check_op("no_such_op")
 
 

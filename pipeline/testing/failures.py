@@ -4,9 +4,11 @@ check it failed, so a plugin's test output says what to fix without a traceback 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["ConformanceFailure", "first_line", "pickled"]
+__all__ = ["ConformanceFailure", "first_line", "pickled", "registered_while_checked"]
 
 
 class ConformanceFailure(AssertionError):
@@ -31,3 +33,21 @@ def pickled(value: Any) -> Any:
     """``value`` through ``pickle`` and back, as Dask sends it to a worker (by reference for
     classes and functions: a worker imports the plugin that defines them)."""
     return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+@contextmanager
+def registered_while_checked(registry: MutableMapping[str, Any], name: str, entry: Any) -> Iterator[None]:
+    """``entry`` under ``name`` in ``registry`` while a check runs (a config block validates
+    against the registries), and the registry as it was afterwards."""
+    previous = registry.get(name)
+    if previous is entry:
+        yield
+        return
+    registry[name] = entry
+    try:
+        yield
+    finally:
+        if previous is None:
+            registry.pop(name, None)
+        else:
+            registry[name] = previous

@@ -39,8 +39,7 @@ import json
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ from pipeline.core.errors import DataError
 from pipeline.core.problems import TASK_KINDS, Task
 from pipeline.models.formats import ModelFormat
 from pipeline.models.registry import MODELS, ModelSpec, get_model_spec
-from pipeline.testing.failures import ConformanceFailure, first_line, pickled
+from pipeline.testing.failures import ConformanceFailure, first_line, pickled, registered_while_checked
 
 __all__ = ["TASKS", "Fitted", "check_model", "tiny_dataset"]
 
@@ -131,21 +130,9 @@ def _spec(model: str | ModelSpec) -> ModelSpec:
                                                                    "register_model first") from None
 
 
-@contextmanager
-def _registered(spec: ModelSpec) -> Iterator[None]:
-    """``spec`` in ``MODELS`` while the check runs (a train stage's block validates against it)."""
-    previous = MODELS.get(spec.name)
-    if previous is spec:
-        yield
-        return
-    MODELS[spec.name] = spec
-    try:
-        yield
-    finally:
-        if previous is None:
-            MODELS.pop(spec.name, None)
-        else:
-            MODELS[spec.name] = previous
+def _registered(spec: ModelSpec) -> Any:
+    """``spec`` in ``MODELS`` while the check runs (a block validates against it)."""
+    return registered_while_checked(MODELS, spec.name, spec)
 
 
 def _check_entry(spec: ModelSpec, label: str) -> None:

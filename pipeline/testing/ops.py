@@ -52,6 +52,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.features.fitting import fit_ops
 from pipeline.features.ops import OPS, FeatureOp, OpState
 from pipeline.features.workflow import op_entry, op_from_entry
+from pipeline.testing.failures import ConformanceFailure
 
 __all__ = ["check_op", "default_sample_frame"]
 
@@ -89,13 +90,14 @@ def default_sample_frame() -> pd.DataFrame:
 
 
 class _Check:
-    """Raises AssertionError('check_op(<op>): <check> failed: <detail>')."""
+    """Raises ``ConformanceFailure`` (an AssertionError) naming the op and the failed check, as
+    ``check_stage_kind`` and ``check_model`` do."""
 
     def __init__(self, op: str) -> None:
         self.op = op
 
     def fail(self, check: str, detail: str) -> NoReturn:
-        raise AssertionError(f"check_op({self.op}): {check} failed: {detail}")
+        raise ConformanceFailure(f"feature op '{self.op}'", check, detail)
 
     def that(self, ok: bool, check: str, detail: str) -> None:
         if not ok:

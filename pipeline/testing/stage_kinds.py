@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import json
 import typing
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -46,7 +45,7 @@ from pipeline.config.schema import PipelineConfig
 from pipeline.core.errors import ConfigError
 from pipeline.runs.record import RunManifest
 from pipeline.stages.spec import STAGE_KINDS, StageKind, StageSpec
-from pipeline.testing.failures import ConformanceFailure, first_line, pickled
+from pipeline.testing.failures import ConformanceFailure, first_line, pickled, registered_while_checked
 
 __all__ = ["KNOWN_RESOURCES", "check_stage_kind", "example_block"]
 
@@ -104,21 +103,9 @@ def _registration(kind: str | StageKind) -> StageKind:
     return STAGE_KINDS[kind]
 
 
-@contextmanager
-def _registered(registration: StageKind) -> Iterator[None]:
-    """``registration`` in ``STAGE_KINDS`` while the block goes through the loader."""
-    previous = STAGE_KINDS.get(registration.kind)
-    if previous is registration:
-        yield
-        return
-    STAGE_KINDS[registration.kind] = registration
-    try:
-        yield
-    finally:
-        if previous is None:
-            STAGE_KINDS.pop(registration.kind, None)
-        else:
-            STAGE_KINDS[registration.kind] = previous
+def _registered(registration: StageKind) -> Any:
+    """``registration`` in ``STAGE_KINDS`` while the check runs (a block validates against it)."""
+    return registered_while_checked(STAGE_KINDS, registration.kind, registration)
 
 
 def _check_registration(registration: StageKind, label: str) -> None:
