@@ -43,7 +43,7 @@ BOUNDED_RUNS = settings(BOUNDED, max_examples=40)
 def isolated_process_state() -> Iterator[None]:
     """``run`` installs a SIGTERM handler and replaces the logging handlers (pointing them at
     CliRunner's stream); put both back, and sys.path, which configs' folders join."""
-    from pipeline.cli.commands import common
+    from pipeline.cli import options as common
 
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
