@@ -4,7 +4,11 @@
 A refactoring that claims "behaviour unchanged" proves it here: each config in ``configs/``
 (except the benchmark's, which needs generated data) runs once per checkout, cold (no stage
 cache), on the CPU, each in a child process with that checkout first on ``PYTHONPATH``; then
-every number in each run's ``manifest.json`` ``metrics`` is compared exactly.
+every number in each run's ``manifest.json`` ``metrics`` is compared: equal, or within
+``--rel-tol`` (default 1e-12, a few units in the last place). The tolerance is not slack for the
+change under test: scikit-learn's random forest sums its trees' predictions on several threads
+in whatever order they finish, so the same code run twice differs in the last bits of a forest's
+metrics (``--before X --after X`` shows it). The report counts exact and near-equal values apart.
 
     git worktree add --detach ../before <commit>
     python scripts/same_metrics.py --before ../before --after . --output same-metrics.json
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -63,6 +68,24 @@ def numbers(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
+def agree(a: Any, b: Any, rel_tol: float) -> bool:
+    """Equal, or two floats within ``rel_tol`` of each other."""
+    if a == b:
+        return True
+    numbers_ = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return numbers_ and math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
+
+
+def worst_relative(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The largest relative difference between two metric trees' numbers (0 when all equal)."""
+    worst = 0.0
+    for key in set(a) & set(b):
+        x, y = a[key], b[key]
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x != y and max(abs(x), abs(y)) > 0:
+            worst = max(worst, abs(x - y) / max(abs(x), abs(y)))
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the checkout to compare against")
@@ -71,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="write the comparison as JSON here")
     parser.add_argument("--runs-dir", type=Path, help="keep the run folders here (and reuse succeeded ones)")
     parser.add_argument("--sides", default="before,after", help="which sides to run (default: both)")
+    parser.add_argument("--rel-tol", type=float, default=1e-12,
+                        help="floats this close count as the same (default 1e-12; 0: exact)")
     args = parser.parse_args(argv)
     names = args.configs or sorted(p.name for p in (args.after / "configs").glob("*.yaml") if p.name not in SKIP)
     results, same = [], True
@@ -96,17 +121,21 @@ def main(argv: list[str] | None = None) -> int:
                 same &= bool(metrics)
                 continue
             if len(metrics) == 2:
-                differ = sorted(k for k in set(metrics["before"]) | set(metrics["after"])
-                                if metrics["before"].get(k) != metrics["after"].get(k))
-                row.update(values=len(metrics["after"]), differ=differ)
+                keys = set(metrics["before"]) | set(metrics["after"])
+                differ = sorted(k for k in keys
+                                if not agree(metrics["before"].get(k), metrics["after"].get(k), args.rel_tol))
+                exact = sum(metrics["before"].get(k) == metrics["after"].get(k) for k in keys)
+                row.update(values=len(metrics["after"]), exact=exact, differ=differ,
+                           worst_relative=worst_relative(metrics["before"], metrics["after"]))
                 ok = not differ and bool(metrics["after"])
             else:
                 ok = False
             row["same"] = ok
             same &= ok
             results.append(row)
-            print(f"{name}: {'same' if ok else 'DIFFERENT'} ({row.get('values', 0)} metric values; "
-                  f"{row['before_seconds']} s before, {row['after_seconds']} s after)", flush=True)
+            print(f"{name}: {'same' if ok else 'DIFFERENT'} ({row.get('values', 0)} metric values, "
+                  f"{row.get('exact', 0)} exactly equal, largest relative difference "
+                  f"{row.get('worst_relative', 0.0):.1e})", flush=True)
             for key in ("before_error", "after_error"):
                 if key in row:
                     print(f"  {key}: {row[key]}")
