@@ -384,6 +384,23 @@ MODELS: dict[str, ModelSpec] = {
             task_param_rules=_forest_task_rules,
         ),
         ModelSpec(
+            name="extra_trees",
+            cpu_class="sklearn.ensemble:ExtraTreesClassifier",
+            params={
+                **_same(
+                    "n_estimators", "max_depth", "max_features", "min_samples_leaf", "min_samples_split",
+                    "bootstrap", "max_samples", "random_state", "min_impurity_decrease", "verbose",
+                    "class_weight", "criterion", "n_jobs", "ccp_alpha", "max_leaf_nodes",
+                ),
+            },
+            cpu_defaults={"n_jobs": -1},
+            description="extremely randomized trees (scikit-learn, on the CPU only: cuML has none); a classifier, "
+                        "or a regressor for regression",
+            tasks=("binary", "multiclass", "regression"),
+            regression=EstimatorClasses(cpu="sklearn.ensemble:ExtraTreesRegressor"),
+            task_param_rules=_forest_task_rules,
+        ),
+        ModelSpec(
             name="xgboost",
             cpu_class="xgboost:XGBClassifier",
             gpu_class="xgboost:XGBClassifier",

@@ -403,7 +403,24 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
                 ("scored on", tuning.get("scored_on")), ("trials", len(trials)),
                 ("seconds", number(tuning.get("seconds")))]
         parts.append(f"<h3>{e(name)}: tuning</h3>{figure_row([figure])}{key_values(best)}")
+    for name, record in sources.manifest.stages.items():
+        board = (record.facts or {}).get("leaderboard")
+        if isinstance(board, dict) and isinstance(board.get("members"), list):
+            parts.append(_leaderboard(name, board))
     return "training", "Training", "".join(parts)
+
+
+def _leaderboard(stage: str, board: Mapping[str, Any]) -> str:
+    """A stage's members best first: status, out-of-fold and valid score, weight in the blend, time."""
+    metric = str(board.get("metric", "score"))
+    rows = [[text(m.get("model")), text(m.get("status")), cell(m.get("oof")), cell(m.get("valid")),
+             cell(m.get("weight")), text(duration(m.get("seconds"))), text(m.get("reason", ""))]
+            for m in board["members"] if isinstance(m, Mapping)]
+    note = (f"Scored {e(board.get('scored_on', ''))}; {e(number(board.get('seconds')))} s of a "
+            f"{e(number(board.get('time_limit')))} s limit. A member stopped or skipped is not in the blend.")
+    return (f"<h3>{e(stage)}: leaderboard</h3>"
+            + table(["model", "status", f"{metric} out of fold", f"{metric} valid", "weight", "time", "note"], rows)
+            + f'<p class="note">{note}</p>')
 
 
 # --------------------------------------------------------------------------- pieces
