@@ -67,9 +67,11 @@ class FeaturesSpec(StageSpec):
         if self.id is not None:
             columns = columns.without([self.id], "is the id column: kept out of the features")
         for k, op in enumerate(self.build_ops()):
-            refs += [ColumnRef(("ops", k, op.op, *where), column, f"{op.op} column", among=columns)
+            # A selector's ``except`` may name the id or the target: leaving them out is harmless.
+            among = columns if op.selector is None else columns.plus([c for c in (split.target, self.id) if c])
+            refs += [ColumnRef(("ops", k, op.op, *where), column, f"{op.op} column", among=among)
                      for where, column in op.named_columns()]
-            columns = op.columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
+            columns = op.known_columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
         return refs
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
