@@ -19,9 +19,11 @@ from typing import Any, Literal
 from pydantic import Field, create_model
 
 from pipeline.backends.headers import ColumnSet, HeaderReader
-from pipeline.features.ops import BUILT_IN_OPS, FeatureOp, OpStep, op_of_step, op_step_union, ops_key
+from pipeline.features.ops import (
+    BUILT_IN_OPS, FeatureOp, OpStep, describe_selector, op_of_step, op_step_union, ops_key,
+)
 from pipeline.featuresets import FeatureSet, build_feature_set
-from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
 
 __all__ = ["FeatureSet", "FeaturesSpec", "build_features", "run_features"]
@@ -74,6 +76,12 @@ class FeaturesSpec(StageSpec):
                      for where, column in op.named_columns()]
             columns = op.known_columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
         return refs
+
+    def plan_notes(self) -> list[tuple[KeyPath, str]]:
+        """Each column selector in words: which names it takes is decided on the training
+        split when the workflow is fitted (workflow.json records them)."""
+        return [(("ops", k, op.op, "columns"), f"selects {describe_selector(op.selector)}")
+                for k, op in enumerate(self.build_ops()) if op.selector is not None]
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (split,) = inputs.values()

@@ -70,6 +70,13 @@ class ColumnSelector(BaseModel):
                     check_glob(pattern)
         return values
 
+    @field_validator("remaining", mode="before")
+    @classmethod
+    def _only_true(cls, value: Any) -> Any:
+        if value is False:
+            raise ValueError("remaining takes only true; leave the key out to select among every column")
+        return value
+
     @model_validator(mode="after")
     def _says_something(self) -> ColumnSelector:
         if self.type is None and self.matching is None and not self.except_ and self.remaining is None:
