@@ -68,10 +68,10 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend) ->
         words = describe_selector(selector)
         selections.append(Selection(position, op.op, words, names))
         if not names:
-            log.warning("feature op %d (%s): %s matched no column of the training split; the op is skipped",
+            log.warning("feature ops[%d] (%s): %s matched no column of the training split; the op is skipped",
                         position, op.op, words)
             continue
-        log.info("feature op %d (%s): %s -> %s", position, op.op, words, ", ".join(names))
+        log.info("feature ops[%d] (%s): %s -> %s", position, op.op, words, ", ".join(names))
         taken.update(names)
         resolved.append(op.model_copy(update={"columns": names}))
     return resolved, selections

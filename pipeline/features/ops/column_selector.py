@@ -139,8 +139,3 @@ def describe_selector(selector: ColumnSelector) -> str:
     if selector.except_:
         parts.append("except " + ", ".join(selector.except_))
     return " ".join(parts)
-
-
-def explicit_names(columns: Sequence[Any]) -> list[str]:
-    """Helper for callers holding a ``columns`` value: the names when it is a list."""
-    return [str(c) for c in columns] if isinstance(columns, list) else []
