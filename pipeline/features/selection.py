@@ -44,7 +44,8 @@ class Selection:
                 "skipped": not self.columns}
 
 
-def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend) -> tuple[list[FeatureOp], list[Selection]]:
+def resolve_selectors(ops: Sequence[FeatureOp], frame: Any,
+                      backend: Backend) -> tuple[list[FeatureOp], list[Selection]]:
     """``ops`` with every selector replaced by the names it takes on ``frame`` (the training
     split as the workflow receives it), ops whose selector takes nothing left out; and what
     each selector resolved to, in order."""

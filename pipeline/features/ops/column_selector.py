@@ -21,7 +21,7 @@ workflow.json records those names, so scoring never types a column again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
