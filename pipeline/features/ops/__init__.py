@@ -31,8 +31,8 @@ OpStep = op_step_union()
 BUILT_IN_OPS = ops_key()
 
 __all__ = [
-    "BUILT_IN_OPS", "COLUMNS_TAGS", "OPS", "SELECTOR_TAG", "ColumnSelector", "describe_selector", "select_columns", "Categorify", "CategorifyState", "DateDiff", "DateParts", "Drop", "EmptyState",
-    "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot", "OneHotState", "OpState", "OpStep",
+    "BUILT_IN_OPS", "COLUMNS_TAGS", "OPS", "SELECTOR_TAG", "Categorify", "CategorifyState", "ColumnSelector",
+    "DateDiff", "DateParts", "Drop", "EmptyState", "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot", "OneHotState", "OpState", "OpStep",
     "Scalar", "Standardize", "StandardizeState", "code_dtype", "fit_state", "op_of_step", "op_step_union",
-    "ops_key", "register_op",
+    "ops_key", "register_op", "describe_selector", "select_columns",
 ]
