@@ -32,7 +32,7 @@ BUILT_IN_OPS = ops_key()
 
 __all__ = [
     "BUILT_IN_OPS", "COLUMNS_TAGS", "OPS", "SELECTOR_TAG", "Categorify", "CategorifyState", "ColumnSelector",
-    "DateDiff", "DateParts", "Drop", "EmptyState", "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot", "OneHotState", "OpState", "OpStep",
-    "Scalar", "Standardize", "StandardizeState", "code_dtype", "fit_state", "op_of_step", "op_step_union",
-    "ops_key", "register_op", "describe_selector", "select_columns",
+    "DateDiff", "DateParts", "Drop", "EmptyState", "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot",
+    "OneHotState", "OpState", "OpStep", "Scalar", "Standardize", "StandardizeState", "code_dtype", "describe_selector",
+    "fit_state", "op_of_step", "op_step_union", "ops_key", "register_op", "select_columns",
 ]
