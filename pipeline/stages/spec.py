@@ -147,6 +147,12 @@ class StageSpec(BaseModel):
         validation, before any data is read. Default: none, the stage serves any task."""
         return []
 
+    def plan_notes(self) -> list[tuple[KeyPath, str]]:
+        """``(key path in this block, note)`` for what this block leaves to be decided when the
+        data is read (a ``features`` op's column selector), printed by ``pipeline validate``.
+        Default: none."""
+        return []
+
     def sample_overrides(self, rows: int) -> dict[str, Any]:
         """The keys of this block, with their values, that make the stage read a seeded random
         sample of ``rows`` rows (``pipeline parity --sample`` sets them with ``--set``). Default:

@@ -7,14 +7,17 @@ imported (``op_registry``); the contract they implement is ``op_base.FeatureOp``
 - ``encoding``: ``one_hot``, ``categorify``;
 - ``scaling``: ``standardize``, ``log1p``;
 - ``drop``: ``drop``;
-- ``date_ops``: ``date_parts``, ``date_diff``.
+- ``date_ops``: ``date_parts``, ``date_diff``;
+- ``column_selector``: what every op's ``columns`` may be instead of names
+  (``{type: numeric}``), resolved by the workflow's fit.
 
 An op added outside the package is one module too: a ``FeatureOp`` subclass under
 ``@register_op``, imported as a plugin (``pipeline.config.plugins``); ``pipeline.testing.ops.check_op``
 runs it through the contract.
 """
 
-from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState, Scalar, fit_state
+from pipeline.features.ops.column_selector import ColumnSelector, describe_selector, select_columns
+from pipeline.features.ops.op_base import COLUMNS_TAGS, SELECTOR_TAG, EmptyState, FeatureOp, OpState, Scalar, fit_state
 from pipeline.features.ops.op_registry import OPS, op_of_step, op_step_union, ops_key, register_op
 from pipeline.features.ops.imputation import FillMissing, FillMissingState
 from pipeline.features.ops.encoding import Categorify, CategorifyState, OneHot, OneHotState, code_dtype
@@ -28,8 +31,8 @@ OpStep = op_step_union()
 BUILT_IN_OPS = ops_key()
 
 __all__ = [
-    "BUILT_IN_OPS", "OPS", "Categorify", "CategorifyState", "DateDiff", "DateParts", "Drop", "EmptyState",
-    "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot", "OneHotState", "OpState", "OpStep",
-    "Scalar", "Standardize", "StandardizeState", "code_dtype", "fit_state", "op_of_step", "op_step_union",
-    "ops_key", "register_op",
+    "BUILT_IN_OPS", "COLUMNS_TAGS", "OPS", "SELECTOR_TAG", "Categorify", "CategorifyState", "ColumnSelector",
+    "DateDiff", "DateParts", "Drop", "EmptyState", "FeatureOp", "FillMissing", "FillMissingState", "Log1p", "OneHot",
+    "OneHotState", "OpState", "OpStep", "Scalar", "Standardize", "StandardizeState", "code_dtype", "describe_selector",
+    "fit_state", "op_of_step", "op_step_union", "ops_key", "register_op", "select_columns",
 ]

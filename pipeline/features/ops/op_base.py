@@ -15,16 +15,40 @@ and cuDF.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet
 from pipeline.core.errors import DataError
+from pipeline.features.ops.column_selector import ColumnSelector, describe_selector
 
 # A category or fill value as JSON holds it (the exact type is kept: 1, 1.0, "1", True).
 Scalar = Union[float, int, str, bool]
+
+# The two forms of ``columns``. The tags are not keys of the YAML: the config loader leaves
+# them out of error paths (``ops[2].one_hot.columns.type``), as it does op names.
+NAMES_TAG, SELECTOR_TAG = "<column names>", "<column selector>"
+COLUMNS_TAGS = (NAMES_TAG, SELECTOR_TAG)
+
+
+def _columns_form(value: Any) -> str | None:
+    if isinstance(value, (dict, ColumnSelector)):
+        return SELECTOR_TAG
+    if isinstance(value, (list, tuple)):
+        return NAMES_TAG
+    return None
+
+
+# A list of names, or a selector mapping; which one is decided by the value's shape, so an
+# error in a selector is reported at its own key, not once per form.
+Columns = Annotated[
+    Union[Annotated[list[str], Field(min_length=1), Tag(NAMES_TAG)], Annotated[ColumnSelector, Tag(SELECTOR_TAG)]],
+    Discriminator(_columns_form, custom_error_type="columns_form",
+                  custom_error_message="columns is a list of column names or a selector mapping "
+                                       "({type: ..., matching: ..., except: [...], remaining: true})"),
+]
 
 
 class OpState(BaseModel):
@@ -62,7 +86,14 @@ class FeatureOp(BaseModel):
     state_model: ClassVar[type[OpState]] = EmptyState
     example: ClassVar[Mapping[str, Any] | None] = None
     frame_api: ClassVar[tuple[str, ...]] = ()
-    columns: list[str] = Field(min_length=1, description="Columns this op applies to.")
+    columns: Columns = Field(description="Columns this op applies to: a list of names, or a selector "
+                                         "({type: numeric}, {matching: 'amount_*'}, {remaining: true}) "
+                                         "resolved on the training split when the workflow is fitted.")
+
+    @property
+    def selector(self) -> ColumnSelector | None:
+        """The selector when ``columns`` is one (not resolved yet), else None."""
+        return self.columns if isinstance(self.columns, ColumnSelector) else None
 
     def fit(self, frame: Any, backend: Backend) -> OpState:
         """The fitted state from the training frame (in memory; the workflow's fit driver
@@ -106,7 +137,10 @@ class FeatureOp(BaseModel):
 
     def named_columns(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Every input column this op's parameters name, with its key path in the op's block:
-        each must exist when the op is fitted (checked before any data is read)."""
+        each must exist when the op is fitted (checked before any data is read). A selector
+        names only its ``except`` columns."""
+        if self.selector is not None:
+            return [(("columns", "except", i), c) for i, c in enumerate(self.selector.except_)]
         return [(("columns", i), c) for i, c in enumerate(self.columns)]
 
     def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
@@ -117,11 +151,22 @@ class FeatureOp(BaseModel):
             return columns
         return columns.opened()
 
+    def known_columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
+        """``columns_after``, for an op whose ``columns`` may still be a selector: which names
+        it takes is known only once data is read, so an op that keeps the names it is given (no
+        ``output_columns`` of its own) keeps the set, and any other leaves it open."""
+        if self.selector is None:
+            return self.columns_after(columns, why)
+        return columns if type(self).output_columns is FeatureOp.output_columns else columns.opened()
+
     def load_state(self, data: Mapping[str, Any]) -> OpState:
         """A saved state (workflow.json) validated into this op's state model."""
         return self.state_model.model_validate(data)
 
     def check_columns(self, frame: Any) -> None:
+        if self.selector is not None:
+            raise DataError(f"feature op '{self.op}': columns is a selector ({describe_selector(self.selector)}); "
+                            "fit the op inside a FeatureWorkflow, which resolves it to names on the training split")
         missing = [c for c in self.columns if c not in frame.columns]
         if missing:
             raise DataError(f"feature op '{self.op}': column(s) {missing} not in the data "
