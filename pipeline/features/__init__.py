@@ -5,12 +5,13 @@ package's own op modules (``pipeline.features.ops``) or from a plugin module.
 """
 
 from pipeline.features.ops import (
-    OPS, Categorify, DateDiff, DateParts, Drop, FeatureOp, FillMissing, Log1p, OneHot, OpState, Standardize,
-    register_op,
+    OPS, Categorify, Clip, DateDiff, DateParts, Drop, FeatureOp, FillMissing, FrequencyEncode, GroupRare, HashEncode,
+    Log1p, OneHot, OpState, QuantileBin, Standardize, Target, TargetEncode, register_op,
 )
 from pipeline.features.workflow import FeatureWorkflow, op_from_spec
 
 __all__ = [
-    "OPS", "Categorify", "DateDiff", "DateParts", "Drop", "FeatureOp", "FeatureWorkflow", "FillMissing", "Log1p",
-    "OneHot", "OpState", "Standardize", "op_from_spec", "register_op",
+    "OPS", "Categorify", "Clip", "DateDiff", "DateParts", "Drop", "FeatureOp", "FeatureWorkflow", "FillMissing",
+    "FrequencyEncode", "GroupRare", "HashEncode", "Log1p", "OneHot", "OpState", "QuantileBin", "Standardize", "Target",
+    "TargetEncode", "op_from_spec", "register_op",
 ]

@@ -101,7 +101,11 @@ def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
         raise DataError(f"id column '{id_column}' not in the data")
     drop = [data.target] + ([id_column] if id_column else [])
     workflow = FeatureWorkflow(ops, backend=backend)
-    fitted = {TRAIN: workflow.fit_transform(data.frames[TRAIN].drop(columns=drop))}
+    train = data.frames[TRAIN]
+    # The labels travel only to a workflow with an op that learns from them (target_encode).
+    labels = (backend.to_vector(train[data.target], dtype=data.task.label_dtype)
+              if any(op.uses_target for op in workflow.ops) else None)
+    fitted = {TRAIN: workflow.fit_transform(train.drop(columns=drop), labels, task=data.task)}
     sizes = workflow.categorical_cardinalities()
     categorical = [c for c in workflow.output_columns_ if c in sizes]
     X, y, ids, codes, handoffs = {}, {}, {}, {}, []
