@@ -44,7 +44,8 @@ class TargetEncodeState(OpState):
 
 @register_op
 class TargetEncode(FeatureOp):
-    """The smoothed mean label per category, out of fold on the training split (see the module)."""
+    """The smoothed mean label per category: the training rows out of fold (each from the other
+    folds' rows), every other split and scoring from the whole training split."""
 
     op: ClassVar[str] = "target_encode"
     state_model: ClassVar[type[OpState]] = TargetEncodeState
