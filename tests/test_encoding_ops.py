@@ -262,3 +262,43 @@ def test_one_hot_and_categorify_share_the_rare_rule_with_a_share():
 def test_min_frequency_is_a_whole_count_or_a_share(bad):
     with pytest.raises(ValidationError, match="min_frequency"):
         Categorify(columns=["c"], min_frequency=bad)
+
+
+def test_the_drift_reference_of_target_encoded_features_is_what_scoring_sees():
+    """The training matrix holds out-of-fold values, which scoring never computes: the drift
+    profile must be of the values scoring gives the training rows, or every scored row drifts."""
+    from pipeline.metrics.drift import reference_profile
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"c": rng.choice(list("abc"), size=300), "label": rng.integers(0, 2, 300).astype("int8")})
+    data = SplitData(frames={"train": frame}, target="label", positive=1, backend=CPU)
+    features = build_in_memory(data, [TargetEncode(columns=["c"])])
+    scored = features.workflow.transform(frame.drop(columns=["label"])).to_numpy(dtype="float32")
+    assert features.drift_reference() == reference_profile(scored, features.feature_names)
+    assert features.drift_reference() != reference_profile(features.X["train"], features.feature_names)
+
+
+def test_fold_features_fit_target_encode_on_the_fold_rows_only():
+    from pipeline.featuresets.folds import SCORED, FoldSource
+
+    frame, y = ids_with_random_labels(60)
+    frame["c"] = np.array(list("ab"))[np.arange(60) % 2]
+    frame["label"] = y.astype("int8")
+    positions = [(np.arange(0, 40), np.arange(40, 60))]
+    data = SplitData(frames={"train": frame[["c", "label"]]}, target="label", positive=1, backend=CPU,
+                     folds=positions)
+    fold = FoldSource.of_split(data, [TargetEncode(columns=["c"], smoothing=0.0)], None).features(0)
+    fit_rows = frame.iloc[:40]
+    expected = fit_rows.groupby("c")["label"].mean()
+    np.testing.assert_allclose(fold.X[SCORED][:, 0], frame["c"][40:].map(expected), rtol=1e-6)
+
+
+def test_partitioned_features_refuse_target_encode():
+    from pipeline.featuresets import build_partitioned
+
+    frame, y = ids_with_random_labels(40)
+    frame["label"] = y.astype("int8")
+    parts = {"train": dd.from_pandas(frame, npartitions=2)}
+    data = SplitData(frames=parts, target="label", positive=1, backend=CPU)
+    with pytest.raises(ConfigError, match="target_encode"):
+        build_partitioned(data, [TargetEncode(columns=["id"])], id_column=None, output_dir=None)
