@@ -17,7 +17,7 @@ from pipeline.backends import get_backend
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.problems import Task
 from pipeline.features import (
-    Categorify, Clip, FeatureWorkflow, FrequencyEncode, GroupRare, HashEncode, OneHot, QuantileBin, Standardize,
+    Categorify, Clip, Drop, FeatureWorkflow, FrequencyEncode, GroupRare, HashEncode, OneHot, QuantileBin, Standardize,
     Target, TargetEncode,
 )
 from pipeline.features.ops.counting import hash_text, stable_bucket
@@ -302,3 +302,42 @@ def test_partitioned_features_refuse_target_encode():
     data = SplitData(frames=parts, target="label", positive=1, backend=CPU)
     with pytest.raises(ConfigError, match="target_encode"):
         build_partitioned(data, [TargetEncode(columns=["id"])], id_column=None, output_dir=None)
+
+
+# ---------------------------------------------------------------- one result on every device
+def parity_frame(rows: int, seed: int) -> pd.DataFrame:
+    """Text with gaps and rare levels, integers with a gap (float64 on pandas, int64 on cuDF
+    once read), and floats."""
+    rng = np.random.default_rng(seed)
+    cats = rng.choice(["a", "b", "c", "d", "e", "rare1", "rare2"], size=rows, p=[.3, .25, .2, .1, .13, .01, .01])
+    frame = pd.DataFrame({"c": pd.Series(cats, dtype=object), "n": rng.integers(0, 40, size=rows).astype("float64"),
+                          "x": rng.normal(size=rows)})
+    frame.loc[::17, "c"] = None
+    frame.loc[::23, "n"] = np.nan
+    return frame
+
+
+PARITY_OPS = [
+    [GroupRare(columns=["c"], min_frequency=0.05), TargetEncode(columns=["c"], folds=3), Drop(columns=["n"])],
+    [FrequencyEncode(columns=["c", "n"]), HashEncode(columns=["c", "n"], buckets=16)],
+    [Clip(columns=["x"], lower=0.05, upper=0.95), QuantileBin(columns=["n"], bins=5), Drop(columns=["c"])],
+    [OneHot(columns=["c"], min_frequency=0.05), Categorify(columns=["n"], min_frequency=0.02)],
+]
+
+
+@pytest.mark.parametrize("ops", PARITY_OPS, ids=lambda ops: "+".join(op.op for op in ops))
+def test_the_encodings_give_the_same_values_on_every_device(backend, ops):
+    train, test = parity_frame(400, 0), parity_frame(100, 1)
+    y = np.random.default_rng(2).integers(0, 2, size=400)
+
+    def fitted(device):
+        wf = FeatureWorkflow(ops, backend=device)
+        trained = device.to_host(wf.fit_transform(device.from_pandas(train), y))
+        return wf, trained, device.to_host(wf.transform(device.from_pandas(test)))
+
+    cpu_wf, cpu_train, cpu_test = fitted(CPU)
+    wf, trained, scored = fitted(backend)
+    assert wf.output_columns_ == cpu_wf.output_columns_
+    assert wf.categorical_cardinalities() == cpu_wf.categorical_cardinalities()
+    pd.testing.assert_frame_equal(trained, cpu_train, check_dtype=False, rtol=1e-9)
+    pd.testing.assert_frame_equal(scored, cpu_test, check_dtype=False, rtol=1e-9)

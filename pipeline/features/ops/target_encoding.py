@@ -122,11 +122,12 @@ class TargetEncode(FeatureOp):
     def _output(self, frame: Any, backend: Backend, state: TargetEncodeState, values: dict[str, Any]) -> Any:
         new = {}
         for col, per_row in values.items():
+            # A column of a row-major matrix is strided: each output column gets its own buffer.
             if state.task == "multiclass":
                 for k, cls in enumerate(state.classes):
-                    new[f"{col}=te_{cls}"] = per_row[:, k]
+                    new[f"{col}=te_{cls}"] = backend.array.ascontiguousarray(per_row[:, k])
             else:
-                new[col] = per_row[:, 0]
+                new[col] = backend.array.ascontiguousarray(per_row[:, 0])
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[self.output_columns([str(c) for c in frame.columns], state)]
 
