@@ -14,6 +14,9 @@ labels perfectly and nothing else. The training split is therefore encoded out o
 in the same folds on every run and device), and each row gets the smoothed mean of its
 category over the other folds' rows. Every other split, and scoring, get the means over the
 whole training split, which the fitted state holds.
+
+The sums are taken with ``bincount`` on the backend's arrays (NumPy or CuPy): exact for class
+labels (sums of 0/1), while regression sums on a GPU may differ from the CPU's in the last bits.
 """
 
 from __future__ import annotations
