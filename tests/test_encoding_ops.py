@@ -341,3 +341,25 @@ def test_the_encodings_give_the_same_values_on_every_device(backend, ops):
     assert wf.categorical_cardinalities() == cpu_wf.categorical_cardinalities()
     pd.testing.assert_frame_equal(trained, cpu_train, check_dtype=False, rtol=1e-9)
     pd.testing.assert_frame_equal(scored, cpu_test, check_dtype=False, rtol=1e-9)
+
+
+def test_check_op_fits_an_op_that_learns_from_the_label_and_checks_its_training_transform():
+    from typing import ClassVar
+
+    from pipeline.features import OPS, register_op
+    from pipeline.testing import check_op
+
+    class ForgetsAColumn(TargetEncode):
+        op: ClassVar[str] = "forgets_a_column"
+
+        def transform_training(self, frame, backend, state, target):
+            return super().transform_training(frame, backend, state, target).drop(columns=["num"])
+
+    saved = dict(OPS)
+    try:
+        register_op(ForgetsAColumn)
+        with pytest.raises(AssertionError, match="'fit'.*transform_training outputs columns"):
+            check_op(ForgetsAColumn)
+    finally:
+        OPS.clear()
+        OPS.update(saved)
