@@ -296,3 +296,21 @@ def test_selectors_resolve_on_a_gpu_frame():
     expected = cpu.fit_transform(table())
     assert list(out.columns) == list(expected.columns)
     assert [list(op.columns) for op in wf.ops] == [list(op.columns) for op in cpu.ops]
+
+
+def test_a_selector_after_an_op_that_learns_from_the_label() -> None:
+    """The ops before a selector are fitted to show it the frame; target_encode among them needs
+    the label, which the workflow passes on (it once failed with "no target was given")."""
+    import numpy as np
+    import pandas as pd
+
+    from pipeline.features import FeatureWorkflow
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"city": rng.choice(["a", "b", "c"], 200), "amount": rng.normal(size=200)})
+    target = pd.Series(rng.integers(0, 2, 200))
+    workflow = FeatureWorkflow([{"target_encode": {"columns": {"type": "categorical"}}},
+                                {"standardize": {"columns": {"type": "numeric"}}}], backend="cpu")
+    out = workflow.fit_transform(frame, target)
+    assert [op.columns for op in workflow.ops] == [["city"], ["city", "amount"]]
+    assert abs(float(out["city"].mean())) < 1e-6       # the encoded column was standardized too

@@ -21,6 +21,7 @@ from typing import Any
 
 from pipeline.backends import Backend
 from pipeline.features.fitting import fit_ops
+from pipeline.features.ops.op_base import Target
 from pipeline.features.ops import FeatureOp
 from pipeline.features.ops.column_selector import describe_selector, select_columns
 
@@ -44,11 +45,12 @@ class Selection:
                 "skipped": not self.columns}
 
 
-def resolve_selectors(ops: Sequence[FeatureOp], frame: Any,
-                      backend: Backend) -> tuple[list[FeatureOp], list[Selection]]:
+def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
+                      target: Target | None = None) -> tuple[list[FeatureOp], list[Selection]]:
     """``ops`` with every selector replaced by the names it takes on ``frame`` (the training
     split as the workflow receives it), ops whose selector takes nothing left out; and what
-    each selector resolved to, in order."""
+    each selector resolved to, in order. ``target``: the frame's labels, for the ops before a
+    selector that learn from them (``target_encode``)."""
     if all(op.selector is None for op in ops):
         return list(ops), []
     explicit = set().union(*(_named(op) for op in ops if op.selector is None))
@@ -63,7 +65,7 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any,
             continue
         pending = resolved[fitted_upto:]
         if pending:                        # the frame as it reaches this op: the ops since the last selector, fitted
-            current = fit_ops(pending, current, backend).transformed(pending)
+            current = fit_ops(pending, current, backend, target).transformed(pending)
             fitted_upto = len(resolved)
         names = select_columns(selector, current, backend, explicit=explicit, taken=taken)
         words = describe_selector(selector)

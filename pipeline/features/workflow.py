@@ -27,9 +27,11 @@ from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.core.errors import DataError
+from pipeline.core.problems import Task
 from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
 from pipeline.features.selection import resolve_selectors
+from pipeline.features.ops.op_base import Target
 
 FORMAT_VERSION = 1
 # The models read one float32 matrix: a float64 value beyond this becomes infinity there.
@@ -82,22 +84,31 @@ class FeatureWorkflow:
         self.selections_: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ fitting
-    def fit(self, frame: Any) -> FeatureWorkflow:
-        self.fit_transform(frame)
+    def fit(self, frame: Any, target: Any = None, *, task: Task | None = None) -> FeatureWorkflow:
+        self.fit_transform(frame, target, task=task)
         return self
 
-    def fit_transform(self, frame: Any) -> Any:
-        """Fit on ``frame`` and return it transformed (lazily for a partitioned frame)."""
+    def fit_transform(self, frame: Any, target: Any = None, *, task: Task | None = None) -> Any:
+        """Fit on ``frame`` and return it transformed (lazily for a partitioned frame).
+
+        ``target``: ``frame``'s labels (a series, array or list, one per row), which the ops that
+        learn from the label need (``target_encode``); ``task`` says how they are coded (read
+        from the labels when not given). The frame returned is the training split as the model
+        trains on it: such an op's values there are out of fold, and ``transform`` of the same
+        frame gives the values any other split gets."""
         backend = self._backend_for(frame)
         lazy = is_partitioned(frame)
         if not lazy:
             frame = self._as_frame(frame, backend)
-        self._resolve_selectors(frame, backend)
+        labels = None
+        if target is not None and not lazy and any(op.uses_target for op in self.ops):
+            labels = Target.of(target, backend, task)
+        self._resolve_selectors(frame, backend, labels)
         dtypes = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
         self.input_columns_ = {c: dtypes[c] for c in required_columns(self.ops, list(dtypes))}
         if not lazy:
             self._check_finite_inputs(frame, backend, "training split")
-        fitted = fit_ops(self.ops, frame, backend)
+        fitted = fit_ops(self.ops, frame, backend, labels)
         self.op_states_, self.passes_ = fitted.states, fitted.passes
         if lazy:
             # Each partition goes through ``transform``; missing values are checked there.
@@ -109,10 +120,10 @@ class FeatureWorkflow:
         self._check_float32_range(out, backend, "training split")
         return out
 
-    def _resolve_selectors(self, frame: Any, backend: Backend) -> None:
+    def _resolve_selectors(self, frame: Any, backend: Backend, labels: Target | None) -> None:
         """Selectors to names, on this training frame; ops that select nothing are left out."""
         if any(op.selector is not None for op in self.ops):
-            resolved, selections = resolve_selectors(self.ops, frame, backend)
+            resolved, selections = resolve_selectors(self.ops, frame, backend, labels)
             self.ops, self.selections_ = resolved, [s.as_json() for s in selections]
 
     # ------------------------------------------------------------ applying
