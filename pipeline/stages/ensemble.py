@@ -15,6 +15,7 @@ average of its members' (computed on first read, like theirs), so ``evaluate`` r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,11 +72,13 @@ class EnsembleSpec(StageSpec):
     min_inputs = 2
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
-        """Its members' features and split, when they share them."""
-        previews = list(inputs.values())
+        """Its members' features and split, when they share them; out-of-fold scores when every
+        member has them (the blend of theirs)."""
+        oof = [p.oof for p in inputs.values()]
+        previews = [dataclasses.replace(p, oof=None) for p in inputs.values()]
         if not previews or any(p != previews[0] for p in previews[1:]):
             return Preview()
-        return previews[0]
+        return dataclasses.replace(previews[0], oof=None if None in oof else all(oof))
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
         """Members from different features stages; no rows to fit the weights on."""
