@@ -233,6 +233,23 @@ def test_config_mistakes_are_named_at_validation(tmp_path):
     load_config(text=text.replace("early_stopping_rounds: 5", "learning_rate: 0.3"), check_data=True)
 
 
+def test_tune_searches_first_and_the_best_params_are_bagged(tmp_path):
+    from pipeline import run_pipeline
+    from pipeline.runs.record import read_manifest
+
+    rows().to_csv(tmp_path / "rows.csv", index=False)
+    text = config(tmp_path / "rows.csv").replace("    valid: 0\n", "    valid: 0.2\n").replace(
+        "    bag: 3\n  xgb", "    bag: 3\n    tune: {trials: 2, space: {C: {float: [0.01, 10], log: true}}}\n  xgb")
+    (tmp_path / "tuned.yaml").write_text(text)
+    result = run_pipeline(tmp_path / "tuned.yaml", runs_dir=tmp_path / "runs", only=["logreg"])
+    facts = read_manifest(Path(result.run_dir)).stages["logreg"].facts
+    assert facts["bag"]["k"] == 3 and "roc_auc" in facts["bag"]["oof"]
+    bagged = result.outputs["logreg"]
+    assert isinstance(bagged, BaggedModel) and bagged.tuning is not None
+    assert bagged.params["params"]["C"] == facts["tuning"]["best_params"]["C"]     # every member: the winner's C
+    assert bagged.oof_scores.shape == (bagged.features.rows()["train"],)
+
+
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True,
