@@ -124,6 +124,20 @@ def test_bag_refuses_folds_on_the_split_and_too_few_folds_by_key():
         bag_model(features_of(rows()), "logistic_regression", k=1, name="m")
 
 
+def test_bag_refuses_partitioned_features_by_key():
+    import dask.dataframe as dd
+
+    from pipeline.features import FeatureWorkflow
+    from pipeline.featuresets.partitioned import PartitionedFeatures
+
+    frame = dd.from_pandas(pd.DataFrame({"a": np.arange(10.0), "target": [0, 1] * 5}), npartitions=2)
+    features = PartitionedFeatures(X={"train": frame[["a"]]}, y={"train": frame["target"]}, ids={"train": None},
+                                   feature_names=["a"], workflow=FeatureWorkflow([]), target="target",
+                                   id_column=None, backend=get_backend("cpu"), row_counts={"train": 10})
+    with pytest.raises(ConfigError, match=r"stages\.forest\.bag.*partitioned.*load the data without partitioned"):
+        bag_model(features, "random_forest", k=3, name="forest")
+
+
 # ---------------------------------------------------------------- stacking
 def test_the_meta_model_is_fitted_on_out_of_fold_scores_only_and_is_not_fooled_by_in_sample_ones():
     """A memorising forest scores its own training rows perfectly but is weaker out of fold
