@@ -266,8 +266,10 @@ def _meta_features(models: list[TrainedModel], features: FeatureSet, oof: list[n
 
 # ------------------------------------------------------------------ the stage
 def stack_uses(spec: StackSpec) -> list[Any]:
-    """The meta-model's registry entry, when named (its estimator classes are code the stage runs)."""
-    return [get_model_spec(spec.model)] if spec.model else []
+    """The meta-model's registry entry (its estimator classes are code the stage runs); both
+    defaults when none is named, since the task picks one only when the data is read."""
+    names = [spec.model] if spec.model else [default_meta_model("binary"), default_meta_model("regression")]
+    return [get_model_spec(name) for name in names]
 
 
 @register_stage("stack", StackSpec, produces=StackedModel, accepts=(TrainedModel,), resources=("gpu",),
