@@ -199,6 +199,16 @@ def test_a_member_without_out_of_fold_scores_is_named_with_the_way_out():
         fit_stack([bagged, plain], name="stack")
 
 
+def test_an_ensemble_of_bagged_models_fits_its_weights_on_their_out_of_fold_scores():
+    from pipeline.stages import fit_ensemble
+
+    features = features_of(rows())
+    members = [bag_model(features, "logistic_regression", k=3, name="lr"),
+               bag_model(features, "xgboost", {"n_estimators": 10, "max_depth": 2}, k=3, name="xgb")]
+    blend = fit_ensemble(members, name="blend")
+    assert blend.fitted_on == "oof" and blend.fit_record["rows"] == features.rows()["train"]
+
+
 def test_a_stacked_model_pickles_with_its_scores():
     import pickle
 
@@ -242,6 +252,12 @@ def test_config_mistakes_are_named_at_validation(tmp_path):
     with pytest.raises(ConfigError, match=r"stages\.stack\.model.*unknown model 'ridg'"):
         load_config(text=config(tmp_path / "rows.csv", stack="    inputs: [xgb, logreg]\n    model: ridg\n"),
                     check_data=True)
+    # Bagged inputs give an ensemble out-of-fold rows to fit its weights on without a valid split.
+    load_config(text=config(tmp_path / "rows.csv") + "  blend:\n    kind: ensemble\n    inputs: [xgb, logreg]\n",
+                check_data=True)
+    with pytest.raises(ConfigError, match=r"stages\.blend\.inputs.*bag: on each input"):
+        load_config(text=config(tmp_path / "rows.csv", xgb="") + "  blend:\n    kind: ensemble\n"
+                    "    inputs: [xgb, logreg]\n", check_data=True)
     # With folds: on the split, any model stage has out-of-fold scores: a stack of them validates.
     text = config(tmp_path / "rows.csv", split="    folds: 3\n", xgb="").replace("    bag: 3\n  xgb", "\n  xgb")
     load_config(text=text.replace("early_stopping_rounds: 5", "learning_rate: 0.3"), check_data=True)

@@ -57,8 +57,8 @@ def mixed_features(sources: Mapping[str, Any]) -> str | None:
 
 def no_held_out_rows(which: str = "") -> str:
     return ("ensemble needs rows its members were not trained on to fit the weights: valid: > 0 on "
-            f"the split stage (a valid split), or folds: there (out-of-fold scores{which}); or give "
-            "fixed weights:")
+            f"the split stage (a valid split), or folds: there (out-of-fold scores{which}), or bag: on "
+            "each input's train stage; or give fixed weights:")
 
 
 class EnsembleSpec(StageSpec):
@@ -94,7 +94,8 @@ class EnsembleSpec(StageSpec):
             return []
         if self.on == VALID and not first.valid:
             return [(("on",), ON_VALID_NEEDS_VALID)]
-        if not first.folds and (self.on == "oof" or (self.on == "auto" and not first.valid)):
+        every_oof = all(p.oof for p in inputs.values())     # bag: on each input gives them too
+        if not first.folds and not every_oof and (self.on == "oof" or (self.on == "auto" and not first.valid)):
             return [(("on",) if self.on == "oof" else ("inputs",), no_held_out_rows())]
         return []
 
