@@ -65,7 +65,7 @@ class EnsembleSpec(StageSpec):
     kind: Literal["ensemble"]
     on: Literal["auto", "valid", "oof"] = Field(
         "auto", description="Rows the weights are fitted on: valid (the valid split), oof (the members' "
-                            "out-of-fold scores; needs folds: on the split) or auto (valid when the split "
+                            "out-of-fold scores; needs folds: on the split or bag: on every input) or auto (valid when the split "
                             "has valid rows, else oof).")
     weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         None, description="Fixed weights per input model (relative: scaled to sum to 1) instead of fitted ones.")
