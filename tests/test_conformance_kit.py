@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field, field_validator
 from pipeline.backends import get_backend
 from pipeline.core.problems import Task
 from pipeline.models import MODELS, LinearCoefficientsFormat, ModelSpec, get_model_spec
-from pipeline.models.blending import Ensemble, EnsembleMember, blend
+from pipeline.models.blending import Bagged, Ensemble, EnsembleMember, Stacked, blend, stack_matrix
 from pipeline.models.formats import LinearPredictor, SkopsFormat, TorchStateDictFormat, XGBoostJsonFormat
 from pipeline.stages import STAGE_KINDS, StageKind, StageSpec
 from pipeline.stages.spec import Table
@@ -76,7 +76,50 @@ def ensemble_fitted(task: Task, X: np.ndarray, y: np.ndarray) -> tuple[Ensemble,
     return Ensemble(members, task), score
 
 
-FITTED = {"mlp": mlp_fitted, "ensemble": ensemble_fitted}
+def _fitted_members(task: Task, X: np.ndarray, y: np.ndarray, models: list[tuple[str, str]]) -> list[EnsembleMember]:
+    cpu, members = get_backend("cpu"), []
+    for name, model in models:
+        spec = get_model_spec(model)
+        kwargs, _ = spec.translate(SMALL.get(model, {}), "cpu", seed=0)
+        members.append(EnsembleMember(name, model, cpu.estimator(spec, kwargs, task=task.kind).fit(X, y),
+                                      1.0 / len(models), meta={"task": task.to_dict()}))
+    return members
+
+
+def _linear(task: Task) -> str:
+    return "ridge" if task.kind == "regression" else "logistic_regression"
+
+
+def bagged_fitted(task: Task, X: np.ndarray, y: np.ndarray) -> tuple[Bagged, Any]:
+    """A bagged model of two linear members, each fitted on half the rows, as bag_model builds
+    one, and its averaged scores."""
+    cpu, half = get_backend("cpu"), len(X) // 2
+    members = [_fitted_members(task, X[rows], y[rows], [(str(i), _linear(task))])[0]
+               for i, rows in enumerate((slice(None, half), slice(half, None)))]
+    for member in members:
+        member.weight = 0.5
+
+    def score(rows: np.ndarray) -> np.ndarray:
+        return blend([cpu.predict_scores(m.estimator, rows, task) for m in members], [0.5, 0.5])
+
+    return Bagged(members, task), score
+
+
+def stacked_fitted(task: Task, X: np.ndarray, y: np.ndarray) -> tuple[Stacked, Any]:
+    """A stack of a linear model and a forest under a bagged linear meta-model (its format's
+    round trip is what is checked, so the meta-model fits on the members' scores here)."""
+    cpu = get_backend("cpu")
+    members = _fitted_members(task, X, y, [("linear", _linear(task)), ("forest", "random_forest")])
+
+    def matrix(rows: np.ndarray) -> np.ndarray:
+        return stack_matrix([cpu.predict_scores(m.estimator, rows, task) for m in members], task)
+
+    meta, meta_score = bagged_fitted(task, matrix(X), y)
+    stacked = Stacked(members, EnsembleMember("meta", "bagged", meta, 1.0, meta={"task": task.to_dict()}), task=task)
+    return stacked, lambda rows: meta_score(matrix(rows))
+
+
+FITTED = {"mlp": mlp_fitted, "ensemble": ensemble_fitted, "bagged": bagged_fitted, "stacked": stacked_fitted}
 # What each built-in format imports to write and read its files.
 FORMAT_MODULES = {SkopsFormat: ["skops"], XGBoostJsonFormat: ["xgboost"], TorchStateDictFormat: ["torch"]}
 
@@ -84,7 +127,7 @@ FORMAT_MODULES = {SkopsFormat: ["skops"], XGBoostJsonFormat: ["xgboost"], TorchS
 def needed_modules(spec: ModelSpec) -> list[str]:
     """Top-level modules a model's CPU check imports: its CPU estimators', its format's."""
     paths = [spec.class_path("cpu", task=task) for task in spec.tasks]
-    if spec.name == "ensemble":
+    if spec.name in ("ensemble", "bagged", "stacked"):
         paths += ["sklearn.linear_model:Ridge", "skops:io"]
     modules = [path.partition(":")[0].split(".")[0] for path in paths if path]
     return sorted(set(modules + FORMAT_MODULES.get(type(spec.format), [])))

@@ -134,8 +134,10 @@ def test_every_registry_model_scores_identically_after_a_round_trip(name, traine
 
 
 def test_the_registry_round_trip_covers_every_built_in_model():
-    # ridge (regression only) and ensemble round-trip in test_task_estimators / test_ensemble.
-    assert {"logistic_regression", "mlp", "random_forest", "xgboost", "ridge", "ensemble"} == set(MODELS)
+    # ridge (regression only), ensemble, bagged and stacked round-trip in test_task_estimators /
+    # test_ensemble / test_bagging_stacking.
+    assert {"logistic_regression", "mlp", "random_forest", "xgboost", "ridge", "ensemble", "bagged",
+            "stacked"} == set(MODELS)
 
 
 @pytest.mark.parametrize("name", ["random_forest"])

@@ -164,8 +164,14 @@ def validate(config: str, overrides: tuple[str, ...]) -> None:
     against the headers of the files it loads) without running anything or reading a data row."""
     from pipeline.config import load_config
 
+    from pipeline.core.yaml_source import format_path
+
     cfg = load_config(config, overrides=overrides, check_data=True)
     stdout.print(f"{config}: valid ({len(cfg.stages)} stages)")
+    # What is decided only once data is read (column selectors resolve on the training split).
+    for name, stage in cfg.stages.items():
+        for where, note in stage.plan_notes():
+            stdout.print(f"  {format_path(('stages', name, *where))}: {note} (resolved on the training split)")
 
 
 @main.command()

@@ -30,7 +30,7 @@ from pipeline.core.yaml_source import (
 )
 from pipeline.core.dag import graph_problems, topological_order
 from pipeline.core.errors import ConfigError, ConfigIssue
-from pipeline.features import OPS
+from pipeline.features import COLUMNS_TAGS, OPS, SELECTOR_TAG, ColumnSelector
 from pipeline.config.plugins import load_plugins
 from pipeline.stages import STAGE_KINDS
 from pipeline.stages.spec import input_list, kinds_producing
@@ -196,6 +196,8 @@ def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
     tags = _tags()
     skipped: Any = None                 # the node whose tag was skipped: a node has one tag
     for part in loc:
+        if part in COLUMNS_TAGS:         # which form of an op's columns (names, selector): no key
+            continue
         if isinstance(node, dict):
             if isinstance(part, str) and part in tags and node is not skipped \
                     and (node.get("kind") == part or (path and path[-1] == part)):
@@ -225,6 +227,8 @@ def _allowed_keys(loc: Sequence[Any]) -> list[str]:
             model = STAGE_KINDS[part].spec
         elif part in OPS:
             model = OPS[part]
+        elif part == SELECTOR_TAG:
+            model = ColumnSelector
         elif part == "stages":
             continue
         elif isinstance(part, str) and part in model.model_fields:
@@ -234,7 +238,7 @@ def _allowed_keys(loc: Sequence[Any]) -> list[str]:
                 if isinstance(candidate, type) and issubclass(candidate, BaseModel):
                     model = candidate
                     break
-    return list(model.model_fields)
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIssue]:

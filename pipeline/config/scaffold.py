@@ -1,7 +1,8 @@
 """``pipeline init``: a commented, runnable config for a table nobody has described yet.
 
 From a bounded sample of the file (``pipeline.config.sampling``) each column gets one role
-(``ROLES``), the target gives the task, each role gets feature ops from the op registry and
+(``ROLES``), built on its basic type (``pipeline.features.column_types``, the rule column
+selectors use), the target gives the task, each role gets feature ops from the op registry and
 the task a few models from the model registry. The YAML is written by hand, not dumped, so
 every choice carries a comment that says why; before anything is written the text goes
 through the project's own config loader and its feature ops are fitted on the sample, so a
@@ -32,6 +33,7 @@ from pipeline.config.sampling import Sample, format_of, read_sample
 from pipeline.config.schema import NAME_MAX_LENGTH
 from pipeline.core.errors import ConfigError, DataError, PipelineError, UsageError
 from pipeline.features import OPS, FeatureWorkflow
+from pipeline.features.column_types import column_type
 from pipeline.models.registry import get_model_spec, models_for
 from pipeline.stages.split import ZERO_ONE, SplitSpec
 from pipeline.core.problems import MAX_INFERRED_CLASSES, TASK_KINDS
@@ -220,7 +222,7 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
         partial = "" if sample.complete else " (unless other rows differ: the sample saw one value)"
         raise DataError(f"target column '{column}' has one value ({_plain(only)!r}) {where}: there is nothing to "
                         f"predict{partial}; choose another --target")
-    numeric = pd.api.types.is_numeric_dtype(values.dtype) and not pd.api.types.is_bool_dtype(values.dtype)
+    numeric = column_type(values) == "numeric"
     shown = _shown_counts(counts)
     if positive is not None:
         if declared not in (None, "binary"):
@@ -304,13 +306,15 @@ def classify(series: pd.Series, name: str, *, n_rows: int) -> Column:
     hinted = bool(_ID_NAME.search(name)) or bool(_CAMEL_ID.search(name))
     enough = n_rows >= MIN_ROWS_FOR_UNIQUENESS
     unique_per_row = distinct == n_rows
-    if pd.api.types.is_datetime64_any_dtype(series.dtype):
+    # The basic type is the one column selectors use ({type: numeric}); the roles refine it.
+    basic = column_type(series)
+    if basic == "date":
         # Naive datetimes need no parsing; zone-aware ones are read as UTC by the load (dates: null).
         aware = isinstance(series.dtype, pd.DatetimeTZDtype)
         return _date_column(name, values.dt.tz_convert(None) if aware else values, None if aware else False, missing)
-    if pd.api.types.is_bool_dtype(series.dtype):
+    if basic == "bool":
         return Column(name, "categorical", f"true/false{gaps}", "one_hot", missing)
-    if pd.api.types.is_numeric_dtype(series.dtype):
+    if basic == "numeric":
         whole = bool(np.all(np.mod(values.to_numpy(dtype="float64"), 1) == 0))
         if whole and unique_per_row and (hinted or (enough and series.is_monotonic_increasing)):
             why = "unique per row" + (", named like an id" if hinted else ", counts up row by row")

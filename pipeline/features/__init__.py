@@ -5,12 +5,15 @@ package's own op modules (``pipeline.features.ops``) or from a plugin module.
 """
 
 from pipeline.features.ops import (
-    OPS, Categorify, DateDiff, DateParts, Drop, FeatureOp, FillMissing, Log1p, OneHot, OpState, Standardize,
-    register_op,
+    COLUMNS_TAGS, OPS, SELECTOR_TAG, Categorify, ColumnSelector, DateDiff, DateParts, Drop, FeatureOp,
+    FillMissing, Log1p, OneHot, OpState, Standardize, register_op, Clip, FrequencyEncode, GroupRare,
+    HashEncode, QuantileBin, Target, TargetEncode,
 )
 from pipeline.features.workflow import FeatureWorkflow, op_from_spec
 
 __all__ = [
-    "OPS", "Categorify", "DateDiff", "DateParts", "Drop", "FeatureOp", "FeatureWorkflow", "FillMissing", "Log1p",
-    "OneHot", "OpState", "Standardize", "op_from_spec", "register_op",
+    "COLUMNS_TAGS", "OPS", "SELECTOR_TAG", "Categorify", "ColumnSelector", "DateDiff", "DateParts", "Drop",
+    "FeatureOp", "FeatureWorkflow", "FillMissing", "Log1p", "OneHot", "OpState", "Standardize", "op_from_spec",
+    "register_op", "Clip", "FrequencyEncode", "GroupRare", "HashEncode", "QuantileBin", "Target",
+    "TargetEncode",
 ]

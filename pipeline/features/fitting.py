@@ -14,6 +14,11 @@ Either way an op's statistics are taken on the frame after the earlier-phase ops
 before it: an op left out writes none of them, or the op would be in a later phase. Views
 are built on the previous one when they extend it, so in memory each op is applied about
 once during the fit, not once per later op.
+
+An op that learns from the label (``uses_target``) is fitted with the training split's
+``Target``, and the views are built with each op's ``transform_training``: the ops fitted after
+it, and the model, see the values the training rows get (out of fold), not the ones scoring
+computes from the whole split. Such an op fits in memory only.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pipeline.backends import Backend, compute_lazy, is_partitioned
+from pipeline.core.errors import ConfigError
 from pipeline.features.ops import FeatureOp, OpState, fit_state
+from pipeline.features.ops.op_base import Target, op_statistics
 
 
 def op_phases(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[int]:
@@ -61,6 +68,14 @@ def apply_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], b
     return frame
 
 
+def apply_training_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], backend: Backend,
+                       target: Target) -> Any:
+    """The training frame through fitted ops, in order, as the model trains on it."""
+    for op, state in zip(ops, states):
+        frame = op.transform_training(frame, backend, state, target)
+    return frame
+
+
 @dataclass
 class Views:
     """The input frame after a list of fitted ops (by position), built on the last view asked
@@ -70,6 +85,8 @@ class Views:
     backend: Backend
     applied: list[int] = field(default_factory=list)
     view: Any = None
+    # The frame's labels: views are then built with ``transform_training`` (in memory only).
+    target: Target | None = None
 
     def after(self, chosen: list[int], ops: Sequence[FeatureOp], states: Sequence[OpState | None]) -> Any:
         if self.view is None or chosen[:len(self.applied)] != self.applied:
@@ -81,6 +98,8 @@ class Views:
         return self.view
 
     def _apply(self, frame: Any, ops: list[FeatureOp], states: list[Any]) -> Any:
+        if self.target is not None:
+            return apply_training_ops(frame, ops, states, self.backend, self.target)
         if not is_partitioned(frame):
             return apply_ops(frame, ops, states, self.backend)
         return frame.map_partitions(apply_ops, ops, states, self.backend,
@@ -100,19 +119,25 @@ class FittedOps:
         return self.views.after(list(range(len(ops))), ops, self.states)
 
 
-def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend) -> FittedOps:
-    """Fit ``ops`` in order on ``frame`` (pandas, cuDF or Dask), one dependency phase at a time."""
+def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend, target: Target | None = None) -> FittedOps:
+    """Fit ``ops`` in order on ``frame`` (pandas, cuDF or Dask), one dependency phase at a time;
+    ``target``: the frame's labels, read by the ops that ``uses_target``."""
     phases = op_phases(ops, [str(c) for c in frame.columns])
     lazy = is_partitioned(frame)
+    learners = [op.op for op in ops if op.uses_target]
+    if lazy and learners:
+        raise ConfigError(f"feature op '{learners[0]}' learns from the label and encodes the training rows out of "
+                          "fold, which needs the training split in memory; partitioned features (Dask) cannot: "
+                          "drop partitioning for this run, or use frequency_encode, hash_encode or categorify")
     states: list[OpState | None] = [None] * len(ops)
-    views = Views(frame, backend)
+    views = Views(frame, backend, target=target if learners else None)
     for phase in sorted(set(phases)):
         members = [k for k, p in enumerate(phases) if p == phase]
         wanted: dict[int, dict[str, Any]] = {}
         for k in members:
             view = views.after([j for j in range(k) if phases[j] < phase], ops, states)
             ops[k].check_columns(view)
-            wanted[k] = ops[k].statistics(view, backend)
+            wanted[k] = op_statistics(ops[k], view, backend, target)
         for k, stats in _host_values(wanted, backend, lazy=lazy).items():
             states[k] = fit_state(ops[k], stats, backend)
     return FittedOps(cast(list[OpState], states), len(set(phases)), views)

@@ -27,8 +27,11 @@ from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.core.errors import DataError
+from pipeline.core.problems import Task
 from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
+from pipeline.features.selection import resolve_selectors
+from pipeline.features.ops.op_base import Target
 
 FORMAT_VERSION = 1
 # The models read one float32 matrix: a float64 value beyond this becomes infinity there.
@@ -77,23 +80,35 @@ class FeatureWorkflow:
     def __init__(self, ops: Sequence[FeatureOp | Mapping[str, Any]], *, backend: Backend | str | None = None) -> None:
         self.ops = [op_from_spec(o) for o in ops]
         self.backend = backend
+        # What each column selector resolved to at fit (``pipeline.features.selection``).
+        self.selections_: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ fitting
-    def fit(self, frame: Any) -> FeatureWorkflow:
-        self.fit_transform(frame)
+    def fit(self, frame: Any, target: Any = None, *, task: Task | None = None) -> FeatureWorkflow:
+        self.fit_transform(frame, target, task=task)
         return self
 
-    def fit_transform(self, frame: Any) -> Any:
-        """Fit on ``frame`` and return it transformed (lazily for a partitioned frame)."""
+    def fit_transform(self, frame: Any, target: Any = None, *, task: Task | None = None) -> Any:
+        """Fit on ``frame`` and return it transformed (lazily for a partitioned frame).
+
+        ``target``: ``frame``'s labels (a series, array or list, one per row), which the ops that
+        learn from the label need (``target_encode``); ``task`` says how they are coded (read
+        from the labels when not given). The frame returned is the training split as the model
+        trains on it: such an op's values there are out of fold, and ``transform`` of the same
+        frame gives the values any other split gets."""
         backend = self._backend_for(frame)
         lazy = is_partitioned(frame)
         if not lazy:
             frame = self._as_frame(frame, backend)
+        labels = None
+        if target is not None and not lazy and any(op.uses_target for op in self.ops):
+            labels = Target.of(target, backend, task)
+        self._resolve_selectors(frame, backend, labels)
         dtypes = {str(c): str(dtype) for c, dtype in frame.dtypes.items()}
         self.input_columns_ = {c: dtypes[c] for c in required_columns(self.ops, list(dtypes))}
         if not lazy:
             self._check_finite_inputs(frame, backend, "training split")
-        fitted = fit_ops(self.ops, frame, backend)
+        fitted = fit_ops(self.ops, frame, backend, labels)
         self.op_states_, self.passes_ = fitted.states, fitted.passes
         if lazy:
             # Each partition goes through ``transform``; missing values are checked there.
@@ -104,6 +119,12 @@ class FeatureWorkflow:
         self._check_no_missing(out, backend, "training split")
         self._check_float32_range(out, backend, "training split")
         return out
+
+    def _resolve_selectors(self, frame: Any, backend: Backend, labels: Target | None) -> None:
+        """Selectors to names, on this training frame; ops that select nothing are left out."""
+        if any(op.selector is not None for op in self.ops):
+            resolved, selections = resolve_selectors(self.ops, frame, backend, labels)
+            self.ops, self.selections_ = resolved, [s.as_json() for s in selections]
 
     # ------------------------------------------------------------ applying
     def transform(self, frame: Any) -> Any:
@@ -172,6 +193,7 @@ class FeatureWorkflow:
             "input_columns": self.input_columns_,
             "output_columns": self.output_columns_,
             "ops": [op_entry(op, state) for op, state in zip(self.ops, self.op_states_)],
+            **({"selections": self.selections_} if self.selections_ else {}),
         }
 
     @classmethod
@@ -184,6 +206,7 @@ class FeatureWorkflow:
             wf.states_ = [d.get("state") for d in data["ops"]]
             wf.input_columns_ = _string_map(data["input_columns"])
             wf.output_columns_ = [str(c) for c in _string_list(data["output_columns"])]
+            wf.selections_ = list(data.get("selections", []))
         except DataError:
             raise
         except Exception as exc:  # noqa: BLE001 - a file edited by hand fails in many ways; all are data errors

@@ -18,6 +18,8 @@ from pipeline.backends import Backend
 from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp, FeatureWorkflow
 from pipeline.featuresets.feature_set import TRAIN, FeatureSet, Scorer
+from pipeline.metrics.drift import reference_profile
+from pipeline.metrics.profile import PROFILE_ROWS
 from pipeline.core.problems import BINARY, Task
 from pipeline.tensors.handoff import Handoff, matrix_handoff
 
@@ -101,7 +103,11 @@ def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
         raise DataError(f"id column '{id_column}' not in the data")
     drop = [data.target] + ([id_column] if id_column else [])
     workflow = FeatureWorkflow(ops, backend=backend)
-    fitted = {TRAIN: workflow.fit_transform(data.frames[TRAIN].drop(columns=drop))}
+    train = data.frames[TRAIN]
+    # The labels travel only to a workflow with an op that learns from them (target_encode).
+    labels = (backend.to_vector(train[data.target], dtype=data.task.label_dtype)
+              if any(op.uses_target for op in workflow.ops) else None)
+    fitted = {TRAIN: workflow.fit_transform(train.drop(columns=drop), labels, task=data.task)}
     sizes = workflow.categorical_cardinalities()
     categorical = [c for c in workflow.output_columns_ if c in sizes]
     X, y, ids, codes, handoffs = {}, {}, {}, {}, []
@@ -117,8 +123,21 @@ def build_in_memory(data: Any, ops: Sequence[FeatureOp | dict[str, Any]], *,
             codes[name] = backend.to_matrix(out, columns=categorical, dtype="int64")
             handoffs.append(matrix_handoff(f"{name}.codes", out[categorical], codes[name], backend))
         del out
-    return InMemoryFeatures(
+    features = InMemoryFeatures(
         X=X, y=y, ids=ids, feature_names=list(workflow.output_columns_), workflow=workflow,
         target=data.target, id_column=id_column, backend=backend,
         categorical_columns=categorical, codes=codes, handoffs=handoffs, task=data.task,
     )
+    if labels is not None:
+        features._drift_reference = scoring_reference(workflow, train.drop(columns=drop), backend)
+    return features
+
+
+def scoring_reference(workflow: FeatureWorkflow, train: Any, backend: Backend) -> dict[str, Any]:
+    """The drift profile of training rows as scoring transforms them. An op that learns from the
+    label gives the training matrix out-of-fold values, which scoring never computes (it uses
+    the whole split's): profiled from that matrix, every scored value would fall outside the
+    training buckets and read as drift."""
+    sample = train.iloc[::stride(len(train), PROFILE_ROWS)]
+    matrix = np.asarray(backend.to_host(backend.to_matrix(workflow.transform(sample), dtype="float32")))
+    return reference_profile(matrix, list(workflow.output_columns_))

@@ -31,10 +31,13 @@ from pipeline.core.problems import BINARY, Task
 if TYPE_CHECKING:
     from pipeline.backends import Backend
 
-__all__ = ["MEMBERS_DIR", "Ensemble", "EnsembleFormat", "EnsembleMember", "EnsemblePredictor", "blend"]
+__all__ = ["MEMBERS_DIR", "META_DIR", "Bagged", "BaggedFormat", "Ensemble", "EnsembleFormat", "EnsembleMember",
+           "EnsemblePredictor", "StackFormat", "StackPredictor", "Stacked", "blend", "stack_columns", "stack_matrix"]
 
 # Member folders inside an exported ensemble: members/<member name>/.
 MEMBERS_DIR = "members"
+# The meta-model's folder inside an exported stack.
+META_DIR = "meta"
 # A member's name becomes a folder name: a plain name only (stage names are).
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # Fitted weights are rounded sums of floats: this far from 1 is still a distribution.
@@ -130,7 +133,7 @@ class EnsembleFormat(ModelFormat):
         listed = set(self.files(meta))
         # Members the fit gave no weight are not read at all (predict verifies their files all the same).
         used = [entry for entry in self._read_members(self.main_file(folder, meta)) if entry["weight"] > 0]
-        predictors = [self._load_member(folder, entry["name"], listed, backend) for entry in used]
+        predictors = [self._load_member(folder, f"{MEMBERS_DIR}/{entry['name']}", listed, backend) for entry in used]
         return EnsemblePredictor(predictors, [entry["weight"] for entry in used])
 
     def _read_members(self, file: Path) -> list[dict[str, Any]]:
@@ -148,10 +151,10 @@ class EnsembleFormat(ModelFormat):
                             f"(got {weights.tolist()})")
         return members
 
-    def _load_member(self, folder: Path, name: str, listed: set[str], backend: Backend | None) -> Predictor:
-        """A member's predictor, once every file it names is one the ensemble lists (so
-        ``predict`` verified it against the run's checksums)."""
-        relative = f"{MEMBERS_DIR}/{name}"
+    def _load_member(self, folder: Path, relative: str, listed: set[str], backend: Backend | None) -> Predictor:
+        """The predictor of the member saved in ``folder``/``relative``, once every file it names
+        is one the ensemble lists (so ``predict`` verified it against the run's checksums)."""
+        name = relative
         meta_path = folder / relative / "model.json"
         if f"{relative}/model.json" not in listed:
             raise DataError(f"{folder}: member '{name}' is not among the ensemble's files; it was not loaded")
@@ -173,6 +176,120 @@ class EnsembleFormat(ModelFormat):
         except KeyError as exc:
             raise DataError(f"ensemble member '{member}': {exc.args[0]}; if a plugin registers model '{model}', "
                             "load that plugin") from None
+
+
+@dataclass
+class Bagged(Ensemble):
+    """The estimator of a bagged model: one registry model fitted k times, each on all but one
+    of k folds of the training rows, its scores the members' plain average (weights 1/k)."""
+
+
+class BaggedFormat(EnsembleFormat):
+    """A bagged model: an ensemble of equal weights, saved as one (``bagged.json`` and each
+    member in its base model's format under ``members/<i>/``); its own name in model.json."""
+
+    name = "bagged"
+
+    def __init__(self, format_of: Callable[[str], ModelFormat], filename: str = "bagged.json") -> None:
+        super().__init__(format_of, filename)
+
+
+@dataclass
+class Stacked:
+    """The estimator of a stacked model: the members whose scores are the meta-model's
+    features (``stack_matrix``), and the meta-model fitted on their out-of-fold scores."""
+
+    members: list[EnsembleMember]
+    meta: EnsembleMember
+    passthrough: bool = False
+    task: Task = BINARY
+
+
+def stack_matrix(scores: Sequence[np.ndarray], task: Task, X: Any = None) -> np.ndarray:
+    """The meta-model's features from the members' scores: one column per member (binary,
+    regression) or one per class per member (multiclass), then ``X`` (host, the model's own
+    features) when the stack passes them through. Host float32, like every feature matrix;
+    the run and ``predict`` both build it here, so they feed the meta-model the same numbers."""
+    if not len(scores):
+        raise ValueError("a stack needs at least one member")
+    rows = len(scores[0])
+    width = task.n_outputs if task.kind == "multiclass" else 1
+    parts = [np.asarray(score, dtype="float64").reshape(rows, width) for score in scores]
+    if X is not None:
+        parts.append(np.asarray(X, dtype="float32").reshape(rows, -1))
+    return np.ascontiguousarray(np.hstack(parts), dtype="float32")
+
+
+def stack_columns(members: Sequence[str], task: Task, features: Sequence[str] = ()) -> list[str]:
+    """Names of ``stack_matrix``'s columns: ``<member>`` or ``<member>_<class>``, then ``features``."""
+    if task.kind == "multiclass":
+        names = [f"{member}_{value}" for member in members for value in task.classes]
+    else:
+        names = list(members)
+    return [*names, *features]
+
+
+@dataclass
+class StackPredictor:
+    """The members' scores of the rows, made the meta-model's features (``stack_matrix``), scored
+    by the meta-model's predictor."""
+
+    predictors: list[Predictor]
+    meta: Predictor
+    passthrough: bool
+    task: Task
+
+    def __call__(self, X: Any, codes: Any) -> np.ndarray:
+        from pipeline.backends import backend_for
+
+        backend = backend_for(X)
+        scores = [predictor(X, codes) for predictor in self.predictors]
+        matrix = stack_matrix(scores, self.task, backend.to_host(X) if self.passthrough else None)
+        return self.meta(backend.asarray(matrix), None)
+
+
+class StackFormat(EnsembleFormat):
+    """``stack.json`` (members, task, passthrough, the meta-model's columns), each member in its
+    own format under ``members/<name>/`` and the meta-model in its own under ``meta/``: a
+    stack of stacks nests the same way, and every file is listed for ``predict`` to verify."""
+
+    name = "stacked"
+
+    def __init__(self, format_of: Callable[[str], ModelFormat], filename: str = "stack.json") -> None:
+        super().__init__(format_of, filename)
+
+    def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
+        from pipeline.runs.store import atomic_write_json
+
+        stacked: Stacked = estimator
+        written: list[Path] = []
+        for member in stacked.members:
+            written += self._save_member(member, folder / MEMBERS_DIR / _member_name(member.name), backend)
+        written += self._save_member(stacked.meta, folder / META_DIR, backend)
+        path = folder / self.filename
+        atomic_write_json(path, {
+            "task": stacked.task.to_dict(), "passthrough": bool(stacked.passthrough),
+            "members": [{"name": m.name, "model": m.model} for m in stacked.members],
+            "meta": {"model": stacked.meta.model, "columns": list(stacked.meta.meta.get("features") or [])},
+        })
+        return [path, *written], {"file": path.name}
+
+    def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
+        listed = set(self.files(meta))
+        file = self.main_file(folder, meta)
+        try:
+            body = json.loads(file.read_text(encoding="utf-8"))
+            names = [_member_name(str(m["name"])) for m in body["members"]]
+            passthrough = bool(body.get("passthrough", False))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"{file}: not a readable stack description ({type(exc).__name__}: {exc})") from None
+        if not names:
+            raise DataError(f"{file}: a stack needs at least one member")
+        from pipeline.models.formats import task_of
+
+        predictors = [self._load_member(folder, f"{MEMBERS_DIR}/{name}", listed, backend) for name in names]
+        return StackPredictor(predictors, self._load_member(folder, META_DIR, listed, backend), passthrough,
+                              task_of(folder, meta))
 
 
 def _member_name(name: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.models.blending import EnsembleFormat
+from pipeline.models.blending import BaggedFormat, EnsembleFormat, StackFormat
 from pipeline.models.explainers import Explainer, xgboost_importance
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 from pipeline.models.steps import StepsOf, xgboost_rounds
@@ -494,4 +494,19 @@ register_model(ModelSpec(
     name="ensemble", seed_param=None, tasks=("binary", "multiclass", "regression"),
     description="weighted average of other models' scores (built by the ensemble stage)",
     format=EnsembleFormat(_format_of),
+))
+
+# Built by ``bag:`` on a train stage: k fits of one model on k folds of the training rows,
+# averaged; each member is saved in its base model's format.
+register_model(ModelSpec(
+    name="bagged", seed_param=None, tasks=("binary", "multiclass", "regression"),
+    description="k fits of one model on k folds of the training rows, averaged (built by bag: on a train stage)",
+    format=BaggedFormat(_format_of),
+))
+
+# Built by the stack stage: a meta-model fitted on its members' out-of-fold scores.
+register_model(ModelSpec(
+    name="stacked", seed_param=None, tasks=("binary", "multiclass", "regression"),
+    description="a meta-model fitted on other models' out-of-fold scores (built by the stack stage)",
+    format=StackFormat(_format_of),
 ))

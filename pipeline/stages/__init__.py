@@ -13,8 +13,10 @@ from pipeline.stages.split import SplitData, SplitSpec, split_frame
 from pipeline.stages.features import FeatureSet, FeaturesSpec, build_features
 from pipeline.stages.training.cross_validation import CVResult, cross_validate
 from pipeline.stages.train import TrainedModel, TrainSpec, train_model
+from pipeline.stages.training.bagging import BaggedModel, bag_model
 from pipeline.stages.torch_mlp import TorchSpec, TorchTrainedModel, train_torch
 from pipeline.stages.ensemble import EnsembleModel, EnsembleSpec, fit_ensemble
+from pipeline.stages.stack import StackedModel, StackSpec, fit_stack
 from pipeline.stages.auto import AutoSpec, fit_auto
 from pipeline.stages.evaluate import EvaluateSpec, Evaluation, binary_metrics, evaluate_models
 from pipeline.stages.export import ExportSpec, predictions_frame, save_model
@@ -26,5 +28,6 @@ __all__ = [
     "LoadSpec", "PythonSpec", "SplitData", "SplitSpec", "StageContext", "StageKind", "StageSpec",
     "TorchSpec", "TorchTrainedModel", "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "cross_validate", "evaluate_models",
     "load_table", "predictions_frame", "register_stage", "save_model", "split_frame", "train_model",
-    "fit_ensemble", "train_torch", "AutoSpec", "fit_auto",
+    "fit_ensemble", "train_torch", "StackedModel", "StackSpec", "fit_stack", "bag_model", "BaggedModel",
+    "AutoSpec", "fit_auto",
 ]

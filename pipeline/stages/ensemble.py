@@ -15,6 +15,7 @@ average of its members' (computed on first read, like theirs), so ``evaluate`` r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,26 +57,28 @@ def mixed_features(sources: Mapping[str, Any]) -> str | None:
 
 def no_held_out_rows(which: str = "") -> str:
     return ("ensemble needs rows its members were not trained on to fit the weights: valid: > 0 on "
-            f"the split stage (a valid split), or folds: there (out-of-fold scores{which}); or give "
-            "fixed weights:")
+            f"the split stage (a valid split), or folds: there (out-of-fold scores{which}), or bag: on "
+            "each input's train stage; or give fixed weights:")
 
 
 class EnsembleSpec(StageSpec):
     kind: Literal["ensemble"]
     on: Literal["auto", "valid", "oof"] = Field(
         "auto", description="Rows the weights are fitted on: valid (the valid split), oof (the members' "
-                            "out-of-fold scores; needs folds: on the split) or auto (valid when the split "
+                            "out-of-fold scores; needs folds: on the split or bag: on every input) or auto (valid when the split "
                             "has valid rows, else oof).")
     weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         None, description="Fixed weights per input model (relative: scaled to sum to 1) instead of fitted ones.")
     min_inputs = 2
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
-        """Its members' features and split, when they share them."""
-        previews = list(inputs.values())
+        """Its members' features and split, when they share them; out-of-fold scores when every
+        member has them (the blend of theirs)."""
+        oof = [p.oof for p in inputs.values()]
+        previews = [dataclasses.replace(p, oof=None) for p in inputs.values()]
         if not previews or any(p != previews[0] for p in previews[1:]):
             return Preview()
-        return previews[0]
+        return dataclasses.replace(previews[0], oof=None if None in oof else all(oof))
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
         """Members from different features stages; no rows to fit the weights on."""
@@ -91,7 +94,8 @@ class EnsembleSpec(StageSpec):
             return []
         if self.on == VALID and not first.valid:
             return [(("on",), ON_VALID_NEEDS_VALID)]
-        if not first.folds and (self.on == "oof" or (self.on == "auto" and not first.valid)):
+        every_oof = all(p.oof for p in inputs.values())     # bag: on each input gives them too
+        if not first.folds and not every_oof and (self.on == "oof" or (self.on == "auto" and not first.valid)):
             return [(("on",) if self.on == "oof" else ("inputs",), no_held_out_rows())]
         return []
 

@@ -26,6 +26,7 @@ from pipeline.featuresets import FeatureSet
 from pipeline.runs.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
+from pipeline.stages.training.trained import model_meta
 
 
 class ExportSpec(StageSpec):
@@ -48,18 +49,6 @@ def _same_features(models: list[TrainedModel]) -> FeatureSet:
 def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.DataFrame:
     """One row per scored row: id, split, true label, then one score column per model."""
     return _same_features(models).predictions_frame(models, split)
-
-
-def model_meta(model: TrainedModel) -> dict[str, Any]:
-    """What model.json says of ``model`` before its files and ``export_meta``: what it is, what
-    it reads and its task (absent in folders exported before tasks: those are binary)."""
-    return {
-        "name": model.name, "model": model.model, "device": model.features.backend.name,
-        "estimator": type(model.estimator).__module__ + "." + type(model.estimator).__name__,
-        "params": _jsonable(model.params), "features": model.features.feature_names,
-        "target": model.features.target, "id_column": model.features.id_column,
-        "task": model.task.to_dict(),
-    }
 
 
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
@@ -88,10 +77,6 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     atomic_write_json(folder / "model.json", meta)
     written.append(folder / "model.json")
     return written
-
-
-def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
 
 
 class ExportedFiles(list):

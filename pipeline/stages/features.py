@@ -12,15 +12,18 @@ balance and each feature's histogram per split, from samples of a fixed size.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from pipeline.backends.headers import HeaderReader
-from pipeline.features.ops import BUILT_IN_OPS, FeatureOp, OpStep, op_of_step, op_step_union, ops_key
+from pipeline.backends.headers import ColumnSet, HeaderReader
+from pipeline.features.ops import (
+    BUILT_IN_OPS, FeatureOp, OpStep, describe_selector, op_of_step, op_step_union, ops_key,
+)
 from pipeline.featuresets import FeatureSet, build_feature_set
-from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
 
 __all__ = ["FeatureSet", "FeaturesSpec", "build_features", "run_features"]
@@ -66,15 +69,31 @@ class FeaturesSpec(StageSpec):
             columns = columns.without([split.target], "is the split's target: the ops never see the label")
         if self.id is not None:
             columns = columns.without([self.id], "is the id column: kept out of the features")
+        table = columns
         for k, op in enumerate(self.build_ops()):
-            refs += [ColumnRef(("ops", k, op.op, *where), column, f"{op.op} column", among=columns)
+            among = columns if op.selector is None else _except_among(columns, table, split.columns)
+            refs += [ColumnRef(("ops", k, op.op, *where), column, f"{op.op} column", among=among)
                      for where, column in op.named_columns()]
-            columns = op.columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
+            columns = op.known_columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
         return refs
+
+    def plan_notes(self) -> list[tuple[KeyPath, str]]:
+        """Each column selector in words: which names it takes is decided on the training
+        split when the workflow is fitted (workflow.json records them)."""
+        return [(("ops", k, op.op, "columns"), f"selects {describe_selector(op.selector)}")
+                for k, op in enumerate(self.build_ops()) if op.selector is not None]
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (split,) = inputs.values()
         return Preview(features=stage, valid=split.valid, folds=split.folds, target=split.target)
+
+
+def _except_among(columns: ColumnSet, table: ColumnSet, split: ColumnSet) -> ColumnSet:
+    """What a selector's ``except`` names may be: any column known at the op or in the table
+    the ops start from, the id and the target included (leaving them out is harmless). An
+    earlier selector op leaves the names open (which it takes is known only at fit), so
+    they are checked against every name seen, open only where the split's table is."""
+    return replace(split.plus([*table.names, *columns.names], patterns=columns.patterns), open=split.open)
 
 
 _BY_OPS: dict[tuple[type[FeaturesSpec], tuple[tuple[str, int], ...]], type[FeaturesSpec]] = {}

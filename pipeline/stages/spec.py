@@ -68,6 +68,7 @@ class Preview:
     valid: bool | None = None            # whether its split has valid rows
     folds: int | None = None             # the split's folds: (0: none)
     target: str | None = None            # the split's target column
+    oof: bool | None = None              # whether a model has out-of-fold scores of the training split
 
 
 def model_preview(inputs: Mapping[str, Preview]) -> Preview:
@@ -76,7 +77,8 @@ def model_preview(inputs: Mapping[str, Preview]) -> Preview:
     if len(previews) != 1:
         return Preview()
     source = previews[0]
-    return Preview(features=source.features, valid=source.valid, folds=source.folds, target=source.target)
+    return Preview(features=source.features, valid=source.valid, folds=source.folds, target=source.target,
+                   oof=None if source.folds is None else source.folds > 0)
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,12 @@ class StageSpec(BaseModel):
         """``(key path in this block, message)`` for what in this block cannot serve ``task``, the
         task declared upstream (a train stage's classifier fed a regression split): reported at
         validation, before any data is read. Default: none, the stage serves any task."""
+        return []
+
+    def plan_notes(self) -> list[tuple[KeyPath, str]]:
+        """``(key path in this block, note)`` for what this block leaves to be decided when the
+        data is read (a ``features`` op's column selector), printed by ``pipeline validate``.
+        Default: none."""
         return []
 
     def sample_overrides(self, rows: int) -> dict[str, Any]:

@@ -7,99 +7,26 @@ matrices, or through the Dask cluster for partitioned data) is the feature set's
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from pipeline.backends import Backend
-from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
-from pipeline.featuresets.feature_set import Scorer
 from pipeline.models import MODELS, get_model_spec, trainable_models
 from pipeline.backends.headers import HeaderReader
 from pipeline.stages.spec import (
-    KeyPath, Preview, StageContext, StageProgress, StageSpec, model_preview, only_input, register_stage,
+    KeyPath, Preview, StageContext, StageSpec, model_preview, only_input, register_stage,
 )
+from pipeline.stages.training.bagging import BAG_WITH_FOLDS, bag_model
 from pipeline.stages.training.cross_validation import cross_validate_model
+from pipeline.stages.training.trained import SplitScores, TrainedModel, train_model
 from pipeline.stages.training.tuning import RegistryTrainer, TuneSpec, run_search, tune_problems
-from pipeline.core.problems import Task
 
-
-class SplitScores(Mapping[str, np.ndarray]):
-    """Positive-class scores per split, computed on first read and kept.
-
-    Usually only the test split is read (``evaluate``, ``export``); scoring the training split
-    of a large table eagerly cost ~4% of a 1M-row run for nothing.
-    """
-
-    def __init__(self, score: Callable[[str], np.ndarray], features: FeatureSet) -> None:
-        self._score = score
-        self._features = features
-        self._cache: dict[str, np.ndarray] = {}
-
-    @classmethod
-    def of_estimator(cls, estimator: Any, features: FeatureSet) -> SplitScores:
-        """Scores of a registry estimator fitted on ``features``, as the features score it."""
-        return cls(features.scorer(estimator), features)
-
-    def __getitem__(self, split: str) -> np.ndarray:
-        if split not in self._cache:
-            if split not in self:
-                raise KeyError(split)
-            self._cache[split] = self._score(split)
-        return self._cache[split]
-
-    def __contains__(self, split: object) -> bool:
-        # Answer from the row counts: Mapping's default would run a prediction to find out.
-        return bool(self._features.rows().get(split))  # type: ignore[call-overload]
-
-    def __iter__(self) -> Iterator[str]:
-        return (name for name, rows in self._features.rows().items() if rows)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-@dataclass
-class TrainedModel:
-    """A fitted estimator with the features it was trained on and its scores per split."""
-
-    name: str
-    model: str
-    estimator: Any
-    features: FeatureSet
-    scores: Mapping[str, np.ndarray]
-    params: dict[str, Any]
-    ignored_params: list[str] = field(default_factory=list)
-    fit_seconds: float = 0.0
-    # Set when training streamed partition files (xgboost_external): ranks and files per worker.
-    external_memory: dict[str, Any] | None = None
-    # Cross-validation (``folds: k``): per-fold metrics with their mean and std, and the
-    # out-of-fold scores of the training split's rows (what an ensemble fits its weights on).
-    cv: dict[str, Any] | None = None
-    oof_scores: np.ndarray | None = None
-    # Hyperparameter search (``tune:``): every trial's parameters and score, and the winner.
-    tuning: dict[str, Any] | None = None
-
-    @property
-    def task(self) -> Task:
-        return self.features.task
-
-    def export_meta(self) -> dict[str, Any]:
-        """Keys ``export`` adds to model.json beyond the estimator's files (none here; models
-        trained by other stages add what scoring them needs)."""
-        return {}
-
-    def scorer_for(self, features: FeatureSet) -> Scorer:
-        """How this model scores other rows of its features' layout (a sample, a shuffled
-        column): the features' own scorer of the estimator; models of other stages say theirs."""
-        return features.scorer(self.estimator)
+__all__ = ["EVAL_HISTORY", "SplitScores", "TrainSpec", "TrainedModel", "evaluation_rounds", "external_memory_models",
+           "run_train", "train_model", "train_uses"]
 
 
 def external_memory_models() -> list[str]:
@@ -128,14 +55,25 @@ class TrainSpec(StageSpec):
     tune: TuneSpec | None = Field(
         None, description="Search params with Optuna before training (trials scored on the valid split or by "
                           "the folds' mean), then train the best; each trial's values override params.")
+    bag: int | None = Field(
+        None, ge=2,
+        description="Fit the model k times, each on k-1 of k folds of the training split's rows (stratified, "
+                    "seeded) with the fold left out as its early-stopping eval set; valid/test scores are the "
+                    "members' average and each training row gets an out-of-fold score (what stack: and "
+                    "ensemble: fit on). With tune:, the search runs first and the best params are bagged. "
+                    "Not with folds: on the split, nor with partitioned features.")
     min_inputs = 1
     max_inputs = 1
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
-        return model_preview(inputs)
+        preview = model_preview(inputs)
+        return dataclasses.replace(preview, oof=True) if self.bag else preview
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-        return tune_problems(self.tune, inputs)
+        problems = tune_problems(self.tune, inputs)
+        if self.bag and any(p.folds for p in inputs.values()):
+            problems.append((("bag",), BAG_WITH_FOLDS))
+        return problems
 
     @field_validator("model")
     @classmethod
@@ -154,6 +92,14 @@ class TrainSpec(StageSpec):
         model = info.data.get("model")
         if value and model is not None and model not in external_memory_models():
             raise ValueError(f"external_memory applies to {', '.join(external_memory_models())} only")
+        return value
+
+    @field_validator("bag")
+    @classmethod
+    def _bag_in_memory(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and info.data.get("external_memory"):
+            raise ValueError("bag: fits its members on rows of the in-memory feature matrix; it cannot stream "
+                             "partition files (external_memory: true): remove one of them")
         return value
 
     @field_validator("params")
@@ -182,68 +128,6 @@ class TrainSpec(StageSpec):
         spec = get_model_spec(self.model)
         where = ("model",) if not spec.serves(task) else ("params",)
         return [(where, problem) for problem in spec.task_problems(task, self.params)]
-
-
-def train_model(
-    features: FeatureSet,
-    model: str,
-    params: dict[str, Any] | None = None,
-    *,
-    seed: int | None = 42,
-    name: str | None = None,
-    external_memory: bool | None = None,
-    estimator_kwargs: dict[str, Any] | None = None,
-    progress: StageProgress | None = None,
-) -> TrainedModel:
-    """Fit ``model`` (a registry name) on ``features``' training split.
-
-    ``external_memory`` matters for partitioned features only (see ``TrainSpec``).
-    ``estimator_kwargs`` go to the estimator's constructor as they are, after translation and
-    outside ``params`` (a tuner's XGBoost ``callbacks``: not parameters a model file records).
-    ``progress``: where a model whose entry counts its steps (``ModelSpec.fit_steps``: XGBoost's
-    boosting rounds) shows them as a bar; a distributed fit's steps run on the workers and are
-    not counted here.
-    """
-    backend: Backend = features.backend
-    spec = get_model_spec(model)
-    if not spec.trainable:
-        raise ValueError(f"model '{model}' has no estimator to fit here (it is trained by its own stage kind); "
-                         f"train fits {', '.join(trainable_models())}")
-    problems = spec.check_params(params or {})
-    if problems:
-        raise ValueError("; ".join(problems))
-    task = features.task
-    refused = spec.task_problems(task.kind, params or {})
-    if refused:
-        where = f"stages.{name}" if name else ""
-        raise ConfigError([ConfigIssue(where, f"{problem} (the split's task is {task.describe()})")
-                           for problem in refused])
-    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=features.distributed)
-    if features.rows()["train"] == 0:
-        raise DataError("the training split is empty")
-    constructor = {**kwargs, **(estimator_kwargs or {})}
-    steps = spec.fit_steps(constructor) if spec.fit_steps and progress is not None and not features.distributed \
-        else None
-    fit_kwargs: dict[str, Any] = {}
-    if spec.supports_eval_set and features.rows().get("valid"):
-        fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
-    started = time.perf_counter()
-    with progress.bar(steps.total, steps.description) if steps and progress else nullcontext(None) as advance:
-        attached = steps.attach(advance) if steps and advance is not None else {}
-        estimator = backend.estimator(spec, {**constructor, **attached}, distributed=features.distributed,
-                                      task=task.kind)
-        try:
-            streamed = features.fit(estimator, fit_kwargs, stage=name or model, model=model,
-                                    external_memory=external_memory)
-        finally:
-            if attached:      # the fitted estimator is cached and exported: it must not hold the display
-                estimator.set_params(**{key: constructor.get(key) for key in attached})
-    scores = SplitScores.of_estimator(estimator, features)
-    fit_seconds = time.perf_counter() - started
-    return TrainedModel(
-        name=name or model, model=model, estimator=estimator, features=features, scores=scores,
-        params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
-    )
 
 
 EVAL_HISTORY = "eval_history.csv"
@@ -289,8 +173,13 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
                                                        external_memory=spec.external_memory),
                             only_input(inputs), ctx)
         params.update(tuning.best_params)
-    trained = train_model(only_input(inputs), spec.model, params, seed=ctx.seed, name=ctx.stage,
-                          external_memory=spec.external_memory, progress=ctx.progress)
+    if spec.bag:                          # bag: k fits on k folds of the training rows, averaged
+        trained = bag_model(only_input(inputs), spec.model, params, k=spec.bag, seed=ctx.seed, name=ctx.stage,
+                            progress=ctx.progress)
+        ctx.facts["bag"] = {"k": spec.bag, "oof": _oof_metrics(trained)}
+    else:
+        trained = train_model(only_input(inputs), spec.model, params, seed=ctx.seed, name=ctx.stage,
+                              external_memory=spec.external_memory, progress=ctx.progress)
     trained.tuning = tuning.to_dict() if tuning is not None else None
     if trained.ignored_params:
         ctx.logger.warning("%s: %s has no %s on %s; ignored", ctx.stage, spec.model,
@@ -309,3 +198,11 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
         cross_validate_model(ctx, trained, lambda fold: train_model(
             fold, spec.model, params, seed=ctx.seed, name=ctx.stage).scores["valid"])
     return trained
+
+
+def _oof_metrics(trained: TrainedModel) -> dict[str, float]:
+    """The task's metrics of a model's out-of-fold scores of the training split (rows no fit saw)."""
+    from pipeline.metrics import task_metrics
+
+    return {name: round(value, 6) for name, value in
+            task_metrics(trained.task, trained.features.labels("train"), trained.oof_scores).items()}

@@ -19,7 +19,9 @@ Each check that fails raises an ``AssertionError`` naming the op and the check:
   a bad parameter there is a ConfigError at the key path (``stages.features.ops[0].<op>.<key>``)
   with its line;
 - ``fit``: ``fit`` returns the op's state model and leaves the frame as it was; the
-  workflow's fit driver (``statistics`` then ``fit_from``) gives the same state;
+  workflow's fit driver (``statistics`` then ``fit_from``) gives the same state; an op that
+  ``uses_target`` is given binary labels of the sample's rows (``sample_target``), and its
+  ``transform_training`` must give the rows, index and columns ``transform`` does;
 - ``transform``: a frame with the same rows and index, the columns ``output_columns`` names,
   the input left as it was, each output column one the checks before reading data allow
   (``columns_after``);
@@ -50,11 +52,11 @@ from pipeline.backends.headers import ColumnSet
 from pipeline.config.loader import load_config
 from pipeline.core.errors import ConfigError
 from pipeline.features.fitting import fit_ops
-from pipeline.features.ops import OPS, FeatureOp, OpState
+from pipeline.features.ops import OPS, FeatureOp, OpState, Target
 from pipeline.features.workflow import op_entry, op_from_entry
 from pipeline.testing.failures import ConformanceFailure
 
-__all__ = ["check_op", "default_sample_frame"]
+__all__ = ["check_op", "default_sample_frame", "sample_target"]
 
 # The YAML check's config: a features stage whose ops: list holds the op under test, at OP_LINE.
 CONFIG = """\
@@ -87,6 +89,12 @@ def default_sample_frame() -> pd.DataFrame:
                                 "2019-11-11", "2020-06-15", "2021-01-01", "2020-09-09", "2021-05-05", "2019-12-25"]),
         "until": pd.to_datetime(["2022-01-01 00:00"] * 6 + ["2022-06-30 12:00"] * 6),
     })
+
+
+def sample_target(rows: int) -> np.ndarray:
+    """Binary labels for the rows of a sample frame (an op that ``uses_target`` fits on them):
+    a fixed pattern, so the check is the same every run."""
+    return np.array([(i * 7 // 3) % 2 for i in range(rows)], dtype="int64")
 
 
 class _Check:
@@ -238,20 +246,37 @@ def _check_yaml(op: FeatureOp, params: dict[str, Any], check: _Check) -> None:
 
 def _check_fit(op: FeatureOp, sample: Any, backend: Backend, check: _Check) -> OpState:
     before = sample.copy()
+    target = Target.of(sample_target(len(sample)), backend) if op.uses_target else None
     try:
-        state = op.fit(sample, backend)
+        state = op.fit(sample, backend, target)
     except Exception as exc:  # noqa: BLE001
         check.fail("fit", f"{op!r}.fit raised {type(exc).__name__}: {exc}")
     check.that(isinstance(state, op.state_model), "fit",
                f"fit returned {type(state).__name__}, not the op's state_model {op.state_model.__name__}")
     check.frames_equal(sample, before, "fit", "fit changed the frame it was given")
     try:
-        driven = fit_ops([op], sample, backend).states[0]
+        driven = fit_ops([op], sample, backend, target).states[0]
     except Exception as exc:  # noqa: BLE001
         check.fail("fit", f"the workflow's fit driver (statistics, then fit_from) raised {type(exc).__name__}: {exc}")
     check.that(driven == state, "fit", f"the workflow's fit driver (statistics, then fit_from) fitted {driven!r}; "
                                        f"fit gave {state!r}")
+    if target is not None:
+        _check_training_transform(op, sample, state, backend, target, check)
     return state
+
+
+def _check_training_transform(op: FeatureOp, sample: Any, state: OpState, backend: Backend, target: Target,
+                              check: _Check) -> None:
+    before = sample.copy()
+    try:
+        trained = op.transform_training(sample, backend, state, target)
+        scored = op.transform(sample, backend, state)
+    except Exception as exc:  # noqa: BLE001
+        check.fail("fit", f"transform_training raised {type(exc).__name__}: {exc}")
+    check.frames_equal(sample, before, "fit", "transform_training changed the frame it was given")
+    check.that(trained.index.equals(sample.index), "fit", "transform_training's rows (index) are not the input's")
+    check.that([str(c) for c in trained.columns] == [str(c) for c in scored.columns], "fit",
+               f"transform_training outputs columns {list(trained.columns)}; transform outputs {list(scored.columns)}")
 
 
 def _check_transform(op: FeatureOp, sample: Any, state: OpState, backend: Backend,

@@ -11,7 +11,8 @@ from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import count_pairs, replace_columns
+from pipeline.features.ops.op_support import replace_columns
+from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
 
 
 class OneHotState(OpState):
@@ -36,19 +37,18 @@ class OneHot(FeatureOp):
     op: ClassVar[str] = "one_hot"
     state_model: ClassVar[type[OpState]] = OneHotState
     example: ClassVar[dict[str, Any]] = {"columns": ["cat"], "max_categories": 2}
-    min_frequency: int = Field(1, ge=1, description="Categories rarer than this share one '<col>=__rare__' column.")
+    min_frequency: MinFrequency = Field(1, description="Categories seen fewer times than this (a count, or below 1 a share "
+                                        "of the training rows) share one '<col>=__rare__' column.")
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent categories.")
     drop_binary: bool = Field(False, description="For a two-category column keep only the second column.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        return {col: frame[col].value_counts(dropna=True) for col in self.columns}
+        return {k: v for col in self.columns for k, v in rare_statistics(frame[col], col, self.min_frequency).items()}
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> OneHotState:
         cats, rare = {}, {}
         for col in self.columns:
-            counts = count_pairs(stats[col])
-            kept = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
-            rare[col] = len(kept) < len(counts)
+            kept, rare[col] = frequent_levels(stats, col, self.min_frequency, self.max_categories)
             kept.sort(key=str)
             if self.drop_binary and len(kept) == 2 and not rare[col]:
                 kept = kept[1:]
@@ -65,7 +65,7 @@ class OneHot(FeatureOp):
                 new[f"{col}={cat}"] = (series == cat).fillna(False).astype("float32")
             if state.rare[col]:
                 known = series.isin(cats) | series.isna()
-                new[f"{col}=__rare__"] = (~known).astype("float32")
+                new[f"{col}={RARE}"] = (~known).astype("float32")
         return replace_columns(frame, backend, new, list(self.columns))
 
     def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
@@ -77,7 +77,7 @@ class OneHot(FeatureOp):
         for col in self.columns:
             out += [f"{col}={cat}" for cat in state.categories[col]]
             if state.rare[col]:
-                out.append(f"{col}=__rare__")
+                out.append(f"{col}={RARE}")
         return out
 
 
@@ -95,17 +95,15 @@ class Categorify(FeatureOp):
     op: ClassVar[str] = "categorify"
     state_model: ClassVar[type[OpState]] = CategorifyState
     example: ClassVar[dict[str, Any]] = {"columns": ["cat", "flag"]}
-    min_frequency: int = Field(1, ge=1, description="Values seen fewer times than this go to code 0.")
+    min_frequency: MinFrequency = Field(1, description="Values seen fewer times than this (a count, or below 1 a share of "
+                                        "the training rows) go to code 0.")
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent values.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        return {col: frame[col].value_counts(dropna=True) for col in self.columns}
+        return {k: v for col in self.columns for k, v in rare_statistics(frame[col], col, self.min_frequency).items()}
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> CategorifyState:
-        cats = {}
-        for col in self.columns:
-            counts = count_pairs(stats[col])
-            cats[col] = [v for v, n in counts if n >= self.min_frequency][: self.max_categories]
+        cats = {col: frequent_levels(stats, col, self.min_frequency, self.max_categories)[0] for col in self.columns}
         return CategorifyState(categories=cats)
 
     def transform(self, frame: Any, backend: Backend, state: CategorifyState) -> Any:

@@ -106,3 +106,13 @@ def replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: lis
     return backend.frame.concat([kept, added], axis=1)
 
 
+def code_array(series: Any, categories: list[Any], backend: Backend) -> Any:
+    """int64 codes of ``series`` against ``categories`` as a 1-D array on the device: 1..n for
+    the listed values, 0 for missing and any other value (``Backend.category_codes``)."""
+    return backend.to_vector(backend.category_codes(series, categories), dtype="int64")
+
+
+def lookup(series: Any, categories: list[Any], table: Any, backend: Backend) -> Any:
+    """Per row of ``series``, the row of ``table`` (host, one row per code: row 0 for missing
+    and unlisted values, then one per category) for its code: a 1-D or 2-D device array."""
+    return backend.asarray(np.asarray(table, dtype="float64"))[code_array(series, categories, backend)]

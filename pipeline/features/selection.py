@@ -1,0 +1,85 @@
+"""Selectors resolved to names, once, on the training split (``columns: {type: numeric}``).
+
+Each selector op is resolved on the frame as it reaches the op: the training split after the
+ops before it, fitted. So ``{type: numeric}`` after ``categorify`` sees the codes, and after
+``date_parts`` the date parts. The op becomes a copy holding the names
+(``model_copy(update={"columns": [...]})``); the workflow fits and records those, so
+workflow.json holds names and scoring never types a column again. A selector that takes no
+column drops its op (a generic op list must work on any table), and the resolution says so.
+
+Cost: the ops between two selectors are fitted on the frame once more to see what they output
+(in memory: one extra application of each; on partitioned data: their passes once more). A
+list without selectors costs nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.backends import Backend
+from pipeline.features.fitting import fit_ops
+from pipeline.features.ops.op_base import Target
+from pipeline.features.ops import FeatureOp
+from pipeline.features.ops.column_selector import describe_selector, select_columns
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Selection", "resolve_selectors"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one selector resolved to: its op's position in the configured list, the op, the
+    selector in words and the names it took (empty: the op was skipped)."""
+
+    position: int
+    op: str
+    selector: str
+    columns: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"position": self.position, "op": self.op, "selector": self.selector, "columns": self.columns,
+                "skipped": not self.columns}
+
+
+def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
+                      target: Target | None = None) -> tuple[list[FeatureOp], list[Selection]]:
+    """``ops`` with every selector replaced by the names it takes on ``frame`` (the training
+    split as the workflow receives it), ops whose selector takes nothing left out; and what
+    each selector resolved to, in order. ``target``: the frame's labels, for the ops before a
+    selector that learn from them (``target_encode``)."""
+    if all(op.selector is None for op in ops):
+        return list(ops), []
+    explicit = set().union(*(_named(op) for op in ops if op.selector is None))
+    resolved: list[FeatureOp] = []
+    selections: list[Selection] = []
+    taken: set[str] = set()
+    current, fitted_upto = frame, 0
+    for position, op in enumerate(ops):
+        selector = op.selector
+        if selector is None:
+            resolved.append(op)
+            continue
+        pending = resolved[fitted_upto:]
+        if pending:                        # the frame as it reaches this op: the ops since the last selector, fitted
+            current = fit_ops(pending, current, backend, target).transformed(pending)
+            fitted_upto = len(resolved)
+        names = select_columns(selector, current, backend, explicit=explicit, taken=taken)
+        words = describe_selector(selector)
+        selections.append(Selection(position, op.op, words, names))
+        if not names:
+            log.warning("feature ops[%d] (%s): %s matched no column of the training split; the op is skipped",
+                        position, op.op, words)
+            continue
+        log.info("feature ops[%d] (%s): %s -> %s", position, op.op, words, ", ".join(names))
+        taken.update(names)
+        resolved.append(op.model_copy(update={"columns": names}))
+    return resolved, selections
+
+
+def _named(op: FeatureOp) -> set[str]:
+    """The columns an op's parameters name by hand (its list, and e.g. date_diff's ``until``)."""
+    return {column for _, column in op.named_columns()}

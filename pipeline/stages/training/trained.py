@@ -1,0 +1,174 @@
+"""What a model-training stage returns (``TrainedModel``, with its ``SplitScores``) and the
+library function that fits a registry model on a feature set (``train_model``).
+
+They live apart from the ``train`` stage kind (``pipeline.stages.train``, which re-exports
+them) so that the training libraries the stage calls (``pipeline.stages.training.bagging``)
+can build on them without importing the stage back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.backends import Backend
+from pipeline.core.errors import ConfigError, ConfigIssue, DataError
+from pipeline.core.problems import Task
+from pipeline.featuresets import FeatureSet
+from pipeline.featuresets.feature_set import Scorer
+from pipeline.models import get_model_spec, trainable_models
+from pipeline.stages.spec import StageProgress
+
+class SplitScores(Mapping[str, np.ndarray]):
+    """Positive-class scores per split, computed on first read and kept.
+
+    Usually only the test split is read (``evaluate``, ``export``); scoring the training split
+    of a large table eagerly cost ~4% of a 1M-row run for nothing.
+    """
+
+    def __init__(self, score: Callable[[str], np.ndarray], features: FeatureSet) -> None:
+        self._score = score
+        self._features = features
+        self._cache: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def of_estimator(cls, estimator: Any, features: FeatureSet) -> SplitScores:
+        """Scores of a registry estimator fitted on ``features``, as the features score it."""
+        return cls(features.scorer(estimator), features)
+
+    def __getitem__(self, split: str) -> np.ndarray:
+        if split not in self._cache:
+            if split not in self:
+                raise KeyError(split)
+            self._cache[split] = self._score(split)
+        return self._cache[split]
+
+    def __contains__(self, split: object) -> bool:
+        # Answer from the row counts: Mapping's default would run a prediction to find out.
+        return bool(self._features.rows().get(split))  # type: ignore[call-overload]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, rows in self._features.rows().items() if rows)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+@dataclass
+class TrainedModel:
+    """A fitted estimator with the features it was trained on and its scores per split."""
+
+    name: str
+    model: str
+    estimator: Any
+    features: FeatureSet
+    scores: Mapping[str, np.ndarray]
+    params: dict[str, Any]
+    ignored_params: list[str] = field(default_factory=list)
+    fit_seconds: float = 0.0
+    # Set when training streamed partition files (xgboost_external): ranks and files per worker.
+    external_memory: dict[str, Any] | None = None
+    # Cross-validation (``folds: k``): per-fold metrics with their mean and std, and the
+    # out-of-fold scores of the training split's rows (what an ensemble fits its weights on).
+    cv: dict[str, Any] | None = None
+    oof_scores: np.ndarray | None = None
+    # Hyperparameter search (``tune:``): every trial's parameters and score, and the winner.
+    tuning: dict[str, Any] | None = None
+
+    @property
+    def task(self) -> Task:
+        return self.features.task
+
+    def export_meta(self) -> dict[str, Any]:
+        """Keys ``export`` adds to model.json beyond the estimator's files (none here; models
+        trained by other stages add what scoring them needs)."""
+        return {}
+
+    def scorer_for(self, features: FeatureSet) -> Scorer:
+        """How this model scores other rows of its features' layout (a sample, a shuffled
+        column): the features' own scorer of the estimator; models of other stages say theirs."""
+        return features.scorer(self.estimator)
+
+
+
+def train_model(
+    features: FeatureSet,
+    model: str,
+    params: dict[str, Any] | None = None,
+    *,
+    seed: int | None = 42,
+    name: str | None = None,
+    external_memory: bool | None = None,
+    estimator_kwargs: dict[str, Any] | None = None,
+    progress: StageProgress | None = None,
+) -> TrainedModel:
+    """Fit ``model`` (a registry name) on ``features``' training split.
+
+    ``external_memory`` matters for partitioned features only (see ``TrainSpec``).
+    ``estimator_kwargs`` go to the estimator's constructor as they are, after translation and
+    outside ``params`` (a tuner's XGBoost ``callbacks``: not parameters a model file records).
+    ``progress``: where a model whose entry counts its steps (``ModelSpec.fit_steps``: XGBoost's
+    boosting rounds) shows them as a bar; a distributed fit's steps run on the workers and are
+    not counted here.
+    """
+    backend: Backend = features.backend
+    spec = get_model_spec(model)
+    if not spec.trainable:
+        raise ValueError(f"model '{model}' has no estimator to fit here (it is trained by its own stage kind); "
+                         f"train fits {', '.join(trainable_models())}")
+    problems = spec.check_params(params or {})
+    if problems:
+        raise ValueError("; ".join(problems))
+    task = features.task
+    refused = spec.task_problems(task.kind, params or {})
+    if refused:
+        where = f"stages.{name}" if name else ""
+        raise ConfigError([ConfigIssue(where, f"{problem} (the split's task is {task.describe()})")
+                           for problem in refused])
+    kwargs, ignored = spec.translate(params or {}, backend.name, seed=seed, distributed=features.distributed)
+    if features.rows()["train"] == 0:
+        raise DataError("the training split is empty")
+    constructor = {**kwargs, **(estimator_kwargs or {})}
+    steps = spec.fit_steps(constructor) if spec.fit_steps and progress is not None and not features.distributed \
+        else None
+    fit_kwargs: dict[str, Any] = {}
+    if spec.supports_eval_set and features.rows().get("valid"):
+        fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
+    started = time.perf_counter()
+    with progress.bar(steps.total, steps.description) if steps and progress else nullcontext(None) as advance:
+        attached = steps.attach(advance) if steps and advance is not None else {}
+        estimator = backend.estimator(spec, {**constructor, **attached}, distributed=features.distributed,
+                                      task=task.kind)
+        try:
+            streamed = features.fit(estimator, fit_kwargs, stage=name or model, model=model,
+                                    external_memory=external_memory)
+        finally:
+            if attached:      # the fitted estimator is cached and exported: it must not hold the display
+                estimator.set_params(**{key: constructor.get(key) for key in attached})
+    scores = SplitScores.of_estimator(estimator, features)
+    fit_seconds = time.perf_counter() - started
+    return TrainedModel(
+        name=name or model, model=model, estimator=estimator, features=features, scores=scores,
+        params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
+    )
+
+
+def model_meta(model: TrainedModel) -> dict[str, Any]:
+    """What model.json says of ``model`` before its files and ``export_meta``: what it is, what
+    it reads and its task (absent in folders exported before tasks: those are binary)."""
+    return {
+        "name": model.name, "model": model.model, "device": model.features.backend.name,
+        "estimator": type(model.estimator).__module__ + "." + type(model.estimator).__name__,
+        "params": _jsonable(model.params), "features": model.features.feature_names,
+        "target": model.features.target, "id_column": model.features.id_column,
+        "task": model.task.to_dict(),
+    }
+
+
+def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
