@@ -104,6 +104,9 @@ class AutoSpec(StageSpec):
                           "member that serves the task.")
     bag: int = Field(5, ge=2, le=20, description="Folds each member is bagged on (out-of-fold scores for the "
                                                  "blend; early stopping on the fold a bag member does not fit).")
+    ensemble: Literal["weighted", "stack"] = Field(
+        "weighted", description="How members are combined: weighted (weights on the simplex fitted to the "
+                                "out-of-fold scores) or stack (a meta-model bagged on them, as the stack stage).")
     id: str | None = Field(None, description="Id column (when the input is a split): kept out of the features, "
                                              "written with predictions.")
     min_inputs = 1
@@ -164,7 +167,8 @@ class MemberRecord:
 
 @dataclass
 class AutoResult:
-    """The blended model and the leaderboard (every member, fitted or not, best first)."""
+    """The combined model and the leaderboard (every member, fitted or not, best first); a
+    member's ``weight`` is its blend weight, or 1 for each member of a stack."""
 
     model: TrainedModel
     metric: str
@@ -247,8 +251,8 @@ def portfolio_for(task: str, preset: str, models: Sequence[str] | None = None) -
 
 
 def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "auto",
-             models: Sequence[str] | None = None, bag: int = 5, seed: int = 42, name: str = "auto",
-             log: Callable[[str], None] | None = None) -> AutoResult:
+             models: Sequence[str] | None = None, bag: int = 5, ensemble: str = "weighted", seed: int = 42,
+             name: str = "auto", log: Callable[[str], None] | None = None) -> AutoResult:
     """Fit the portfolio on ``features`` within ``time_limit`` seconds and blend it (see the module)."""
     started = time.perf_counter()
     features = features.in_memory("the auto stage bags its members on the training matrix in memory; load the "
@@ -299,9 +303,16 @@ def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "
     if not fitted:
         reasons = "; ".join(f"{r.model}: {r.reason}" for r in board)
         raise DataError(f"auto: no portfolio member could be fitted ({reasons})")
-    blended = fit_ensemble(fitted, name=name, on="oof")
+    if ensemble == "stack":
+        from pipeline.stages.stack import fit_stack
+
+        blended: TrainedModel = fit_stack(fitted, name=name, k=bag, seed=seed)
+        weights = {m.name: 1.0 for m in fitted}
+    else:
+        blended = fit_ensemble(fitted, name=name, on="oof")
+        weights = blended.weights
     for record in board:
-        record.weight = blended.weights.get(record.model, 0.0) if record.status == "fitted" else 0.0
+        record.weight = weights.get(record.model, 0.0) if record.status == "fitted" else 0.0
     better = HIGHER_IS_BETTER[metric]
     board.sort(key=lambda r: (r.status != "fitted", -(r.oof or 0.0) if better else (r.oof or math.inf)))
     return AutoResult(blended, metric, board, time.perf_counter() - started)
@@ -358,12 +369,12 @@ def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> Tr
                                                                       "features stage names its own id column")])
         features = source
     result = fit_auto(features, time_limit=spec.time_limit, preset=spec.preset, models=spec.models, bag=spec.bag,
-                      seed=ctx.seed, name=ctx.stage, log=lambda line: ctx.logger.info("%s: %s", ctx.stage, line))
+                      ensemble=spec.ensemble, seed=ctx.seed, name=ctx.stage, log=lambda line: ctx.logger.info("%s: %s", ctx.stage, line))
     board = [r.to_dict() for r in result.leaderboard]
     ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)",
                                 "time_limit": spec.time_limit, "seconds": round(result.seconds, 3),
                                 "members": board}
-    ctx.facts["weights"] = {k: round(v, 6) for k, v in result.model.weights.items() if v > 0}
+    ctx.facts["members"] = [r.model for r in result.leaderboard if r.status == "fitted"]
     if ctx.artifacts_dir is not None:
         from pipeline.runs.store import atomic_write_json
 
