@@ -21,7 +21,7 @@ from pipeline.backends import Backend
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import Scorer
-from pipeline.models import MODELS, get_model_spec, trainable_models
+from pipeline.models import MODELS, FitInputs, ModelSpec, get_model_spec, trainable_models
 from pipeline.backends.headers import HeaderReader
 from pipeline.stages.spec import (
     KeyPath, Preview, StageContext, StageProgress, StageSpec, model_preview, only_input, register_stage,
@@ -224,9 +224,7 @@ def train_model(
     constructor = {**kwargs, **(estimator_kwargs or {})}
     steps = spec.fit_steps(constructor) if spec.fit_steps and progress is not None and not features.distributed \
         else None
-    fit_kwargs: dict[str, Any] = {}
-    if spec.supports_eval_set and features.rows().get("valid"):
-        fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
+    fit_kwargs = spec.fit_kwargs(fit_inputs(features, spec, params or {}))
     started = time.perf_counter()
     with progress.bar(steps.total, steps.description) if steps and progress else nullcontext(None) as advance:
         attached = steps.attach(advance) if steps and advance is not None else {}
@@ -244,6 +242,17 @@ def train_model(
         name=name or model, model=model, estimator=estimator, features=features, scores=scores,
         params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
     )
+
+
+def fit_inputs(features: FeatureSet, spec: ModelSpec, params: Mapping[str, Any]) -> FitInputs:
+    """What the entry's ``fit_kwargs`` may pass to ``fit``: the valid split (for an entry that
+    takes an evaluation set, and only when it has rows) and the categorical columns' positions."""
+    takes_eval = spec.supports_eval_set or spec.fit_arguments is not None
+    eval_set = (features.X["valid"], features.y["valid"]) if takes_eval and features.rows().get("valid") else None
+    categorical = set(features.categorical_columns)
+    return FitInputs(eval_set=eval_set,
+                     categorical=tuple(i for i, column in enumerate(features.feature_names) if column in categorical),
+                     feature_names=tuple(features.feature_names), params=dict(params))
 
 
 EVAL_HISTORY = "eval_history.csv"
