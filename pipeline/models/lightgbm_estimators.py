@@ -71,8 +71,8 @@ class _HostLightGBM:
         params.pop("early_stopping_rounds", None)
         return {key: value for key, value in params.items() if not (key in EXTRA_PARAMS and value is None)}
 
-    def fit(self, X: Any, y: Any, eval_set: list[tuple[Any, Any]] | None = None, callbacks: list[Any] | None = None,
-            **kwargs: Any) -> Any:
+    def fit(self, X: Any, y: Any, eval_set: list[tuple[Any, Any]] | None = None,
+            categorical_feature: list[int] | str = "auto", callbacks: list[Any] | None = None, **kwargs: Any) -> Any:
         evaluation = [(host(ex), host(ey)) for ex, ey in eval_set or []]
         callbacks = list(callbacks or [])
         if self.early_stopping_rounds:
@@ -86,7 +86,8 @@ class _HostLightGBM:
             kwargs["eval_y"] = tuple(ey for _, ey in evaluation)
         elif evaluation:
             kwargs["eval_set"] = evaluation
-        return super().fit(host(X), host(y), callbacks=callbacks or None, **kwargs)  # type: ignore[misc]
+        return super().fit(host(X), host(y), categorical_feature=categorical_feature,  # type: ignore[misc]
+                           callbacks=callbacks or None, **kwargs)
 
     def predict(self, X: Any, **kwargs: Any) -> Any:
         return super().predict(host(X), **kwargs)  # type: ignore[misc]

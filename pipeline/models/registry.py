@@ -414,7 +414,8 @@ _CATBOOST_PARAMS = _same(
     "eval_metric", "auto_class_weights", "class_weights", "scale_pos_weight", "early_stopping_rounds",
     "use_best_model", "random_seed", "thread_count", "nan_mode", "boosting_type", "verbose",
 )
-_CATBOOST_DEFAULTS = {"verbose": False, "allow_writing_files": False, "thread_count": -1}
+# thread_count is left at CatBoost's default, -1: every core (CatBoost drops an explicit -1).
+_CATBOOST_DEFAULTS = {"verbose": False, "allow_writing_files": False}
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
