@@ -210,6 +210,21 @@ def test_a_missing_library_is_exit_5_naming_the_extra(folder, tmp_path):
 
 
 # ---------------------------------------------------------------- importances, tuning, the kit
+SPACES = {"lightgbm": "{num_leaves: {int: [4, 16]}, learning_rate: {float: [0.05, 0.3], log: true}}",
+          "catboost": "{depth: {int: [2, 5]}, l2_leaf_reg: {float: [1, 10], log: true}}"}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_tune_searches_the_models_own_parameters(folder, model):
+    text = config(folder / "rows.csv", model, "binary")
+    text = text.replace("  export:\n", f"    tune:\n      trials: 3\n      space: {SPACES[model]}\n  export:\n")
+    run_dir = run(folder, f"{model}_tuned", text)
+    tuning = pd.read_csv(next(run_dir.rglob("tuning.csv")))
+    assert len(tuning) == 3
+    space = {"lightgbm": ["num_leaves", "learning_rate"], "catboost": ["depth", "l2_leaf_reg"]}[model]
+    assert all(any(name in column for column in tuning.columns) for name in space)
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_native_importances_rank_the_features(model):
     from pipeline.models import get_model_spec
