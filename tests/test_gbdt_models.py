@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.core.errors import ExitCode
+from pipeline.core.errors import DataError, ExitCode
+from pipeline.runs.store import sha256_file
+from pipeline.scoring.model_folder import load_model
 
 pytestmark = pytest.mark.slow
 
@@ -177,25 +180,23 @@ def test_lightgbm_early_stopping_without_a_valid_split_says_so(folder):
 
 # ---------------------------------------------------------------- refused files and libraries
 def test_a_swapped_model_file_is_refused_with_exit_3(runs, folder, tmp_path):
-    """A regression model's file in place of a binary one's (checksums updated, as someone who
-    swaps files on purpose would): the objective does not give the task's scores."""
+    """A regression model's file in place of a binary one's, its checksum in the manifest
+    updated (what a writer without a signing key can do): the objective does not give the
+    task's scores, so loading refuses it, and ``pipeline predict`` exits 3 naming the file."""
     for model, name in (("lightgbm", "model.lgb.txt"), ("catboost", "model.cbm")):
-        source = runs[(model, "binary")]
         copy = tmp_path / f"{model}_copy"
-        import shutil
-
-        shutil.copytree(source, copy)
+        shutil.copytree(runs[(model, "binary")], copy)
         target = copy / "export" / "models" / "model" / name
         target.write_bytes((runs[(model, "regression")] / "export" / "models" / "model" / name).read_bytes())
-        from pipeline.scoring.model_folder import load_model
-        from pipeline.core.errors import DataError
-
+        manifest = json.loads((copy / "manifest.json").read_text())
+        manifest["artifacts"][f"export/models/model/{name}"] = sha256_file(target)
+        (copy / "manifest.json").write_text(json.dumps(manifest, indent=2))
         with pytest.raises(DataError, match=f"{name}.*task is binary"):
             load_model(copy / "export" / "models" / "model")
         proc = predict("--run", str(copy), "--input", str(folder / "new.csv"), "--output", str(tmp_path / "o.csv"),
                        cwd=folder)
         assert proc.returncode == ExitCode.DATA, proc.stderr
-        assert name in proc.stderr
+        assert name in proc.stderr and "task is binary" in proc.stderr
 
 
 def test_a_missing_library_is_exit_5_naming_the_extra(folder, tmp_path):
