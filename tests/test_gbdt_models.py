@@ -291,3 +291,14 @@ def test_the_conformance_kit_passes(model):
     from pipeline.testing import check_model
 
     check_model(model, params={ROUNDS[model]: 20})
+
+
+@pytest.mark.parametrize("model,module", [("lightgbm", "pipeline.models.lightgbm_estimators"),
+                                          ("catboost", "pipeline.models.catboost_estimators")])
+def test_the_stage_cache_key_covers_the_estimator_module_and_the_format(model, module):
+    """Editing the estimator subclass or the format module invalidates cached train stages."""
+    from pipeline.stages.spec import STAGE_KINDS
+
+    spec = STAGE_KINDS["train"].spec.model_validate({"kind": "train", "inputs": ["f"], "model": model})
+    modules = STAGE_KINDS["train"].code_modules(spec)
+    assert {module, "pipeline.models.gbdt_formats"} <= modules

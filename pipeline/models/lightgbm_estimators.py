@@ -49,7 +49,7 @@ class _HostLightGBM:
                  min_data_per_group: int | None = None, max_cat_to_onehot: int | None = None,
                  extra_trees: bool | None = None, path_smooth: float | None = None,
                  scale_pos_weight: float | None = None, is_unbalance: bool | None = None,
-                 verbose: int | None = None, **kwargs: Any) -> None:
+                 verbose: int | None = None, step_callbacks: list[Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # type: ignore[call-arg]
         self.early_stopping_rounds = early_stopping_rounds
         self.max_bin = max_bin
@@ -63,18 +63,22 @@ class _HostLightGBM:
         self.scale_pos_weight = scale_pos_weight
         self.is_unbalance = is_unbalance
         self.verbose = verbose
+        # Callbacks that count rounds for a progress bar (``pipeline.models.steps``): set by
+        # ``train`` for the fit only, so a fitted estimator never holds them.
+        self.step_callbacks = step_callbacks
 
     def _process_params(self, stage: str) -> dict[str, Any]:
-        """LightGBM's parameters without ``early_stopping_rounds`` (``fit`` turns it into a
-        callback) and without the unset extras (None)."""
+        """LightGBM's parameters without ``early_stopping_rounds`` and ``step_callbacks`` (``fit``
+        turns them into callbacks) and without the unset extras (None)."""
         params = super()._process_params(stage)  # type: ignore[misc]
         params.pop("early_stopping_rounds", None)
+        params.pop("step_callbacks", None)
         return {key: value for key, value in params.items() if not (key in EXTRA_PARAMS and value is None)}
 
     def fit(self, X: Any, y: Any, eval_set: list[tuple[Any, Any]] | None = None,
             categorical_feature: list[int] | str = "auto", callbacks: list[Any] | None = None, **kwargs: Any) -> Any:
         evaluation = [(host(ex), host(ey)) for ex, ey in eval_set or []]
-        callbacks = list(callbacks or [])
+        callbacks = [*(callbacks or []), *(self.step_callbacks or [])]
         if self.early_stopping_rounds:
             if not evaluation:
                 raise ValueError(f"lightgbm: early_stopping_rounds ({self.early_stopping_rounds}) needs an evaluation "

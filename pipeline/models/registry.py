@@ -27,7 +27,7 @@ from pipeline.models.blending import EnsembleFormat
 from pipeline.models.explainers import Explainer, catboost_importance, lightgbm_importance, xgboost_importance
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
 from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT
-from pipeline.models.steps import StepsOf, xgboost_rounds
+from pipeline.models.steps import StepsOf, lightgbm_rounds, xgboost_rounds
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
@@ -520,6 +520,7 @@ MODELS: dict[str, ModelSpec] = {
             ),
             task_param_rules=_gbdt_task_rules,
             explain=lightgbm_importance,
+            fit_steps=lightgbm_rounds,
             extra="lightgbm",
         ),
         ModelSpec(
