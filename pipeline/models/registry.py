@@ -404,10 +404,9 @@ _LGBM_PARAMS = _same(
     "early_stopping_rounds", "max_bin", "cat_smooth", "cat_l2", "max_cat_threshold", "min_data_per_group",
     "max_cat_to_onehot", "extra_trees", "path_smooth", "scale_pos_weight", "is_unbalance", "verbose",
 )
-# n_jobs is left at LightGBM's default, None: a thread per physical core the process may use.
-# -1 counts every CPU of the host, also those outside the process's share (a container): 300
-# rounds on 5,000 rows took 14.3 s with -1 and 2.6 s with None on a 2-CPU share of a larger host.
-_LGBM_DEFAULTS = {"verbose": -1}
+# n_jobs=-1: a thread per CPU the process may use (LightGBM counts them as joblib does, within a
+# container's share); its own default, None, takes physical cores only.
+_LGBM_DEFAULTS = {"verbose": -1, "n_jobs": -1}
 
 # CatBoost's own names (the same estimator on both devices; task_type="GPU" on the GPU).
 _CATBOOST_PARAMS = _same(
