@@ -2429,7 +2429,10 @@ def check_task_estimator(report: Report, spec: Any, device: str, tasks: Sequence
                     report.made(f"{prefix}({shown}): constructed, get_params() round-trips")
 
     # What train_model and Backend.predict_scores call on the estimator.
-    fit_kwargs = ("eval_set", "verbose") if spec.supports_eval_set else ()
+    # The keywords the entry's fit_kwargs gives a fit with valid rows and a categorical column.
+    from pipeline.models import FitInputs
+
+    fit_kwargs = tuple(spec.fit_kwargs(FitInputs(eval_set=("<X>", "<y>"), categorical=(0,))))
     for method, n_args, keywords in (("fit", 2, fit_kwargs), (scoring_method(tasks), 1, ())):
         label = f"{prefix}.{method}({', '.join(['<X>', '<y>'][:n_args] + [k + '=' for k in keywords])})"
         if not hasattr(cls, method):

@@ -212,12 +212,16 @@ def config_page() -> tuple[str, list[str]]:
         tables.table(op, f"ops[].{op_name}", lines, level=4)
 
     lines += ["## Models", "",
-              "The `model:` of a `train` stage. `params` take scikit-learn's names; on the GPU they are "
-              "translated to cuML's where those differ.", "",
-              "| model | tasks | CPU estimator | GPU estimator | what it is |", "|---|---|---|---|---|"]
+              "The `model:` of a `train` stage. `params` take scikit-learn's names (LightGBM's and CatBoost's "
+              "own for those two); on the GPU they are translated to cuML's where those differ. The file "
+              "format is what `export` writes and `pipeline predict` reads (none of them runs code when "
+              "loaded); a model with an extra needs it installed: `pip install -e '.[EXTRA]'`.", "",
+              "| model | tasks | CPU estimator | GPU estimator | file format | extra | what it is |",
+              "|---|---|---|---|---|---|---|"]
     for model_name, spec in MODELS.items():
         lines.append(f"| `{model_name}` | {', '.join(spec.tasks)} | {cell(spec.cpu_class or '-')} | "
-                     f"{cell(spec.gpu_class or '-')} | {cell(spec.description)} |")
+                     f"{cell(spec.gpu_class or '-')} | {cell(spec.format.name)} | "
+                     f"{cell(spec.extra or '-')} | {cell(spec.description)} |")
     lines.append("")
     return "\n".join(lines).rstrip() + "\n", tables.missing
 

@@ -90,7 +90,11 @@ def test_every_built_in_entry_is_covered_here_and_has_its_format():
     assert get_model_spec("random_forest").format == SKOPS
     assert JOBLIB is SKOPS                  # the old name, for plugins that used it
     # The MLP is an entry for its format, not something a train stage fits.
-    assert "mlp" not in trainable_models() and set(trainable_models()) == BUILT_IN - {"mlp"} | {"ridge"}
+    # lightgbm and catboost round-trip in tests/test_gbdt_models.py.
+    assert get_model_spec("lightgbm").format.name == "lightgbm-text"
+    assert get_model_spec("catboost").format.name == "catboost-cbm"
+    assert "mlp" not in trainable_models() and set(trainable_models()) == BUILT_IN - {"mlp"} | {
+        "ridge", "lightgbm", "catboost"}
     # Regression-only and composite entries have round trips of their own
     # (tests/test_task_estimators.py, tests/test_ensemble.py).
     assert get_model_spec("ridge").format == LINEAR_COEFFICIENTS
@@ -311,8 +315,8 @@ def test_register_model_refuses_what_is_not_an_entry_or_a_format(registry):
 
 # ---------------------------------------------------------------- unknown models
 def test_train_offers_only_trainable_models_with_a_suggestion(features):
-    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: logistic_regression, random_forest, ridge, "
-                                         r"xgboost\); did you mean 'xgboost'\?"):
+    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: catboost, lightgbm, logistic_regression, "
+                                         r"random_forest, ridge, xgboost\); did you mean 'xgboost'\?"):
         TrainSpec(kind="train", model="xgbost")
     with pytest.raises(ValueError, match="unknown model 'mlp'"):
         TrainSpec(kind="train", model="mlp")

@@ -111,7 +111,8 @@ def trained(features) -> dict[str, Any]:
         if name == "mlp":
             models[name] = train_torch(features, seed=1, hidden=[16], epochs=2, batch_size=512)
         elif get_model_spec(name).trainable and get_model_spec(name).serves("binary"):
-            params = {"n_estimators": 10} if name in ("random_forest", "xgboost") else {}
+            params = {"n_estimators": 10} if name in ("random_forest", "xgboost", "lightgbm") else \
+                {"iterations": 10} if name == "catboost" else {}
             models[name] = train_model(features, name, params, seed=3)
     return models
 
@@ -121,7 +122,7 @@ def _raw_test_rows(features: Any) -> pd.DataFrame:
     return frame.set_index("customerID").loc[features.ids["test"]].reset_index()
 
 
-@pytest.mark.parametrize("name", ["logistic_regression", "mlp", "random_forest", "xgboost"])
+@pytest.mark.parametrize("name", ["logistic_regression", "mlp", "random_forest", "xgboost", "lightgbm", "catboost"])
 def test_every_registry_model_scores_identically_after_a_round_trip(name, trained, features, tmp_path):
     model = trained[name]
     save_model(model, tmp_path / name)
@@ -134,10 +135,10 @@ def test_every_registry_model_scores_identically_after_a_round_trip(name, traine
 
 
 def test_the_registry_round_trip_covers_every_built_in_model():
-    # ridge (regression only), ensemble, bagged and stacked round-trip in test_task_estimators /
-    # test_ensemble / test_bagging_stacking.
-    assert {"logistic_regression", "mlp", "random_forest", "xgboost", "ridge", "ensemble", "bagged",
-            "stacked"} == set(MODELS)
+    # ridge (regression only), extra_trees, ensemble, bagged and stacked round-trip in
+    # test_task_estimators / test_auto / test_ensemble / test_bagging_stacking.
+    assert {"logistic_regression", "mlp", "random_forest", "extra_trees", "xgboost", "lightgbm", "catboost", "ridge",
+            "ensemble", "bagged", "stacked"} == set(MODELS)
 
 
 @pytest.mark.parametrize("name", ["random_forest"])

@@ -249,7 +249,7 @@ class Backend(ABC):
         """
         path = self.estimator_class_path(spec, distributed=distributed, task=task)
         module_name, _, class_name = path.partition(":")
-        cls = getattr(import_estimator_module(spec.name, module_name), class_name)
+        cls = getattr(import_estimator_module(spec.name, module_name, getattr(spec, "extra", None)), class_name)
         if distributed and takes_client(cls):
             with cluster_client() as client:
                 return cls(**dict(params), client=client)

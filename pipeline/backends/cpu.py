@@ -19,7 +19,7 @@ class CpuBackend(Backend):
     frame = pd
     array = np
     dask_backend = "pandas"
-    _distributions = ("pandas", "numpy", "pyarrow", "sklearn", "xgboost")
+    _distributions = ("pandas", "numpy", "pyarrow", "sklearn", "xgboost", "lightgbm", "catboost")
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
         return pd.read_csv(

@@ -28,6 +28,7 @@ _KNOWN_DISTRIBUTIONS = {
     "rmm": ("rmm-cu13", "rmm-cu12"), "torch": ("torch",),
     "xgboost": ("xgboost", "xgboost-cpu", "xgboost-cu13", "xgboost-cu12"),
     "pandas": ("pandas",), "numpy": ("numpy",), "pyarrow": ("pyarrow",), "sklearn": ("scikit-learn",),
+    "lightgbm": ("lightgbm",), "catboost": ("catboost",),
 }
 
 

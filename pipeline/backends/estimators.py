@@ -15,12 +15,21 @@ from pipeline.core.errors import BackendUnavailable, DataError
 from pipeline.core.problems import Task
 
 
-def import_estimator_module(model: str, module_name: str) -> Any:
-    """The estimator's module, or a clear word on which install flavour brings it (XGBoost is
-    in the `cpu`, `gpu` and `gpu-cu12` extras, not the base requirements)."""
+def import_estimator_module(model: str, module_name: str, extra: str | None = None) -> Any:
+    """The estimator's module, or a clear word on which install flavour brings it.
+
+    ``extra``: the optional dependency group that installs the model's library (``lightgbm``,
+    ``catboost``: the registry entry's ``extra``), named in the message; None: the library comes
+    with the machine's flavour (XGBoost is in the `cpu`, `gpu` and `gpu-cu12` extras, not the
+    base requirements).
+    """
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        if extra:
+            raise BackendUnavailable(
+                f"model '{model}' needs the Python package '{exc.name}', which is not installed here; install it "
+                f"with pipeline's '{extra}' extra, in its checkout: pip install -e '.[{extra}]'") from exc
         raise BackendUnavailable(
             f"model '{model}' needs the Python package '{exc.name}', which is not installed here; "
             "install pipeline with the extra for this machine, in its checkout: pip install -e '.[cpu]' "

@@ -42,7 +42,7 @@ class GpuBackend(Backend):
     frame = cudf
     array = cp
     dask_backend = "cudf"
-    _distributions = ("cudf", "cuml", "cupy", "dask_cuda", "pandas", "pyarrow", "xgboost")
+    _distributions = ("cudf", "cuml", "cupy", "dask_cuda", "pandas", "pyarrow", "xgboost", "lightgbm", "catboost")
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> cudf.DataFrame:
         return cudf.read_csv(

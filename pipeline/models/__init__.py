@@ -20,9 +20,12 @@ from pipeline.models.formats import (
     TorchStateDictFormat,
     XGBoostJsonFormat,
 )
+from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT, CatBoostCbmFormat, LightGBMTextFormat
 from pipeline.models.registry import (
     MODELS,
     EstimatorClasses,
+    FitArguments,
+    FitInputs,
     ModelSpec,
     ParamMap,
     get_model_spec,
@@ -34,5 +37,6 @@ from pipeline.models.registry import (
 __all__ = [
     "JOBLIB", "LINEAR_COEFFICIENTS", "MODELS", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "JoblibFormat",
     "LinearCoefficientsFormat", "ModelFormat", "ModelSpec", "ParamMap", "Predictor", "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
-    "EstimatorClasses", "get_model_spec", "models_for", "register_model", "trainable_models",
+    "EstimatorClasses", "get_model_spec", "CATBOOST_CBM", "LIGHTGBM_TEXT", "CatBoostCbmFormat", "LightGBMTextFormat",
+    "FitArguments", "FitInputs", "models_for", "register_model", "trainable_models",
 ]

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.models.blending import BaggedFormat, EnsembleFormat, StackFormat
-from pipeline.models.explainers import Explainer, xgboost_importance
+from pipeline.models.explainers import Explainer, catboost_importance, lightgbm_importance, xgboost_importance
 from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
-from pipeline.models.steps import StepsOf, xgboost_rounds
+from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT
+from pipeline.models.steps import StepsOf, lightgbm_rounds, xgboost_rounds
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
@@ -39,6 +40,47 @@ TaskParamRules = Callable[[Mapping[str, Any], str], list[str]]
 # Tasks an entry serves unless it says otherwise: what a classifier does (plugin entries
 # registered before tasks existed are classifiers).
 CLASSIFICATION_TASKS: tuple[str, ...] = ("binary", "multiclass")
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """What a fit can be given beyond the training rows, for an entry's ``fit_arguments`` to
+    choose from: plain values, so this layer needs no feature set."""
+
+    # The valid split's (X, y) on the run's device; None when the split has no valid rows.
+    eval_set: tuple[Any, Any] | None = None
+    # Positions in the feature matrix of the categorical columns (categorify's integer codes).
+    categorical: tuple[int, ...] = ()
+    # The features' names, in matrix order.
+    feature_names: tuple[str, ...] = ()
+    # The user's params (the entry's names), for settings that act at fit time.
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+# FitInputs -> the keyword arguments of the estimator's ``fit``.
+FitArguments = Callable[[FitInputs], dict[str, Any]]
+
+
+def lightgbm_fit_arguments(inputs: FitInputs) -> dict[str, Any]:
+    """The valid split as LightGBM's evaluation set (early stopping is the estimator's, given
+    ``early_stopping_rounds``), and the categorical columns by position."""
+    kwargs: dict[str, Any] = {}
+    if inputs.eval_set is not None:
+        kwargs["eval_set"] = [inputs.eval_set]
+    if inputs.categorical:
+        kwargs["categorical_feature"] = list(inputs.categorical)
+    return kwargs
+
+
+def catboost_fit_arguments(inputs: FitInputs) -> dict[str, Any]:
+    """The valid split as CatBoost's ``eval_set`` (its ``early_stopping_rounds`` acts on it and
+    the model keeps the best iteration), and the categorical columns as ``cat_features``."""
+    kwargs: dict[str, Any] = {}
+    if inputs.eval_set is not None:
+        kwargs["eval_set"] = inputs.eval_set
+    if inputs.categorical:
+        kwargs["cat_features"] = list(inputs.categorical)
+    return kwargs
 
 
 @dataclass(frozen=True)
@@ -98,6 +140,21 @@ class ModelSpec:
     # The steps a fit reports while it runs (``pipeline.models.steps``: XGBoost's boosting
     # rounds), given the constructor kwargs; None: the fit is one call with nothing to count.
     fit_steps: StepsOf | None = None
+    # The keyword arguments of ``fit`` (an evaluation set, the categorical columns), chosen from
+    # ``FitInputs``; None: ``{"eval_set": [valid], "verbose": False}`` where ``supports_eval_set``
+    # and there are valid rows, else nothing.
+    fit_arguments: FitArguments | None = None
+    # The optional dependency group (pyproject extra) that installs the model's library, named
+    # when it is missing; None: the machine's flavour (cpu, gpu) brings it.
+    extra: str | None = None
+
+    def fit_kwargs(self, inputs: FitInputs) -> dict[str, Any]:
+        """What ``train`` passes to ``fit`` beside the training rows (see ``fit_arguments``)."""
+        if self.fit_arguments is not None:
+            return dict(self.fit_arguments(inputs))
+        if self.supports_eval_set and inputs.eval_set is not None:
+            return {"eval_set": [inputs.eval_set], "verbose": False}
+        return {}
 
     @property
     def trainable(self) -> bool:
@@ -326,6 +383,42 @@ _XGB_PARAMS = _same(
     "early_stopping_rounds", "validate_parameters",
 )
 
+def _gbdt_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    """Class weights and positive-class weights given to a task that has none to weigh."""
+    problems = []
+    for key in ("scale_pos_weight", "is_unbalance"):
+        if key in params and task != "binary":
+            problems.append(f"{key} weighs a binary task's positive class; a {task} task ignores it: remove it")
+    for key in ("class_weight", "class_weights", "auto_class_weights"):
+        if key in params and task == "regression":
+            problems.append(f"{key} applies to classification; a regression has no classes to weigh: remove it")
+    return problems
+
+
+# LightGBM's scikit-learn names, the same on both devices (its wheel has no CUDA build: on the GPU
+# backend it trains on the CPU from a host copy), and the LightGBM parameters users also write.
+_LGBM_PARAMS = _same(
+    "n_estimators", "learning_rate", "num_leaves", "max_depth", "min_child_samples", "min_child_weight",
+    "min_split_gain", "subsample", "subsample_freq", "subsample_for_bin", "colsample_bytree", "reg_alpha",
+    "reg_lambda", "boosting_type", "objective", "class_weight", "random_state", "n_jobs",
+    "early_stopping_rounds", "max_bin", "cat_smooth", "cat_l2", "max_cat_threshold", "min_data_per_group",
+    "max_cat_to_onehot", "extra_trees", "path_smooth", "scale_pos_weight", "is_unbalance", "verbose",
+)
+# n_jobs=-1: a thread per CPU the process may use (LightGBM counts them as joblib does, within a
+# container's share); its own default, None, takes physical cores only.
+_LGBM_DEFAULTS = {"verbose": -1, "n_jobs": -1}
+
+# CatBoost's own names (the same estimator on both devices; task_type="GPU" on the GPU).
+_CATBOOST_PARAMS = _same(
+    "iterations", "learning_rate", "depth", "l2_leaf_reg", "border_count", "random_strength",
+    "bagging_temperature", "bootstrap_type", "subsample", "rsm", "grow_policy", "min_data_in_leaf",
+    "max_leaves", "one_hot_max_size", "max_ctr_complexity", "leaf_estimation_iterations", "loss_function",
+    "eval_metric", "auto_class_weights", "class_weights", "scale_pos_weight", "early_stopping_rounds",
+    "use_best_model", "random_seed", "thread_count", "nan_mode", "boosting_type", "verbose",
+)
+# thread_count is left at CatBoost's default, -1: every core (CatBoost drops an explicit -1).
+_CATBOOST_DEFAULTS = {"verbose": False, "allow_writing_files": False}
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -423,6 +516,50 @@ MODELS: dict[str, ModelSpec] = {
             task_param_rules=_xgboost_task_rules,
             explain=xgboost_importance,
             fit_steps=xgboost_rounds,
+        ),
+        ModelSpec(
+            name="lightgbm",
+            cpu_class="pipeline.models.lightgbm_estimators:LightGBMClassifier",
+            gpu_class="pipeline.models.lightgbm_estimators:LightGBMClassifier",
+            params=_LGBM_PARAMS,
+            cpu_defaults=_LGBM_DEFAULTS,
+            gpu_defaults=_LGBM_DEFAULTS,
+            supports_eval_set=True,
+            fit_arguments=lightgbm_fit_arguments,
+            description="gradient-boosted trees (LightGBM); categorical features split natively; trains on the "
+                        "CPU on either device (its wheel has no CUDA build: a GPU run hands it a host copy)",
+            format=LIGHTGBM_TEXT,
+            tasks=("binary", "multiclass", "regression"),
+            regression=EstimatorClasses(
+                cpu="pipeline.models.lightgbm_estimators:LightGBMRegressor",
+                gpu="pipeline.models.lightgbm_estimators:LightGBMRegressor",
+            ),
+            task_param_rules=_gbdt_task_rules,
+            explain=lightgbm_importance,
+            fit_steps=lightgbm_rounds,
+            extra="lightgbm",
+        ),
+        ModelSpec(
+            name="catboost",
+            cpu_class="pipeline.models.catboost_estimators:CatBoostClassifier",
+            gpu_class="pipeline.models.catboost_estimators:CatBoostClassifier",
+            params=_CATBOOST_PARAMS,
+            cpu_defaults=_CATBOOST_DEFAULTS,
+            gpu_defaults={**_CATBOOST_DEFAULTS, "task_type": "GPU"},
+            seed_param="random_seed",
+            supports_eval_set=True,
+            fit_arguments=catboost_fit_arguments,
+            description="gradient-boosted oblivious trees (CatBoost); categorical features natively; "
+                        "task_type='GPU' on GPU",
+            format=CATBOOST_CBM,
+            tasks=("binary", "multiclass", "regression"),
+            regression=EstimatorClasses(
+                cpu="pipeline.models.catboost_estimators:CatBoostRegressor",
+                gpu="pipeline.models.catboost_estimators:CatBoostRegressor",
+            ),
+            task_param_rules=_gbdt_task_rules,
+            explain=catboost_importance,
+            extra="catboost",
         ),
         ModelSpec(
             name="ridge",

@@ -1,4 +1,4 @@
-"""Steps a fit reports while it runs (XGBoost's boosting rounds), named by a registry entry
+"""Steps a fit reports while it runs (XGBoost's and LightGBM's boosting rounds), named by a registry entry
 (``ModelSpec.fit_steps``), so ``train`` shows a bar for any model that has steps without
 naming one.
 
@@ -48,5 +48,32 @@ def xgboost_rounds(kwargs: Mapping[str, Any]) -> FitSteps | None:
                 return False
 
         return {"callbacks": [*(kwargs.get("callbacks") or []), EachRound()]}
+
+    return FitSteps(total=total, description="boosting rounds", attach=attach)
+
+
+# LightGBM's n_estimators when none is given (lightgbm.sklearn's default).
+LIGHTGBM_DEFAULT_ROUNDS = 100
+
+
+@dataclass(eq=False)
+class EachLightGBMRound:
+    """A LightGBM callback (called with the training environment after each round) that
+    advances the bar by one. Hashed by identity: LightGBM keeps its callbacks in a set."""
+
+    advance: Advance
+
+    def __call__(self, env: Any) -> None:
+        self.advance(1)
+
+
+def lightgbm_rounds(kwargs: Mapping[str, Any]) -> FitSteps | None:
+    """One step per boosting round, through the estimator's ``step_callbacks``
+    (``pipeline.models.lightgbm_estimators``), which its ``fit`` adds to LightGBM's callbacks."""
+    rounds = kwargs.get("n_estimators")
+    total = int(rounds) if isinstance(rounds, int) and rounds > 0 else LIGHTGBM_DEFAULT_ROUNDS
+
+    def attach(advance: Advance) -> dict[str, Any]:
+        return {"step_callbacks": [EachLightGBMRound(advance)]}
 
     return FitSteps(total=total, description="boosting rounds", attach=attach)

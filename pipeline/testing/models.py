@@ -49,7 +49,7 @@ from pipeline.backends import Backend, get_backend
 from pipeline.core.errors import DataError
 from pipeline.core.problems import TASK_KINDS, Task
 from pipeline.models.formats import ModelFormat
-from pipeline.models.registry import MODELS, ModelSpec, get_model_spec
+from pipeline.models.registry import MODELS, FitInputs, ModelSpec, get_model_spec
 from pipeline.testing.failures import ConformanceFailure, first_line, pickled, registered_while_checked
 
 __all__ = ["TASKS", "Fitted", "check_model", "tiny_dataset"]
@@ -287,9 +287,10 @@ def _fit(spec: ModelSpec, task: Task, params: dict[str, Any], X: np.ndarray, y: 
     estimator = _attempt(label, check, "the CPU backend building the estimator",
                          lambda: backend.estimator(spec, {**kwargs, **attached}, task=task.kind))
     _check_param_names(spec, task, estimator, kwargs, label)
-    fit_kwargs: dict[str, Any] = {}
-    if spec.supports_eval_set:
-        fit_kwargs = {"eval_set": [(X[TRAIN_ROWS:], y[TRAIN_ROWS:])], "verbose": False}
+    takes_eval = spec.supports_eval_set or spec.fit_arguments is not None
+    fit_kwargs = spec.fit_kwargs(FitInputs(eval_set=(X[TRAIN_ROWS:], y[TRAIN_ROWS:]) if takes_eval else None,
+                                           feature_names=tuple(f"feature_{i}" for i in range(X.shape[1])),
+                                           params=dict(params)))
     _attempt(label, f"fit ({task.kind})", f"fit on {TRAIN_ROWS} rows",
              lambda: estimator.fit(X[:TRAIN_ROWS], y[:TRAIN_ROWS], **fit_kwargs))
     if steps is not None:

@@ -21,7 +21,7 @@ from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.core.problems import Task
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import Scorer
-from pipeline.models import get_model_spec, trainable_models
+from pipeline.models import FitInputs, ModelSpec, get_model_spec, trainable_models
 from pipeline.stages.spec import StageProgress
 
 class SplitScores(Mapping[str, np.ndarray]):
@@ -136,9 +136,7 @@ def train_model(
     constructor = {**kwargs, **(estimator_kwargs or {})}
     steps = spec.fit_steps(constructor) if spec.fit_steps and progress is not None and not features.distributed \
         else None
-    fit_kwargs: dict[str, Any] = {}
-    if spec.supports_eval_set and features.rows().get("valid"):
-        fit_kwargs = {"eval_set": [(features.X["valid"], features.y["valid"])], "verbose": False}
+    fit_kwargs = spec.fit_kwargs(fit_inputs(features, spec, params or {}))
     started = time.perf_counter()
     with progress.bar(steps.total, steps.description) if steps and progress else nullcontext(None) as advance:
         attached = steps.attach(advance) if steps and advance is not None else {}
@@ -172,3 +170,14 @@ def model_meta(model: TrainedModel) -> dict[str, Any]:
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)) for k, v in params.items()}
+
+
+def fit_inputs(features: FeatureSet, spec: ModelSpec, params: Mapping[str, Any]) -> FitInputs:
+    """What the entry's ``fit_kwargs`` may pass to ``fit``: the valid split (for an entry that
+    takes an evaluation set, and only when it has rows) and the categorical columns' positions."""
+    takes_eval = spec.supports_eval_set or spec.fit_arguments is not None
+    eval_set = (features.X["valid"], features.y["valid"]) if takes_eval and features.rows().get("valid") else None
+    categorical = set(features.categorical_columns)
+    return FitInputs(eval_set=eval_set,
+                     categorical=tuple(i for i, column in enumerate(features.feature_names) if column in categorical),
+                     feature_names=tuple(features.feature_names), params=dict(params))
