@@ -94,7 +94,7 @@ def test_every_built_in_entry_is_covered_here_and_has_its_format():
     assert get_model_spec("lightgbm").format.name == "lightgbm-text"
     assert get_model_spec("catboost").format.name == "catboost-cbm"
     assert "mlp" not in trainable_models() and set(trainable_models()) == BUILT_IN - {"mlp"} | {
-        "ridge", "lightgbm", "catboost"}
+        "ridge", "lightgbm", "catboost", "extra_trees"}
     # Regression-only and composite entries have round trips of their own
     # (tests/test_task_estimators.py, tests/test_ensemble.py).
     assert get_model_spec("ridge").format == LINEAR_COEFFICIENTS
@@ -315,7 +315,8 @@ def test_register_model_refuses_what_is_not_an_entry_or_a_format(registry):
 
 # ---------------------------------------------------------------- unknown models
 def test_train_offers_only_trainable_models_with_a_suggestion(features):
-    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: catboost, lightgbm, logistic_regression, "
+    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: catboost, extra_trees, lightgbm, "
+                                         r"logistic_regression, "
                                          r"random_forest, ridge, xgboost\); did you mean 'xgboost'\?"):
         TrainSpec(kind="train", model="xgbost")
     with pytest.raises(ValueError, match="unknown model 'mlp'"):
