@@ -30,9 +30,10 @@ CASES = [
     ("binary", "logistic_regression"), ("binary", "random_forest"), ("binary", "xgboost"),
     ("multiclass", "logistic_regression"), ("multiclass", "random_forest"), ("multiclass", "xgboost"),
     ("regression", "ridge"), ("regression", "random_forest"), ("regression", "xgboost"),
-    *((task, model) for model in ("catboost", "lightgbm") for task in ("binary", "multiclass", "regression")),
+    *((task, model) for model in ("catboost", "extra_trees", "lightgbm") for task in ("binary", "multiclass",
+                                                                                    "regression")),
 ]
-SMALL = {"random_forest": {"n_estimators": 30, "max_depth": 6}, "xgboost": {"n_estimators": 30, "max_depth": 3},
+SMALL = {"random_forest": {"n_estimators": 30, "max_depth": 6}, "extra_trees": {"n_estimators": 30, "max_depth": 6}, "xgboost": {"n_estimators": 30, "max_depth": 3},
          "lightgbm": {"n_estimators": 30, "num_leaves": 8}, "catboost": {"iterations": 30, "depth": 4}}
 
 
