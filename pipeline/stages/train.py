@@ -126,8 +126,9 @@ class TrainSpec(StageSpec):
                     "(false). Default: external memory whenever the features were written as Parquet.",
     )
     tune: TuneSpec | None = Field(
-        None, description="Search params with Optuna before training (trials scored on the valid split or by "
-                          "the folds' mean), then train the best; each trial's values override params.")
+        None, description="Search params with Optuna before training (trials scored by cross-validation on the "
+                          "non-test rows unless scoring: valid; trial 0 is params as given), then train the best "
+                          "if it beats params by more than the folds' spread; each trial's values override params.")
     min_inputs = 1
     max_inputs = 1
 
@@ -288,7 +289,7 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
         tuning = run_search(spec.tune, RegistryTrainer(train_model, spec.model, spec.params, seed=ctx.seed,
                                                        external_memory=spec.external_memory),
                             only_input(inputs), ctx)
-        params.update(tuning.best_params)
+        params.update(tuning.chosen_params)   # the best trial's, or the stage's own when they were kept
     trained = train_model(only_input(inputs), spec.model, params, seed=ctx.seed, name=ctx.stage,
                           external_memory=spec.external_memory, progress=ctx.progress)
     trained.tuning = tuning.to_dict() if tuning is not None else None
