@@ -102,7 +102,7 @@ class TorchSpec(StageSpec):
         return model_preview(inputs)
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-        return tune_problems(self.tune, inputs, default_scoring=TorchTrainer.default_scoring)
+        return tune_problems(self.tune, inputs)
 
     @field_validator("tune")
     @classmethod

@@ -98,8 +98,9 @@ class RegistryTrainer:
 @dataclass
 class TorchTrainer:
     """A ``torch`` stage's MLP: ``train`` is ``pipeline.stages.torch_mlp.train_torch``; it
-    reports the validation loss of each epoch. Trials are scored on the valid split unless
-    ``tune.scoring: cv``: a fold trains every epoch without early stopping, k times per trial."""
+    reports the validation loss of each epoch. Trials are scored on the valid split (the split's
+    folds without one) unless ``tune.scoring: cv``: a fold trains every epoch without early
+    stopping, k times per trial."""
 
     train: Callable[..., Any]
     params: dict[str, Any]

@@ -182,7 +182,8 @@ class TuneSpec(BaseModel):
         None, description="How a trial is scored: cv (the mean over k folds of the non-test rows: the split's "
                           "folds: when it has them, else folds over the training and valid rows' feature matrix) "
                           "or valid (the valid split alone: fast, but params picked on one small split fit that "
-                          "split). Default: cv for train stages, valid for torch stages.")
+                          "split). Default: cv for train stages; for torch stages valid, or cv when the split "
+                          "has no valid rows.")
     cv: int = Field(CV_FOLDS, ge=2, description="Folds of scoring: cv when the split has no folds: of its own "
                                                 "(the split's folds: win when it has them).")
     gain_margin: float = Field(
@@ -373,21 +374,31 @@ NO_VALIDATION_ROWS = ("trials are scored on validation rows (scoring: valid) and
                       "valid: (e.g. 0.1) on the split stage, or score by cross-validation (scoring: cv)")
 
 
-def resolved_scoring(tune: TuneSpec, default: str) -> str:
-    """``tune.scoring``, or the stage's default ("cv" for train stages, "valid" for torch)."""
-    return tune.scoring or default
-
-
-def tune_problems(tune: TuneSpec | None, inputs: Mapping[str, Preview],
-                  default_scoring: str = "cv") -> list[tuple[KeyPath, str]]:
-    """A ``tune:`` scored on the valid split whose split has no validation rows, found before
-    the run (a model stage's ``preview_problems``): the search would stop there."""
+def tune_problems(tune: TuneSpec | None, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+    """A ``tune:`` with ``scoring: valid`` whose split has no validation rows, found before the
+    run (a model stage's ``preview_problems``): the search would stop there. (A stage's default
+    scoring never needs them: it falls back to cross-validation.)"""
     previews = list(inputs.values())
-    if tune is None or len(previews) != 1 or resolved_scoring(tune, default_scoring) != "valid":
+    if tune is None or len(previews) != 1 or tune.scoring != "valid":
         return []
     if previews[0].valid is False:
         return [(("tune",), NO_VALIDATION_ROWS)]
     return []
+
+
+def resolved_scoring(spec: TuneSpec, default: str, features: FeatureSet) -> tuple[str, str]:
+    """How trials are scored, and a note when the stage's default gave way: ``tune.scoring``
+    as given; else the stage's default ("cv" for train stages, "valid" for torch), except that
+    a default of valid without validation rows is cv (the split's folds, as before), and a
+    default of cv on partitioned features without folds is valid (no matrix to fold)."""
+    if spec.scoring is not None:
+        return spec.scoring, ""
+    if default == "valid" and not features.rows().get("valid"):
+        return "cv", ""
+    if default == "cv" and not features.fold_count() \
+            and (features.distributed or not isinstance(features, InMemoryFeatures)):
+        return "valid", " (partitioned features: cross-validation needs the split's folds:)"
+    return default, ""
 
 
 def scoring_features(features: FeatureSet, scoring: str, folds: int, seed: int) -> tuple[FeatureSet, str]:
@@ -421,11 +432,7 @@ def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: 
 
     metric, maximize = _metric(spec, features)
     seed = spec.seed if spec.seed is not None else seed
-    scoring = resolved_scoring(spec, getattr(trainer, "default_scoring", "cv"))
-    fallback = ""
-    if spec.scoring is None and scoring == "cv" and not features.fold_count() \
-            and (features.distributed or not isinstance(features, InMemoryFeatures)):
-        scoring, fallback = "valid", " (partitioned features: cross-validation needs the split's folds:)"
+    scoring, fallback = resolved_scoring(spec, getattr(trainer, "default_scoring", "cv"), features)
     scored, scored_on = scoring_features(features, scoring, spec.cv, seed)
     scored_on += fallback
     folds = scored.fold_count()
