@@ -1,11 +1,15 @@
-"""``tune:``: search a model's hyperparameters with Optuna, then train the winner.
+"""``tune:``: search a model's hyperparameters with Optuna, then train the winner, if it won.
 
 A ``train`` or ``torch`` stage with a ``tune:`` block runs trials before it trains: each trial
-trains the model with the trial's params merged over the stage's own and scores it on the
-validation split, or by cross-validation when the split has ``folds:`` (the folds' mean). The
-stage then trains the best params as it would train any params (on the training split; with
-folds that is every non-test row), so the model it returns is an ordinary ``TrainedModel``
-that also carries the search (``TrainedModel.tuning``).
+trains the model with the trial's params merged over the stage's own and is scored (``scoring``)
+by cross-validation (the default of train stages: the mean over the split's ``folds:``, or
+else over ``cv`` folds of the training and valid rows' feature matrices, ``MatrixFolds``) or
+on the validation split (the torch stage's default). Trial 0 trains the stage's own params;
+the best trial replaces them only when its mean per-fold gain over trial 0 is above
+``gain_margin`` standard errors of those gains (``decide``), so a search that found only noise
+changes nothing. The stage then trains the chosen params as it would train any params (on the
+training split; with folds that is every non-test row), so the model it returns is an
+ordinary ``TrainedModel`` that also carries the search (``TrainedModel.tuning``).
 
 The search is Optuna's TPE sampler, seeded (``tune.seed``, default the run's seed), and every
 trial trains with the run's seed, so a run repeated gives the same trials. Hopeless trials are
@@ -13,6 +17,7 @@ pruned by a median rule on what training reports as it goes: XGBoost's evaluatio
 boosting round (a ``TrainingCallback``), the torch MLP's validation loss per epoch; other models
 run every trial to the end. With folds, XGBoost's first fold decides; the MLP trains each fold
 without a validation split (as the stage's cross-validation does), so it is not pruned there.
+Trial 0 is never pruned (the decision needs its every fold).
 
 Parallel: where the run has a Dask cluster (stages then run as tasks on its workers), trials run
 in batches of ``parallel`` (default: one per worker): ``parallel`` trials are asked of the
