@@ -335,7 +335,7 @@ stages:
     kind: train
     inputs: [features]
     model: xgboost
-    params: {{n_estimators: 20, n_jobs: 1}}
+    params: {{n_estimators: 20, n_jobs: 1, max_depth: 3}}
     tune:
       trials: 3
       space: {{max_depth: {{int: [1, 5]}}}}
@@ -349,4 +349,6 @@ stages:
     manifest = json.loads(manifest_path.read_text())
     tuning = manifest["stages"]["xgb"]["facts"]["tuning"]
     assert len(tuning["trials"]) == 3 and set(tuning["best_params"]) == {"max_depth"}
+    assert tuning["trials"][0]["params"] == {"max_depth": 3} and tuning["scoring"] == "cv"
+    assert "gain" in tuning and "kept_defaults" in tuning
     assert any(path.endswith("xgb/tuning.csv") for path in manifest["artifacts"])
