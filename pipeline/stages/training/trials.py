@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pipeline.featuresets import FeatureSet
 import numpy as np
 
+from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.folds import HELD_OUT, SCORED, without_validation
 from pipeline.metrics import task_metrics
 from pipeline.models import get_model_spec

@@ -46,11 +46,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel, ConfigDict, Field, FiniteFloat, PositiveInt, field_validator, model_serializer, model_validator,
 )
-
-import numpy as np
 
 from pipeline.core.errors import ConfigError
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
@@ -74,7 +73,6 @@ CV_FOLDS = 5
 # The tuned params replace the stage's own only when their mean gain over trial 0 (the
 # defaults) is above this many standard errors of the per-fold gains (tune.gain_margin).
 GAIN_MARGIN = 1.0
-SCORINGS = ("cv", "valid")
 
 
 # ------------------------------------------------------------------ the config block
