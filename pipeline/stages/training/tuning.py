@@ -352,7 +352,7 @@ class TuneResult:
         return buffer.getvalue()
 
     def best_line(self) -> str:
-        params = ", ".join(f"{k}={_short(v)}" for k, v in self.best.params.items())
+        params = ", ".join(f"{k}={_short(v)}" for k, v in self.best.params.items()) or "the stage's own params"
         counts = ", ".join(f"{n} {state}" for state, n in self.counts().items())
         line = (f"tune: best trial #{self.best.number} of {len(self.trials)} ({counts}): "
                 f"{self.metric} {self.best.value:.6g} with {params}")
