@@ -3,6 +3,8 @@ the best trial beats them by more than the folds' spread."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -107,6 +109,8 @@ def test_a_search_whose_gains_are_noise_trains_the_stage_params_and_says_so(tmp_
     assert abs(tuning["gain"]) <= tuning["spread"] or tuning["best_trial"] == 0
     assert trained.params["C"] == 1.0
     assert trained.tuning["kept_defaults"] and "trial 0" in (tmp_path / "m" / "tuning.csv").read_text()
+    saved = json.loads((tmp_path / "m" / "tuning.json").read_text())
+    assert saved["kept_defaults"] is True and saved["baseline"]["folds"] == tuning["baseline"]["folds"]
 
 
 # ------------------------------------------------------------------ a narrow valid split misleads

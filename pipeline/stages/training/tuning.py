@@ -336,19 +336,20 @@ class TuneResult:
         return out
 
     def table(self) -> str:
-        """Every trial as CSV: number, state, value, seconds, note, then one column per param."""
+        """Every trial as CSV: number, state, value, seconds, one column per param, each fold's
+        value (a JSON list), note."""
         import csv
         import io
 
         names = list(self.space)
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["number", "state", self.metric, "seconds", *names, "note"])
+        writer.writerow(["number", "state", self.metric, "seconds", *names, "folds", "note"])
         for t in self.trials:
             values = [json.dumps(t.params[n]) if isinstance(t.params.get(n), (list, dict)) else t.params.get(n)
                       for n in names]
             writer.writerow([t.number, t.state, "" if t.value is None else repr(t.value), round(t.seconds, 3),
-                             *values, t.note or ""])
+                             *values, json.dumps(t.folds) if t.folds else "", t.note or ""])
         return buffer.getvalue()
 
     def best_line(self) -> str:
@@ -636,14 +637,16 @@ def _no_trial_finished(records: list[TrialRecord], failures: list[BaseException]
 
 # ------------------------------------------------------------------ inside a stage
 def run_search(spec: TuneSpec, trainer: Trainer, features: FeatureSet, ctx: StageContext) -> TuneResult:
-    """``tune`` for a stage: progress to the stage's, then the record (facts, tuning.csv, the
+    """``tune`` for a stage: progress to the stage's, then the record (facts, tuning.csv,
+    tuning.json, the
     best trial in the log)."""
     result = tune_model(features, trainer, spec, seed=ctx.seed, progress=ctx.progress)
     ctx.facts["tuning"] = result.summary()
     if ctx.artifacts_dir is not None:
-        from pipeline.runs.store import atomic_write_text
+        from pipeline.runs.store import atomic_write_json, atomic_write_text
 
         atomic_write_text(ctx.artifact_path("tuning.csv"), result.table())
+        atomic_write_json(ctx.artifact_path("tuning.json"), result.to_dict())     # the decision and every fold
     if ctx.progress is not None:
         ctx.progress.message(result.best_line())
     return result
