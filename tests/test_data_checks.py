@@ -315,7 +315,7 @@ FEATURES = """\
 """
 
 
-def test_tune_without_validation_rows_or_folds_is_refused_at_validation(small):
+def test_tune_scored_on_a_valid_split_the_split_lacks_is_refused_at_validation(small):
     text = config_text(SPLIT + FEATURES + """\
   xgb:
     kind: train
@@ -323,13 +323,16 @@ def test_tune_without_validation_rows_or_folds_is_refused_at_validation(small):
     model: xgboost
     tune:
       trials: 2
+      scoring: valid
       space: {max_depth: {int: [2, 4]}}
 """)
     found = issues_of(text, small)
-    assert found == [f"stages.xgb.tune (line {line_of(text, 'tune:')}): trials are scored on validation rows and "
-                     "this split has none: set valid: (e.g. 0.1) or folds: (e.g. 5) on the split stage"], found
+    assert found == [f"stages.xgb.tune (line {line_of(text, 'tune:')}): trials are scored on validation rows "
+                     "(scoring: valid) and this split has none: set valid: (e.g. 0.1) on the split stage, or "
+                     "score by cross-validation (scoring: cv)"], found
     assert issues_of(text.replace('positive: "Yes"', 'positive: "Yes"\n    valid: 0.25'), small) == []
-    assert issues_of(text.replace('positive: "Yes"', 'positive: "Yes"\n    folds: 2'), small) == []
+    # Scored by cross-validation (the default for train stages) the training rows suffice.
+    assert issues_of(text.replace("      scoring: valid\n", ""), small) == []
 
 
 def test_an_ensemble_of_models_from_different_features_is_refused_at_validation(small):

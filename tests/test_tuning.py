@@ -192,7 +192,7 @@ def test_models_that_report_nothing_run_every_trial(features):
 def test_the_stage_trains_the_winner_and_records_the_search(features, tmp_path):
     spec = TrainSpec.model_validate({
         "kind": "train", "inputs": ["f"], "model": "xgboost", "params": XGB,
-        "tune": {"trials": 6, "seed": 11, "space": {"max_depth": {"int": [1, 6]},
+        "tune": {"trials": 6, "seed": 11, "scoring": "valid", "space": {"max_depth": {"int": [1, 6]},
                                                     "learning_rate": {"float": [0.01, 0.5], "log": True}}}})
     ctx = stage_ctx(tmp_path)
     trained = run_train(spec, ctx, {"f": features})
@@ -201,6 +201,9 @@ def test_the_stage_trains_the_winner_and_records_the_search(features, tmp_path):
     complete = [t for t in tuning["trials"] if t["state"] == "COMPLETE"]
     best = max(complete, key=lambda t: t["value"])
     assert tuning["best_params"] == best["params"] and tuning["best_value"] == best["value"]
+    # Scored on the valid split there is no spread: the best trial wins if it beats trial 0 at all.
+    assert tuning["trials"][0]["number"] == 0 and tuning["baseline"]["trial"] == 0
+    assert tuning["kept_defaults"] == (best["number"] == 0) and tuning["chosen_trial"] == best["number"]
     assert {k: trained.params[k] for k in best["params"]} == best["params"]
     assert trained.params["n_estimators"] == XGB["n_estimators"]          # the stage's own params stay
     # The final model is the best trial's model: the same validation score.
@@ -216,14 +219,18 @@ def test_a_metric_of_another_task_and_a_split_without_valid_rows_are_refused(fea
     space = {"max_depth": {"int": [2, 4]}}
     with pytest.raises(ConfigError, match="'rmse' does not apply to binary"):
         tune_model(features, xgb_trainer(), TuneSpec.model_validate({"trials": 2, "metric": "rmse", "space": space}))
-    with pytest.raises(ConfigError, match=r"set valid: .* or folds:"):
-        tune_model(make_features(valid=0.0), xgb_trainer(), TuneSpec.model_validate({"trials": 2, "space": space}))
+    with pytest.raises(ConfigError, match=r"scoring: valid.*set valid: .*scoring: cv"):
+        tune_model(make_features(valid=0.0), xgb_trainer(),
+                   TuneSpec.model_validate({"trials": 2, "scoring": "valid", "space": space}))
+    # Scored by cross-validation (the default), the training rows alone suffice.
+    result = tune_model(make_features(valid=0.0), xgb_trainer(), TuneSpec.model_validate({"trials": 2, "space": space}))
+    assert result.scored_on.startswith("mean of 5 folds over the training rows")
 
 
 def test_every_trial_failing_is_the_stage_error(features):
     spec = TuneSpec.model_validate({"trials": 2, "space": {"max_depth": {"choice": ["deep", "deeper"]}}})
-    with pytest.raises(Exception, match="max_depth") as info:
-        tune_model(features, xgb_trainer(), spec)
+    with pytest.raises(Exception, match="max_depth") as info:       # trial 0 (the stage's own) fails too
+        tune_model(features, xgb_trainer(max_depth="deep"), spec)
     assert any("every one of the 2 trials failed" in note for note in getattr(info.value, "__notes__", []))
 
 
@@ -233,10 +240,12 @@ def test_tuning_with_folds_scores_by_the_folds_mean(tmp_path):
         "kind": "train", "inputs": ["f"], "model": "logistic_regression",
         "tune": {"trials": 3, "space": {"C": {"float": [0.001, 10.0], "log": True}}}})
     trained = run_train(spec, stage_ctx(tmp_path), {"f": folded})
-    assert trained.tuning["scored_on"] == "mean of 3 folds"
-    # The stage's cross-validation of the winner gives the winning trial's value.
-    assert trained.cv["mean"]["roc_auc"] == pytest.approx(trained.tuning["best_value"], abs=1e-12)
-    assert trained.params["C"] == trained.tuning["best_params"]["C"]
+    assert trained.tuning["scored_on"].startswith("mean of 3 folds (the split's folds")
+    # The stage's cross-validation of the trained params gives the chosen trial's value.
+    chosen = trained.tuning["trials"][trained.tuning["chosen_trial"]]
+    assert trained.cv["mean"]["roc_auc"] == pytest.approx(chosen["value"], abs=1e-12)
+    assert [fold["roc_auc"] for fold in trained.cv["per_fold"]] == pytest.approx(chosen["folds"], abs=1e-12)
+    assert trained.params["C"] == trained.tuning["chosen_params"].get("C", 1.0)
 
 
 def test_the_torch_stage_tunes_its_fields(features, tmp_path):
@@ -326,7 +335,7 @@ stages:
     kind: train
     inputs: [features]
     model: xgboost
-    params: {{n_estimators: 20, n_jobs: 1}}
+    params: {{n_estimators: 20, n_jobs: 1, max_depth: 3}}
     tune:
       trials: 3
       space: {{max_depth: {{int: [1, 5]}}}}
@@ -340,4 +349,6 @@ stages:
     manifest = json.loads(manifest_path.read_text())
     tuning = manifest["stages"]["xgb"]["facts"]["tuning"]
     assert len(tuning["trials"]) == 3 and set(tuning["best_params"]) == {"max_depth"}
+    assert tuning["trials"][0]["params"] == {"max_depth": 3} and tuning["scoring"] == "cv"
+    assert "gain" in tuning and "kept_defaults" in tuning
     assert any(path.endswith("xgb/tuning.csv") for path in manifest["artifacts"])

@@ -25,7 +25,7 @@ from pipeline.core.errors import DataError
 from pipeline.features import FeatureOp
 from pipeline.featuresets.feature_set import TRAIN
 from pipeline.featuresets.in_memory import InMemoryFeatures, build_in_memory
-from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY
+from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY, check_fold_classes, fold_positions
 
 # The split of a fold's features that holds its scored rows, and its name for a trainer that
 # must not see it as a validation split (``without_validation``).
@@ -74,6 +74,69 @@ class FoldSource:
         features = build_in_memory(fold, self.ops, id_column=self.id_column)
         _add_empty_split(features, "test", like=SCORED)
         return features
+
+
+@dataclass
+class MatrixFolds:
+    """Folds over the rows of built feature matrices (the training and validation splits'
+    rows, pooled), for a tuner that cross-validates features without ``folds:`` on the split.
+
+    Unlike ``FoldSource`` nothing is refitted per fold: the feature workflow was fitted on the
+    training split, so a fold's scored rows from that split took part in fitting the workflow
+    (a mean, a category list), not the model. Cheap (a row gather per fold) and the same for
+    every trial, so it ranks params fairly; the stage's own ``folds:`` refits per fold. Same
+    interface as ``FoldSource`` (``count``, ``positions``, ``rows``, ``features``)."""
+
+    pooled: InMemoryFeatures          # "train" = the pooled rows; no other split
+    positions: list[tuple[np.ndarray, np.ndarray]]
+
+    @classmethod
+    def of_features(cls, features: InMemoryFeatures, k: int, *, seed: int,
+                    splits: Sequence[str] = (TRAIN, SCORED)) -> MatrixFolds:
+        """``k`` seeded folds over the rows of ``splits`` (stratified on the labels for a
+        classification task), each fitting on rows of every class."""
+        present = [name for name in splits if features.rows().get(name)]
+        xp = features.backend.array
+
+        def pool(per_split: dict[str, Any]) -> Any:
+            parts = [per_split[name] for name in present]
+            return parts[0] if len(parts) == 1 else xp.concatenate(parts)
+
+        pooled = dataclasses.replace(
+            features, X={TRAIN: pool(features.X)}, y={TRAIN: pool(features.y)}, ids={TRAIN: None},
+            codes={TRAIN: pool(features.codes)} if features.codes else {}, folds=None, handoffs=[],
+            uid=uuid.uuid4().hex)
+        labels = pooled.labels(TRAIN)
+        classes = labels if features.task.kind != "regression" else None
+        positions = fold_positions(len(labels), k, seed=seed, labels=classes)
+        if classes is not None:
+            check_fold_classes(positions, labels, target=features.target)
+        return cls(pooled=pooled, positions=positions)
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+    def rows(self, i: int) -> dict[str, int]:
+        fit, scored = self.positions[i]
+        return {TRAIN: len(fit), SCORED: len(scored)}
+
+    def features(self, i: int) -> InMemoryFeatures:
+        """Fold ``i``: "train" = its fit rows, "valid" = its scored rows, "test" empty."""
+        if not 0 <= i < self.count:
+            raise IndexError(f"fold {i} of {self.count}")
+        source, backend = self.pooled, self.pooled.backend
+
+        def gather(per_split: dict[str, Any]) -> dict[str, Any]:
+            if not per_split:
+                return {}
+            whole = per_split[TRAIN]
+            return {name: whole[backend.asarray(rows)] for name, rows in zip((TRAIN, SCORED), self.positions[i])}
+
+        fold = dataclasses.replace(source, X=gather(source.X), y=gather(source.y), ids={TRAIN: None, SCORED: None},
+                                   codes=gather(source.codes), uid=uuid.uuid4().hex)
+        _add_empty_split(fold, "test", like=SCORED)
+        return fold
 
 
 def without_validation(fold: InMemoryFeatures, name: str = HELD_OUT) -> InMemoryFeatures:

@@ -402,6 +402,13 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
                 ("best params", json.dumps(tuning.get("best_params"), default=str)),
                 ("scored on", tuning.get("scored_on")), ("trials", len(trials)),
                 ("seconds", number(tuning.get("seconds")))]
+        baseline = tuning.get("baseline")
+        if isinstance(baseline, dict):        # trial 0 (the stage's own params) and what was trained
+            best += [("trial 0 (own params)", number(baseline.get("value"))),
+                     ("gain over trial 0", number(tuning.get("gain"))),
+                     ("spread (standard error)", number(tuning.get("spread"))),
+                     ("trained", "the stage's own params (gain within the spread)" if tuning.get("kept_defaults")
+                      else f"trial {tuning.get('chosen_trial')}")]
         parts.append(f"<h3>{e(name)}: tuning</h3>{figure_row([figure])}{key_values(best)}")
     for name, record in sources.manifest.stages.items():
         board = (record.facts or {}).get("leaderboard")

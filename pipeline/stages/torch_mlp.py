@@ -92,8 +92,9 @@ class TorchSpec(StageSpec):
         None, description="Data-parallel training (PyTorch DDP: gloo on CPUs, NCCL on GPUs) on several ranks, "
                           "each on every n-th row; batch_size stays the rows of one optimizer step, shared out.")
     tune: TuneSpec | None = Field(
-        None, description="Search these fields with Optuna before training (trials scored on the valid split or by "
-                          "the folds' mean; pruned on the validation loss per epoch), then train the best.")
+        None, description="Search these fields with Optuna before training (trials scored on the valid split "
+                          "unless scoring: cv, pruned on the validation loss per epoch; trial 0 is the fields as "
+                          "given), then train the best if it beats them (by more than the folds' spread with cv).")
     min_inputs = 1
     max_inputs = 1
 
@@ -363,7 +364,7 @@ def run_torch(spec: TorchSpec, ctx: StageContext, inputs) -> TorchTrainedModel:
     trial_params = {**params, "distributed": None}
     tuning = run_search(spec.tune, TorchTrainer(train_torch, trial_params, seed=ctx.seed), only_input(inputs), ctx) \
         if spec.tune is not None else None
-    params.update(tuning.best_params if tuning is not None else {})
+    params.update(tuning.chosen_params if tuning is not None else {})
     trained = train_torch(only_input(inputs), name=ctx.stage, seed=ctx.seed, progress=ctx.progress, **params)
     trained.tuning = tuning.to_dict() if tuning is not None else None
     fit_result = trained.fit_result

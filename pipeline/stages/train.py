@@ -53,8 +53,9 @@ class TrainSpec(StageSpec):
                     "(false). Default: external memory whenever the features were written as Parquet.",
     )
     tune: TuneSpec | None = Field(
-        None, description="Search params with Optuna before training (trials scored on the valid split or by "
-                          "the folds' mean), then train the best; each trial's values override params.")
+        None, description="Search params with Optuna before training (trials scored by cross-validation on the "
+                          "non-test rows unless scoring: valid; trial 0 is params as given), then train the best "
+                          "if it beats params by more than the folds' spread; each trial's values override params.")
     bag: int | None = Field(
         None, ge=2,
         description="Fit the model k times, each on k-1 of k folds of the training split's rows (stratified, "
@@ -172,7 +173,7 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
         tuning = run_search(spec.tune, RegistryTrainer(train_model, spec.model, spec.params, seed=ctx.seed,
                                                        external_memory=spec.external_memory),
                             only_input(inputs), ctx)
-        params.update(tuning.best_params)
+        params.update(tuning.chosen_params)   # the best trial's, or the stage's own when they were kept
     if spec.bag:                          # bag: k fits on k folds of the training rows, averaged
         trained = bag_model(only_input(inputs), spec.model, params, k=spec.bag, seed=ctx.seed, name=ctx.stage,
                             progress=ctx.progress)

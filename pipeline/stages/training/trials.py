@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from pipeline.featuresets import FeatureSet
-from pipeline.featuresets.folds import HELD_OUT, without_validation
+from pipeline.featuresets.folds import HELD_OUT, SCORED, without_validation
 from pipeline.metrics import task_metrics
 from pipeline.models import get_model_spec
-from pipeline.stages.training.cross_validation import cross_validate
 
 # XGBoost metrics where a higher value is better (the rest are losses and errors).
 _XGBOOST_HIGHER = {"auc", "aucpr", "map", "ndcg", "pre", "interval-regression-accuracy"}
@@ -37,9 +38,13 @@ class Report(Protocol):
 class Trainer(Protocol):
     """Trains a stage's model with a trial's params (``fold_scores``: on a cross-validation
     fold, as the stage's own cross-validation does); ``pruning_signal`` says what it reports
-    while training (None: it cannot be pruned)."""
+    while training (None: it cannot be pruned). ``params`` are the stage's own (what trial 0,
+    the baseline, trains); ``default_scoring`` is how trials are scored when ``tune.scoring``
+    is not given ("cv" or "valid")."""
 
     warmup_steps: int
+    params: dict[str, Any]
+    default_scoring: str
 
     def fit(self, features: FeatureSet, params: dict[str, Any], report: Report | None,
             threads: int | None = None) -> Any: ...
@@ -62,6 +67,7 @@ class RegistryTrainer:
     seed: int | None = 42
     external_memory: bool | None = None
     warmup_steps: int = 10
+    default_scoring: str = "cv"
 
     def fit(self, features: FeatureSet, params: dict[str, Any], report: Report | None,
             threads: int | None = None) -> Any:
@@ -92,12 +98,15 @@ class RegistryTrainer:
 @dataclass
 class TorchTrainer:
     """A ``torch`` stage's MLP: ``train`` is ``pipeline.stages.torch_mlp.train_torch``; it
-    reports the validation loss of each epoch."""
+    reports the validation loss of each epoch. Trials are scored on the valid split (the split's
+    folds without one) unless ``tune.scoring: cv``: a fold trains every epoch without early
+    stopping, k times per trial."""
 
     train: Callable[..., Any]
     params: dict[str, Any]
     seed: int = 42
     warmup_steps: int = 2
+    default_scoring: str = "valid"
 
     def fit(self, features: FeatureSet, params: dict[str, Any], report: Report | None,
             threads: int | None = None) -> Any:
@@ -173,32 +182,26 @@ class TrialOutcome:
     note: str | None = None
     error: BaseException | None = None
     worker: str | None = None            # the Dask worker that ran it
-
-
-@dataclass
-class FoldScores:
-    """``cross_validate``'s ``fit_and_score`` for one trial: the first fold reports for pruning."""
-
-    trainer: Trainer
-    params: dict[str, Any]
-    report: Report | None
-    threads: int | None = None
-    calls: int = 0
-
-    def __call__(self, fold: FeatureSet) -> Any:
-        report = self.report if self.calls == 0 else None
-        self.calls += 1
-        return self.trainer.fold_scores(fold, self.params, report, self.threads)
+    folds: list[float] | None = None     # each fold's value (one: the valid split's), when COMPLETE
 
 
 def score_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], metric: str,
-                report: Report | None = None, threads: int | None = None) -> float:
-    """Train with ``params`` and score ``metric``: the folds' mean, or the validation split's."""
-    if features.fold_count():
-        result = cross_validate(features, FoldScores(trainer, params, report, threads))
-        return float(result.mean[metric])
+                report: Report | None = None, threads: int | None = None) -> tuple[float, list[float]]:
+    """Train with ``params`` and score ``metric``: the mean over the features' folds (each
+    fold's score listed; the first fold reports for pruning), or the validation split's (a
+    list of one)."""
+    source = getattr(features, "folds", None)
+    if features.fold_count() and source is not None:
+        per_fold = []
+        for i in range(source.count):
+            fold = source.features(i)
+            scores = trainer.fold_scores(fold, params, report if i == 0 else None, threads)
+            per_fold.append(float(task_metrics(features.task, fold.labels(SCORED), scores)[metric]))
+            del fold
+        return float(np.mean(per_fold)), per_fold
     trained = trainer.fit(features, params, report, threads)
-    return float(task_metrics(features.task, features.labels("valid"), trained.scores["valid"])[metric])
+    value = float(task_metrics(features.task, features.labels("valid"), trained.scores["valid"])[metric])
+    return value, [value]
 
 
 def run_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], metric: str,
@@ -211,7 +214,7 @@ def run_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], me
     address = worker.address if worker is not None else None
     started = time.perf_counter()
     try:
-        value = score_trial(trainer, features, params, metric, report, threads)
+        value, per_fold = score_trial(trainer, features, params, metric, report, threads)
     except TrialPruned as exc:
         return TrialOutcome("PRUNED", seconds=time.perf_counter() - started, note=str(exc) or "pruned",
                             worker=address)
@@ -222,7 +225,7 @@ def run_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], me
     if not math.isfinite(value):
         return TrialOutcome("FAIL", seconds=seconds, note=f"{metric} is {value} (e.g. one class in the scored rows)",
                             worker=address)
-    return TrialOutcome("COMPLETE", value=value, seconds=seconds, worker=address)
+    return TrialOutcome("COMPLETE", value=value, seconds=seconds, worker=address, folds=per_fold)
 
 
 def _current_worker() -> Any | None:
@@ -266,7 +269,7 @@ class LocalTrials:
         self.prunes = True
         self.remote = False
 
-    def run(self, trainer: Trainer, metric: str, batch: Sequence[tuple[Any, dict[str, Any]]],
+    def run(self, trainer: Trainer, metric: str, batch: Sequence[tuple[int, dict[str, Any]]],
             pruners: Sequence[Report | None]) -> list[TrialOutcome]:
         return [run_trial(trainer, self.features, params, metric, pruner)
                 for (_, params), pruner in zip(batch, pruners)]
@@ -286,11 +289,11 @@ class DaskTrials:
         self.remote = True
         self._features = client.scatter(features, broadcast=True, hash=False)
 
-    def run(self, trainer: Trainer, metric: str, batch: Sequence[tuple[Any, dict[str, Any]]],
+    def run(self, trainer: Trainer, metric: str, batch: Sequence[tuple[int, dict[str, Any]]],
             pruners: Sequence[Report | None]) -> list[TrialOutcome]:
         futures = [self.client.submit(run_trial, trainer, self._features, params, metric, None,
-                                      key=f"tune-trial-{trial.number}-{id(self):x}", pure=False, retries=0)
-                   for trial, params in batch]
+                                      key=f"tune-trial-{number}-{id(self):x}", pure=False, retries=0)
+                   for number, params in batch]
         outcomes = []
         for future in futures:
             try:

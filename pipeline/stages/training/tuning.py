@@ -1,11 +1,15 @@
-"""``tune:``: search a model's hyperparameters with Optuna, then train the winner.
+"""``tune:``: search a model's hyperparameters with Optuna, then train the winner, if it won.
 
 A ``train`` or ``torch`` stage with a ``tune:`` block runs trials before it trains: each trial
-trains the model with the trial's params merged over the stage's own and scores it on the
-validation split, or by cross-validation when the split has ``folds:`` (the folds' mean). The
-stage then trains the best params as it would train any params (on the training split; with
-folds that is every non-test row), so the model it returns is an ordinary ``TrainedModel``
-that also carries the search (``TrainedModel.tuning``).
+trains the model with the trial's params merged over the stage's own and is scored (``scoring``)
+by cross-validation (the default of train stages: the mean over the split's ``folds:``, or
+else over ``cv`` folds of the training and valid rows' feature matrices, ``MatrixFolds``) or
+on the validation split (the torch stage's default). Trial 0 trains the stage's own params;
+the best trial replaces them only when its mean per-fold gain over trial 0 is above
+``gain_margin`` standard errors of those gains (``decide``), so a search that found only noise
+changes nothing. The stage then trains the chosen params as it would train any params (on the
+training split; with folds that is every non-test row), so the model it returns is an
+ordinary ``TrainedModel`` that also carries the search (``TrainedModel.tuning``).
 
 The search is Optuna's TPE sampler, seeded (``tune.seed``, default the run's seed), and every
 trial trains with the run's seed, so a run repeated gives the same trials. Hopeless trials are
@@ -13,6 +17,7 @@ pruned by a median rule on what training reports as it goes: XGBoost's evaluatio
 boosting round (a ``TrainingCallback``), the torch MLP's validation loss per epoch; other models
 run every trial to the end. With folds, XGBoost's first fold decides; the MLP trains each fold
 without a validation split (as the stage's cross-validation does), so it is not pruned there.
+Trial 0 is never pruned (the decision needs its every fold).
 
 Parallel: where the run has a Dask cluster (stages then run as tasks on its workers), trials run
 in batches of ``parallel`` (default: one per worker): ``parallel`` trials are asked of the
@@ -31,20 +36,24 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import difflib
 import json
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel, ConfigDict, Field, FiniteFloat, PositiveInt, field_validator, model_serializer, model_validator,
 )
 
 from pipeline.core.errors import ConfigError
-from pipeline.featuresets import FeatureSet
+from pipeline.featuresets import FeatureSet, InMemoryFeatures
+from pipeline.featuresets.folds import MatrixFolds
 from pipeline.hooks.protocol import elapsed
 from pipeline.metrics import HIGHER_IS_BETTER, default_metric, metric_names
 from pipeline.core.sizes import parse_duration
@@ -59,6 +68,11 @@ __all__ = ["ParamRange", "RegistryTrainer", "TorchTrainer", "TuneResult", "TuneS
 SAMPLER = "TPE"
 # Median pruning waits for this many finished trials before it compares anything.
 PRUNER_STARTUP_TRIALS = 5
+# Folds of the cross-validation trials are scored by, unless tune.cv says otherwise.
+CV_FOLDS = 5
+# The tuned params replace the stage's own only when their mean gain over trial 0 (the
+# defaults) is above this many standard errors of the per-fold gains (tune.gain_margin).
+GAIN_MARGIN = 1.0
 
 
 # ------------------------------------------------------------------ the config block
@@ -167,6 +181,19 @@ class TuneSpec(BaseModel):
                           "worker). Trials are asked in batches of this size, so it shapes which trials run.")
     pruning: bool = Field(True, description="Stop hopeless trials early (median rule over XGBoost rounds or "
                                             "torch epochs; not for trials on Dask workers).")
+    scoring: Literal["cv", "valid"] | None = Field(
+        None, description="How a trial is scored: cv (the mean over k folds of the non-test rows: the split's "
+                          "folds: when it has them, else folds over the training and valid rows' feature matrix) "
+                          "or valid (the valid split alone: fast, but params picked on one small split fit that "
+                          "split). Default: cv for train stages; for torch stages valid, or cv when the split "
+                          "has no valid rows.")
+    cv: int = Field(CV_FOLDS, ge=2, description="Folds of scoring: cv when the split has no folds: of its own "
+                                                "(the split's folds: win when it has them).")
+    gain_margin: float = Field(
+        GAIN_MARGIN, ge=0, allow_inf_nan=False,
+        description="Trial 0 trains the stage's own params; the best trial replaces them only when its mean gain "
+                    "over trial 0 is above gain_margin standard errors of the per-fold gains (0: any gain). "
+                    "With scoring: valid there is one score and no spread: any gain wins.")
 
     @field_validator("timeout", mode="before")
     @classmethod
@@ -229,11 +256,12 @@ class TrialRecord:
     seconds: float
     note: str | None = None
     worker: str | None = None
+    folds: list[float] | None = None      # each fold's value (scoring: cv), when COMPLETE
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["seconds"] = round(self.seconds, 3)
-        for optional in ("note", "worker"):
+        for optional in ("note", "worker", "folds"):
             if out[optional] is None:
                 del out[optional]
         return out
@@ -241,7 +269,9 @@ class TrialRecord:
 
 @dataclass
 class TuneResult:
-    """A finished search: every trial and the winner (``TrainedModel.tuning`` is ``to_dict``)."""
+    """A finished search: every trial, the best, trial 0 (the stage's own params: the
+    baseline) and the one the stage trains (``chosen``: the best when it beat the baseline by
+    more than the margin, else the baseline). ``TrainedModel.tuning`` is ``to_dict``."""
 
     metric: str
     direction: str
@@ -255,10 +285,27 @@ class TuneResult:
     folds: int = 0
     sampler: str = SAMPLER
     space: dict[str, Any] = field(default_factory=dict)
+    scoring: str = "valid"
+    scored_on: str = "valid split"
+    baseline: TrialRecord | None = None
+    chosen: TrialRecord | None = None
+    gain: float | None = None             # mean per-fold gain of the best over the baseline (>0: better)
+    spread: float | None = None           # standard error of the per-fold gains (0 with one score)
+    margin: float = GAIN_MARGIN
 
     @property
     def best_params(self) -> dict[str, Any]:
+        """The best-scoring trial's params (see ``chosen_params`` for what the stage trains)."""
         return dict(self.best.params)
+
+    @property
+    def chosen_params(self) -> dict[str, Any]:
+        """The params the stage trains: the best trial's, or the baseline's when it was kept."""
+        return dict((self.chosen or self.best).params)
+
+    @property
+    def kept_defaults(self) -> bool:
+        return self.baseline is not None and self.chosen is self.baseline
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -271,9 +318,15 @@ class TuneResult:
             "metric": self.metric, "direction": self.direction, "best_params": self.best_params,
             "best_value": self.best.value, "best_trial": self.best.number,
             "trials": [t.to_dict() for t in self.trials], "sampler": self.sampler, "seed": self.seed,
-            "scored_on": f"mean of {self.folds} folds" if self.folds else "valid split",
+            "scoring": self.scoring, "scored_on": self.scored_on,
             "parallel": self.parallel, "where": self.where, "pruning": self.pruning,
             "seconds": round(self.seconds, 3), "space": self.space,
+            "baseline": None if self.baseline is None else {
+                "trial": self.baseline.number, "params": self.baseline.params, "value": self.baseline.value,
+                "folds": self.baseline.folds},
+            "winner_folds": self.best.folds, "gain": self.gain, "spread": self.spread, "margin": self.margin,
+            "kept_defaults": self.kept_defaults,
+            "chosen_trial": (self.chosen or self.best).number, "chosen_params": self.chosen_params,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -283,78 +336,142 @@ class TuneResult:
         return out
 
     def table(self) -> str:
-        """Every trial as CSV: number, state, value, seconds, note, then one column per param."""
+        """Every trial as CSV: number, state, value, seconds, one column per param, each fold's
+        value (a JSON list), note."""
         import csv
         import io
 
         names = list(self.space)
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["number", "state", self.metric, "seconds", *names, "note"])
+        writer.writerow(["number", "state", self.metric, "seconds", *names, "folds", "note"])
         for t in self.trials:
             values = [json.dumps(t.params[n]) if isinstance(t.params.get(n), (list, dict)) else t.params.get(n)
                       for n in names]
             writer.writerow([t.number, t.state, "" if t.value is None else repr(t.value), round(t.seconds, 3),
-                             *values, t.note or ""])
+                             *values, json.dumps(t.folds) if t.folds else "", t.note or ""])
         return buffer.getvalue()
 
     def best_line(self) -> str:
-        params = ", ".join(f"{k}={_short(v)}" for k, v in self.best.params.items())
+        params = ", ".join(f"{k}={_short(v)}" for k, v in self.best.params.items()) or "the stage's own params"
         counts = ", ".join(f"{n} {state}" for state, n in self.counts().items())
-        return (f"tune: best trial #{self.best.number} of {len(self.trials)} ({counts}): "
+        line = (f"tune: best trial #{self.best.number} of {len(self.trials)} ({counts}): "
                 f"{self.metric} {self.best.value:.6g} with {params}")
+        return line + "; " + self.decision_line()
+
+    def decision_line(self) -> str:
+        """What the stage trains, and why: the gain over trial 0 against its spread."""
+        if self.baseline is None or self.gain is None:
+            return "the stage's own params failed as trial 0, so the best trial is trained"
+        if self.best is self.baseline:
+            return "trial 0 (the stage's own params) scored best: they are kept"
+        against = f"{self.margin:g} x spread {self.spread:.3g}" if self.spread else "no spread (one score)"
+        verdict = "the stage's own params are kept" if self.kept_defaults else "the best trial's params are trained"
+        return f"gain over trial 0 (the stage's own params) {self.gain:+.3g} against {against}: {verdict}"
 
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-NO_VALIDATION_ROWS = ("trials are scored on validation rows and this split has none: set valid: (e.g. 0.1) "
-                      "or folds: (e.g. 5) on the split stage")
+NO_VALIDATION_ROWS = ("trials are scored on validation rows (scoring: valid) and this split has none: set "
+                      "valid: (e.g. 0.1) on the split stage, or score by cross-validation (scoring: cv)")
 
 
 def tune_problems(tune: TuneSpec | None, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-    """A ``tune:`` whose split has neither validation rows nor folds, found before the run
-    (a model stage's ``preview_problems``): the search would stop there."""
+    """A ``tune:`` with ``scoring: valid`` whose split has no validation rows, found before the
+    run (a model stage's ``preview_problems``): the search would stop there. (A stage's default
+    scoring never needs them: it falls back to cross-validation.)"""
     previews = list(inputs.values())
-    if tune is None or len(previews) != 1:
+    if tune is None or len(previews) != 1 or tune.scoring != "valid":
         return []
-    if previews[0].valid is False and previews[0].folds == 0:
+    if previews[0].valid is False:
         return [(("tune",), NO_VALIDATION_ROWS)]
     return []
 
 
+def resolved_scoring(spec: TuneSpec, default: str, features: FeatureSet) -> tuple[str, str]:
+    """How trials are scored, and a note when the stage's default gave way: ``tune.scoring``
+    as given; else the stage's default ("cv" for train stages, "valid" for torch), except that
+    a default of valid without validation rows is cv (the split's folds, as before), and a
+    default of cv on partitioned features without folds is valid (no matrix to fold)."""
+    if spec.scoring is not None:
+        return spec.scoring, ""
+    if default == "valid" and not features.rows().get("valid"):
+        return "cv", ""
+    if default == "cv" and not features.fold_count() \
+            and (features.distributed or not isinstance(features, InMemoryFeatures)):
+        return "valid", " (partitioned features: cross-validation needs the split's folds:)"
+    return default, ""
+
+
+def scoring_features(features: FeatureSet, scoring: str, folds: int, seed: int) -> tuple[FeatureSet, str]:
+    """The features trials are scored on, and how (for the record): with ``cv``, the split's
+    folds when it has them, else ``folds`` seeded folds over the training and valid rows'
+    matrices (``MatrixFolds``); with ``valid``, the valid split."""
+    if scoring == "valid":
+        if not features.rows().get("valid"):
+            raise ConfigError(f"tune: {NO_VALIDATION_ROWS}")
+        return features, "valid split"
+    if features.fold_count():
+        return features, f"mean of {features.fold_count()} folds (the split's folds: each refits the features)"
+    if features.distributed or not isinstance(features, InMemoryFeatures):
+        raise ConfigError("tune: scoring: cv on partitioned features needs the split's folds:, which need the "
+                          "table in memory; set tune.scoring: valid (and valid: on the split) to score trials on "
+                          "the valid split")
+    source = MatrixFolds.of_features(features, folds, seed=seed)
+    pooled = "training and valid rows" if features.rows().get("valid") else "training rows"
+    view = dataclasses.replace(features, folds=source, uid=uuid.uuid4().hex)
+    return view, (f"mean of {source.count} folds over the {pooled} "
+                  "(feature matrix; the features were fitted on the training split)")
+
+
 def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: int = 42,
                progress: StageProgress | None = None) -> TuneResult:
-    """Search ``spec.space`` for ``trainer``'s model on ``features``; returns every trial and
-    the best (the caller trains the winner). ``seed``: the sampler's, unless ``spec.seed``."""
+    """Search ``spec.space`` for ``trainer``'s model on ``features``; returns every trial, the
+    best, and the params to train (the caller trains them). Trial 0 trains the stage's own
+    params; the best trial replaces them only when it beats them by more than the margin
+    (``decide``). ``seed``: the sampler's and the folds', unless ``spec.seed``."""
     from optuna.trial import TrialState
 
     metric, maximize = _metric(spec, features)
-    folds = features.fold_count()
-    if not folds and not features.rows().get("valid"):
-        raise ConfigError(f"tune: {NO_VALIDATION_ROWS}")
     seed = spec.seed if spec.seed is not None else seed
+    scoring, fallback = resolved_scoring(spec, getattr(trainer, "default_scoring", "cv"), features)
+    scored, scored_on = scoring_features(features, scoring, spec.cv, seed)
+    scored_on += fallback
+    folds = scored.fold_count()
     distributions = spec.distributions()
+    baseline_values = _baseline_values(spec, getattr(trainer, "params", {}) or {})
     started = time.perf_counter()
     records: list[TrialRecord] = []
     failures: list[BaseException] = []
     # A bar over the planned trials (none for a search bounded only by tune.timeout).
     bar = progress.bar(spec.trials, "tuning trials") if progress is not None and spec.trials \
         else contextlib.nullcontext(lambda n: None)
-    with _quiet_optuna(), trial_runner(spec.parallel, features) as runner, bar as advance:
-        pruning = _pruning_description(spec, trainer, features, runner, folds)
-        study = _study(maximize, seed, spec.pruning and runner.prunes, trainer.warmup_steps)
+    with _quiet_optuna(), trial_runner(spec.parallel, scored) as runner, bar as advance:
+        pruning = _pruning_description(spec, trainer, scored, runner, folds)
+        prunes = spec.pruning and runner.prunes
+        study = _study(maximize, seed, prunes, trainer.warmup_steps)
+        if baseline_values is not None:          # trial 0 is the defaults, and the sampler learns from it
+            study.enqueue_trial(baseline_values)
         while _budget_left(spec, len(records), started):
             size = runner.parallel if spec.trials is None else min(runner.parallel, spec.trials - len(records))
-            asked = [study.ask(distributions) for _ in range(size)]
-            batch = [(trial, spec.decode(trial.params)) for trial in asked]
-            pruners = [TrialPruner(trial, maximize) if spec.pruning and runner.prunes else None for trial in asked]
-            for (trial, params), outcome in zip(batch, runner.run(trainer, metric, batch, pruners)):
-                state = getattr(TrialState, outcome.state)
-                study.tell(trial, outcome.value if outcome.state == "COMPLETE" else None, state=state)
-                records.append(TrialRecord(trial.number, params, outcome.value, outcome.state, outcome.seconds,
-                                           outcome.note, outcome.worker if runner.remote else None))
+            first = not records
+            # Defaults the space cannot hold (or does not cover) run as trial 0 outside the study.
+            outside = first and baseline_values is None
+            asked = [None if outside and i == 0 else study.ask(distributions) for i in range(size)]
+            batch = [(len(records) + i, spec.decode(trial.params) if trial is not None else {})
+                     for i, trial in enumerate(asked)]
+            pruners = [TrialPruner(trial, maximize) if prunes and trial is not None and not (first and i == 0)
+                       else None for i, trial in enumerate(asked)]
+            for (number, params), trial, outcome in zip(batch, asked, runner.run(trainer, metric, batch, pruners)):
+                if trial is not None:
+                    study.tell(trial, outcome.value if outcome.state == "COMPLETE" else None,
+                               state=getattr(TrialState, outcome.state))
+                shown = params if number or trial is not None else _covered(spec, trainer)
+                note = outcome.note if number else "; ".join(filter(None, [BASELINE_NOTE, outcome.note]))
+                records.append(TrialRecord(number, shown, outcome.value, outcome.state, outcome.seconds,
+                                           note, outcome.worker if runner.remote else None, outcome.folds))
                 if outcome.error is not None:
                     failures.append(outcome.error)
                 _report_trial(progress, records, metric, maximize, spec.trials, time.perf_counter() - started)
@@ -363,10 +480,65 @@ def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: 
     if not complete:
         _no_trial_finished(records, failures)
     best = _best(complete, maximize)
+    baseline = records[0] if records[0].state == "COMPLETE" else None
+    chosen, gain, spread = decide(best, baseline, maximize, spec.gain_margin)
     return TuneResult(metric=metric, direction="maximize" if maximize else "minimize", trials=records, best=best,
                       seed=seed, parallel=runner.parallel, where=runner.where, pruning=pruning,
                       seconds=time.perf_counter() - started, folds=folds,
-                      space={k: v.model_dump() for k, v in spec.space.items()})
+                      space={k: v.model_dump() for k, v in spec.space.items()}, scoring=scoring,
+                      scored_on=scored_on, baseline=baseline, chosen=chosen, gain=gain, spread=spread,
+                      margin=spec.gain_margin)
+
+
+BASELINE_NOTE = "trial 0: the stage's own params"
+
+
+def decide(best: TrialRecord, baseline: TrialRecord | None, maximize: bool,
+           margin: float) -> tuple[TrialRecord, float | None, float | None]:
+    """(the trial to train, the mean gain, its spread). The gain is the mean over the folds of
+    (best - baseline), turned so that positive is better; the spread is the standard error of
+    those per-fold gains (sample standard deviation / sqrt(k): the folds are paired, so what
+    both trials find hard cancels out), 0 with a single score. The best replaces the baseline
+    only when gain > margin x spread. Without a baseline (it failed) the best is trained."""
+    if baseline is None or not baseline.folds or not best.folds:
+        return best, None, None
+    if best is baseline:
+        return baseline, 0.0, 0.0
+    sign = 1.0 if maximize else -1.0
+    gains = sign * (np.asarray(best.folds, dtype="float64") - np.asarray(baseline.folds, dtype="float64"))
+    gain = float(gains.mean())
+    spread = float(gains.std(ddof=1) / np.sqrt(len(gains))) if len(gains) > 1 else 0.0
+    return (best if gain > margin * spread else baseline), gain, spread
+
+
+def _covered(spec: TuneSpec, trainer: Trainer) -> dict[str, Any]:
+    """The stage's own values of the searched params (those it sets), for trial 0's record."""
+    own = getattr(trainer, "params", {}) or {}
+    return {name: own[name] for name in spec.space if name in own}
+
+
+def _baseline_values(spec: TuneSpec, own: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The stage's own params as the sampler's values of every searched param (choices as
+    their positions where encoded), or None when it does not set one of them or one lies
+    outside the space: then trial 0 runs outside the study."""
+    values: dict[str, Any] = {}
+    for name, entry in spec.space.items():
+        if name not in own:
+            return None
+        value = own[name]
+        if entry.encodes_choices:
+            if value not in (entry.choice or []):
+                return None
+            value = (entry.choice or []).index(value)
+        distribution = entry.distribution()
+        try:
+            inside = distribution._contains(distribution.to_internal_repr(value))
+        except Exception:  # noqa: BLE001 - a value of another type (a string for a float range): outside
+            inside = False
+        if not inside:
+            return None
+        values[name] = value
+    return values
 
 
 def _metric(spec: TuneSpec, features: FeatureSet) -> tuple[str, bool]:
@@ -465,14 +637,16 @@ def _no_trial_finished(records: list[TrialRecord], failures: list[BaseException]
 
 # ------------------------------------------------------------------ inside a stage
 def run_search(spec: TuneSpec, trainer: Trainer, features: FeatureSet, ctx: StageContext) -> TuneResult:
-    """``tune`` for a stage: progress to the stage's, then the record (facts, tuning.csv, the
+    """``tune`` for a stage: progress to the stage's, then the record (facts, tuning.csv,
+    tuning.json, the
     best trial in the log)."""
     result = tune_model(features, trainer, spec, seed=ctx.seed, progress=ctx.progress)
     ctx.facts["tuning"] = result.summary()
     if ctx.artifacts_dir is not None:
-        from pipeline.runs.store import atomic_write_text
+        from pipeline.runs.store import atomic_write_json, atomic_write_text
 
         atomic_write_text(ctx.artifact_path("tuning.csv"), result.table())
+        atomic_write_json(ctx.artifact_path("tuning.json"), result.to_dict())     # the decision and every fold
     if ctx.progress is not None:
         ctx.progress.message(result.best_line())
     return result
