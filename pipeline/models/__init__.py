@@ -28,9 +28,11 @@ from pipeline.models.registry import (
     FitInputs,
     ModelSpec,
     ParamMap,
+    checked_params,
     get_model_spec,
     models_for,
     register_model,
+    trainable_model_named,
     trainable_models,
 )
 
@@ -38,5 +40,6 @@ __all__ = [
     "JOBLIB", "LINEAR_COEFFICIENTS", "MODELS", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "JoblibFormat",
     "LinearCoefficientsFormat", "ModelFormat", "ModelSpec", "ParamMap", "Predictor", "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
     "EstimatorClasses", "get_model_spec", "CATBOOST_CBM", "LIGHTGBM_TEXT", "CatBoostCbmFormat", "LightGBMTextFormat",
-    "FitArguments", "FitInputs", "models_for", "register_model", "trainable_models",
+    "FitArguments", "FitInputs", "checked_params", "models_for", "register_model", "trainable_model_named",
+    "trainable_models",
 ]

@@ -602,6 +602,26 @@ def trainable_models() -> list[str]:
     return sorted(name for name, spec in MODELS.items() if spec.trainable)
 
 
+def trainable_model_named(model: str) -> str:
+    """``model`` if a ``train`` stage can fit it, else a ValueError naming the closest one. Read
+    when a config is validated, not at import: plugins register models later."""
+    known = trainable_models()
+    if model not in known:
+        close = difflib.get_close_matches(model, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"unknown model '{model}' (known: {', '.join(known)}){hint}")
+    return model
+
+
+def checked_params(model: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` if every key is a parameter of ``model`` (None: not known yet), else a
+    ValueError naming each unknown key and its closest valid name."""
+    problems = get_model_spec(model).check_params(params) if model else []
+    if problems:
+        raise ValueError("; ".join(problems))
+    return params
+
+
 def models_for(task: str) -> list[str]:
     """Names a ``train`` stage accepts that serve ``task`` (binary, multiclass, regression)."""
     return sorted(name for name, spec in MODELS.items() if spec.trainable and spec.serves(task))

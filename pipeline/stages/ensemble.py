@@ -162,7 +162,7 @@ def fit_ensemble(models: Sequence[TrainedModel], *, name: str = ENSEMBLE_MODEL, 
     the rows ``on`` says (``auto``, ``valid`` or ``oof``) or the given relative ``weights``
     (per model name)."""
     models = list(models)
-    features = _one_features(models)
+    features = one_features(models)
     if weights is not None:
         chosen, fit = _fixed_weights(models, weights), {}
         fitted_on = "fixed"
@@ -193,15 +193,16 @@ def _ensemble_model(models: list[TrainedModel], features: FeatureSet, chosen: np
     )
 
 
-def _one_features(models: list[TrainedModel]) -> FeatureSet:
-    """The one feature set every member was trained on: averaging scores needs the same rows."""
+def one_features(models: list[TrainedModel], kind: str = "ensemble") -> FeatureSet:
+    """The one feature set every member was trained on: blending or stacking scores needs the
+    same rows (``kind`` names the stage kind in messages)."""
     names = [m.name for m in models]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise DataError(f"ensemble: models must have distinct names ({', '.join(repeated)} appear twice)")
+        raise DataError(f"{kind}: models must have distinct names ({', '.join(repeated)} appear twice)")
     mixed = mixed_features({m.name: m.features.uid for m in models})
     if mixed:
-        raise DataError(mixed)
+        raise DataError(kind + mixed.removeprefix("ensemble"))
     return models[0].features
 
 

@@ -19,7 +19,6 @@ saves and ``predict`` loads like any other.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,9 +31,9 @@ from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN, Scorer
 from pipeline.featuresets.in_memory import InMemoryFeatures
-from pipeline.models import get_model_spec, trainable_models
+from pipeline.models import checked_params, get_model_spec, trainable_model_named, trainable_models
 from pipeline.models.blending import EnsembleMember, Stacked, blend, stack_columns, stack_matrix
-from pipeline.stages.ensemble import mixed_features
+from pipeline.stages.ensemble import mixed_features, one_features
 from pipeline.stages.spec import KeyPath, Preview, StageContext, StageProgress, StageSpec, register_stage
 from pipeline.stages.train import SplitScores, TrainedModel
 from pipeline.stages.training.bagging import BaggedModel, bag_model
@@ -99,21 +98,12 @@ class StackSpec(StageSpec):
     @field_validator("model")
     @classmethod
     def _known_model(cls, model: str | None) -> str | None:
-        known = trainable_models()
-        if model is not None and model not in known:
-            close = difflib.get_close_matches(model, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown model '{model}' (known: {', '.join(known)}){hint}")
-        return model
+        return model if model is None else trainable_model_named(model)
 
     @field_validator("params")
     @classmethod
     def _known_params(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        model = info.data.get("model")
-        problems = get_model_spec(model).check_params(params) if model else []
-        if problems:
-            raise ValueError("; ".join(problems))
-        return params
+        return checked_params(info.data.get("model"), params)
 
     def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
         """A meta-model that cannot serve the split's task (a classifier for regression)."""
@@ -177,7 +167,7 @@ def fit_stack(models: Sequence[TrainedModel], *, name: str = STACKED_MODEL, mode
     """A meta-model (registry ``model``, default ``default_meta_model``) fitted on the
     out-of-fold scores of ``models`` (trained on one feature set), bagged over ``k`` folds."""
     models = list(models)
-    features = _one_features(models)
+    features = one_features(models, "stack")
     task = features.task
     model = model or default_meta_model(task.kind)
     refused = get_model_spec(model).task_problems(task.kind, params or {})
@@ -213,18 +203,6 @@ def fit_stack(models: Sequence[TrainedModel], *, name: str = STACKED_MODEL, mode
 
 def _names(models: Sequence[TrainedModel]) -> str:
     return ", ".join(m.name for m in models)
-
-
-def _one_features(models: list[TrainedModel]) -> FeatureSet:
-    """The one feature set every member was trained on: stacking scores needs the same rows."""
-    names = [m.name for m in models]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise DataError(f"stack: models must have distinct names ({', '.join(repeated)} appear twice)")
-    mixed = mixed_features({m.name: m.features.uid for m in models})
-    if mixed:
-        raise DataError("stack" + mixed.removeprefix("ensemble"))
-    return models[0].features
 
 
 def _oof_of(model: TrainedModel, rows: int) -> np.ndarray:

@@ -8,14 +8,13 @@ matrices, or through the Dask cluster for partitioned data) is the feature set's
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.featuresets import FeatureSet
-from pipeline.models import MODELS, get_model_spec, trainable_models
+from pipeline.models import MODELS, checked_params, get_model_spec, trainable_model_named, trainable_models
 from pipeline.backends.headers import HeaderReader
 from pipeline.stages.spec import (
     KeyPath, Preview, StageContext, StageSpec, model_preview, only_input, register_stage,
@@ -80,12 +79,7 @@ class TrainSpec(StageSpec):
     @classmethod
     def _known_model(cls, model: str) -> str:
         """Checked against the registry now, not at import: plugins register models later."""
-        known = trainable_models()
-        if model not in known:
-            close = difflib.get_close_matches(model, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown model '{model}' (known: {', '.join(known)}){hint}")
-        return model
+        return trainable_model_named(model)
 
     @field_validator("external_memory")
     @classmethod
@@ -106,11 +100,7 @@ class TrainSpec(StageSpec):
     @field_validator("params")
     @classmethod
     def _known_params(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        model = info.data.get("model")
-        problems = get_model_spec(model).check_params(params) if model else []
-        if problems:
-            raise ValueError("; ".join(problems))
-        return params
+        return checked_params(info.data.get("model"), params)
 
     @field_validator("tune")
     @classmethod
