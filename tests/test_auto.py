@@ -159,3 +159,22 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
     assert run_cli("report", str(run_dir), cwd=tmp_path).returncode == 0
     page = next(run_dir.rglob("report.html")).read_text()
     assert "auto: leaderboard" in page and "extra_trees" in page
+
+
+def test_an_mlp_fold_that_reaches_the_limit_is_stopped_while_it_trains():
+    """The MLP checks the clock after each epoch: a fold that reaches the limit stops there, not
+    after its last epoch (the run would overrun the limit by a whole fold)."""
+    import time
+
+    from pipeline.stages.auto import _Clock, _OutOfTime, _torch_trainer
+
+    features = features_of(table(), "binary")
+    epochs: list[int] = []
+    clock = _Clock(deadline=time.perf_counter() - 1, folds=3)
+    clock.during_fold = lambda: (epochs.append(1), _Clock.during_fold(clock))  # type: ignore[method-assign]
+    with pytest.raises(_OutOfTime, match="while it trained"):
+        _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 30}, seed=1, clock=clock)
+    assert epochs == [1]                                   # stopped after its first epoch of 30
+    exempt = _Clock(deadline=time.perf_counter() - 1, folds=3, exempt=True)
+    trained = _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 2}, seed=1, clock=exempt)
+    assert trained.scores["test"].shape[0] == features.rows()["test"]     # the first member runs to the end

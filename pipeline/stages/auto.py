@@ -211,20 +211,29 @@ class _Clock:
     def after_fold(self) -> None:
         self.done += 1
 
+    def during_fold(self) -> None:
+        """For trainers that report as they go (the MLP, per epoch): stop a fold that reaches
+        the limit instead of letting it run on."""
+        if not self.exempt and time.perf_counter() >= self.deadline:
+            raise _OutOfTime("the time limit was reached while it trained")
+
     def left(self) -> float:
         return self.deadline - time.perf_counter()
 
 
-def _registry_trainer(features: FeatureSet, model: str, params: dict[str, Any] | None = None, **kwargs: Any
-                      ) -> TrainedModel:
+def _registry_trainer(features: FeatureSet, model: str, params: dict[str, Any] | None = None, *,
+                      clock: _Clock | None = None, **kwargs: Any) -> TrainedModel:
     return train_model(features, model, params, **kwargs)
 
 
 def _torch_trainer(features: FeatureSet, model: str, params: dict[str, Any] | None = None, *,
-                   seed: int | None = 42, name: str | None = None, **_: Any) -> TrainedModel:
+                   seed: int | None = 42, name: str | None = None, clock: _Clock | None = None,
+                   **_: Any) -> TrainedModel:
     from pipeline.stages.torch_mlp import train_torch
 
-    return train_torch(features, name=name or model, seed=42 if seed is None else seed, **(params or {}))
+    on_epoch = (lambda epoch, row: clock.during_fold()) if clock is not None else None
+    return train_torch(features, name=name or model, seed=42 if seed is None else seed, on_epoch=on_epoch,
+                       **(params or {}))
 
 
 _TRAINERS: dict[str, Callable[..., TrainedModel]] = {"registry": _registry_trainer, "torch": _torch_trainer}
@@ -235,7 +244,7 @@ def _timed(trainer: Callable[..., TrainedModel], clock: _Clock) -> Callable[...,
 
     def fit_one(*args: Any, **kwargs: Any) -> TrainedModel:
         clock.before_fold()
-        trained = trainer(*args, **kwargs)
+        trained = trainer(*args, clock=clock, **kwargs)
         clock.after_fold()
         return trained
 
