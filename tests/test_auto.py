@@ -178,3 +178,24 @@ def test_an_mlp_fold_that_reaches_the_limit_is_stopped_while_it_trains():
     exempt = _Clock(deadline=time.perf_counter() - 1, folds=3, exempt=True)
     trained = _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 2}, seed=1, clock=exempt)
     assert trained.scores["test"].shape[0] == features.rows()["test"]     # the first member runs to the end
+
+
+def test_a_bagged_mlp_scores_new_rows_with_its_category_codes(tmp_path):
+    """The MLP embeds the category codes beside the matrix: its bag must score valid and test rows
+    (and, exported inside the blend, new rows) as the MLP does, not as a plain estimator on the
+    matrix alone ("this model embeds categorical columns: pass their int64 codes")."""
+    from pipeline.scoring.model_folder import load_model
+    from pipeline.stages import save_model
+
+    frame = table()
+    features = features_of(frame, "binary")
+    result = fit_auto(features, time_limit=300, models=["mlp", "logistic_regression"], bag=2)
+    assert {r.model for r in result.leaderboard if r.status == "fitted"} == {"mlp", "logistic_regression"}
+    mlp = next(m for m in result.model.members if m.name == "mlp")
+    assert mlp.export_meta()["categorical_columns"] == features.categorical_columns
+    test = np.asarray(mlp.scores["test"])
+    assert test.shape == (features.rows()["test"],) and np.isfinite(test).all()
+    save_model(result.model, tmp_path / "auto")
+    raw = frame.set_index("id").loc[features.host_ids("test")].reset_index()
+    np.testing.assert_allclose(load_model(tmp_path / "auto").score(raw), result.model.scores["test"], rtol=0,
+                               atol=1e-6)

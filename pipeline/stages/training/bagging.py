@@ -73,11 +73,23 @@ class BaggedModel(TrainedModel):
     base_model: str = ""
     # Per member: its fold's rows (fitted, held out), seed, fit time and best round if it stopped early.
     members: list[dict[str, Any]] = field(default_factory=list)
+    # The members as trained models on the whole matrix (not their fold's copy of it): each scores
+    # other rows its own way (``scorer_for``: the MLP reads the category codes beside the matrix).
+    fitted: list[TrainedModel] = field(default_factory=list, repr=False)
 
     def export_meta(self) -> dict[str, Any]:
-        return {"base_model": self.base_model, "bag": len(self.members), "bag_members": self.members}
+        """The bag's record, and what scoring a member needs beyond the matrix (an MLP's
+        categorical columns), as a model trained alone would say."""
+        meta: dict[str, Any] = {"base_model": self.base_model, "bag": len(self.members), "bag_members": self.members}
+        categorical = next((m.meta.get("categorical_columns") for m in self.estimator.members
+                            if m.meta.get("categorical_columns")), None)
+        if categorical:
+            meta["categorical_columns"] = list(categorical)
+        return meta
 
     def scorer_for(self, features: FeatureSet) -> Scorer:
+        if self.fitted:
+            return BaggedScorer([member.scorer_for(features) for member in self.fitted])
         return BaggedScorer([features.scorer(member.estimator) for member in self.estimator.members])
 
 
@@ -125,6 +137,7 @@ def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = 
     positions = bag_folds(task, labels, k, seed)
     oof = np.full((len(labels), task.n_outputs) if task.kind == "multiclass" else len(labels), np.nan)
     members: list[EnsembleMember] = []
+    fitted: list[TrainedModel] = []
     record: list[dict[str, Any]] = []
     first_params: dict[str, Any] = {}
     first_ignored: list[str] = []
@@ -143,6 +156,8 @@ def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = 
             member_name = str(i)
             members.append(EnsembleMember(member_name, trained.model, trained.estimator, 1.0 / k,
                                           {**model_meta(trained), **trained.export_meta()}))
+            # Rebound to the whole matrix: its fold's copy of the rows is released below.
+            fitted.append(dataclasses.replace(trained, features=matrix, scores={}))
             info: dict[str, Any] = {"name": member_name, "fit_rows": int(len(fit)), "held_out_rows": int(len(held)),
                                     "seed": member_seed, "fit_seconds": round(trained.fit_seconds, 3)}
             best = getattr(trained.estimator, "best_iteration", None)
@@ -157,10 +172,10 @@ def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = 
     estimator = Bagged(members, task=task)
     return BaggedModel(
         name=name or model, model=BAGGED_MODEL, estimator=estimator, features=features,
-        scores=SplitScores(BaggedScorer([matrix.scorer(m.estimator) for m in members]), features),
+        scores=SplitScores(BaggedScorer([member.scorer_for(matrix) for member in fitted]), features),
         params={"model": model, "bag": k, "params": first_params},
         ignored_params=first_ignored, fit_seconds=time.perf_counter() - started,
-        oof_scores=oof, base_model=model, members=record,
+        oof_scores=oof, base_model=model, members=record, fitted=fitted,
     )
 
 
