@@ -91,15 +91,15 @@ PORTFOLIO: tuple[PortfolioMember, ...] = (
     PortfolioMember("logistic_regression", {"*": {"C": 1.0, "max_iter": 300}}, tasks=("binary", "multiclass")),
     PortfolioMember("ridge", {"*": {"alpha": 1.0}}, tasks=("regression",)),
 )
-# The quick preset: one boosted model and a linear baseline (smoke runs, tests, first looks).
+# The quick preset: two boosted models, a forest and a linear baseline (smoke runs, first looks).
 QUICK_MODELS = ("logistic_regression", "ridge", "lightgbm", "xgboost", "random_forest")
 
 
 class AutoSpec(StageSpec):
     kind: Literal["auto"]
     preset: Literal["auto", "quick"] = Field(
-        "auto", description="auto: the whole portfolio within time_limit; quick: a linear model and the first "
-                            "boosted trees or forest available, unbagged when there is a valid split.")
+        "auto", description="auto: the whole portfolio within time_limit; quick: LightGBM, XGBoost, the random "
+                            "forest and a linear model only (a first look in a fraction of the time).")
     time_limit: float = Field(300.0, gt=0, description="Seconds (or '5m', '1h') for the whole stage; members "
                                                       "that would end past it are stopped and left out.")
     models: list[str] | None = Field(
