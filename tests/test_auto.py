@@ -199,3 +199,14 @@ def test_a_bagged_mlp_scores_new_rows_with_its_category_codes(tmp_path):
     raw = frame.set_index("id").loc[features.host_ids("test")].reset_index()
     np.testing.assert_allclose(load_model(tmp_path / "auto").score(raw), result.model.scores["test"], rtol=0,
                                atol=1e-6)
+
+
+def test_the_presets_and_the_models_key_choose_members_in_portfolio_order():
+    from pipeline.stages.auto import portfolio_for
+
+    assert [m.model for m in portfolio_for("binary", "quick")] == ["lightgbm", "xgboost", "random_forest",
+                                                                   "logistic_regression"]
+    assert [m.model for m in portfolio_for("regression", "quick")][-1] == "ridge"
+    full = [m.model for m in portfolio_for("multiclass", "auto")]
+    assert full[:3] == ["lightgbm", "catboost", "xgboost"] and "ridge" not in full and "mlp" in full
+    assert [m.model for m in portfolio_for("binary", "auto", ["mlp", "lightgbm"])] == ["mlp", "lightgbm"]
