@@ -38,6 +38,7 @@ from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.core.problems import Task
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN, Scorer
+from pipeline.featuresets.split_positions import fold_positions
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.models.blending import Bagged, EnsembleMember, blend
 from pipeline.stages.spec import StageProgress
@@ -94,19 +95,16 @@ class BaggedModel(TrainedModel):
 
 
 def bag_folds(task: Task, labels: np.ndarray, k: int, seed: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(fit, held-out) row positions of k folds of ``labels``' rows: stratified by class for
-    classification (plain k-fold for regression or where a class has fewer than k rows),
-    shuffled with ``seed``."""
-    from sklearn.model_selection import KFold, StratifiedKFold
-
+    """(fit, held-out) row positions of k folds of ``labels``' rows, by the split's own fold
+    rule (``fold_positions``): stratified by class for classification (plain k-fold for
+    regression or where a class has fewer than k rows), shuffled with ``seed``."""
     labels = np.asarray(labels)
     n = len(labels)
     if n < k:
         raise DataError(f"bag: {k} needs at least {k} training rows; the training split has {n}")
-    random_state = None if seed is None else int(seed) % (2**32)
     stratify = task.kind != "regression" and np.unique(labels, return_counts=True)[1].min() >= k
-    splitter = (StratifiedKFold if stratify else KFold)(n_splits=k, shuffle=True, random_state=random_state)
-    return [(np.sort(fit), np.sort(held)) for fit, held in splitter.split(np.zeros(n), labels if stratify else None)]
+    return fold_positions(n, k, seed=None if seed is None else int(seed) % (2**32),  # type: ignore[arg-type]
+                          labels=labels if stratify else None)
 
 
 def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = None, *, k: int = 5,
