@@ -367,20 +367,24 @@ class XGBoostJsonFormat(ModelFormat):
         return EstimatorPredictor(model, backend, task)
 
 
+def objective_serves(task: Task, family: str, classes: int) -> bool:
+    """Whether a model whose objective is of ``family`` ("binary": one class's probability,
+    "multiclass": each of ``classes`` classes', anything else: a value) gives ``task``'s scores.
+    Every boosting format checks a loaded file's objective against model.json's task by it."""
+    if task.kind == "regression":
+        return family not in ("binary", "multiclass")
+    if task.kind == "multiclass":
+        return (family == "multiclass" and classes == task.n_outputs) or (family == "binary" and task.n_outputs == 2)
+    return family == "binary"
+
+
 def _check_xgboost_objective(model: Any, task: Task, file: Path) -> None:
     """The booster's objective must give the task's scores: probabilities of one class
     (``binary:``) or of each class of the task (``multi:``), a value for regression."""
     objective = str(model.objective or "")
-    family = objective.split(":")[0]
-    if task.kind == "regression":
-        fits = family not in ("binary", "multi")
-    elif task.kind == "multiclass":
-        fits = (family == "multi" and model.n_classes_ == task.n_outputs) or (
-            family == "binary" and task.n_outputs == 2)
-    else:
-        fits = family == "binary"
-    if not fits:
-        classes = f" of {model.n_classes_} classes" if family == "multi" else ""
+    family = {"binary": "binary", "multi": "multiclass"}.get(objective.split(":")[0], "value")
+    if not objective_serves(task, family, model.n_classes_ if family == "multiclass" else 0):
+        classes = f" of {model.n_classes_} classes" if family == "multiclass" else ""
         raise DataError(f"{file}: holds an XGBoost model with objective {objective!r}{classes} but model.json says "
                         f"the task is {task.describe()}; the file was replaced or model.json edited: export the "
                         "model again")

@@ -27,7 +27,7 @@ import numpy as np
 
 from pipeline.core.errors import BackendUnavailable, DataError
 from pipeline.core.problems import BINARY, Task
-from pipeline.models.formats import ModelFormat, Predictor, task_of
+from pipeline.models.formats import ModelFormat, Predictor, objective_serves, task_of
 
 if TYPE_CHECKING:
     from pipeline.backends import Backend
@@ -56,6 +56,11 @@ def _host_matrix(X: Any, backend: Any) -> np.ndarray:
     from pipeline.backends import backend_for
 
     return np.asarray(backend_for(X, backend).to_host(X))
+
+
+def _family(objective: str, binary: set[str] | frozenset[str], multiclass: set[str] | frozenset[str]) -> str:
+    """A library's objective name as ``objective_serves`` reads it."""
+    return "binary" if objective in binary else "multiclass" if objective in multiclass else "value"
 
 
 def _refuse_task(file: Path, held: str, task: Task) -> DataError:
@@ -128,14 +133,8 @@ def _check_lightgbm_objective(booster: Any, task: Task, file: Path) -> None:
     """The booster's objective must give the task's scores (see ``_check_xgboost_objective``)."""
     objective = str(booster.params.get("objective") or "").split(" ")[0]
     classes = booster.num_model_per_iteration()
-    if task.kind == "regression":
-        fits = objective not in _LIGHTGBM_BINARY | _LIGHTGBM_MULTICLASS
-    elif task.kind == "multiclass":
-        fits = (objective in _LIGHTGBM_MULTICLASS and classes == task.n_outputs) or (
-            objective in _LIGHTGBM_BINARY and task.n_outputs == 2)
-    else:
-        fits = objective in _LIGHTGBM_BINARY
-    if not fits:
+    family = _family(objective, _LIGHTGBM_BINARY, _LIGHTGBM_MULTICLASS)
+    if not objective_serves(task, family, classes):
         of = f" of {classes} classes" if objective in _LIGHTGBM_MULTICLASS else ""
         raise _refuse_task(file, f"a LightGBM model with objective {objective!r}{of}", task)
 
@@ -199,14 +198,7 @@ class CatBoostCbmFormat(ModelFormat):
 
 def _check_catboost_loss(model: Any, loss: str, task: Task, file: Path) -> None:
     classes = len(model.classes_) if loss in _CATBOOST_MULTICLASS | _CATBOOST_BINARY else 0
-    if task.kind == "regression":
-        fits = loss not in _CATBOOST_BINARY | _CATBOOST_MULTICLASS
-    elif task.kind == "multiclass":
-        fits = (loss in _CATBOOST_MULTICLASS and classes == task.n_outputs) or (
-            loss in _CATBOOST_BINARY and task.n_outputs == 2)
-    else:
-        fits = loss in _CATBOOST_BINARY
-    if not fits:
+    if not objective_serves(task, _family(loss, _CATBOOST_BINARY, _CATBOOST_MULTICLASS), classes):
         of = f" of {classes} classes" if loss in _CATBOOST_MULTICLASS else ""
         raise _refuse_task(file, f"a CatBoost model with loss function {loss!r}{of}", task)
 
