@@ -28,3 +28,11 @@ def row_major_matrix(
     for j, name in enumerate(names):
         out[:, j] = column_values(name)
     return out
+
+
+def host_array(values: Any) -> Any:
+    """A device array (CuPy: it has ``__cuda_array_interface__`` and ``.get()``) copied to the
+    host as NumPy; anything else as it is. For libraries that read host memory only (LightGBM,
+    CatBoost's CPU build) fed the GPU backend's matrices; found by duck typing, so no GPU
+    library is imported to ask."""
+    return values.get() if hasattr(values, "__cuda_array_interface__") and hasattr(values, "get") else values

@@ -26,10 +26,8 @@ import catboost
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.matrices import host_array as host
 
-def host(values: Any) -> Any:
-    """A CuPy array as NumPy (``.get()``); anything else as it is."""
-    return values.get() if hasattr(values, "__cuda_array_interface__") and hasattr(values, "get") else values
 
 
 def catboost_frame(X: Any, categorical: Sequence[int]) -> Any:

@@ -24,16 +24,14 @@ from typing import Any
 
 import lightgbm
 
+from pipeline.backends.matrices import host_array as host
+
 # LightGBM parameters offered beyond LGBMModel's signature (None: LightGBM's default).
 EXTRA_PARAMS: tuple[str, ...] = (
     "early_stopping_rounds", "max_bin", "cat_smooth", "cat_l2", "max_cat_threshold", "min_data_per_group",
     "max_cat_to_onehot", "extra_trees", "path_smooth", "scale_pos_weight", "is_unbalance", "verbose",
 )
 
-
-def host(values: Any) -> Any:
-    """A CuPy array as NumPy (``.get()``); anything else as it is."""
-    return values.get() if hasattr(values, "__cuda_array_interface__") and hasattr(values, "get") else values
 
 
 def _takes_eval_xy() -> bool:
