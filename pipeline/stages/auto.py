@@ -43,7 +43,7 @@ from pipeline.metrics import HIGHER_IS_BETTER, default_metric, task_metrics
 from pipeline.models import MODELS, get_model_spec
 from pipeline.stages.ensemble import fit_ensemble
 from pipeline.stages.features import build_features
-from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.spec import Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
 from pipeline.stages.train import TrainedModel, train_model
 from pipeline.stages.training.bagging import bag_model
@@ -138,9 +138,6 @@ class AutoSpec(StageSpec):
         return Preview(features=source.features or stage, valid=source.valid, folds=source.folds,
                        target=source.target)
 
-    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-        return []
-
 
 @dataclass
 class MemberRecord:
@@ -165,6 +162,7 @@ class MemberRecord:
             out["weight"] = round(self.weight, 6)
         if self.reason:
             out["reason"] = self.reason
+        out["params"] = self.params
         return out
 
 
