@@ -93,6 +93,16 @@ def test_every_aggregate_window_and_cutoff_agrees(monkeypatch):
     assert (result["n_1d"] == 0).any() and result["lo_1d"].isna().any()    # entities without events there
 
 
+def test_the_output_columns_are_writable(monkeypatch):
+    """pandas writes into a frame's columns in place; the engine's arrays must allow it."""
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    result = aggregate_events(random_events(), by="k", time="t", as_of=CUTOFFS, features=EVERY_AGGREGATE,
+                              windows=["7d", "all"])
+    for column in result.columns:
+        result.loc[0, column] = result.loc[1, column]
+    assert result.iloc[0].equals(result.iloc[1])
+
+
 def test_text_and_date_keys_and_several_of_them(monkeypatch):
     events = random_events(seed=3)
     events["name"] = pd.Series(np.where(events["k"].isna(), None, "c" + events["k"].astype(str)), dtype="str")

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 _TIME = "__engine_time"        # the time column as Int64 in its own unit
+_INSIDE = "__engine_inside"    # stands for "1 where the row is in the window" in a window's columns
 _LEFT, _RIGHT = "__engine_left_row", "__engine_right_row"
 _NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 
@@ -71,34 +72,51 @@ class PolarsTableEngine:
                   aggregates: Sequence[WindowAggregate], cutoff_column: str) -> Any:
         """One cut-off: one group-by of the statistics every output needs (each (statistic,
         column, window) once: recency, tenure and interval_mean share a window's count and time
-        range), then the outputs derived from them."""
+        range), then the outputs derived from them.
+
+        A window's values are its column masked outside the window (``when(inside).then(x)``:
+        missing there) and aggregated plainly, as every aggregate but first skips missing
+        values: at 10M events that took 0.8x the CPU of a ``filter`` inside the aggregation,
+        at the same peak memory (masking in a ``with_columns`` first cost 1 GiB more)."""
         import polars as pl
 
         day = float(_in_unit(pd.Timedelta(days=1), unit))
         stats: dict[tuple[str, str | None, int | None], Any] = {}
 
+        def masked(column: str, window: int | None) -> Any:
+            if window is None:
+                return pl.col(column)
+            inside = pl.col(_TIME) >= window
+            return inside.cast(pl.UInt32) if column == _INSIDE else pl.when(inside).then(pl.col(column))
+
         def stat(func: str, column: str | None, length: pd.Timedelta | None) -> Any:
             window = None if length is None else cutoff - _in_unit(length, unit)
             key = (func, column, window)
             if key not in stats:
-                inside = None if window is None else pl.col(_TIME) >= window
-                values = None if column is None else (pl.col(column) if inside is None
-                                                      else pl.col(column).filter(inside))
                 if func == "count":
-                    expr = pl.len() if inside is None else inside.sum()
+                    expr = pl.len() if window is None else masked(_INSIDE, window).sum()
                 elif func == "nunique":
-                    expr = values.drop_nulls().n_unique()
+                    values = masked(column, window)
+                    expr = values.n_unique() - (values.null_count() > 0).cast(pl.UInt32)
                 elif func == "std":
-                    expr = values.std(ddof=1)
-                else:                                      # sum, mean, min, max, first, last
-                    expr = getattr(values, func)()
+                    expr = masked(column, window).std(ddof=1)
+                elif func == "first" and window is not None:     # the earliest row inside the window
+                    expr = pl.col(column).filter(pl.col(_TIME) >= window).first()
+                elif func == "last":                              # windows end at the cut-off
+                    expr = pl.col(column).last()
+                    if window is not None:
+                        expr = pl.when(masked(_INSIDE, window).sum() > 0).then(expr)
+                else:                                             # sum, mean, min, max, first of all
+                    expr = getattr(masked(column, window), func)()
                 stats[key] = expr.alias(f"__stat{len(stats)}")
             return pl.col(stats[key].meta.output_name())
 
         outputs = []
         for output, aggregate, column, length in aggregates:
             if aggregate == "count":
-                expr = stat("count", None, length)
+                expr = stat("count", None, length).cast(pl.Int64)
+            elif aggregate == "nunique":
+                expr = stat("nunique", column, length).cast(pl.Int64)
             elif aggregate == "recency":
                 expr = (pl.lit(cutoff) - stat("max", _TIME, length)).cast(pl.Float64) / day
             elif aggregate == "tenure":
@@ -187,19 +205,25 @@ def _to_polars(frame: pd.DataFrame, columns: list[str]) -> Any:
 
 
 def _to_pandas(frame: Any) -> pd.DataFrame:
-    """A query's result as pandas: numbers, bools and dates through NumPy (a view where Polars
-    holds no nulls; ints with nulls come out float64 with NaN, as pyarrow gives them), other
-    kinds (text) through pyarrow. The frame is small (one row per entity), but a whole
-    ``to_pandas`` through pyarrow measured 5x the NumPy route on 25 numeric columns."""
+    """A query's result (``frame``, emptied on the way) as pandas: numbers, bools and dates
+    through NumPy (ints with nulls come out float64 with NaN, as pyarrow gives them), other kinds
+    (text) through pyarrow. Each column is copied into a writable array (Polars' buffers are
+    read-only, and pandas writes into its columns in place) and its Polars buffer let go before
+    the next one, so the result is held about once, not twice (3.4M entities x 27 columns is
+    0.7 GiB); the columns stay separate blocks (no consolidating copy). Through pyarrow, a whole
+    ``to_pandas`` measured 5x the NumPy route on 25 numeric columns."""
+    boolean = _polars().Boolean
     columns: dict[str, Any] = {}
-    for name in frame.columns:
-        series = frame.get_column(name)
+    height = frame.height
+    for name in list(frame.columns):
+        series = frame.drop_in_place(name)
         dtype = series.dtype
-        if dtype.is_numeric() or dtype.is_temporal() or dtype == _polars().Boolean:
-            columns[name] = series.to_numpy()
+        if dtype.is_numeric() or dtype.is_temporal() or dtype == boolean:
+            columns[name] = series.to_numpy(writable=True)
         else:
             columns[name] = series.to_pandas()
-    return pd.DataFrame(columns, index=pd.RangeIndex(frame.height))
+        del series
+    return pd.DataFrame(columns, index=pd.RangeIndex(height), copy=False)
 
 
 def _polars() -> Any:
