@@ -227,3 +227,14 @@ def test_partitioned_events_agree(monkeypatch):
             return lazy.compute().sort_values(["as_of", "k"]).reset_index(drop=True)
 
     assert_same(on_each_engine(monkeypatch, work))
+
+
+def test_empty_results_have_the_same_columns_and_dtypes(monkeypatch):
+    """No event before the cut-off (a Dask partition can be so): no rows, every dtype as usual."""
+    events = random_events(seed=10)
+    result = assert_same(on_each_engine(monkeypatch, lambda: aggregate_events(
+        events, by="k", time="t", as_of="2019-06-01", features=EVERY_AGGREGATE, windows=["7d", "all"])))
+    assert len(result) == 0
+    for how in ("inner", "left", "right", "outer"):
+        assert_same(on_each_engine(monkeypatch, lambda: join_tables(
+            LEFT.iloc[:0], RIGHT, on="k", how=how, validate="many_to_one")))
