@@ -238,3 +238,20 @@ def test_empty_results_have_the_same_columns_and_dtypes(monkeypatch):
     for how in ("inner", "left", "right", "outer"):
         assert_same(on_each_engine(monkeypatch, lambda: join_tables(
             LEFT.iloc[:0], RIGHT, on="k", how=how, validate="many_to_one")))
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_every_time_unit_agrees(monkeypatch, unit):
+    """Polars keeps no seconds unit (datetime64[s] arrives as ms): windows, days and the
+    cut-off column must not depend on it."""
+    rng = np.random.default_rng(11)
+    seconds = pd.to_timedelta(rng.integers(0, 90 * 24 * 3600, 300), unit="s")
+    events = pd.DataFrame({"k": rng.integers(0, 20, 300), "t": (START + seconds).astype(f"datetime64[{unit}]"),
+                           "v": rng.normal(size=300)})
+    features = {"n": "count", "r": "recency", "g": "interval_mean", "tm": {"max": "t"}, "f": {"first": "v"}}
+    result = assert_same(on_each_engine(monkeypatch, lambda: aggregate_events(
+        events, by="k", time="t", as_of=["2020-02-15", "2020-03-01"], features=features, windows=["12h", "7d", "all"])))
+    assert result["as_of"].dtype == np.dtype(f"datetime64[{unit}]")
+    assert_same(on_each_engine(monkeypatch, lambda: label_events(
+        events, events[["k"]].drop_duplicates(), by="k", time="t", as_of="2020-02-15", horizon="10d",
+        target={"y": {"max": "t"}})))

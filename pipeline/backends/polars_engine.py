@@ -57,7 +57,7 @@ class PolarsTableEngine:
         frame = _to_polars(events, columns)
         if frame is None:
             return None
-        unit = _time_unit(events[time].dtype)
+        unit = frame.schema[time].time_unit          # Polars' own (datetime64[s] arrives as ms)
         lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME))
         if any(a[1] in ("first", "last") for a in aggregates):
             lazy = (lazy.sort([_TIME, order]) if order else lazy.sort(_TIME, maintain_order=True))
@@ -145,7 +145,7 @@ class PolarsTableEngine:
         frame = _to_polars(events, columns)
         if frame is None:
             return None
-        unit = _time_unit(events[time].dtype)
+        unit = frame.schema[time].time_unit          # Polars' own (datetime64[s] arrives as ms)
         lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME))
         if column is None:
             expr = pl.len().cast(pl.Int64)
@@ -258,10 +258,6 @@ def _with_times(out: pd.DataFrame, column: str, dtype: Any, unit: str) -> pd.Dat
 def _number_or_bool(dtype: Any) -> bool:
     return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) and \
         not pd.api.types.is_datetime64_any_dtype(dtype)
-
-
-def _time_unit(dtype: Any) -> str:
-    return str(np.datetime_data(dtype)[0]) if isinstance(dtype, np.dtype) else str(getattr(dtype, "unit", "ns"))
 
 
 def _in_unit(value: pd.Timestamp | pd.Timedelta, unit: str) -> int:
