@@ -64,7 +64,8 @@ class PolarsTableEngine:
         queries = [self._snapshot(lazy, keys, _in_unit(cutoff, unit), unit, aggregates, cutoff_column)
                    for cutoff in cutoffs]
         result = pl.concat(queries, how="vertical").collect()
-        out = _with_times(_to_pandas(result), cutoff_column, events[time].dtype, unit)
+        order = result.select(pl.arg_sort_by([cutoff_column, *keys])).to_series().to_numpy()
+        out = _with_times(_to_pandas(result, order), cutoff_column, events[time].dtype, unit)
         return _like_source(out, events, {name: column for name, agg, column, _ in aggregates
                                           if agg in ("min", "max", "first", "last")}, keys)
 
@@ -108,8 +109,8 @@ class PolarsTableEngine:
                         expr = pl.when(masked(_INSIDE, window).sum() > 0).then(expr)
                 else:                                             # sum, mean, min, max, first of all
                     expr = getattr(masked(column, window), func)()
-                stats[key] = expr.alias(f"__stat{len(stats)}")
-            return pl.col(stats[key].meta.output_name())
+                stats[key] = expr
+            return stats[key]
 
         outputs = []
         for output, aggregate, column, length in aggregates:
@@ -128,8 +129,11 @@ class PolarsTableEngine:
             else:
                 expr = stat(aggregate, column, length)
             outputs.append(expr.alias(output))
-        return (lazy.filter(pl.col(_TIME) < cutoff).group_by(list(keys)).agg(list(stats.values()))
-                .select([*keys, pl.lit(cutoff).alias(cutoff_column), *outputs]).sort(list(keys)))
+        # The outputs are computed inside the aggregation (Polars shares the statistics they
+        # have in common): a group-by of the statistics then a select of the outputs held both
+        # at once. No sort here: the caller's copy to pandas gathers the rows in key order.
+        return (lazy.filter(pl.col(_TIME) < cutoff).group_by(list(keys)).agg(outputs)
+                .select([*keys, pl.lit(cutoff).alias(cutoff_column), *(a[0] for a in aggregates)]))
 
     # ------------------------------------------------------------------ horizons
     def aggregate_horizons(self, events: pd.DataFrame, *, keys: Sequence[str], time: str,
@@ -204,14 +208,17 @@ def _to_polars(frame: pd.DataFrame, columns: list[str]) -> Any:
         return None
 
 
-def _to_pandas(frame: Any) -> pd.DataFrame:
-    """A query's result (``frame``, emptied on the way) as pandas: numbers, bools and dates
-    through NumPy (ints with nulls come out float64 with NaN, as pyarrow gives them), other kinds
-    (text) through pyarrow. Each column is copied into a writable array (Polars' buffers are
-    read-only, and pandas writes into its columns in place) and its Polars buffer let go before
-    the next one, so the result is held about once, not twice (3.4M entities x 27 columns is
-    0.7 GiB); the columns stay separate blocks (no consolidating copy). Through pyarrow, a whole
-    ``to_pandas`` measured 5x the NumPy route on 25 numeric columns."""
+def _to_pandas(frame: Any, order: np.ndarray | None = None) -> pd.DataFrame:
+    """A query's result (``frame``, emptied on the way) as pandas, its rows taken in ``order``
+    (positions) when given: numbers, bools and dates through NumPy (ints with nulls come out
+    float64 with NaN, as pyarrow gives them), other kinds (text) through pyarrow.
+
+    Each column is copied once, into a writable array (Polars' buffers are read-only, and
+    pandas writes into its columns in place), by the gather that puts the rows in order, and
+    its Polars buffer is let go before the next one: the result is held about once, not twice
+    (3.4M entities x 26 columns is 0.7 GiB), and sorting it in Polars first would have been a
+    second copy. The columns stay separate blocks (no consolidating copy). Polars' own writable
+    copy of a float column took 5x NumPy's copy of its read-only view."""
     pl = _polars()
     columns: dict[str, Any] = {}
     height = frame.height
@@ -221,12 +228,13 @@ def _to_pandas(frame: Any) -> pd.DataFrame:
         if dtype.is_float() or dtype.is_integer():
             if series.null_count():          # NaN for missing (ints widen to float64, as pyarrow's)
                 series = (series if dtype.is_float() else series.cast(pl.Float64)).fill_null(float("nan"))
-            # A view, then NumPy's copy: Polars' own writable copy of a float column took 5x as long.
-            columns[name] = np.array(series.to_numpy(), copy=True)
+            values = series.to_numpy()
+            columns[name] = np.array(values, copy=True) if order is None else values.take(order)
         elif dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean:
-            columns[name] = series.to_numpy(writable=True)
+            values = series.to_numpy()
+            columns[name] = np.array(values, copy=True) if order is None else values.take(order)
         else:
-            columns[name] = series.to_pandas()
+            columns[name] = (series if order is None else series.gather(order)).to_pandas()
         del series
     return pd.DataFrame(columns, index=pd.RangeIndex(height), copy=False)
 
