@@ -50,11 +50,18 @@ class CpuBackend(Backend):
         )
 
     def _read_parquet(self, path: Path, *, columns, filters) -> pd.DataFrame:
-        return pd.read_parquet(
+        frame = pd.read_parquet(
             path,
             columns=list(columns) if columns else None,
             filters=[tuple(f) for f in filters] if filters else None,
         )
+        # pyarrow's allocator keeps the pages of the Arrow table it read and converted: 330 MiB
+        # of 10M events stayed resident, and were the difference between the events benchmark's
+        # peak and Polars' (1.92 against 1.59 GiB with them given back; 1.40 hand-written Polars).
+        import pyarrow
+
+        pyarrow.default_memory_pool().release_unused()
+        return frame
 
     def from_pandas(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame
