@@ -1,5 +1,6 @@
 """What every worker of a local cluster the pipeline starts has from its start: dask.dataframe
-imported, and the plugin that gives a paused worker's freed memory back to the OS."""
+imported, the plugin that gives a paused worker's freed memory back to the OS, and Polars' thread
+pool (the CPU table engine's) sized to the worker's threads."""
 
 from __future__ import annotations
 
@@ -32,6 +33,29 @@ def test_local_workers_import_dask_dataframe_as_they_start(session):
     module is there before either runs."""
     imported = session.client.run(_has_dask_dataframe)
     assert imported and all(imported.values())
+
+
+def _polars_threads() -> tuple[str | None, int]:
+    import os
+
+    import polars
+
+    return os.environ.get("POLARS_MAX_THREADS"), polars.thread_pool_size()
+
+
+def test_local_workers_size_polars_threads_to_their_own(session, monkeypatch):
+    """Each partition runs the Polars engine; a one-thread worker gets a one-thread pool, not one
+    thread per core of the machine in every worker."""
+    import os
+
+    from pipeline.backends.cluster import worker_environment
+
+    threads = os.environ.get("POLARS_MAX_THREADS") or "1"
+    assert list(session.client.run(_polars_threads).values()) == [(threads, int(threads))]
+
+    assert worker_environment(3) == {"POLARS_MAX_THREADS": "3"}
+    monkeypatch.setenv("POLARS_MAX_THREADS", "2")              # the user's own setting is passed on
+    assert worker_environment(3) == {"POLARS_MAX_THREADS": "2"}
 
 
 async def _releases_while_paused(dask_worker, seconds: float = 10.0) -> tuple[int, int]:

@@ -131,8 +131,18 @@ def _local_cluster(config: Any) -> Any:
     return LocalCluster(
         n_workers=config.n_workers or 2, threads_per_worker=config.threads_per_worker, processes=True,
         memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address=":0",   # any free port
-        silence_logs=logging.WARNING, preload=worker_preload(),
+        silence_logs=logging.WARNING, preload=worker_preload(), env=worker_environment(config.threads_per_worker),
     )
+
+
+def worker_environment(threads_per_worker: int | None) -> dict[str, str]:
+    """Environment variables every local CPU worker process gets. Each partition runs the CPU
+    table engine (Polars), whose thread pool is sized once, when Polars is imported, to every
+    core of the machine: in n one-thread workers that is n x cores threads contending for the
+    cores. ``POLARS_MAX_THREADS`` sizes it to the worker's own threads (a value already set in
+    this process's environment is passed on instead)."""
+    threads = os.environ.get("POLARS_MAX_THREADS") or str(max(1, int(threads_per_worker or 1)))
+    return {"POLARS_MAX_THREADS": threads}
 
 
 def worker_preload() -> list[str]:

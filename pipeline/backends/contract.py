@@ -228,6 +228,16 @@ class Backend(ABC):
         already turned it into float64 if it had a gap."""
         return pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
 
+    @property
+    def table_engine(self) -> Any | None:
+        """The engine that runs event windows, horizon targets and join matching on this
+        backend's in-memory frames, or None: the frame-API code (pandas, cuDF) runs them."""
+        return None
+
+    # Where min / max / first / last of a bool column land: missing stays missing and values
+    # stay bools, in every window (pandas' nullable "boolean"; cuDF's bool is nullable).
+    bool_dtype: str = "boolean"
+
     # ------------------------------------------------------------- models
     def estimator_class_path(self, spec: Any, *, distributed: bool = False, task: str | Task = "binary") -> str:
         """``module:Class`` of the estimator this backend uses for a model spec (a registry

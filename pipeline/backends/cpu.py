@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,12 @@ import pandas as pd
 from pipeline.backends.contract import Backend
 from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
+from pipeline.core.errors import ConfigError
+
+# The CPU table engine for event windows, horizon targets and join matching: polars (every
+# core) or pandas (the reference, one core). Read on each use, so a test or a caller can switch.
+CPU_ENGINE_VARIABLE = "PIPELINE_CPU_ENGINE"
+CPU_ENGINES = ("polars", "pandas")
 
 
 class CpuBackend(Backend):
@@ -20,6 +27,19 @@ class CpuBackend(Backend):
     array = np
     dask_backend = "pandas"
     _distributions = ("pandas", "numpy", "pyarrow", "sklearn", "xgboost", "lightgbm", "catboost")
+
+    @property
+    def table_engine(self) -> Any | None:
+        """The Polars engine unless ``$PIPELINE_CPU_ENGINE`` says pandas."""
+        choice = os.environ.get(CPU_ENGINE_VARIABLE, "").strip().lower() or "polars"
+        if choice not in CPU_ENGINES:
+            raise ConfigError(f"${CPU_ENGINE_VARIABLE} is {choice!r}: use polars (the default, every core) or "
+                              "pandas (the reference engine, one core)")
+        if choice == "pandas":
+            return None
+        from pipeline.backends.polars_engine import PolarsTableEngine
+
+        return _polars_engine(PolarsTableEngine)
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
         return pd.read_csv(
@@ -30,11 +50,18 @@ class CpuBackend(Backend):
         )
 
     def _read_parquet(self, path: Path, *, columns, filters) -> pd.DataFrame:
-        return pd.read_parquet(
+        frame = pd.read_parquet(
             path,
             columns=list(columns) if columns else None,
             filters=[tuple(f) for f in filters] if filters else None,
         )
+        # pyarrow's allocator keeps the pages of the Arrow table it read and converted: 330 MiB
+        # of 10M events stayed resident, and were the difference between the events benchmark's
+        # peak and Polars' (1.92 against 1.59 GiB with them given back; 1.40 hand-written Polars).
+        import pyarrow
+
+        pyarrow.default_memory_pool().release_unused()
+        return frame
 
     def from_pandas(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame
@@ -80,3 +107,12 @@ class CpuBackend(Backend):
         codes = pd.Index(list(categories), dtype=series.dtype if len(categories) else None).get_indexer(series)
         return pd.Series(codes + 1, index=series.index, dtype="int32")
 
+
+
+_ENGINES: dict[type, Any] = {}
+
+
+def _polars_engine(cls: type) -> Any:
+    if cls not in _ENGINES:
+        _ENGINES[cls] = cls()
+    return _ENGINES[cls]

@@ -42,6 +42,7 @@ class GpuBackend(Backend):
     frame = cudf
     array = cp
     dask_backend = "cudf"
+    bool_dtype = "bool"            # cuDF's bool columns hold nulls already
     _distributions = ("cudf", "cuml", "cupy", "dask_cuda", "pandas", "pyarrow", "xgboost", "lightgbm", "catboost")
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> cudf.DataFrame:

@@ -160,14 +160,21 @@ def set_constant(frame: Any, name: str, value: Any, dtype: Any, *, loc: int | No
     frame[name] = frame[name].astype(dtype)
 
 
-def cast_output(series: Any, aggregate: str, *, zero_when_missing: bool) -> Any:
+def cast_output(series: Any, aggregate: str, *, zero_when_missing: bool, source_dtype: Any = None,
+                bool_dtype: str = "boolean") -> Any:
     """A feature column in its documented dtype: counts int64, sums and days float64, min /
-    max / first / last of numbers float64 (text and dates stay as they are)."""
+    max / first / last of numbers float64, of bools ``bool_dtype`` (the backend's nullable
+    bool: missing stays missing whether or not every entity had an event in the window), text
+    and dates as they are. ``source_dtype`` is the dtype of the column aggregated."""
     if zero_when_missing:
         series = series.fillna(0)
     if aggregate in _INT_AGGREGATES:
         return series.astype("int64")
-    if aggregate in _FLOAT_AGGREGATES or _is_number(series.dtype):
+    if aggregate in _FLOAT_AGGREGATES:
+        return series.astype("float64")
+    if source_dtype is not None and pd.api.types.is_bool_dtype(source_dtype):
+        return series.astype(bool_dtype)
+    if _is_number(series.dtype):
         return series.astype("float64")
     return series
 

@@ -155,6 +155,14 @@ def target_frame(events: Any, plan: LabelPlan, backend: Backend) -> Any:
     """Per (entity, cut-off) with events in the horizon: the keys, the cut-off, the aggregate."""
     frame = drop_rows_without_key(events[plan.columns], plan.keys, None)
     check_no_missing_times(frame, plan.time)
+    engine = backend.table_engine
+    if engine is not None:
+        name, (column, aggregate) = next(iter(_target_aggregations(plan).items()))
+        found = engine.aggregate_horizons(frame, keys=plan.keys, time=plan.time, cutoffs=plan.cutoffs,
+                                          horizon=plan.horizon, aggregate=aggregate,
+                                          column=plan.target.column, output=name, cutoff_column=plan.cutoff_column)
+        if found is not None:
+            return found
     times = frame[plan.time]
     parts = []
     for cutoff in plan.cutoffs:

@@ -131,11 +131,35 @@ def aggregate_frame(events: Any, plan: AggregationPlan, backend: Backend, *,
     frame = drop_rows_without_key(events[[*plan.columns, *([POSITION] if POSITION in events.columns else [])]],
                                   plan.keys, facts)
     check_no_missing_times(frame, plan.time)
+    engine = backend.table_engine
+    if engine is not None:
+        found = _aggregate_on_engine(engine, frame, plan, backend)
+        if found is not None:
+            return found
     if plan.needs_order:
         frame = _ranked(frame, plan, backend)
     # Cut-offs ascending, each snapshot sorted by the keys: the stack is in (cut-off, keys) order.
     snapshots = [_snapshot(frame, plan, cutoff, backend) for cutoff in plan.cutoffs]
     return snapshots[0] if len(snapshots) == 1 else backend.frame.concat(snapshots, ignore_index=True)
+
+
+def _aggregate_on_engine(engine: Any, frame: Any, plan: AggregationPlan, backend: Backend) -> Any:
+    """Every cut-off and window in the backend's table engine (one query), then the same output
+    casts as the frame code; None where the engine leaves the data to the frame code."""
+    lengths = dict(_windows_longest_first(plan))
+    aggregates = [(f.output_name(w), f.aggregate, f.column, lengths[w]) for f in plan.features for w in f.windows]
+    order = POSITION if POSITION in frame.columns else None
+    found = engine.aggregate_windows(frame, keys=plan.keys, time=plan.time, cutoffs=plan.cutoffs,
+                                     aggregates=aggregates, cutoff_column=plan.cutoff_column, order=order)
+    if found is None:
+        return None
+    for feature in plan.features:
+        zero = feature.aggregate in ZERO_WHEN_EMPTY
+        source = frame[feature.column].dtype if feature.column is not None else None
+        for name in feature.output_names():
+            found[name] = cast_output(found[name], feature.aggregate, zero_when_missing=zero, source_dtype=source,
+                                      bool_dtype=backend.bool_dtype)
+    return found
 
 
 def _ranked(frame: Any, plan: AggregationPlan, backend: Backend) -> Any:
@@ -167,21 +191,23 @@ def _snapshot(frame: Any, plan: AggregationPlan, cutoff: pd.Timestamp, backend: 
         elif len(part.columns):
             part = part.reindex(index)
         columns.update((name, part[name]) for name in part.columns)
-    return _output_columns(columns, index, plan, cutoff, frame[plan.time].dtype, backend)
+    return _output_columns(columns, index, plan, cutoff, frame, backend)
 
 
 def _output_columns(columns: dict[str, Any], index: Any, plan: AggregationPlan, cutoff: pd.Timestamp,
-                    time_dtype: Any, backend: Backend) -> Any:
+                    frame: Any, backend: Backend) -> Any:
     """Keys, the cut-off, then the features in spec order x window order, each filled for
     empty windows (0 for count / nunique / sum, missing otherwise) in its documented dtype,
     so every backend and every partition agree."""
     ordered = {}
     for feature in plan.features:
         zero = feature.aggregate in ZERO_WHEN_EMPTY
+        source = frame[feature.column].dtype if feature.column is not None else None
         for name in feature.output_names():
-            ordered[name] = cast_output(columns[name], feature.aggregate, zero_when_missing=zero)
+            ordered[name] = cast_output(columns[name], feature.aggregate, zero_when_missing=zero, source_dtype=source,
+                                        bool_dtype=backend.bool_dtype)
     result = side_by_side(ordered, index, backend).reset_index()
-    set_constant(result, plan.cutoff_column, cutoff, time_dtype, loc=len(plan.keys))
+    set_constant(result, plan.cutoff_column, cutoff, frame[plan.time].dtype, loc=len(plan.keys))
     return result
 
 

@@ -197,6 +197,10 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     if how in ("left", "inner") and "right" in UNIQUE_SIDES[validate]:
         return _lookup_join(left, _lookup_table(right, left, keys, suffixes, backend), how, backend)
     left, right = _suffixed(left, right, keys, suffixes)
+    engine = backend.table_engine
+    rows = engine.join_rows(left[keys], right[keys], keys, how) if engine is not None else None
+    if rows is not None:
+        return _gathered(left, right, keys, *rows), _row_counts(*rows, len(left), len(right))
     lrow, rrow, guard = _helper_names(left, right)
     n_left, n_right = len(left), len(right)
     left = left.assign(**{lrow: backend.asarray(np.arange(n_left, dtype=np.int64))})
@@ -208,6 +212,33 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
         merged = merged.sort_values([lrow, rrow], na_position="last")
     counts = _counts(merged, lrow, rrow, n_left, n_right)
     return merged.drop(columns=[lrow, rrow, guard]).reset_index(drop=True), counts
+
+
+def _gathered(left: Any, right: Any, keys: list[str], left_rows: np.ndarray, right_rows: np.ndarray) -> Any:
+    """The joined table from the rows the engine matched (-1: none): left columns, then the
+    right's other columns, each gathered with missing values where a side has no row (dtypes
+    widen as a merge widens them: int with a gap -> float64); a key comes from the right row
+    where there is no left one (right / outer joins), as a merge coalesces it."""
+    taken_left = left.reindex(left_rows).reset_index(drop=True)
+    taken_right = right.reindex(right_rows).reset_index(drop=True)
+    no_left = left_rows < 0
+    if no_left.any():
+        from_right = np.where(right_rows < 0, 0, right_rows)
+        for key in keys:
+            value = right[key].take(from_right).reset_index(drop=True)
+            if len(left):
+                kept = left[key].take(np.where(no_left, 0, left_rows)).reset_index(drop=True)
+                value = kept.where(~no_left, value)
+            taken_left[key] = value
+    others = [c for c in right.columns if c not in keys]
+    return pd.concat([taken_left, taken_right[others]], axis=1)          # the engine runs on the CPU: pandas
+
+
+def _row_counts(left_rows: np.ndarray, right_rows: np.ndarray, n_left: int, n_right: int) -> dict[str, int]:
+    both = (left_rows >= 0) & (right_rows >= 0)
+    return {"rows": int(len(left_rows)), "left_rows": n_left, "right_rows": n_right,
+            "unmatched_left_rows": n_left - int(np.unique(left_rows[both]).size),
+            "unmatched_right_rows": n_right - int(np.unique(right_rows[both]).size)}
 
 
 @dataclass(frozen=True)
