@@ -104,3 +104,31 @@ def test_parity_on_a_gpu_machine_compares_both_sides(project):
     assert json.loads((gpu_run / "parity.json").read_text()) == found
     assert read_manifest(gpu_run).device.name == "gpu" and found["metrics"]
     assert (proc.returncode == 0) == found["ok"]
+
+
+# The CPU's table engines (no GPU needed)
+
+def test_parity_against_pandas_runs_both_table_engines_and_finds_them_equal(project):
+    """An events config (windows, horizon labels) on the Polars engine and on the pandas
+    reference: every metric equal to 1e-9, the same fitted workflow, each run's record naming
+    its engine, and parity.json in the Polars run's folder."""
+    proc = cli("parity", "configs/cdnow_churn.yaml", "--against", "pandas", "--json", "--runs-dir", "pe",
+               "--set", "device=cpu", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["sides"] == ["pandas", "polars"] and found["ok"] and found["workflow"] == []
+    assert found["metrics"] and all(abs(r["difference"]) <= 1e-9 for r in found["metrics"]), found["metrics"]
+    runs = {read_manifest(path).run_id: path for path in (project / "pe" / "cdnow_churn").iterdir()
+            if path.is_dir() and not path.is_symlink() and (path / "manifest.json").exists()}
+    pandas_run, polars_run = runs[found["pandas_run"]], runs[found["polars_run"]]
+    assert read_manifest(pandas_run).versions["table_engine"] == "pandas"
+    assert read_manifest(polars_run).versions["table_engine"] == "polars"
+    assert json.loads((polars_run / "parity.json").read_text()) == found
+
+
+def test_an_unknown_table_engine_is_a_config_error_naming_the_variable(project):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "configs/cdnow_churn.yaml", "--set", "device=cpu"],
+                          cwd=project, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "PIPELINE_REPORT": "off", "PIPELINE_CPU_ENGINE": "duckdb"})
+    assert proc.returncode == ExitCode.CONFIG, proc.stderr
+    assert "PIPELINE_CPU_ENGINE" in proc.stderr and "duckdb" in proc.stderr and "Traceback" not in proc.stderr

@@ -26,20 +26,30 @@ class CpuBackend(Backend):
     frame = pd
     array = np
     dask_backend = "pandas"
-    _distributions = ("pandas", "numpy", "pyarrow", "sklearn", "xgboost", "lightgbm", "catboost")
+    _distributions = ("pandas", "numpy", "pyarrow", "polars", "sklearn", "xgboost", "lightgbm", "catboost")
 
     @property
-    def table_engine(self) -> Any | None:
-        """The Polars engine unless ``$PIPELINE_CPU_ENGINE`` says pandas."""
+    def table_engine_name(self) -> str:
+        """``polars`` unless ``$PIPELINE_CPU_ENGINE`` says ``pandas``; anything else is refused."""
         choice = os.environ.get(CPU_ENGINE_VARIABLE, "").strip().lower() or "polars"
         if choice not in CPU_ENGINES:
             raise ConfigError(f"${CPU_ENGINE_VARIABLE} is {choice!r}: use polars (the default, every core) or "
                               "pandas (the reference engine, one core)")
-        if choice == "pandas":
+        return choice
+
+    @property
+    def table_engine(self) -> Any | None:
+        """The Polars engine unless ``$PIPELINE_CPU_ENGINE`` says pandas."""
+        if self.table_engine_name == "pandas":
             return None
         from pipeline.backends.polars_engine import PolarsTableEngine
 
         return _polars_engine(PolarsTableEngine)
+
+    def versions(self) -> dict[str, str]:
+        """The libraries, and the table engine the run used (the run record says which, and a
+        cached result of one engine is not taken for the other's)."""
+        return {**super().versions(), "table_engine": self.table_engine_name}
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
         return pd.read_csv(

@@ -29,6 +29,8 @@ _KNOWN_DISTRIBUTIONS = {
     "xgboost": ("xgboost", "xgboost-cpu", "xgboost-cu13", "xgboost-cu12"),
     "pandas": ("pandas",), "numpy": ("numpy",), "pyarrow": ("pyarrow",), "sklearn": ("scikit-learn",),
     "lightgbm": ("lightgbm",), "catboost": ("catboost",),
+    # Polars 1.34+ ships its compiled engine in a runtime distribution of its own.
+    "polars": ("polars", "polars-runtime-32", "polars-runtime-64", "polars-runtime-compat"),
 }
 
 

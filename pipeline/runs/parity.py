@@ -14,6 +14,10 @@ gpu`` (each a normal run in the run history), then compares the two records:
 The result is ``parity.json`` in the GPU run's folder (with the CPU run's id) and a table on
 the terminal. A machine without a usable GPU is exit 5 with the reason, before either side
 runs: one side alone proves nothing.
+
+``--against pandas`` compares the CPU's two table engines instead (``PIPELINE_CPU_ENGINE``:
+Polars, the default, and pandas, the reference): both build the same tables, so the bands are
+``ENGINE_BANDS`` (1e-9) rather than the solver-sized GPU bands, and so is the workflow check.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +44,27 @@ DEFAULT_TOLERANCE = (0.02, "abs")
 WORKFLOW_TOLERANCE = 1e-4
 
 
-def within(metric: str, cpu: float | None, gpu: float | None,
-           tolerances: Mapping[str, tuple[float, str]] = TOLERANCES) -> tuple[bool, float]:
+@dataclass(frozen=True)
+class Bands:
+    """How far two runs may differ: per metric (band, "abs" | "rel"), any other metric, and
+    the numbers of the fitted workflow."""
+
+    metrics: Mapping[str, tuple[float, str]]
+    default: tuple[float, str] = DEFAULT_TOLERANCE
+    workflow: float = WORKFLOW_TOLERANCE
+
+
+GPU_BANDS = Bands(TOLERANCES)
+# The CPU table engines build the same tables; a float sum may differ in its last bits where
+# the engines add in another order (docs/architecture.md), never by more than this.
+ENGINE_TOLERANCE = 1e-9
+ENGINE_BANDS = Bands({}, (ENGINE_TOLERANCE, "abs"), ENGINE_TOLERANCE)
+
+
+def within(metric: str, cpu: float | None, gpu: float | None, bands: Bands = GPU_BANDS) -> tuple[bool, float]:
     """Whether ``gpu`` is within ``metric``'s band of ``cpu``, and the band in the metric's
     units. Two NaNs agree (a metric undefined on both sides); one NaN does not."""
-    band, kind = tolerances.get(metric, DEFAULT_TOLERANCE)
+    band, kind = bands.metrics.get(metric, bands.default)
     limit = band * abs(cpu) if kind == "rel" and cpu is not None and math.isfinite(cpu) else band
     if cpu is None or gpu is None or not (math.isfinite(cpu) and math.isfinite(gpu)):
         both_missing = (cpu is None or not math.isfinite(cpu)) and (gpu is None or not math.isfinite(gpu))
@@ -51,16 +72,18 @@ def within(metric: str, cpu: float | None, gpu: float | None,
     return abs(gpu - cpu) <= limit, limit
 
 
-def compare_runs(cpu_dir: Path, gpu_dir: Path,
-                 tolerances: Mapping[str, tuple[float, str]] = TOLERANCES) -> dict[str, Any]:
+def compare_runs(cpu_dir: Path, gpu_dir: Path, bands: Bands = GPU_BANDS, *,
+                 sides: tuple[str, str] = ("cpu", "gpu")) -> dict[str, Any]:
     """``parity.json``: ``metrics`` (a row per model, split and metric), ``workflow`` (the
     numbers of each model's fitted workflow that differ), ``stages`` (seconds on each side) and
-    ``ok`` (every metric within its band)."""
+    ``ok`` (every metric within its band). ``sides`` names the two runs in every key (the
+    reference first: ``cpu``/``gpu``, or ``pandas``/``polars`` for the table engines)."""
+    first, second = sides
     cpu, gpu = read_manifest(cpu_dir), read_manifest(gpu_dir)
     rows = []
     for split, model, metric, a, b in _paired_metrics(cpu.metrics or {}, gpu.metrics or {}):
-        ok, band = within(metric, a, b, tolerances)
-        rows.append({"model": model, "split": split, "metric": metric, "cpu": a, "gpu": b,
+        ok, band = within(metric, a, b, bands)
+        rows.append({"model": model, "split": split, "metric": metric, first: a, second: b,
                      "difference": None if a is None or b is None else b - a, "band": band, "within": ok})
     workflow = []
     for model, folder in cpu.models.items():
@@ -68,14 +91,15 @@ def compare_runs(cpu_dir: Path, gpu_dir: Path,
         if other is None:
             continue
         a, b = (_read_json(run / path / "workflow.json") for run, path in ((cpu_dir, folder), (gpu_dir, other)))
-        workflow += [{"model": model, "key": key, "cpu": x, "gpu": y}
-                     for key, x, y in _different_numbers(a, b)]
-    stages = [{"stage": name, "cpu_seconds": record.seconds,
-               "gpu_seconds": gpu.stages[name].seconds if name in gpu.stages else None,
-               "cpu_status": record.status, "gpu_status": gpu.stages[name].status if name in gpu.stages else None}
+        workflow += [{"model": model, "key": key, first: x, second: y}
+                     for key, x, y in _different_numbers(a, b, tolerance=bands.workflow)]
+    stages = [{"stage": name, f"{first}_seconds": record.seconds,
+               f"{second}_seconds": gpu.stages[name].seconds if name in gpu.stages else None,
+               f"{first}_status": record.status,
+               f"{second}_status": gpu.stages[name].status if name in gpu.stages else None}
               for name, record in cpu.stages.items()]
-    return {"cpu_run": cpu.run_id, "gpu_run": gpu.run_id, "ok": all(row["within"] for row in rows),
-            "metrics": rows, "workflow": workflow, "stages": stages}
+    return {"sides": list(sides), f"{first}_run": cpu.run_id, f"{second}_run": gpu.run_id,
+            "ok": all(row["within"] for row in rows), "metrics": rows, "workflow": workflow, "stages": stages}
 
 
 def _paired_metrics(cpu: Mapping[str, Any], gpu: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Any, Any]]:
@@ -92,17 +116,19 @@ def _paired_metrics(cpu: Mapping[str, Any], gpu: Mapping[str, Any]) -> Iterator[
                 yield split, model, metric, values_a.get(metric), values_b.get(metric)
 
 
-def _different_numbers(a: Any, b: Any, key: str = "") -> Iterator[tuple[str, Any, Any]]:
-    """Dotted keys where two JSON values differ: numbers beyond ``WORKFLOW_TOLERANCE``, anything
-    else when unequal (a category list in another order, a key on one side only)."""
+def _different_numbers(a: Any, b: Any, key: str = "", *,
+                       tolerance: float = WORKFLOW_TOLERANCE) -> Iterator[tuple[str, Any, Any]]:
+    """Dotted keys where two JSON values differ: numbers beyond ``tolerance``, anything else
+    when unequal (a category list in another order, a key on one side only)."""
     if isinstance(a, dict) and isinstance(b, dict):
         for name in dict.fromkeys([*a, *b]):
-            yield from _different_numbers(a.get(name), b.get(name), f"{key}.{name}" if key else str(name))
+            yield from _different_numbers(a.get(name), b.get(name), f"{key}.{name}" if key else str(name),
+                                          tolerance=tolerance)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
-            yield from _different_numbers(x, y, f"{key}[{i}]")
+            yield from _different_numbers(x, y, f"{key}[{i}]", tolerance=tolerance)
     elif _number(a) and _number(b):
-        if not math.isclose(a, b, rel_tol=WORKFLOW_TOLERANCE, abs_tol=WORKFLOW_TOLERANCE):
+        if not math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance):
             yield key, a, b
     elif a != b:
         yield key, a, b
