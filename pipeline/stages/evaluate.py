@@ -114,8 +114,8 @@ class EvaluateSpec(StageSpec):
     importance_budget: int = Field(SCORED_ROWS, gt=0, description="Rows x classes permutation importance scores per "
                                    "model, at most (one copy of the sample per feature and shuffle): the sample "
                                    "shrinks to fit (to 200 rows), then fewer features are permuted, so the cost "
-                                   "stays bounded whatever the classes and columns. SHAP runs on 1,000 rows x "
-                                   "classes at most. importance.json records the rows each used.")
+                                   "stays bounded whatever the classes and columns. SHAP runs on 1,000 rows "
+                                   "divided by the classes (at least 200). importance.json records the rows each used.")
     importance_repeats: int = Field(REPEATS, gt=0, le=20, description="Shuffles per feature for permutation "
                                     "importance (its mean and std over them).")
     min_inputs = 1
