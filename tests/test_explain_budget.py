@@ -115,3 +115,36 @@ def test_the_planned_scoring_is_bounded_whatever_the_classes_and_columns(classes
     assert scored <= max(budget, floor)
     assert n >= min(5000, MIN_SAMPLE_ROWS)
     assert native_rows(5000, classes) * classes <= max(1_000, MIN_SAMPLE_ROWS * classes)
+
+
+def test_a_run_records_what_its_explanations_used_in_the_facts_and_the_report(tmp_path):
+    from pipeline import run_pipeline
+
+    frame = table(700, 6, 3)
+    frame["y"] = np.array([f"k{k}" for k in range(CLASSES)])[frame["y"]]
+    frame.to_csv(tmp_path / "seven.csv", index=False)
+    (tmp_path / "seven.yaml").write_text(f"""\
+name: seven
+device: cpu
+stages:
+  raw: {{kind: load, path: {tmp_path / "seven.csv"}}}
+  split: {{kind: split, inputs: [raw], target: y, task: multiclass, test: 0.3}}
+  features:
+    kind: features
+    inputs: [split]
+    ops: [standardize: {{columns: [x0, x1, x2, x3, x4, x5]}}]
+  xgb: {{kind: train, inputs: [features], model: xgboost, params: {{n_estimators: 3, max_depth: 2}}}}
+  evaluate: {{kind: evaluate, inputs: [xgb], importance_budget: 20000}}
+""")
+    result = run_pipeline(tmp_path / "seven.yaml", runs_dir=tmp_path / "runs", cache=False)
+    explained = result.manifest.stages["evaluate"].facts["explained"]["xgb"]
+    # 20,000 // (7 x (6 x 3 + 1)) = 150 rows, raised to the floor of 200: all 210 test rows fit
+    # no more than 200 spread rows, so every 2nd: 105
+    assert explained["permutation"] == 105
+    assert explained["scored_rows"] == 105 * CLASSES * (6 * 3 + 1)
+    assert explained["native"] <= MIN_SAMPLE_ROWS
+    from pipeline.report.build import build_report
+
+    page = build_report(result.run_dir).read_text()         # the suite turns the run's own report off
+    assert f"own importances (SHAP) on xgb: {explained['native']} rows" in page
+    assert "budget 20,000 per model" in page
