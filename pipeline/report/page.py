@@ -366,8 +366,8 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
     rows = importance.get("rows") or {}
     parts.append(f'<p class="note">Measured on {e(", ".join(f"{m}: {number(n)}" for m, n in rows.items()))} rows '
                  f"of the {e(importance.get('split'))} split ({e(importance.get('repeats'))} shuffles per feature "
-                 f"for permutation importance; bars show their mean, whiskers their spread); from "
-                 f"{e(key)}/importance.json.</p>" if found else
+                 f"for permutation importance; bars show their mean, whiskers their spread){_sample_note(importance)}"
+                 f"; from {e(key)}/importance.json.</p>" if found else
                  '<p class="note">No importances were recorded (evaluate with importance: true writes them).</p>')
     for model, reason in (importance.get("skipped") or {}).items():
         parts.append(f'<p class="note">{e(model)}: no permutation importance: {e(reason)}.</p>')
@@ -376,6 +376,25 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
                      f'{e(chosen.get("of"))} features, those ranked first by {e(chosen.get("ranked_by"))}; '
                      'the others were not permuted.</p>')
     return f"explanations-{key}", f"Explanations ({key})", "".join(parts)
+
+
+def _sample_note(importance: Mapping[str, Any]) -> str:
+    """What bounded the samples (runs recorded before the budgets say nothing): SHAP's rows, and
+    the rows permutation importance scored against its budget."""
+    native = importance.get("native_rows") or {}
+    scored = importance.get("scored_rows") or {}
+    budgets = importance.get("budgets") or {}
+    if not (native or scored):
+        return ""
+    text = ""
+    if native:
+        text += f"; own importances (SHAP) on {', '.join(f'{m}: {number(n)}' for m, n in native.items())} rows"
+    if scored:
+        text += (f"; rows x classes scored for permutation importance: "
+                 f"{', '.join(f'{m}: {number(n)}' for m, n in scored.items())}")
+        if budgets.get("scored_rows"):
+            text += f" (budget {number(budgets['scored_rows'])} per model, evaluate's importance_budget)"
+    return e(text)
 
 
 def _training(sources: RunSources) -> tuple[str, str, str]:

@@ -25,7 +25,7 @@ from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, cla
                               default_metric, is_better, metric_names, task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
-from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, explain_models
+from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, SCORED_ROWS, explain_models
 from pipeline.stages.split import SPLITS
 from pipeline.stages.train import TrainedModel
 from pipeline.core.problems import BINARY, Task
@@ -109,7 +109,13 @@ class EvaluateSpec(StageSpec):
         True, description="Write importance.json: permutation importance of every model that scores in memory, "
                           "and the importances a model computes itself (XGBoost gain and SHAP).")
     importance_rows: int = Field(IMPORTANCE_ROWS, gt=0, description="Rows of the evaluated split importances are "
-                                 "measured on (a sample spread over it; the cost does not grow with the table).")
+                                 "measured on, at most (a sample spread over it; the cost does not grow with the "
+                                 "table). Fewer where importance_budget asks.")
+    importance_budget: int = Field(SCORED_ROWS, gt=0, description="Rows x classes permutation importance scores per "
+                                   "model, at most (one copy of the sample per feature and shuffle): the sample "
+                                   "shrinks to fit (to 200 rows), then fewer features are permuted, so the cost "
+                                   "stays bounded whatever the classes and columns. SHAP runs on 1,000 rows "
+                                   "divided by the classes (at least 200). importance.json records the rows each used.")
     importance_repeats: int = Field(REPEATS, gt=0, le=20, description="Shuffles per feature for permutation "
                                     "importance (its mean and std over them).")
     min_inputs = 1
@@ -180,6 +186,19 @@ def evaluate_models(
     return evaluation
 
 
+def explained_facts(importance: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per model, the rows its explanations used (``permutation``, ``native``: samples of the
+    evaluated split) and ``scored_rows`` (rows x outputs permutation importance scored in all):
+    the stage's facts, so a run record says what the default explanations cost."""
+    facts: dict[str, dict[str, int]] = {}
+    for kind, key in (("permutation", "rows"), ("scored_rows", "scored_rows"), ("native", "native_rows")):
+        for model, value in (importance.get(key) or {}).items():
+            if kind == "permutation" and model not in (importance.get("scored_rows") or {}):
+                continue        # ``rows`` falls back to the native sample's where nothing was permuted
+            facts.setdefault(model, {})[kind] = int(value)
+    return facts
+
+
 def _splits_of(model: TrainedModel, split: str, wanted: list[str] | None) -> list[str]:
     """The splits to record for ``model`` in train, valid, test order: ``wanted`` (each must
     have rows) or every split with rows; ``split`` always."""
@@ -208,8 +227,9 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
         if spec.importance:
             importance = explain_models(models, split=spec.split, metric=rank_by, threshold=spec.threshold,
                                         rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed,
-                                        progress=ctx.progress)
+                                        progress=ctx.progress, budget=spec.importance_budget)
             atomic_write_json(ctx.artifact_path("importance.json"), importance)
+            ctx.facts["explained"] = explained_facts(importance)
             for name, reason in importance["skipped"].items():
                 ctx.logger.info("%s: importances of %s skipped: %s", ctx.stage, name, reason)
             for name, chosen in importance["permuted"].items():

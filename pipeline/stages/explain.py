@@ -1,7 +1,7 @@
 """Which features each model leans on, for ``evaluate``'s importance.json and the report.
 
-Two kinds, on a sample of a fixed number of rows of the evaluated split (the cost does not
-grow with the table):
+Two kinds, on a sample of the evaluated split whose size is bounded (the cost does not grow
+with the table, nor with its classes and columns):
 
 - permutation importance, for every model that scores in memory: how much the ranking metric
   worsens when one feature's values are shuffled (mean and std over ``repeats`` shuffles). It
@@ -11,6 +11,18 @@ grow with the table):
 
 Shuffles run on the run's device (NumPy or CuPy indexing of the sample's matrix), so a GPU
 model is scored on GPU data; only the sample's metrics come to the host.
+
+The budget: permutation importance scores one copy of the sample per feature and repeat, so its
+work is rows x outputs x (features x repeats + 1) predicted rows (outputs: the classes of a
+multiclass model, whose boosters grow a tree per class and round). A model's shuffled copies
+score at most ``SCORED_ROWS`` such row-outputs: the sample shrinks to fit (5,000 rows of a
+binary table of 40 features would be 605,000 rows scored, as much as predicting a 600k-row
+test split; the budget keeps 2,066 rows), down to ``MIN_SAMPLE_ROWS``, and past that fewer
+features are permuted (ranked as below). SHAP (TreeSHAP costs about a tree walk per leaf and
+depth per row and output) runs on at most ``NATIVE_ROW_OUTPUTS`` row-outputs (1,000 rows of a
+binary model; 1,000 / 7 = 142 of a 7-class one, raised to ``MIN_SAMPLE_ROWS``, 200). importance.json records the
+rows each kind used and the rows scored (``rows``, ``native_rows``, ``scored_rows``), and the
+evaluate stage's facts repeat them (``explained``).
 
 Wide tables: every shuffle scores a full copy of the sample, so the work grows with rows x
 columns x columns. Shuffled copies are scored in batches of at most ``BATCH_BYTES`` (not a
@@ -37,9 +49,16 @@ from pipeline.models import get_model_spec
 from pipeline.stages.spec import StageProgress
 from pipeline.stages.train import TrainedModel
 
-# Rows of the evaluated split the importances are measured on, and shuffles per feature.
+# Rows of the evaluated split the importances are measured on (at most), and shuffles per feature.
 IMPORTANCE_ROWS = 5_000
 REPEATS = 3
+# Rows x outputs the shuffled copies (and the unshuffled sample) of one model's permutation
+# importance score in all, at most: the sample shrinks to fit, then the features permuted.
+SCORED_ROWS = 250_000
+# Rows x outputs a model's own explainer (XGBoost's TreeSHAP) runs on, at most.
+NATIVE_ROW_OUTPUTS = 1_000
+# Rows a sample keeps whatever the budgets (fewer only when the split has fewer).
+MIN_SAMPLE_ROWS = 200
 SAMPLE = "sample"
 # Rows of shuffled copies scored in one call, at most, and bytes (rows x columns x itemsize).
 BATCH_ROWS = 200_000
@@ -58,20 +77,27 @@ UNSCORABLE = (AttributeError, TypeError, ValueError, NotImplementedError)
 
 def explain_models(models: list[TrainedModel], *, split: str, metric: str, threshold: float,
                    rows: int = IMPORTANCE_ROWS, repeats: int = REPEATS, seed: int = 0,
-                   progress: StageProgress | None = None, max_cells: int = PERMUTATION_CELLS) -> dict[str, Any]:
+                   progress: StageProgress | None = None, max_cells: int = PERMUTATION_CELLS,
+                   budget: int = SCORED_ROWS, native_budget: int = NATIVE_ROW_OUTPUTS) -> dict[str, Any]:
     """importance.json: per model, ``permutation`` (``mean``/``std`` per feature) and any native
-    importances, each ordered most important first; ``rows``: the sample's rows per model;
-    ``skipped`` says why a kind is missing; ``permuted``: for a model of a table too wide to
-    permute every feature within ``max_cells``, which were (see the module doc)."""
-    out: dict[str, Any] = {"split": split, "metric": metric, "repeats": repeats, "rows": {},
+    importances, each ordered most important first; ``rows``: the permutation sample's rows per
+    model (the native one's where there is no permutation), ``native_rows``: the native
+    explainer's, ``scored_rows``: the rows permutation importance scored in all (each row
+    counts once per output); ``budgets``: the caps they were held to (see the module doc);
+    ``skipped`` says why a kind is missing; ``permuted``: for a model whose features did not
+    all fit ``max_cells`` or ``budget``, which were permuted."""
+    out: dict[str, Any] = {"split": split, "metric": metric, "repeats": repeats, "rows": {}, "native_rows": {},
+                           "scored_rows": {}, "budgets": {"scored_rows": budget, "native_row_outputs": native_budget,
+                                                          "min_sample_rows": MIN_SAMPLE_ROWS, "max_rows": rows},
                            "models": {}, "skipped": {}, "permuted": {}}
     for model in models:
         entry: dict[str, Any] = {}
         try:
             entry["permutation"] = permutation_importance(model, split=split, metric=metric, threshold=threshold,
                                                           rows=rows, repeats=repeats, seed=seed, progress=progress,
-                                                          max_cells=max_cells)
+                                                          max_cells=max_cells, budget=budget)
             out["rows"][model.name] = entry["permutation"].pop("rows")
+            out["scored_rows"][model.name] = entry["permutation"].pop("scored_rows")
             chosen = entry["permutation"].pop("permuted")
             if chosen["features"] < chosen["of"]:
                 out["permuted"][model.name] = chosen
@@ -80,9 +106,11 @@ def explain_models(models: list[TrainedModel], *, split: str, metric: str, thres
         except UNSCORABLE as exc:
             out["skipped"][model.name] = f"it could not score other rows ({type(exc).__name__}: {exc})"
         try:
-            native, used = native_importance(model, split=split, rows=rows)
+            native, used = native_importance(model, split=split, rows=native_rows(rows, model.task.n_outputs,
+                                                                                  native_budget))
             entry.update(native)
             if native:
+                out["native_rows"][model.name] = used
                 out["rows"].setdefault(model.name, used)
         except UNSCORABLE as exc:
             out["skipped"].setdefault(model.name, f"its own importances failed ({type(exc).__name__}: {exc})")
@@ -93,16 +121,21 @@ def explain_models(models: list[TrainedModel], *, split: str, metric: str, thres
 
 def permutation_importance(model: TrainedModel, *, split: str, metric: str, threshold: float,
                            rows: int, repeats: int, seed: int, progress: StageProgress | None = None,
-                           max_cells: int = PERMUTATION_CELLS, batch_bytes: int = BATCH_BYTES) -> dict[str, Any]:
+                           max_cells: int = PERMUTATION_CELLS, batch_bytes: int = BATCH_BYTES,
+                           budget: int = SCORED_ROWS) -> dict[str, Any]:
     """The metric's loss per shuffled feature (positive: the model needs it). The shuffled
     copies are scored in batches of at most ``BATCH_ROWS`` rows and ``batch_bytes``: one call
-    per batch rather than one per shuffle, which is most of the cost for a model with a fixed
-    overhead per call, with memory bounded however wide the table. Features past
-    ``max_cells`` are not permuted (``permuted`` says which were measured)."""
+    per batch (each returns every class's scores) rather than one per shuffle, which is most of
+    the cost for a model with a fixed overhead per call, with memory bounded however wide the
+    table. The sample has at most ``rows`` rows, fewer where ``budget`` (rows x outputs scored
+    in all) asks; features past ``max_cells`` or ``budget`` are not permuted (``permuted`` says
+    which were measured); ``scored_rows`` counts what was scored, each row once per output."""
     features = model.features.in_memory(
         "permutation importance scores a sample in memory; models trained on partitioned data score "
         "through the cluster")
-    sample = strided_sample(features, split, rows)
+    outputs = features.task.n_outputs
+    width = len(features.feature_names)
+    sample = strided_sample(features, split, sample_rows(rows, width, repeats, outputs, budget))
     labels, task, n = sample.labels(SAMPLE), sample.task, sample.rows()[SAMPLE]
     sign = 1.0 if HIGHER_IS_BETTER[metric] else -1.0
 
@@ -110,17 +143,22 @@ def permutation_importance(model: TrainedModel, *, split: str, metric: str, thre
         return task_metrics(task, labels, scores, threshold=threshold)[metric]
 
     base_scores = model.scorer_for(sample)(SAMPLE)
+    scored = n
     base = metric_of(base_scores)
     names = list(sample.feature_names)
     x = sample.X[SAMPLE]
     chosen = list(range(len(names)))
-    if permuted_count(n, len(names), repeats, max_cells) < len(names):
+    if permuted_count(n, len(names), repeats, max_cells, outputs=outputs, budget=budget) < len(names):
         # Ranked on the training rows where there are any: more rows than the evaluated split's
-        # sample (60 rows of a 300-row table) make a steadier ranking, for one scoring pass.
-        screen = strided_sample(features, "train", rows) if features.rows().get("train") else sample
+        # sample (60 rows of a 300-row table) make a steadier ranking, for one scoring pass that
+        # takes at most a quarter of the budget.
+        screen = (strided_sample(features, "train", min(rows, max(MIN_SAMPLE_ROWS, budget // (4 * outputs))))
+                  if features.rows().get("train") else sample)
         screen_scores = base_scores if screen is sample else model.scorer_for(screen)(SAMPLE)
+        scored += 0 if screen is sample else screen.rows()[SAMPLE]
         chosen = permuted_features(screen.X[SAMPLE], log_odds(screen_scores, task.kind), repeats=repeats,
-                                   max_cells=max_cells, rows=n)
+                                   max_cells=max_cells, rows=n, outputs=outputs,
+                                   budget=max(0, budget - (scored - n) * outputs))
     rng = np.random.default_rng(seed)
     shuffles = [(j, rng.permutation(n)) for j in chosen for _ in range(repeats)]
     losses: dict[str, list[float]] = {names[j]: [] for j in chosen}
@@ -132,6 +170,7 @@ def permutation_importance(model: TrainedModel, *, split: str, metric: str, thre
         for start in range(0, len(shuffles), per_batch):
             batch = shuffles[start:start + per_batch]
             scores = model.scorer_for(shuffled(sample, batch))(SAMPLE)
+            scored += len(batch) * n
             for i, (j, _) in enumerate(batch):
                 losses[names[j]].append(sign * (base - metric_of(scores[i * n:(i + 1) * n])))
             del scores
@@ -140,17 +179,38 @@ def permutation_importance(model: TrainedModel, *, split: str, metric: str, thre
     order = sorted(mean, key=lambda name: -np.nan_to_num(mean[name], nan=-np.inf))
     permuted = {"features": len(chosen), "of": len(names)}
     if len(chosen) < len(names):
-        permuted.update({"ranked_by": RANKED_BY, "max_cells": max_cells,
-                         "reason": f"{len(names)} features x {n} rows x {repeats} repeats is past the "
-                                   f"{max_cells:,} cells permutation importance scores per model"})
-    return {"rows": n, "base": float(base), "mean": {name: mean[name] for name in order},
+        permuted.update({"ranked_by": RANKED_BY, "max_cells": max_cells, "scored_rows": budget,
+                         "reason": f"{len(names)} features x {n} rows x {repeats} repeats x {outputs} outputs is "
+                                   f"past the {max_cells:,} cells or the {budget:,} rows x outputs permutation "
+                                   f"importance scores per model"})
+    return {"rows": n, "scored_rows": scored * outputs, "base": float(base),
+            "mean": {name: mean[name] for name in order},
             "std": {name: float(np.nanstd(losses[name])) for name in order}, "permuted": permuted}
 
 
-def permuted_count(rows: int, width: int, repeats: int, max_cells: int) -> int:
+def sample_rows(rows: int, width: int, repeats: int, outputs: int = 1, budget: int = SCORED_ROWS) -> int:
+    """Rows of the permutation sample: ``rows``, or fewer so that scoring it once per feature
+    and repeat, plus once unshuffled (each row once per output), stays within ``budget``; at
+    least ``MIN_SAMPLE_ROWS`` (then fewer features are permuted: ``permuted_count``)."""
+    fits = budget // max(1, outputs * (width * repeats + 1))
+    return max(1, min(rows, max(MIN_SAMPLE_ROWS, fits)))
+
+
+def native_rows(rows: int, outputs: int, budget: int = NATIVE_ROW_OUTPUTS) -> int:
+    """Rows a model's own explainer runs on: ``rows``, or fewer so that rows x outputs stays
+    within ``budget``; at least ``MIN_SAMPLE_ROWS``."""
+    return max(1, min(rows, max(MIN_SAMPLE_ROWS, budget // max(1, outputs))))
+
+
+def permuted_count(rows: int, width: int, repeats: int, max_cells: int, *, outputs: int = 1,
+                   budget: int | None = None) -> int:
     """How many features fit in ``max_cells`` when each costs ``repeats`` copies of ``rows`` x
-    ``width`` cells (at least ``MIN_PERMUTED``)."""
-    return max(MIN_PERMUTED, max_cells // max(1, repeats * rows * width))
+    ``width`` cells, and in ``budget`` rows x outputs scored (the unshuffled sample's included);
+    at least ``MIN_PERMUTED``."""
+    fit = max_cells // max(1, repeats * rows * width)
+    if budget is not None:
+        fit = min(fit, (budget // max(1, rows * outputs) - 1) // max(1, repeats))
+    return max(MIN_PERMUTED, fit)
 
 
 def log_odds(scores: Any, task: str) -> Any:
@@ -162,13 +222,14 @@ def log_odds(scores: Any, task: str) -> Any:
     return np.log(p / (1 - p))
 
 
-def permuted_features(x: Any, scores: Any, *, repeats: int, max_cells: int, rows: int | None = None) -> list[int]:
+def permuted_features(x: Any, scores: Any, *, repeats: int, max_cells: int, rows: int | None = None,
+                      outputs: int = 1, budget: int | None = None) -> list[int]:
     """Positions of the features to permute, in column order: all of them when scoring every
-    shuffle of ``rows`` rows (default: ``x``'s) stays within ``max_cells``; else the
-    ``permuted_count`` whose values the model's score follows most closely on ``x`` (absolute
+    shuffle of ``rows`` rows (default: ``x``'s) stays within ``max_cells`` and ``budget``; else
+    the ``permuted_count`` whose values the model's score follows most closely on ``x`` (absolute
     Pearson correlation; for several outputs, the largest over them), one pass over ``x``."""
     n, width = x.shape
-    keep = permuted_count(rows or n, width, repeats, max_cells)
+    keep = permuted_count(rows or n, width, repeats, max_cells, outputs=outputs, budget=budget)
     if keep >= width:
         return list(range(width))
     strength = score_correlation(x, scores)

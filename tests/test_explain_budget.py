@@ -1,0 +1,150 @@
+"""The default explanations cost a bounded number of scored rows whatever the classes, rows and
+columns: the permutation sample shrinks with classes x features, SHAP runs on a bounded sample,
+and what they used is recorded (importance.json, the evaluate stage's facts, the report)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.backends import get_backend
+from pipeline.core.problems import Task
+from pipeline.features import Standardize
+from pipeline.stages import SplitData, build_features, train_model
+from pipeline.stages.evaluate import explained_facts
+from pipeline.stages.explain import (MIN_PERMUTED, MIN_SAMPLE_ROWS, explain_models, native_rows, permuted_count,
+                                     sample_rows)
+from pipeline.stages.train import TrainedModel
+
+CLASSES = 7
+
+
+def table(rows: int, width: int, seed: int) -> pd.DataFrame:
+    """Seven classes, the first three columns shifted by the class, the rest noise."""
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, CLASSES, size=rows)
+    x = rng.normal(size=(rows, width))
+    x[:, :3] += np.linspace(-2, 2, CLASSES)[label, None]
+    frame = pd.DataFrame(x, columns=[f"x{j}" for j in range(width)])
+    frame["y"] = label.astype("int32")          # class codes, as the split stage leaves them
+    return frame
+
+
+def features_of(width: int):
+    data = SplitData(frames={"train": table(1500, width, 1), "test": table(1500, width, 2)},
+                     target="y", positive=None, backend=get_backend("cpu"),
+                     task=Task("multiclass", classes=tuple(f"k{k}" for k in range(CLASSES))))
+    return build_features(data, [Standardize(columns=[f"x{j}" for j in range(width)])])
+
+
+@dataclass
+class Counted(TrainedModel):
+    """A trained model that counts the rows it is asked to score (what a plugin model's own
+    ``scorer_for`` could do): the explanations' cost, counted where it is paid."""
+
+    scored: list[int] = field(default_factory=list)
+
+    def scorer_for(self, features: Any):
+        inner = super().scorer_for(features)
+
+        def score(split: str):
+            out = inner(split)
+            self.scored.append(len(out))
+            return out
+        return score
+
+
+def counted(features, model: str, params: dict[str, Any]) -> Counted:
+    trained = train_model(features, model, params, seed=0, name=model)
+    return Counted(**{k: getattr(trained, k) for k in TrainedModel.__dataclass_fields__})
+
+
+@pytest.fixture(scope="module")
+def narrow():
+    return features_of(12)
+
+
+@pytest.fixture(scope="module")
+def wide():
+    return features_of(40)
+
+
+def test_the_permutation_sample_shrinks_with_classes_and_features_to_fit_the_budget(narrow):
+    model = counted(narrow, "xgboost", {"n_estimators": 5, "max_depth": 2})
+    assert model.task.n_outputs == CLASSES
+    found = explain_models([model], split="test", metric="log_loss", threshold=0.5, rows=5000, repeats=3,
+                           budget=100_000, native_budget=700)
+    # 100,000 // (7 classes x (12 features x 3 repeats + 1)) = 386 rows: every 4th of the 1,500
+    assert found["rows"]["xgboost"] == 375
+    assert found["permuted"] == {}                                   # all 12 features fit
+    assert sum(model.scored) * CLASSES == found["scored_rows"]["xgboost"] == 375 * 37 * CLASSES
+    assert found["scored_rows"]["xgboost"] <= 100_000
+    # SHAP: 700 row-outputs / 7 classes = 100, raised to the floor of 200 rows
+    assert found["native_rows"]["xgboost"] <= MIN_SAMPLE_ROWS
+    assert set(found["models"]["xgboost"]) == {"permutation", "gain", "shap"}
+    assert list(found["models"]["xgboost"]["permutation"]["mean"])[0] in {"x0", "x1", "x2"}
+    assert found["budgets"]["scored_rows"] == 100_000
+    assert explained_facts(found) == {"xgboost": {"permutation": 375, "scored_rows": 375 * 37 * CLASSES,
+                                                  "native": found["native_rows"]["xgboost"]}}
+
+
+def test_past_the_smallest_sample_fewer_features_are_permuted_and_the_budget_still_holds(wide):
+    model = counted(wide, "logistic_regression", {"max_iter": 200})
+    found = explain_models([model], split="test", metric="log_loss", threshold=0.5, rows=5000, repeats=3,
+                           budget=100_000)
+    n = found["rows"]["logistic_regression"]
+    assert n <= MIN_SAMPLE_ROWS                     # 40 features x 3 x 7 classes leave too few: the floor
+    chosen = found["permuted"]["logistic_regression"]
+    assert MIN_PERMUTED <= chosen["features"] < chosen["of"] == 40
+    assert sum(model.scored) * CLASSES == found["scored_rows"]["logistic_regression"] <= 100_000
+    assert found["native_rows"] == {}               # logistic regression has no explainer of its own
+
+
+@pytest.mark.parametrize("classes", [1, 2, 7, 50])
+@pytest.mark.parametrize("width", [3, 40, 400, 10_000])
+def test_the_planned_scoring_is_bounded_whatever_the_classes_and_columns(classes, width):
+    budget, repeats = 250_000, 3
+    n = sample_rows(5000, width, repeats, classes, budget)
+    keep = min(width, permuted_count(n, width, repeats, 10**9, outputs=classes, budget=budget))
+    scored = n * classes * (keep * repeats + 1)
+    floor = MIN_SAMPLE_ROWS * classes * (MIN_PERMUTED * repeats + 1)
+    assert scored <= max(budget, floor)
+    assert n >= min(5000, MIN_SAMPLE_ROWS)
+    assert native_rows(5000, classes) * classes <= max(1_000, MIN_SAMPLE_ROWS * classes)
+
+
+def test_a_run_records_what_its_explanations_used_in_the_facts_and_the_report(tmp_path):
+    from pipeline import run_pipeline
+
+    frame = table(700, 6, 3)
+    frame["y"] = np.array([f"k{k}" for k in range(CLASSES)])[frame["y"]]
+    frame.to_csv(tmp_path / "seven.csv", index=False)
+    (tmp_path / "seven.yaml").write_text(f"""\
+name: seven
+device: cpu
+stages:
+  raw: {{kind: load, path: {tmp_path / "seven.csv"}}}
+  split: {{kind: split, inputs: [raw], target: y, task: multiclass, test: 0.3}}
+  features:
+    kind: features
+    inputs: [split]
+    ops: [standardize: {{columns: [x0, x1, x2, x3, x4, x5]}}]
+  xgb: {{kind: train, inputs: [features], model: xgboost, params: {{n_estimators: 3, max_depth: 2}}}}
+  evaluate: {{kind: evaluate, inputs: [xgb], importance_budget: 20000}}
+""")
+    result = run_pipeline(tmp_path / "seven.yaml", runs_dir=tmp_path / "runs", cache=False)
+    explained = result.manifest.stages["evaluate"].facts["explained"]["xgb"]
+    # 20,000 // (7 x (6 x 3 + 1)) = 150 rows, raised to the floor of 200: all 210 test rows fit
+    # no more than 200 spread rows, so every 2nd: 105
+    assert explained["permutation"] == 105
+    assert explained["scored_rows"] == 105 * CLASSES * (6 * 3 + 1)
+    assert explained["native"] <= MIN_SAMPLE_ROWS
+    from pipeline.report.build import build_report
+
+    page = build_report(result.run_dir).read_text()         # the suite turns the run's own report off
+    assert f"own importances (SHAP) on xgb: {explained['native']} rows" in page
+    assert "budget 20,000 per model" in page
