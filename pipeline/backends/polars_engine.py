@@ -64,7 +64,7 @@ class PolarsTableEngine:
         queries = [self._snapshot(lazy, keys, _in_unit(cutoff, unit), unit, aggregates, cutoff_column)
                    for cutoff in cutoffs]
         result = pl.concat(queries, how="vertical").collect()
-        order = result.select(pl.arg_sort_by([cutoff_column, *keys])).to_series().to_numpy()
+        order = _key_order(result, keys, cutoff_column)
         out = _with_times(_to_pandas(result, order), cutoff_column, events[time].dtype, unit)
         return _like_source(out, events, {name: column for name, agg, column, _ in aggregates
                                           if agg in ("min", "max", "first", "last")}, keys)
@@ -237,6 +237,22 @@ def _to_pandas(frame: Any, order: np.ndarray | None = None) -> pd.DataFrame:
             columns[name] = (series if order is None else series.gather(order)).to_pandas()
         del series
     return pd.DataFrame(columns, index=pd.RangeIndex(height), copy=False)
+
+
+def _key_order(result: Any, keys: Sequence[str], cutoff_column: str) -> np.ndarray:
+    """Positions that put ``result``'s rows in (cut-off, keys) order. Each cut-off's rows are
+    contiguous and the cut-offs ascend (one query per cut-off, concatenated in that order), so
+    each cut-off's block is sorted on its keys alone: at 3.4M rows Polars' two-column
+    ``arg_sort_by`` took 5x a one-column ``arg_sort`` (2.5 s against 0.45 s on two cores)."""
+    pl = _polars()
+    cuts = result[cutoff_column].to_numpy()
+    bounds = [0, *(np.flatnonzero(cuts[1:] != cuts[:-1]) + 1).tolist(), len(cuts)]
+    parts = []
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        block = result.slice(start, stop - start)
+        local = block[keys[0]].arg_sort() if len(keys) == 1 else block.select(pl.arg_sort_by(list(keys))).to_series()
+        parts.append(local.to_numpy().astype(np.int64) + start)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 def _polars() -> Any:
