@@ -149,13 +149,17 @@ def _first_block_types(path: Path, parse: pacsv.ParseOptions, convert: dict, pin
     """Types fixed from the first block before the full read: dates and times stay text (the
     load's ``dates`` parse them, as after the C parser); a column of hexadecimal integers, which
     pyarrow reads as numbers and pandas as text, sends the file to the C parser."""
-    options = pacsv.ConvertOptions(**convert, column_types=pinned)
-    schema = pacsv.open_csv(path, parse_options=parse, convert_options=options).schema
+    one_thread = pacsv.ReadOptions(use_threads=False)     # threads would read ahead past the first block
+    reader = pacsv.open_csv(path, read_options=one_thread, parse_options=parse,
+                            convert_options=pacsv.ConvertOptions(**convert, column_types=pinned))
+    schema = reader.schema
+    reader.close()
     integers = [f.name for f in schema if pa.types.is_integer(f.type)]
     if integers:
-        text = pacsv.open_csv(path, parse_options=parse, convert_options=pacsv.ConvertOptions(
+        reader = pacsv.open_csv(path, read_options=one_thread, parse_options=parse, convert_options=pacsv.ConvertOptions(
             **{**convert, "include_columns": integers}, column_types={c: pa.string() for c in integers}))
-        block = text.read_next_batch()
+        block = reader.read_next_batch()
+        reader.close()
         hexadecimal = [c for c in integers if pc.any(pc.match_substring_regex(block.column(c), HEX_TEXT)).as_py()]
         if hexadecimal:
             raise CParserNeeded(f"column(s) {hexadecimal} hold hexadecimal integers, text to pandas")
@@ -206,8 +210,9 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
             table = table.set_column(i, table.schema[i].name, pa.nulls(rows, pa.float64()))
     gapped_bools = [f.name for f in table.schema
                     if pa.types.is_boolean(f.type) and table.column(f.name).null_count]
-    frame = table.to_pandas(split_blocks=True, self_destruct=True)
-    del table
+    # One block per column: no copy to consolidate the columns (peak 571 MiB against 667 at 1M
+    # rows x 20 columns); ``self_destruct`` saved 3 MiB more and is experimental in pyarrow.
+    frame = table.to_pandas(split_blocks=True)
     for name in gapped_bools:
         values = frame[name].to_numpy(dtype=object, copy=True)
         values[pd.isna(values)] = np.nan
