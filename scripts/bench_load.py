@@ -17,7 +17,11 @@ Engines, each run as its own child process (``--child``) so its peak memory is i
                     columns the model needs): pyarrow's row-width check, then ``pandas.read_csv`` with
                     ``usecols`` (``--columns``, default: half of them);
   pipeline-columns  ``get_backend("cpu").read(path, columns=...)``: one pyarrow read, which refuses a wide
-                    row itself.
+                    row itself;
+  parquet-one-thread  the same table as Parquet (written once next to the CSV, row groups of 1M rows):
+                    ``pandas.read_parquet(path, use_threads=False)``;
+  parquet           ``get_backend("cpu").read(path)`` of that file (``pandas.read_parquet``: pyarrow's
+                    threads and pre-buffering, its defaults).
 
 Before timing, the pipeline's frame of a 20,000-row file of the same kind is checked equal to the C
 parser's with ``float_precision="round_trip"`` (dtypes and values, floats exactly). Then ``--repeats``
@@ -26,7 +30,7 @@ side. Per run: seconds and read CPU (the read's wall and user + system seconds, 
 inside the child: imports excluded), wall and CPU (the child's whole life), peak (the child's
 ``VmHWM``) and peak - start (``VmHWM`` less the RSS before the read: what the read itself holds). The
 table gives the medians and the ratios against the C parser of the same invocation (the columns engines
-against c-parser-columns).
+against c-parser-columns, parquet against parquet-one-thread).
 
     python scripts/bench_load.py --rows 10M --repeats 3
 
@@ -47,9 +51,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 MiB = 2**20
-ENGINES = ("c-parser", "pipeline", "polars", "c-parser-columns", "pipeline-columns")
+ENGINES = ("c-parser", "pipeline", "polars", "c-parser-columns", "pipeline-columns", "parquet-one-thread",
+           "parquet")
 BASELINE = {"c-parser": "c-parser", "pipeline": "c-parser", "polars": "c-parser",
-            "c-parser-columns": "c-parser-columns", "pipeline-columns": "c-parser-columns"}
+            "c-parser-columns": "c-parser-columns", "pipeline-columns": "c-parser-columns",
+            "parquet-one-thread": "parquet-one-thread", "parquet": "parquet-one-thread"}
 CHUNK_ROWS = 1_000_000
 
 
@@ -90,12 +96,22 @@ def write_csv(path: Path, rows: int, seed: int) -> None:
     tmp.replace(path)
 
 
-def ensure_csv(rows: int, seed: int, data_dir: Path) -> Path:
+def ensure_csv(rows: int, seed: int, data_dir: Path, *, parquet: bool = False) -> Path:
+    """The CSV of ``rows`` rows (written once), and its Parquet twin beside it when asked."""
     path = data_dir / f"load_{rows}_s{seed}.csv"
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         print(f"writing {path} ({rows:,} rows)...", flush=True)
         write_csv(path, rows, seed)
+    twin = path.with_suffix(".parquet")
+    if parquet and not twin.exists():
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        print(f"writing {twin}...", flush=True)
+        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types={"date": "string"}))
+        pq.write_table(table, twin.with_suffix(".tmp"), row_group_size=1_000_000)
+        twin.with_suffix(".tmp").replace(twin)
     return path
 
 
@@ -139,6 +155,16 @@ def child_main(argv: list[str]) -> int:
         import polars as pl
 
         read = lambda: pl.read_csv(args.path)  # noqa: E731
+    elif args.child == "parquet-one-thread":
+        import pandas as pd
+
+        read = lambda: pd.read_parquet(args.path.with_suffix(".parquet"), use_threads=False)  # noqa: E731
+    elif args.child == "parquet":
+        sys.path.insert(0, str(REPO))
+        from pipeline.backends import get_backend
+
+        backend = get_backend("cpu")
+        read = lambda: backend.read(args.path.with_suffix(".parquet"))  # noqa: E731
     elif args.child.startswith("pipeline"):
         sys.path.insert(0, str(REPO))
         from pipeline.backends import get_backend
@@ -216,7 +242,8 @@ def run_child(engine: str, path: Path, columns: list[str], work: Path, tag: str,
     if run["exit_status"] == 0 and result.exists():
         run.update(json.loads(result.read_text()), succeeded=True)
     else:
-        run.update(succeeded=False, stderr_tail=proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else "")
+        tail = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+        run.update(succeeded=False, stderr_tail=tail)
     return run
 
 
@@ -288,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = check_parity(args.data_dir, args.seed)
     for problem in problems:
         print(f"PARITY: {problem}", file=sys.stderr)
-    path = ensure_csv(args.rows, args.seed, args.data_dir)
+    path = ensure_csv(args.rows, args.seed, args.data_dir, parquet=any(e.startswith("parquet") for e in engines))
     columns = [c for c in args.columns.split(",") if c] or header(path)[::2]
     with open(path, "rb") as fh:                       # the page cache holds the file for every engine alike
         while fh.read(64 * MiB):
@@ -301,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         for engine in order:
             run = run_child(engine, path, columns, work, f"{engine}-{round_}", args.timeout)
             runs.append(run)
-            shown = f"{run['seconds']:.2f} s read" if run["succeeded"] else f"FAILED {run.get('stderr_tail', '')[-300:]}"
+            shown = (f"{run['seconds']:.2f} s read" if run["succeeded"]
+                     else f"FAILED {run.get('stderr_tail', '')[-300:]}")
             print(f"round {round_ + 1} {engine:17} {shown}, wall {run['wall_s']:.2f} s, CPU {run['cpu_s']:.2f} s",
                   flush=True)
     rows = summarise(runs, engines)

@@ -156,8 +156,9 @@ def _first_block_types(path: Path, parse: pacsv.ParseOptions, convert: dict, pin
     reader.close()
     integers = [f.name for f in schema if pa.types.is_integer(f.type)]
     if integers:
-        reader = pacsv.open_csv(path, read_options=one_thread, parse_options=parse, convert_options=pacsv.ConvertOptions(
-            **{**convert, "include_columns": integers}, column_types={c: pa.string() for c in integers}))
+        as_text = pacsv.ConvertOptions(**{**convert, "include_columns": integers},
+                                       column_types={c: pa.string() for c in integers})
+        reader = pacsv.open_csv(path, read_options=one_thread, parse_options=parse, convert_options=as_text)
         block = reader.read_next_batch()
         reader.close()
         hexadecimal = [c for c in integers if pc.any(pc.match_substring_regex(block.column(c), HEX_TEXT)).as_py()]
