@@ -203,3 +203,12 @@ def test_a_column_the_file_lacks_is_the_c_parsers_error(tmp_path):
     path.write_text("a,b\n1,2\n")
     with pytest.raises(DataError, match=r"cannot read .*t\.csv as csv: .*\['zz'\]"):
         CPU.read(path, columns=["a", "zz"])
+
+
+def test_quoted_values_spanning_lines_read_across_block_ends(tmp_path):
+    rows = [f'{i},"line one of {i}\nline two, with a comma",{i * 0.5}' for i in range(40_000)]
+    path = tmp_path / "notes.csv"                   # > 1 MiB: some value spans the end of a block
+    path.write_text("n,note,x\n" + "\n".join(rows) + "\n")
+    frame = read_with_arrow(path)
+    pd.testing.assert_frame_equal(frame, c_parser(path), check_exact=True)
+    assert len(frame) == 40_000 and frame["note"].str.contains("\n").all()
