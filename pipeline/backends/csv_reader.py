@@ -125,13 +125,14 @@ def read_with_arrow(path: Path, *, columns: Sequence[str] | None = None, dtypes:
 
 def _pinned_types(dtypes: Mapping[str, str] | None, na_values: Sequence[str] | None) -> dict[str, pa.DataType]:
     """The caller's dtypes as pyarrow types; ``CParserNeeded`` for what only the C parser reads alike."""
-    other = {c: t for c, t in (dtypes or {}).items() if str(t) not in TEXT_DTYPES}
+    names = {c: "str" if t is str else str(t) for c, t in (dtypes or {}).items()}
+    other = {c: t for c, t in names.items() if t not in TEXT_DTYPES}
     if other:
         raise CParserNeeded(f"dtypes {other}")
     numeric = [v for v in na_values or () if _is_number(v)]
     if numeric:
         raise CParserNeeded(f"na_values {numeric} hold numbers, which pandas also matches as numbers")
-    return {c: TEXT_DTYPES[str(t)] for c, t in (dtypes or {}).items()}
+    return {c: TEXT_DTYPES[t] for c, t in names.items()}
 
 
 def _is_number(text: str) -> bool:
