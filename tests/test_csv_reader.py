@@ -163,15 +163,18 @@ def test_na_values_add_to_pandas_own_and_a_number_among_them_goes_to_the_c_parse
     assert frame["b"].isna().tolist() == [True, True, False]       # pandas' match of -999.0 too
 
 
-def test_types_settle_over_every_block_of_a_larger_file(tmp_path):
-    rows = 60_000                                   # > 1 MiB: several blocks, read on several threads
+def test_types_settle_over_every_block_of_a_larger_file(tmp_path, caplog):
+    rows = 120_000                                  # 1.9 MiB: several blocks, read on several threads
     lines = [f"{i},{i % 7},x{i},{'' if i < rows - 5 else '2021-03-04'}" for i in range(rows)]
     lines[-1] = f"{rows},2.5,last,2021-03-05"      # a float after the ints; a date only at the end
     path = tmp_path / "big.csv"
     path.write_text("n,k,s,d\n" + "\n".join(lines) + "\n")
-    frame = read_with_arrow(path)
+    with caplog.at_level(logging.DEBUG, logger="pipeline"):
+        frame = read_with_arrow(path)
     pd.testing.assert_frame_equal(frame, c_parser(path), check_exact=True)
     assert frame["k"].dtype == "float64" and frame["d"].dtype == pd.read_csv(path)["d"].dtype
+    # The first block's types did not hold (2.5 after integers): read again, inferring over every block.
+    assert any("inferred over every block" in r.getMessage() for r in caplog.records)
 
 
 # ------------------------------------------------------------------ errors: today's messages
