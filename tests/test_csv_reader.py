@@ -215,3 +215,11 @@ def test_quoted_values_spanning_lines_read_across_block_ends(tmp_path):
     frame = read_with_arrow(path)
     pd.testing.assert_frame_equal(frame, c_parser(path), check_exact=True)
     assert len(frame) == 40_000 and frame["note"].str.contains("\n").all()
+
+
+def test_a_column_that_turns_to_text_after_the_c_parsers_first_chunk_is_text_throughout(tmp_path):
+    path = tmp_path / "ids.csv"                     # past the C parser's low_memory chunk of rows
+    path.write_text("id,x\n" + "007,1\n" * 300_000 + "abc,2\n")
+    frame = read_with_arrow(path)
+    assert frame["id"].iloc[0] == "007" and frame["id"].iloc[-1] == "abc"
+    pd.testing.assert_frame_equal(frame, pd.read_csv(path, low_memory=False), check_exact=True)

@@ -23,9 +23,15 @@ Floats are read correctly rounded by both paths: pyarrow always, the C parser wi
 in the last bit for about half the values written with 17 significant digits, 8% of those with
 15, none with 6 decimals or fewer (see docs/benchmarks.md, Loading).
 
-Remaining difference, left because finding it costs a second pass over the file: a column whose
-first block (1 MiB) holds decimal integers and whose later rows hold a hexadecimal ``0x1F`` reads
-as integers here where pandas read text.
+Differences left:
+
+- a column whose type changes after the C parser's first chunk of rows (``low_memory``: about
+  260,000 rows), ``007`` early and ``abc`` later: the C parser gives an object column of the
+  numbers it read first (7) and the later text, with a DtypeWarning; this reader gives text
+  throughout (``"007"``), as the C parser does with ``low_memory=False``;
+- found only at the cost of a second pass over the file: a column whose first block (1 MiB)
+  holds decimal integers and whose later rows hold a hexadecimal ``0x1F`` reads as integers
+  here where pandas read text.
 """
 
 from __future__ import annotations
