@@ -20,8 +20,8 @@ and the debug log says why:
 
 Floats are read correctly rounded by both paths: pyarrow always, the C parser with
 ``float_precision="round_trip"``. pandas' default parser is not correctly rounded: it differs
-in the last bit for about half the values written with 17 significant digits, 8% of those with
-15, none with 6 decimals or fewer (see docs/benchmarks.md, Loading).
+in the last bit for about half the values written with 17 significant digits, 8% of those
+written with 15, none with 6 decimals or fewer (see docs/benchmarks.md, Loading).
 
 Differences left:
 
