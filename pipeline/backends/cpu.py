@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.contract import Backend
+from pipeline.backends.csv_reader import read_csv_frame
 from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
 from pipeline.core.errors import ConfigError
@@ -27,6 +28,7 @@ class CpuBackend(Backend):
     array = np
     dask_backend = "pandas"
     _distributions = ("pandas", "numpy", "pyarrow", "polars", "sklearn", "xgboost", "lightgbm", "catboost")
+    csv_checks_row_widths = True
 
     @property
     def table_engine_name(self) -> str:
@@ -52,12 +54,8 @@ class CpuBackend(Backend):
         return {**super().versions(), "table_engine": self.table_engine_name}
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
-        return pd.read_csv(
-            path,
-            usecols=list(columns) if columns else None,
-            dtype=dict(dtypes) if dtypes else None,
-            na_values=list(na_values) if na_values else None,
-        )
+        # pyarrow's reader on every core, giving the C parser's frame (backends.csv_reader).
+        return read_csv_frame(path, columns=columns, dtypes=dtypes, na_values=na_values)
 
     def _read_parquet(self, path: Path, *, columns, filters) -> pd.DataFrame:
         frame = pd.read_parquet(

@@ -86,11 +86,21 @@ def check_row_widths(path: Path) -> None:
         for _ in reader:
             pass
     except (pa.ArrowInvalid, pa.ArrowKeyError, OSError, ValueError) as exc:
-        found = _WIDTH_ERROR.search(str(exc))
-        if found and int(found.group(2)) > int(found.group(1)):
-            row = one_line(found.group(3))[:120]
-            raise DataError(f"{path}: a row has {found.group(2)} fields where the header has {found.group(1)} "
-                            f"(row: {row!r}); fix the row or quote the field that holds the separator") from None
+        wide = row_width_error(path, exc)
+        if wide is not None:
+            raise wide from None
+
+
+def row_width_error(path: Path, exc: BaseException) -> DataError | None:
+    """The DataError for pyarrow's complaint ``exc`` when it is a row wider than the header
+    (None for any other complaint): ``check_row_widths``'s message, from whichever pyarrow read
+    found the row."""
+    found = _WIDTH_ERROR.search(str(exc))
+    if found and int(found.group(2)) > int(found.group(1)):
+        row = one_line(found.group(3))[:120]
+        return DataError(f"{path}: a row has {found.group(2)} fields where the header has {found.group(1)} "
+                         f"(row: {row!r}); fix the row or quote the field that holds the separator")
+    return None
 
 
 def parquet_files(folder: Path) -> list[Path]:
