@@ -53,9 +53,26 @@ def test_local_workers_size_polars_threads_to_their_own(session, monkeypatch):
     threads = os.environ.get("POLARS_MAX_THREADS") or "1"
     assert list(session.client.run(_polars_threads).values()) == [(threads, int(threads))]
 
-    assert worker_environment(3) == {"POLARS_MAX_THREADS": "3"}
-    monkeypatch.setenv("POLARS_MAX_THREADS", "2")              # the user's own setting is passed on
-    assert worker_environment(3) == {"POLARS_MAX_THREADS": "2"}
+    monkeypatch.delenv("PIPELINE_CPU_ENGINE", raising=False)
+    assert worker_environment(3) == {"POLARS_MAX_THREADS": "3", "PIPELINE_CPU_ENGINE": "pandas"}
+    monkeypatch.setenv("POLARS_MAX_THREADS", "2")              # the user's own settings are passed on
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    assert worker_environment(3) == {"POLARS_MAX_THREADS": "2", "PIPELINE_CPU_ENGINE": "polars"}
+
+
+def _table_engine() -> str:
+    from pipeline.backends import get_backend
+
+    return get_backend("cpu").table_engine_name
+
+
+def test_local_workers_run_the_pandas_engine_unless_told(session):
+    """Workers use every core between them, one thread each: the pandas engine, without Polars'
+    per-process memory (the parent's own choice, when set, is passed on instead)."""
+    import os
+
+    expected = os.environ.get("PIPELINE_CPU_ENGINE", "").strip() or "pandas"
+    assert set(session.client.run(_table_engine).values()) == {expected}
 
 
 async def _releases_while_paused(dask_worker, seconds: float = 10.0) -> tuple[int, int]:
