@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import ClusterUnavailable, UsageError
+from pipeline.core.threads import THREADS_ENV
 
 GPU_RESOURCE = "GPU"
 log = logging.getLogger("pipeline")
@@ -132,6 +133,9 @@ def _local_cluster(config: Any) -> Any:
         n_workers=config.n_workers or 2, threads_per_worker=config.threads_per_worker, processes=True,
         memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address=":0",   # any free port
         silence_logs=logging.WARNING, preload=worker_preload(),
+        # The workers already run partitions side by side; column threads inside each would
+        # put workers x cores threads on the cores (``pipeline.core.threads``).
+        env={THREADS_ENV: "1"},
     )
 
 
