@@ -123,6 +123,12 @@ OPS = [
     {"standardize": {"columns": ["age", "spend"]}},
 ]
 
+TEXT_OPS = [
+    {"group_rare": {"columns": ["region", "channel"], "min_frequency": 0.05}},
+    {"hash_encode": {"columns": ["region", "visits"], "buckets": 7}},
+    {"frequency_encode": {"columns": ["plan", "channel"]}},
+]
+
 
 def _fitted(monkeypatch, threads: str) -> tuple[pd.DataFrame, pd.DataFrame, dict, np.ndarray]:
     monkeypatch.setenv(THREADS_ENV, threads)
@@ -140,6 +146,17 @@ def test_a_workflow_on_several_threads_gives_exactly_what_one_thread_gives(monke
     pd.testing.assert_frame_equal(one[1], many[1], check_exact=True)
     assert one[2] == many[2]
     assert np.array_equal(one[3], many[3]) and one[3].tobytes() == many[3].tobytes()
+
+
+def test_text_ops_on_several_threads_give_what_one_thread_gives(monkeypatch):
+    frame = _table()[0].drop(columns=["spend"])
+    outputs = []
+    for threads in ("1", "3"):
+        monkeypatch.setenv(THREADS_ENV, threads)
+        workflow = FeatureWorkflow(TEXT_OPS)
+        outputs.append((workflow.fit_transform(frame), workflow.to_dict()))
+    pd.testing.assert_frame_equal(outputs[0][0], outputs[1][0], check_exact=True)
+    assert outputs[0][1] == outputs[1][1]
 
 
 def test_an_error_in_a_thread_names_the_first_bad_column_in_order(monkeypatch):
