@@ -851,7 +851,9 @@ class _FunctionState:
         return env
 
     def stmt(self, stmt: ast.stmt, env: dict[str, Kinds]) -> dict[str, Kinds]:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return self.nested_function(stmt, env)
+        if isinstance(stmt, ast.ClassDef):
             return env
         if isinstance(stmt, ast.Assign):
             kinds = self.expr(stmt.value, env)
@@ -912,6 +914,17 @@ class _FunctionState:
         for child in ast.iter_child_nodes(stmt):
             if isinstance(child, ast.expr):
                 self.expr(child, env)
+        return env
+
+    def nested_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, env: dict[str, Kinds]) -> dict[str, Kinds]:
+        """A function defined inside this one (a per-column closure the ops hand to
+        ``per_column``): its body is scanned with the names it closes over, as a lambda's is,
+        its own parameters unknown. Its returns are its own; the enclosing scope is unchanged."""
+        params = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        local = {k: v for k, v in env.items() if k not in params}
+        outer_returns = self.returns
+        self.block(node.body, local)
+        self.returns = outer_returns
         return env
 
     def if_(self, stmt: ast.If, env: dict[str, Kinds]) -> dict[str, Kinds]:

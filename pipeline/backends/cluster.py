@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import ClusterUnavailable, UsageError
+from pipeline.core.threads import THREADS_ENV
 
 GPU_RESOURCE = "GPU"
 log = logging.getLogger("pipeline")
@@ -148,12 +149,14 @@ def worker_environment(threads_per_worker: int | None) -> dict[str, str]:
     Polars' thread pool, when a worker does run it, is sized once at its import to every core
     of the machine: in n one-thread workers that is n x cores threads contending for the cores.
     ``POLARS_MAX_THREADS`` sizes it to the worker's own threads (a value already set in this
-    process's environment is passed on instead)."""
+    process's environment is passed on instead). The feature ops' column threads: one."""
     from pipeline.backends.cpu import CPU_ENGINE_VARIABLE
 
     threads = os.environ.get("POLARS_MAX_THREADS") or str(max(1, int(threads_per_worker or 1)))
     engine = os.environ.get(CPU_ENGINE_VARIABLE, "").strip() or "pandas"
-    return {"POLARS_MAX_THREADS": threads, CPU_ENGINE_VARIABLE: engine}
+    # The workers already run partitions side by side; column threads inside each would put
+    # workers x cores threads on the cores (``pipeline.core.threads``).
+    return {"POLARS_MAX_THREADS": threads, CPU_ENGINE_VARIABLE: engine, THREADS_ENV: "1"}
 
 
 def worker_preload() -> list[str]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,9 @@ from pipeline.backends.input_files import (
 )
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.core.problems import BINARY, Task
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Backend(ABC):
@@ -213,6 +216,17 @@ class Backend(ABC):
     def take(self, frame: Any, positions: np.ndarray) -> Any:
         """Rows by position, with a fresh 0..n-1 index."""
         return frame.iloc[self.asarray(positions)].reset_index(drop=True)
+
+    def columns_frame(self, columns: Mapping[str, Any], index: Any) -> Any:
+        """A frame of new ``columns`` (name -> series or array) on ``index``, to put beside
+        an op's kept columns."""
+        return self.frame.DataFrame(dict(columns), index=index)
+
+    def map_columns(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``[fn(item) for item in items]``: per-column work of the feature ops, results in order.
+        Serial here (the GPU runs one column's kernel at a time on its stream anyway); the CPU
+        backend spreads the calls over the process's cores (``pipeline.core.threads``)."""
+        return [fn(item) for item in items]
 
     @abstractmethod
     def category_codes(self, series: Any, categories: Sequence[Any]) -> Any:

@@ -16,21 +16,20 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.encoding import code_dtype
 from pipeline.features.ops.op_base import FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import as_float, replace_columns, require_finite
+from pipeline.features.ops.op_support import as_float, merged, per_column, replace_columns, require_finite
 
 
 def numeric_quantiles(op: str, frame: Any, columns: list[str], quantiles: list[float], backend: Backend) -> dict[str, Any]:
     """``<col>.q<i>``: the ``quantiles[i]`` quantile of each column (a DataError for a column
     that is not numeric)."""
-    wanted = {}
-    for col in columns:
+    def column_quantiles(col: str) -> dict[str, Any]:
         series = frame[col]
         if not backend.is_numeric(series):
             raise DataError(f"{op}: column '{col}' is {series.dtype}, not numeric")
         values = series.astype("float64")
-        for i, q in enumerate(quantiles):
-            wanted[f"{col}.q{i}"] = values.quantile(q)
-    return wanted
+        return {f"{col}.q{i}": values.quantile(q) for i, q in enumerate(quantiles)}
+
+    return merged(per_column(backend, frame, column_quantiles, columns))
 
 
 def fitted_quantile(op: str, stats: dict[str, Any], col: str, i: int, q: float) -> float:
@@ -68,10 +67,11 @@ class Clip(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: ClipState) -> Any:
         self.check_columns(frame)
-        new = {}
-        for col in self.columns:
+        def clipped(col: str) -> Any:
             low, high = state.bounds[col]
-            new[col] = frame[col].astype("float64").clip(lower=low, upper=high)
+            return frame[col].astype("float64").clip(lower=low, upper=high)
+
+        new = dict(zip(self.columns, per_column(backend, frame, clipped, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
@@ -109,13 +109,14 @@ class QuantileBin(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: QuantileBinState) -> Any:
         self.check_columns(frame)
-        new = {}
-        for col in self.columns:
+        def binned(col: str) -> Any:
             values = frame[col].astype("float64")
             codes = values.notna().astype("int32")
             for edge in state.edges[col]:
                 codes = codes + (values >= edge).fillna(False).astype("int32")
-            new[col] = codes.astype(code_dtype(len(state.edges[col]) + 1))
+            return codes.astype(code_dtype(len(state.edges[col]) + 1))
+
+        new = dict(zip(self.columns, per_column(backend, frame, binned, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 

@@ -18,7 +18,9 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.encoding import code_dtype
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import count_pairs, lookup, missing_value, plain, replace_columns
+from pipeline.features.ops.op_support import (
+    count_pairs, lookup, merged, missing_value, per_column, plain, replace_columns,
+)
 from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
 
 
@@ -42,11 +44,9 @@ class FrequencyEncode(FeatureOp):
     normalize: bool = Field(True, description="A share of the training rows; false: the count of rows.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        wanted = {}
-        for col in self.columns:
-            wanted[col] = frame[col].value_counts(dropna=True)
-            wanted[f"{col}.missing"] = frame[col].isna().sum()
-        return wanted
+        return merged(per_column(backend, frame, lambda col: {col: frame[col].value_counts(dropna=True),
+                                                              f"{col}.missing": frame[col].isna().sum()},
+                                 self.columns))
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> FrequencyEncodeState:
         cats, freqs = {}, {}
@@ -59,8 +59,10 @@ class FrequencyEncode(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: FrequencyEncodeState) -> Any:
         self.check_columns(frame)
-        new = {col: lookup(frame[col], state.categories[col], [0.0, *state.frequencies[col]], backend)
-               for col in self.columns}
+        looked_up = per_column(backend, frame, lambda col: lookup(frame[col], state.categories[col],
+                                                                  [0.0, *state.frequencies[col]], backend),
+                               self.columns)
+        new = dict(zip(self.columns, looked_up))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
@@ -93,12 +95,14 @@ class HashEncode(FeatureOp):
     def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
         dtype = code_dtype(self.buckets)
-        new = {}
-        for col in self.columns:
+
+        def hashed(col: str) -> Any:
             series = frame[col]
             values = [plain(v) for v in backend.to_host(series.dropna().unique()) if not missing_value(plain(v))]
             table = [0] + [stable_bucket(v, self.buckets) for v in values]
-            new[col] = lookup(series, values, table, backend).astype(dtype)
+            return lookup(series, values, table, backend).astype(dtype)
+
+        new = dict(zip(self.columns, per_column(backend, frame, hashed, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
@@ -147,15 +151,15 @@ class GroupRare(FeatureOp):
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent levels.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        wanted = {}
-        for col in self.columns:
+        def column_statistics(col: str) -> dict[str, Any]:
             series = frame[col]
             if not is_text(series):
                 raise DataError(f"group_rare: column '{col}' is {series.dtype}, not text; its rare levels would "
                                 "become the text '__rare__' in a column of numbers: use categorify's min_frequency, "
                                 "or quantile_bin for numbers")
-            wanted.update(rare_statistics(series, col, self.min_frequency))
-        return wanted
+            return rare_statistics(series, col, self.min_frequency)
+
+        return merged(per_column(backend, frame, column_statistics, self.columns))
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> GroupRareState:
         return GroupRareState(kept={col: frequent_levels(stats, col, self.min_frequency, self.max_categories)[0]
@@ -163,10 +167,11 @@ class GroupRare(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: GroupRareState) -> Any:
         self.check_columns(frame)
-        new = {}
-        for col in self.columns:
+        def grouped(col: str) -> Any:
             series = frame[col]
-            new[col] = series.where(series.isin(state.kept[col]) | series.isna(), RARE)
+            return series.where(series.isin(state.kept[col]) | series.isna(), RARE)
+
+        new = dict(zip(self.columns, per_column(backend, frame, grouped, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 

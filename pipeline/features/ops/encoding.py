@@ -11,7 +11,7 @@ from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import replace_columns
+from pipeline.features.ops.op_support import merged, per_column, replace_columns
 from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
 
 
@@ -43,7 +43,8 @@ class OneHot(FeatureOp):
     drop_binary: bool = Field(False, description="For a two-category column keep only the second column.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        return {k: v for col in self.columns for k, v in rare_statistics(frame[col], col, self.min_frequency).items()}
+        return merged(per_column(backend, frame, lambda col: rare_statistics(frame[col], col, self.min_frequency),
+                                 self.columns))
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> OneHotState:
         cats, rare = {}, {}
@@ -57,15 +58,18 @@ class OneHot(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: OneHotState) -> Any:
         self.check_columns(frame)
-        new = {}
-        for col in self.columns:
-            series = frame[col]
-            cats = state.categories[col]
-            for cat in cats:
-                new[f"{col}={cat}"] = (series == cat).fillna(False).astype("float32")
+
+        def indicators(col: str) -> dict[str, Any]:
+            # A comparison per category: for the few categories one-hot columns have, cheaper
+            # than looking each row's code up first (measured on 2-4 categories of text).
+            series, cats = frame[col], state.categories[col]
+            new = {f"{col}={cat}": (series == cat).fillna(False).astype("float32") for cat in cats}
             if state.rare[col]:
                 known = series.isin(cats) | series.isna()
                 new[f"{col}={RARE}"] = (~known).astype("float32")
+            return new
+
+        new = merged(per_column(backend, frame, indicators, self.columns))
         return replace_columns(frame, backend, new, list(self.columns))
 
     def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
@@ -100,7 +104,8 @@ class Categorify(FeatureOp):
     max_categories: int | None = Field(None, ge=1, description="Keep at most this many most-frequent values.")
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        return {k: v for col in self.columns for k, v in rare_statistics(frame[col], col, self.min_frequency).items()}
+        return merged(per_column(backend, frame, lambda col: rare_statistics(frame[col], col, self.min_frequency),
+                                 self.columns))
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> CategorifyState:
         cats = {col: frequent_levels(stats, col, self.min_frequency, self.max_categories)[0] for col in self.columns}
@@ -108,8 +113,10 @@ class Categorify(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: CategorifyState) -> Any:
         self.check_columns(frame)
-        new = {col: backend.category_codes(frame[col], state.categories[col]).astype(
-                   code_dtype(len(state.categories[col]))) for col in self.columns}
+        def coded(col: str) -> Any:
+            return backend.category_codes(frame[col], state.categories[col]).astype(code_dtype(len(state.categories[col])))
+
+        new = dict(zip(self.columns, per_column(backend, frame, coded, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 

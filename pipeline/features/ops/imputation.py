@@ -13,7 +13,8 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
-    as_fillable, count_pairs, median, missing_value, moments, plain, replace_columns, require_finite, stable,
+    as_fillable, count_pairs, median, merged, missing_value, moments, per_column, plain, replace_columns,
+    require_finite, stable,
 )
 
 
@@ -51,20 +52,21 @@ class FillMissing(FeatureOp):
         return self
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        wanted = {}
-        for col in self.columns:
+        if self.strategy == "constant":
+            return {}
+
+        def column_statistics(col: str) -> dict[str, Any]:
             series = frame[col]
             if self.strategy == "most_frequent":
-                wanted[col] = series.value_counts(dropna=True)
-            elif self.strategy in ("median", "mean"):
-                if not backend.is_numeric(series):
-                    raise DataError(f"fill_missing: strategy '{self.strategy}' needs a numeric column; "
-                                    f"'{col}' is {series.dtype}")
-                if self.strategy == "median":
-                    wanted[col] = median(series)
-                else:
-                    wanted.update(moments(series, ("mean",), col))
-        return wanted
+                return {col: series.value_counts(dropna=True)}
+            if not backend.is_numeric(series):
+                raise DataError(f"fill_missing: strategy '{self.strategy}' needs a numeric column; "
+                                f"'{col}' is {series.dtype}")
+            if self.strategy == "median":
+                return {col: median(series)}
+            return moments(series, ("mean",), col)
+
+        return merged(per_column(backend, frame, column_statistics, self.columns))
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> FillMissingState:
         fills: dict[str, Any] = {}
@@ -84,13 +86,14 @@ class FillMissing(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: FillMissingState) -> Any:
         self.check_columns(frame)
-        new, drop = {}, []
-        for col in self.columns:
-            if self.indicator:
-                new[f"{col}_missing"] = frame[col].isna().astype("float32")
+
+        def filled(col: str) -> dict[str, Any]:
+            new = {f"{col}_missing": frame[col].isna().astype("float32")} if self.indicator else {}
             new[col] = as_fillable(frame[col], state.fill[col], backend).fillna(state.fill[col])
-            drop.append(col)
-        out = replace_columns(frame, backend, new, drop)
+            return new
+
+        new = merged(per_column(backend, frame, filled, self.columns))
+        out = replace_columns(frame, backend, new, list(self.columns))
         return out[self.output_columns(list(frame.columns), state)]
 
     def output_columns(self, columns: list[str], state: OpState) -> list[str]:

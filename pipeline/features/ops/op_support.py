@@ -4,12 +4,16 @@ replacing columns in one concat. Plain functions on backend values, usable by pl
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from pipeline.backends import Backend, is_partitioned
 from pipeline.core.errors import DataError
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 # A statistic that overflows float64 (values near 1e200 square to infinity) is taken again on
 # the values times 2**-600: exact (a power of two moves only the exponent), and any float64
@@ -102,8 +106,25 @@ def replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: lis
     kept = frame.drop(columns=drop) if drop else frame
     if not new:
         return kept
-    added = backend.frame.DataFrame(new, index=frame.index)
+    added = backend.columns_frame(new, frame.index)
     return backend.frame.concat([kept, added], axis=1)
+
+
+def per_column(backend: Backend, frame: Any, fn: Callable[[T], R], columns: Sequence[T]) -> list[R]:
+    """``[fn(c) for c in columns]``: on the backend's threads (every core on the CPU) for a
+    frame in memory, serially for a partitioned one, whose statistics are lazy expressions
+    computed later in one pass. Results in order, so states and frames are the same either way."""
+    if is_partitioned(frame):
+        return [fn(c) for c in columns]
+    return backend.map_columns(fn, list(columns))
+
+
+def merged(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per-column dicts (statistics, new columns) as one, in column order."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        out.update(part)
+    return out
 
 
 def code_array(series: Any, categories: list[Any], backend: Backend) -> Any:

@@ -10,7 +10,9 @@ from pipeline.backends import Backend
 from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import missing_value, moments, plain, replace_columns, require_finite, stable
+from pipeline.features.ops.op_support import (
+    merged, missing_value, moments, per_column, plain, replace_columns, require_finite, stable,
+)
 
 
 class StandardizeState(OpState):
@@ -26,13 +28,13 @@ class Standardize(FeatureOp):
     example: ClassVar[dict[str, Any]] = {"columns": ["num", "count"]}
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        wanted = {}
-        for col in self.columns:
+        def column_moments(col: str) -> dict[str, Any]:
             series = frame[col]
             if not backend.is_numeric(series):
                 raise DataError(f"standardize: column '{col}' is {series.dtype}, not numeric")
-            wanted.update(moments(series, ("mean", "std"), col))
-        return wanted
+            return moments(series, ("mean", "std"), col)
+
+        return merged(per_column(backend, frame, column_moments, self.columns))
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> StandardizeState:
         mean_std = {}
@@ -44,10 +46,12 @@ class Standardize(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: StandardizeState) -> Any:
         self.check_columns(frame)
-        new = {}
-        for col in self.columns:
+
+        def scaled(col: str) -> Any:
             mean, std = state.mean_std[col]
-            new[col] = (frame[col].astype("float64") - mean) / std
+            return (frame[col].astype("float64") - mean) / std
+
+        new = dict(zip(self.columns, per_column(backend, frame, scaled, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]
 
@@ -71,13 +75,15 @@ class Log1p(FeatureOp):
 
     def transform(self, frame: Any, backend: Backend, state: OpState) -> Any:
         self.check_columns(frame)
-        new = {}
-        for col in self.columns:
+
+        def logged(col: str) -> Any:
             values = frame[col].astype("float64")
             if bool(backend.to_host((values <= -1).any())):
                 # log1p gives -inf at -1 and NaN below it: name the cause, not a missing value later.
                 raise DataError(f"log1p: column '{col}' has values <= -1 (min {plain(backend.to_host(values.min()))}), "
                                 "outside the domain it was fitted on")
-            new[col] = np.log1p(values)
+            return np.log1p(values)
+
+        new = dict(zip(self.columns, per_column(backend, frame, logged, self.columns)))
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[list(frame.columns)]

@@ -31,7 +31,9 @@ from pipeline.backends.headers import ColumnSet
 from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar, Target
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import code_array, count_pairs, lookup, plain, replace_columns, require_finite
+from pipeline.features.ops.op_support import (
+    code_array, count_pairs, lookup, merged, per_column, plain, replace_columns, require_finite,
+)
 
 
 class TargetEncodeState(OpState):
@@ -66,15 +68,16 @@ class TargetEncode(FeatureOp):
         labels = label_matrix(target, backend)
         stats: dict[str, Any] = {"task": target.task,
                                  "prior": backend.to_host(labels.mean(axis=0)).tolist()}
-        for col in self.columns:
+
+        def category_sums(col: str) -> dict[str, Any]:
             series = frame[col]
             cats = [v for v, _ in count_pairs(backend.to_host(series.value_counts(dropna=True)))]
             codes = code_array(series, cats, backend)
             sums, counts = group_sums(backend, codes, labels, len(cats) + 1)
-            stats[f"{col}.categories"] = cats
-            stats[f"{col}.sums"] = backend.to_host(sums).tolist()
-            stats[f"{col}.counts"] = backend.to_host(counts).tolist()
-        return stats
+            return {f"{col}.categories": cats, f"{col}.sums": backend.to_host(sums).tolist(),
+                    f"{col}.counts": backend.to_host(counts).tolist()}
+
+        return {**stats, **merged(per_column(backend, frame, category_sums, self.columns))}
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> TargetEncodeState:
         task = stats["task"]
@@ -92,8 +95,10 @@ class TargetEncode(FeatureOp):
     def transform(self, frame: Any, backend: Backend, state: TargetEncodeState) -> Any:
         """Every split but the training one, and scoring: the whole training split's means."""
         self.check_columns(frame)
-        values = {col: lookup(frame[col], state.categories[col], [state.prior, *state.means[col]], backend)
-                  for col in self.columns}
+        looked_up = per_column(backend, frame, lambda col: lookup(frame[col], state.categories[col],
+                                                                  [state.prior, *state.means[col]], backend),
+                               self.columns)
+        values = dict(zip(self.columns, looked_up))
         return self._output(frame, backend, state, values)
 
     def transform_training(self, frame: Any, backend: Backend, state: TargetEncodeState, target: Target) -> Any:
@@ -106,8 +111,8 @@ class TargetEncode(FeatureOp):
         labels = label_matrix(target, backend)
         fold = backend.asarray(fold_of_rows(rows, self.folds, self.seed))
         prior = xp.asarray(np.asarray(state.prior, dtype="float64"))
-        values = {}
-        for col in self.columns:
+
+        def out_of_fold(col: str) -> Any:
             size = len(state.categories[col]) + 1
             codes = code_array(frame[col], state.categories[col], backend)
             cell = fold * size + codes                          # (fold, category) of each row
@@ -119,7 +124,9 @@ class TargetEncode(FeatureOp):
             means = xp.where(weight > 0, (other_sums + self.smoothing * prior) / xp.where(weight > 0, weight, 1.0),
                              prior)
             means[:, 0, :] = prior                              # missing and unseen values
-            values[col] = means[fold, codes]
+            return means[fold, codes]
+
+        values = dict(zip(self.columns, per_column(backend, frame, out_of_fold, self.columns)))
         return self._output(frame, backend, state, values)
 
     def _output(self, frame: Any, backend: Backend, state: TargetEncodeState, values: dict[str, Any]) -> Any:
