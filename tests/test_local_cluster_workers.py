@@ -54,10 +54,11 @@ def test_local_workers_size_polars_threads_to_their_own(session, monkeypatch):
     assert list(session.client.run(_polars_threads).values()) == [(threads, int(threads))]
 
     monkeypatch.delenv("PIPELINE_CPU_ENGINE", raising=False)
-    assert worker_environment(3) == {"POLARS_MAX_THREADS": "3", "PIPELINE_CPU_ENGINE": "pandas"}
+    monkeypatch.delenv("PIPELINE_THREADS", raising=False)
+    assert worker_environment(3) == {"POLARS_MAX_THREADS": "3", "PIPELINE_CPU_ENGINE": "pandas", "PIPELINE_THREADS": "1"}
     monkeypatch.setenv("POLARS_MAX_THREADS", "2")              # the user's own settings are passed on
     monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
-    assert worker_environment(3) == {"POLARS_MAX_THREADS": "2", "PIPELINE_CPU_ENGINE": "polars"}
+    assert worker_environment(3) == {"POLARS_MAX_THREADS": "2", "PIPELINE_CPU_ENGINE": "polars", "PIPELINE_THREADS": "1"}
 
 
 def _table_engine() -> str:
