@@ -215,27 +215,33 @@ def _to_pandas(frame: Any, order: np.ndarray | None = None) -> pd.DataFrame:
 
     Each column is copied once, into a writable array (Polars' buffers are read-only, and
     pandas writes into its columns in place), by the gather that puts the rows in order, and
-    its Polars buffer is let go before the next one: the result is held about once, not twice
+    its Polars buffer is let go as soon as it is copied: the result is held about once, not twice
     (3.4M entities x 26 columns is 0.7 GiB), and sorting it in Polars first would have been a
     second copy. The columns stay separate blocks (no consolidating copy). Polars' own writable
     copy of a float column took 5x NumPy's copy of its read-only view."""
+    from pipeline.core.threads import map_in_threads
+
     pl = _polars()
-    columns: dict[str, Any] = {}
     height = frame.height
-    for name in list(frame.columns):
-        series = frame.drop_in_place(name)
+    names = list(frame.columns)
+    pending = [frame.drop_in_place(name) for name in names]
+
+    def convert(position: int) -> Any:
+        series, pending[position] = pending[position], None      # its buffer goes with this copy
         dtype = series.dtype
         if dtype.is_float() or dtype.is_integer():
             if series.null_count():          # NaN for missing (ints widen to float64, as pyarrow's)
                 series = (series if dtype.is_float() else series.cast(pl.Float64)).fill_null(float("nan"))
             values = series.to_numpy()
-            columns[name] = np.array(values, copy=True) if order is None else values.take(order)
-        elif dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean:
+            return np.array(values, copy=True) if order is None else values.take(order)
+        if dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean:
             values = series.to_numpy()
-            columns[name] = np.array(values, copy=True) if order is None else values.take(order)
-        else:
-            columns[name] = (series if order is None else series.gather(order)).to_pandas()
-        del series
+            return np.array(values, copy=True) if order is None else values.take(order)
+        return (series if order is None else series.gather(order)).to_pandas()
+
+    # Columns on the process's column threads (NumPy's gather lets the GIL go): at 16 cores the
+    # one-thread gather of 3.4M entities x 27 columns was a fifth of the engine's time.
+    columns = dict(zip(names, map_in_threads(convert, range(len(names)))))
     return pd.DataFrame(columns, index=pd.RangeIndex(height), copy=False)
 
 
