@@ -182,8 +182,9 @@ class PolarsTableEngine:
             return None
         lhs = lhs.lazy().with_row_index(_LEFT).with_columns(pl.col(_LEFT).cast(pl.Int64))
         rhs = rhs.lazy().with_row_index(_RIGHT).with_columns(pl.col(_RIGHT).cast(pl.Int64))
-        joined = lhs.join(rhs, on=list(keys), how="full" if how in ("right", "outer") else how,
-                          coalesce=True)                # nulls never match (Polars' default).select(_LEFT, _RIGHT)
+        # Nulls never match (Polars' default join_nulls=False), as the pandas engine's guard keys.
+        joined = (lhs.join(rhs, on=list(keys), how="full" if how in ("right", "outer") else how, coalesce=True)
+                  .select(_LEFT, _RIGHT))
         if how == "right":
             joined = joined.filter(pl.col(_RIGHT).is_not_null())
         rows = joined.sort([_LEFT, _RIGHT], nulls_last=True).fill_null(-1).collect()
