@@ -153,13 +153,23 @@ def _aggregate_on_engine(engine: Any, frame: Any, plan: AggregationPlan, backend
                                      aggregates=aggregates, cutoff_column=plan.cutoff_column, order=order)
     if found is None:
         return None
+    for name, column in _cast_outputs(found, plan, frame, backend).items():
+        found[name] = column
+    return found
+
+
+def _cast_outputs(columns: Any, plan: AggregationPlan, frame: Any, backend: Backend) -> dict[str, Any]:
+    """Every feature's column (from ``columns``, by output name) in its documented dtype, in
+    spec order x window order, filled for empty windows (0 for count / nunique / sum, missing
+    otherwise): one rule for every engine, backend and partition."""
+    cast = {}
     for feature in plan.features:
         zero = feature.aggregate in ZERO_WHEN_EMPTY
         source = frame[feature.column].dtype if feature.column is not None else None
         for name in feature.output_names():
-            found[name] = cast_output(found[name], feature.aggregate, zero_when_missing=zero, source_dtype=source,
-                                      bool_dtype=backend.bool_dtype)
-    return found
+            cast[name] = cast_output(columns[name], feature.aggregate, zero_when_missing=zero, source_dtype=source,
+                                     bool_dtype=backend.bool_dtype)
+    return cast
 
 
 def _ranked(frame: Any, plan: AggregationPlan, backend: Backend) -> Any:
@@ -196,17 +206,8 @@ def _snapshot(frame: Any, plan: AggregationPlan, cutoff: pd.Timestamp, backend: 
 
 def _output_columns(columns: dict[str, Any], index: Any, plan: AggregationPlan, cutoff: pd.Timestamp,
                     frame: Any, backend: Backend) -> Any:
-    """Keys, the cut-off, then the features in spec order x window order, each filled for
-    empty windows (0 for count / nunique / sum, missing otherwise) in its documented dtype,
-    so every backend and every partition agree."""
-    ordered = {}
-    for feature in plan.features:
-        zero = feature.aggregate in ZERO_WHEN_EMPTY
-        source = frame[feature.column].dtype if feature.column is not None else None
-        for name in feature.output_names():
-            ordered[name] = cast_output(columns[name], feature.aggregate, zero_when_missing=zero, source_dtype=source,
-                                        bool_dtype=backend.bool_dtype)
-    result = side_by_side(ordered, index, backend).reset_index()
+    """Keys, the cut-off, then the features in their documented dtypes (``_cast_outputs``)."""
+    result = side_by_side(_cast_outputs(columns, plan, frame, backend), index, backend).reset_index()
     set_constant(result, plan.cutoff_column, cutoff, frame[plan.time].dtype, loc=len(plan.keys))
     return result
 
