@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,9 +49,7 @@ class CpuBackend(Backend):
         """The Polars engine unless ``$PIPELINE_CPU_ENGINE`` says pandas."""
         if self.table_engine_name == "pandas":
             return None
-        from pipeline.backends.polars_engine import PolarsTableEngine
-
-        return _polars_engine(PolarsTableEngine)
+        return _polars_engine()
 
     def versions(self) -> dict[str, str]:
         """The libraries, and the table engine the run used (the run record says which, and a
@@ -141,13 +140,12 @@ class CpuBackend(Backend):
         return pd.Series(codes + 1, index=series.index, dtype="int32")
 
 
-_ENGINES: dict[type, Any] = {}
+@functools.cache
+def _polars_engine() -> Any:
+    """The one (stateless) Polars engine of this process; Polars is imported on first use."""
+    from pipeline.backends.polars_engine import PolarsTableEngine
 
-
-def _polars_engine(cls: type) -> Any:
-    if cls not in _ENGINES:
-        _ENGINES[cls] = cls()
-    return _ENGINES[cls]
+    return PolarsTableEngine()
 
 
 def arrow_string_positions(series: pd.Series, index: pd.Index) -> np.ndarray | None:

@@ -157,7 +157,7 @@ def target_frame(events: Any, plan: LabelPlan, backend: Backend) -> Any:
     check_no_missing_times(frame, plan.time)
     engine = backend.table_engine
     if engine is not None:
-        name, (column, aggregate) = next(iter(_target_aggregations(plan).items()))
+        name, (_, aggregate) = next(iter(_target_aggregations(plan).items()))
         found = engine.aggregate_horizons(frame, keys=plan.keys, time=plan.time, cutoffs=plan.cutoffs,
                                           horizon=plan.horizon, aggregate=aggregate,
                                           column=plan.target.column, output=name, cutoff_column=plan.cutoff_column)
