@@ -374,6 +374,32 @@ def test_delete_refuses_the_latest_run(copy):
     assert (copy.runs_dir / "churn" / copy.b).is_dir()
 
 
+def test_champion_is_an_alias_that_run_arguments_resolve_and_prune_keeps(copy):
+    from pipeline.runs.store import RunStore
+
+    with pytest.raises(Exception, match="no run has been promoted yet"):
+        history.resolve_run("champion", copy.runs_dir, "churn")
+    store = RunStore(copy.runs_dir, "churn")
+    store.mark_alias(copy.runs_dir / "churn" / copy.a, "champion")
+    assert history.resolve_run("champion", copy.runs_dir, "churn").run_id == copy.a
+    shown = cli("show", "champion", "--json", cwd=copy.root)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["run_id"] == copy.a
+
+    run = next(r for r in history.find_runs(copy.runs_dir) if r.run_id == copy.a)
+    assert run.aliases == ("champion",) and not run.latest
+    with pytest.raises(StorageError, match="'champion' points to it"):
+        history.delete_run(run)
+    proc = cli("prune", "--keep", "0", "--pipeline", "churn", cwd=copy.root)
+    assert proc.returncode == 0, proc.stderr
+    assert run_ids(copy) == {copy.a, copy.b, "latest", "champion"}
+
+    store.mark_alias(copy.runs_dir / "churn" / copy.b, "champion")        # moved: the old champion may go
+    assert history.resolve_run("champion", copy.runs_dir, "churn").run_id == copy.b
+    assert cli("prune", "--keep", "0", "--pipeline", "churn", cwd=copy.root).returncode == 0
+    assert run_ids(copy) == {copy.b, "latest", "champion"}
+
+
 def test_abandoned_means_running_here_with_the_process_gone():
     here = host_name()
     now = utc_now()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError, StorageError, UsageError
-from pipeline.runs.layout import CONFIG, DELETING_PREFIX, LATEST, LOCK_FILE, MANIFEST, is_run_id, started_from_run_id
+from pipeline.runs.layout import ALIASES, CONFIG, DELETING_PREFIX, LATEST, LOCK_FILE, MANIFEST, is_run_id, started_from_run_id
 from pipeline.runs.record import ManifestError, RunManifest, as_number, read_manifest
 from pipeline.runs.store import LockState, host_name, probe_lock
 
@@ -41,6 +41,7 @@ class Run:
     manifest: RunManifest | None
     problem: str | None = None          # why the manifest could not be read
     latest: bool = False                # ``<pipeline>/latest`` points here
+    aliases: tuple[str, ...] = ()       # every alias (``pipeline.runs.layout.ALIASES``) that points here
 
     @property
     def status(self) -> str:
@@ -76,10 +77,25 @@ def load_manifest(run_dir: Path) -> tuple[RunManifest | None, str | None]:
 
 def latest_target(pipeline_dir: Path) -> str | None:
     """Name of the run folder ``latest`` points to, or None (no successful run yet)."""
+    return alias_target(pipeline_dir, LATEST)
+
+
+def alias_target(pipeline_dir: Path, alias: str) -> str | None:
+    """Name of the run folder ``alias`` points to, or None (it was never set)."""
     try:
-        return Path(os.readlink(pipeline_dir / LATEST)).name
+        return Path(os.readlink(pipeline_dir / alias)).name
     except OSError:
         return None
+
+
+def aliases_of(pipeline_dir: Path) -> dict[str, str]:
+    """Run id -> the aliases pointing to it, joined (one readlink per alias)."""
+    found: dict[str, list[str]] = {}
+    for alias in ALIASES:
+        target = alias_target(pipeline_dir, alias)
+        if target is not None:
+            found.setdefault(target, []).append(alias)
+    return {run_id: ",".join(names) for run_id, names in found.items()}
 
 
 def pipeline_dirs(runs_dir: str | os.PathLike[str], pipeline: str | None = None) -> list[Path]:
@@ -111,13 +127,15 @@ def runs_in(pipeline_dir: Path) -> list[Run]:
     Only folders named like run ids count, so prune never touches anything else a user keeps
     there, and hidden folders (a deletion in progress, temporary files) are never runs.
     """
-    latest = latest_target(pipeline_dir)
+    pointed = aliases_of(pipeline_dir)
     runs = []
     for entry in pipeline_dir.iterdir():
         if entry.is_symlink() or not entry.is_dir() or not is_run_id(entry.name):
             continue
         manifest, problem = load_manifest(entry)
-        runs.append(Run(pipeline_dir.name, entry.name, entry, manifest, problem, latest=entry.name == latest))
+        names = tuple(pointed[entry.name].split(",")) if entry.name in pointed else ()
+        runs.append(Run(pipeline_dir.name, entry.name, entry, manifest, problem, latest=LATEST in names,
+                        aliases=names))
     runs.sort(key=lambda r: r.run_id, reverse=True)
     return runs
 
@@ -138,12 +156,12 @@ def resolve_run(ref: str, runs_dir: str | os.PathLike[str], pipeline: str | None
     looked for and lists the candidates, so the next attempt can be right.
     """
     path = Path(ref)
-    if ref != LATEST and path.is_dir():
+    if ref not in ALIASES and path.is_dir():
         return _run_at(path, argument)
     if os.sep in ref or (os.altsep and os.altsep in ref):
         raise _not_found(argument, f"no run folder at '{ref}'")
-    if ref == LATEST:
-        return _latest_run(runs_dir, pipeline, argument)
+    if ref in ALIASES:
+        return _alias_run(runs_dir, pipeline, argument, ref)
     runs = find_runs(runs_dir, pipeline)
     where = f"'{runs_dir}'" + (f" (pipeline '{pipeline}')" if pipeline else "")
     matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
@@ -178,32 +196,36 @@ def _run_at(path: Path, argument: str) -> Run:
         raise _not_found(argument, f"'{path}' is a folder but not a run folder (no {MANIFEST} or {CONFIG})")
     manifest, problem = load_manifest(folder)
     pipeline = (manifest.pipeline if manifest else "") or folder.parent.name
-    latest = latest_target(folder.parent) == folder.name
-    return Run(pipeline, folder.name, folder, manifest, problem, latest=latest)
+    names = tuple(aliases_of(folder.parent).get(folder.name, "").split(",")) if folder.parent.is_dir() else ()
+    names = tuple(name for name in names if name)
+    return Run(pipeline, folder.name, folder, manifest, problem, latest=LATEST in names, aliases=names)
 
 
-def _latest_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument: str) -> Run:
+def _alias_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument: str, alias: str = LATEST) -> Run:
+    """The run ``alias`` (``latest``, ``champion``) points to, in the one pipeline meant."""
+    # What the alias means when it is missing: latest is set by the first succeeded run,
+    # champion by the first promotion.
+    unset = "no run has succeeded yet" if alias == LATEST else "no run has been promoted yet (a promote stage sets it)"
     folders = pipeline_dirs(runs_dir, pipeline)
     if not folders:
-        raise _not_found(argument, f"no runs under '{runs_dir}' (the folder is missing or empty), so no latest run")
+        raise _not_found(argument, f"no runs under '{runs_dir}' (the folder is missing or empty), so no {alias} run")
     if len(folders) > 1:
-        succeeded = [f.name for f in folders if latest_target(f) is not None]
-        if not succeeded:
+        pointed = [f.name for f in folders if alias_target(f, alias) is not None]
+        if not pointed:
             names = ", ".join(f.name for f in folders)
-            raise _not_found(argument, f"no latest run under '{runs_dir}': no run has succeeded yet in any of "
-                                       f"its pipelines ({names})")
-        others = [f.name for f in folders if latest_target(f) is None]
-        without = f" (no succeeded run yet: {', '.join(others)})" if others else ""
-        raise _not_found(argument, f"'latest' is ambiguous: '{runs_dir}' holds several pipelines with a latest run: "
-                                   f"{', '.join(succeeded)}{without}; pick one with --pipeline NAME, e.g. "
-                                   f"--pipeline {succeeded[0]}")
+            raise _not_found(argument, f"no {alias} run under '{runs_dir}': {unset} in any of its pipelines ({names})")
+        others = [f.name for f in folders if alias_target(f, alias) is None]
+        without = f" (no {alias} run yet: {', '.join(others)})" if others else ""
+        raise _not_found(argument, f"'{alias}' is ambiguous: '{runs_dir}' holds several pipelines with a {alias} run: "
+                                   f"{', '.join(pointed)}{without}; pick one with --pipeline NAME, e.g. "
+                                   f"--pipeline {pointed[0]}")
     folder = folders[0]
-    target = latest_target(folder)
+    target = alias_target(folder, alias)
     if target is None:
-        raise _not_found(argument, f"pipeline '{folder.name}' has no latest run (no run has succeeded yet)")
+        raise _not_found(argument, f"pipeline '{folder.name}' has no {alias} run ({unset})")
     run = next((r for r in runs_in(folder) if r.run_id == target), None)
     if run is None:
-        raise _not_found(argument, f"'{folder / LATEST}' points to '{target}', which is not a run folder")
+        raise _not_found(argument, f"'{folder / alias}' points to '{target}', which is not a run folder")
     return run
 
 
@@ -480,7 +502,7 @@ def plan_prune(runs: list[Run], keep: int, *, host: str | None = None) -> PruneP
     """Choose what ``prune --keep N`` deletes in one pipeline (``runs`` newest first).
 
     Kept: the N newest finished runs (an abandoned run counts as finished: it ended, just not
-    cleanly, and may be the evidence of a crash), the run ``latest`` points to wherever it is,
+    cleanly, and may be the evidence of a crash), the runs ``latest`` and ``champion`` point to wherever they are,
     every run still running, and every run whose manifest cannot be read (its state is
     unknown: it may be a run that has only just created its folder). The rest are deleted.
     """
@@ -499,8 +521,8 @@ def plan_prune(runs: list[Run], keep: int, *, host: str | None = None) -> PruneP
         finished += 1
         if finished <= keep:
             plan.keep.append((run, f"one of the {keep} newest"))
-        elif run.latest:
-            plan.keep.append((run, "latest"))
+        elif run.aliases:
+            plan.keep.append((run, " and ".join(run.aliases)))
         else:
             plan.delete.append(run)
     return plan
@@ -511,10 +533,12 @@ def delete_run(run: Run) -> None:
 
     The rename is atomic, so a reader sees the whole run or no run; if the removal stops half
     way (a crash, a permission) what is left is hidden and ``remove_leftover`` finishes it.
-    Refuses a run that ``latest`` has come to point at since the plan was made.
+    Refuses a run that an alias (``latest``, ``champion``) has come to point at since the plan was made.
     """
-    if latest_target(run.path.parent) == run.run_id:
-        raise StorageError(f"not deleting {run.path}: 'latest' points to it")
+    pointing = aliases_of(run.path.parent).get(run.run_id)
+    if pointing:
+        names = " and ".join(f"'{name}'" for name in pointing.split(","))
+        raise StorageError(f"not deleting {run.path}: {names} points to it")
     hidden = run.path.with_name(f"{DELETING_PREFIX}{run.run_id}.{secrets.token_hex(3)}")
     try:
         os.rename(run.path, hidden)

@@ -9,6 +9,7 @@
             <stage>/...             each stage's artifacts
             <stage>/models/<name>/  an exported model (model.json, workflow.json, reference.json, model files)
         latest -> <run-id>          the newest succeeded run
+        champion -> <run-id>        the run a promotion gate last promoted (``promote``)
         .cache/<key>/               stage cache entries (pipeline.cache)
         .lock                       the run lock (pipeline.runs.locks)
 
@@ -26,6 +27,12 @@ from pathlib import Path, PurePosixPath
 
 RUN_ID = re.compile(r"^(\d{8}T\d{6}\.\d{3})Z-[0-9a-f]+$")
 LATEST = "latest"
+# The run whose model serves: moved only by a promotion gate (pipeline.stages.promote), so a
+# nightly retrain that is not better leaves it where it was. ``pipeline serve champion`` follows it.
+CHAMPION = "champion"
+# Every name a pipeline folder may hold as a pointer to one of its runs: ``RUN`` arguments
+# accept them, prune keeps what they point to.
+ALIASES = (LATEST, CHAMPION)
 CACHE_DIR = ".cache"
 LOCK_FILE = ".lock"
 MANIFEST = "manifest.json"
@@ -79,6 +86,12 @@ class PipelineLayout:
     @property
     def latest_link(self) -> Path:
         return self.path / LATEST
+
+    def alias_link(self, alias: str) -> Path:
+        """The pointer ``alias`` (one of ``ALIASES``) of this pipeline."""
+        if alias not in ALIASES:
+            raise ValueError(f"unknown run alias {alias!r} (known: {', '.join(ALIASES)})")
+        return self.path / alias
 
     def run(self, run_id: str) -> RunLayout:
         return RunLayout(self.path / run_id)

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import StorageError
-from pipeline.runs.layout import PipelineLayout, RunLayout, format_run_id
+from pipeline.runs.layout import LATEST, PipelineLayout, RunLayout, format_run_id
 
 
 # errno values that only ever come from writing: raised inside a writer (the body of
@@ -311,11 +312,18 @@ class RunStore:
 
     def mark_latest(self, run: RunDir) -> None:
         """Point ``latest`` at a finished run, atomically (symlink swap by rename)."""
-        link = self.layout.latest_link
-        tmp = self.pipeline_dir / f".latest.{os.getpid()}.tmp"
+        self.mark_alias(run, LATEST)
+
+    def mark_alias(self, run: RunDir | Path, alias: str) -> None:
+        """Point ``alias`` (``pipeline.runs.layout.ALIASES``) at a run of this pipeline, atomically:
+        a reader resolving it (``pipeline serve champion`` polling it) sees the old run or the
+        new one, never a missing link."""
+        link = self.layout.alias_link(alias)
+        name = run.path.name if isinstance(run, RunDir) else Path(run).name
+        tmp = self.pipeline_dir / f".{alias}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             tmp.unlink(missing_ok=True)
-            tmp.symlink_to(run.path.name)
+            tmp.symlink_to(name)
             os.replace(tmp, link)
         except OSError as exc:
             _discard(tmp)
