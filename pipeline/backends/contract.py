@@ -228,6 +228,11 @@ class Backend(ABC):
         backend spreads the calls over the process's cores (``pipeline.core.threads``)."""
         return [fn(item) for item in items]
 
+    def indicator_columns(self, codes: Any, count: int) -> list[Any]:
+        """0/1 float32 columns ``codes == 1``, ..., ``codes == count`` (``category_codes``'
+        codes): the one-hot columns of one input column."""
+        return [(codes == i + 1).astype("float32") for i in range(count)]
+
     @abstractmethod
     def category_codes(self, series: Any, categories: Sequence[Any]) -> Any:
         """int32 codes of ``series`` against ``categories``: 1..n for known values, 0 otherwise.
