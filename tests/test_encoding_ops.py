@@ -363,3 +363,30 @@ def test_check_op_fits_an_op_that_learns_from_the_label_and_checks_its_training_
     finally:
         OPS.clear()
         OPS.update(saved)
+
+
+# ---------------------------------------------------------------- one_hot on few rows and many
+@pytest.mark.parametrize("text", ["str", "object"])
+def test_one_hot_gives_the_same_columns_for_a_few_rows_as_for_many(text):
+    """one_hot encodes a few rows (a served request) from each row's code and many rows by a
+    comparison per category: the rows of a large frame must come out the same whichever path
+    encoded them, missing, unseen and rare values included."""
+    from pipeline.features.ops.op_support import THREADED_ROWS
+
+    rng = np.random.default_rng(3)
+    rows = THREADED_ROWS + 500
+    levels = np.array(["a", "b", "c", "rare1", "rare2", None], dtype=object)
+    values = levels[rng.choice(len(levels), size=rows, p=[0.4, 0.3, 0.28, 0.0005, 0.0005, 0.019])]
+    numbers = rng.choice([1, 2, 3], size=rows)
+    train = pd.DataFrame({"cat": pd.array(values, dtype=text), "n": numbers, "flag": numbers > 1})
+    wf = FeatureWorkflow([OneHot(columns=["cat", "n", "flag"], min_frequency=100, drop_binary=True)])
+    wf.fit(train)
+    new = train.copy()
+    new.loc[:9, "cat"] = "never-seen"                          # unseen: in the rare column (there is one)
+    many = wf.transform(new)
+    for start in (0, 7, rows - 40):
+        few = wf.transform(new.iloc[start:start + 40].reset_index(drop=True))
+        pd.testing.assert_frame_equal(few, many.iloc[start:start + 40].reset_index(drop=True))
+    assert many.loc[:9, ["cat=a", "cat=b", "cat=c"]].eq(0).all().all() and many.loc[:9, "cat=__rare__"].eq(1).all()
+    missing = new["cat"].isna().to_numpy()
+    assert missing.any() and many.loc[missing, ["cat=a", "cat=b", "cat=c", "cat=__rare__"]].eq(0).all().all()

@@ -11,7 +11,7 @@ from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import merged, per_column, replace_columns
+from pipeline.features.ops.op_support import THREADED_ROWS, merged, per_column, replace_columns
 from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
 
 
@@ -60,13 +60,23 @@ class OneHot(FeatureOp):
         self.check_columns(frame)
 
         def indicators(col: str) -> dict[str, Any]:
-            # Each row's code first (one hash lookup; 0: missing, unseen or rare), then the
-            # columns from the codes: a fixed number of calls per column, not three per category.
             series, cats = frame[col], state.categories[col]
-            codes = backend.category_codes(series, cats)
-            new = dict(zip([f"{col}={cat}" for cat in cats], backend.indicator_columns(codes, len(cats))))
+            if len(frame) < THREADED_ROWS:
+                # A few rows (a served request): each row's code first (one lookup; 0 for
+                # missing, unseen and rare), then every column from the codes in one scatter, a
+                # fixed number of calls per column where comparisons cost three per category.
+                codes = backend.category_codes(series, cats)
+                new = dict(zip([f"{col}={cat}" for cat in cats], backend.indicator_columns(codes, len(cats))))
+                if state.rare[col]:
+                    new[f"{col}={RARE}"] = ((codes == 0) & series.notna()).astype("float32")
+                return new
+            # Many rows: a comparison per category is cheaper than looking each row's code up
+            # first for the few categories one-hot columns have (at 1M rows of 2-4 text
+            # categories, 0.54 CPU-s against 0.79). Both give the same 0/1 columns.
+            new = {f"{col}={cat}": (series == cat).fillna(False).astype("float32") for cat in cats}
             if state.rare[col]:
-                new[f"{col}={RARE}"] = ((codes == 0) & series.notna()).astype("float32")
+                known = series.isin(cats) | series.isna()
+                new[f"{col}={RARE}"] = (~known).astype("float32")
             return new
 
         new = merged(per_column(backend, frame, indicators, self.columns))
