@@ -14,7 +14,8 @@ server process on 127.0.0.1:
 For each server and each ``--concurrency`` level, a client process (aiohttp on uvloop) keeps that
 many requests in flight for ``--seconds`` (after ``--warmup`` seconds not counted), each request
 one row (``--rows-per-request``) drawn from the table, and reports requests/s and the p50 / p99
-latency of the requests that completed in the window. Before the load, the same rows are scored
+latency of the requests that completed in the window (a request sent during the warm-up that
+completes in the window counts, with its whole latency). Before the load, the same rows are scored
 by every side one request at a time and compared (scores equal to 1e-6, or the script fails).
 
 The client shares the machine's cores with the server: on a 2-core machine both compete, which
@@ -78,7 +79,7 @@ async def _drive(url: str, payloads: list[bytes], concurrency: int, seconds: flo
             done = loop.time()
             if status != 200:
                 errors[str(status)] = errors.get(str(status), 0) + 1
-            elif window[0] <= sent and done <= window[1]:
+            elif window[0] <= done <= window[1]:
                 latencies.append(done - sent)
             i += concurrency
 
