@@ -112,6 +112,9 @@ def test_a_pyfunc_model_scores_as_pipeline_predict_does(logged, tmp_path, name, 
     for model, logged_model in run["tracked"]["models"].items():
         pyfunc = mlflow.pyfunc.load_model(logged_model["uri"])
         assert_same_table(pyfunc.predict(frame), predicted(run, folder, new, model, tmp_path))
+    if name == "churn":                    # a binary model's threshold is a predict parameter
+        table = pyfunc.predict(frame, params={"threshold": 0.99})
+        assert table["prediction"].tolist() == (table["score"] >= 0.99).astype("int64").tolist()
 
 
 def test_the_signature_names_the_input_columns_and_the_requirements_pin_the_package(logged):

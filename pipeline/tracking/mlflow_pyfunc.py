@@ -45,7 +45,7 @@ from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 from mlflow.exceptions import MlflowException
 from mlflow.models import Model, ModelSignature
 from mlflow.pyfunc import PythonModel
-from mlflow.types.schema import AnyType, ColSpec, DataType, Schema
+from mlflow.types.schema import AnyType, ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
 from pipeline.backends import backend_for
 from pipeline.scoring.model_folder import SavedModel, load_model, model_format_of, scores_table
@@ -72,7 +72,9 @@ class ExportedModel(PythonModel):
         self.threshold: float | None = None
 
     def load_context(self, context: Any) -> None:
-        """Load the model folder the pyfunc model carries (``MODEL_ARTIFACT``), on the CPU."""
+        """Load the model folder the pyfunc model carries (``MODEL_ARTIFACT``), on the CPU
+        (MLflow hands pandas frames; a model exported on a GPU scores on the CPU as with
+        ``pipeline predict --device cpu``)."""
         config = dict(context.model_config or {})
         self.saved = load_model(context.artifacts[MODEL_ARTIFACT], device="cpu")
         self.name = str(config.get("model") or self.saved.name)
@@ -98,7 +100,8 @@ def as_scoring_frame(frame: pd.DataFrame, saved: SavedModel) -> pd.DataFrame:
     frame = frame.copy()
     for column, dtype in saved.workflow.input_columns_.items():
         if column in frame and column_type(dtype) == DataType.string and frame[column].dtype == object:
-            frame[column] = frame[column].astype("str")
+            values = frame[column]
+            frame[column] = values.astype("str").where(values.notna(), None)     # missing stays missing
     id_column = saved.meta.get("id_column")
     if id_column and id_column in frame and frame[id_column].dtype == object:
         frame[id_column] = frame[id_column].infer_objects()
@@ -246,8 +249,10 @@ def log_pyfunc(client: Any, *, experiment_id: str, run_id: str, folder: Path, na
                  name, type(exc).__name__, exc)
         example, output = None, None
     id_column = saved.meta.get("id_column")
+    # A binary model's threshold is a parameter of predict (its default the run's).
+    params = ParamSchema([ParamSpec("threshold", DataType.double, threshold)]) if threshold is not None else None
     signature = ModelSignature(inputs=input_schema(saved),
-                               outputs=None if output is None else output_schema(output, id_column))
+                               outputs=None if output is None else output_schema(output, id_column), params=params)
     logged = client.create_logged_model(experiment_id, name=name, source_run_id=run_id,
                                         tags={"pipeline.model": name, **dict(tags or {})}, model_type="pipeline")
     try:
