@@ -203,6 +203,18 @@ def test_the_aliases_and_the_best_model_are_read_from_the_record():
     assert best_model(models, {}) is None and best_model({"xgb": "x"}, {}) == "xgb"
 
 
+def test_the_example_takes_each_columns_values_from_the_first_op_that_names_it():
+    from pipeline.tracking.mlflow_pyfunc import state_values
+
+    ops = [{"op": "fill_missing", "state": {"fill": {"total": 1389.4}}},
+           {"op": "log1p", "state": {}},
+           {"op": "standardize", "state": {"mean_std": {"total": [7.2, 1.1], "tenure": [32.4, 24.6]}}},
+           {"op": "one_hot", "state": {"categories": {"plan": ["basic", "pro", "max", "ultra"]}, "rare": {"plan": False}}},
+           {"op": "other", "state": {"ignored": {"not_an_input": [1, 2]}}}]
+    assert state_values(ops, {"total", "tenure", "plan"}) == {
+        "total": [1389.4], "tenure": [32.4, 24.6], "plan": ["basic", "pro", "max", False]}
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -23,7 +23,8 @@ model's name and threshold.
 
 The input example is made from the fitted workflow (no training rows are kept anywhere a hook
 can read them): a category or a number the workflow's fitted state holds for each column (the
-first categories of an encoding, a mean or a median), else a neutral value of the column's type.
+first categories of an encoding, a mean or a median; from the first op that names the column),
+else a neutral value of the column's type.
 It is scored before it is logged; one that does not score is left out (the signature stays).
 
 MLflow is imported at the top: only the MLflow hook and MLflow's own loading import this module.
@@ -176,18 +177,21 @@ _PANDAS_TYPE = {DataType.double: "float64", DataType.long: "int64", DataType.boo
 
 
 def state_values(ops: list[Any], columns: set[str]) -> dict[str, list[Any]]:
-    """Column -> the plain values the ops' fitted states hold for it, in op order: any state
-    entry that maps column names to a value or a list of values (categories, a mean and a
-    standard deviation, a fill value). Ops are not asked by name: the state is data."""
+    """Column -> the plain values the first op whose fitted state names it holds for it: any
+    state entry that maps column names to a value or a list of values (categories, a mean and a
+    standard deviation, a fill value). The first op, because later ones see values already
+    transformed (a mean after ``log1p``). Ops are not asked by name: the state is data."""
     found: dict[str, list[Any]] = {}
     for entry in ops:
         state = entry.get("state") if isinstance(entry, dict) else None
+        this_op: dict[str, list[Any]] = {}
         for part in (state.values() if isinstance(state, dict) else ()):
             if not isinstance(part, dict):
                 continue
             for column, value in part.items():
-                if column in columns:
-                    found.setdefault(column, []).extend(_leaves(value))
+                if column in columns and column not in found:
+                    this_op.setdefault(column, []).extend(_leaves(value))
+        found.update({column: values for column, values in this_op.items() if values})
     return found
 
 
