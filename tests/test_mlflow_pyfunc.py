@@ -112,6 +112,8 @@ def test_a_pyfunc_model_scores_as_pipeline_predict_does(logged, tmp_path, name, 
     for model, logged_model in run["tracked"]["models"].items():
         pyfunc = mlflow.pyfunc.load_model(logged_model["uri"])
         assert_same_table(pyfunc.predict(frame), predicted(run, folder, new, model, tmp_path))
+    without_id = pyfunc.predict(frame.drop(columns="id"))          # the id is optional
+    assert_same_table(without_id, predicted(run, folder, new, model, tmp_path).drop(columns="id"))
     if name == "churn":                    # a binary model's threshold is a predict parameter
         table = pyfunc.predict(frame, params={"threshold": 0.99})
         assert table["prediction"].tolist() == (table["score"] >= 0.99).astype("int64").tolist()

@@ -32,6 +32,7 @@ MLflow is imported at the top: only the MLflow hook and MLflow's own loading imp
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import math
@@ -87,11 +88,15 @@ class ExportedModel(PythonModel):
         threshold is the logged one unless ``params`` gives ``threshold``."""
         if self.saved is None:
             raise MlflowException("the model was not loaded (load_context was not called)")
-        frame = as_scoring_frame(pd.DataFrame(model_input), self.saved)
+        saved = self.saved
+        frame = as_scoring_frame(pd.DataFrame(model_input), saved)
         threshold = self.threshold
-        if params and params.get("threshold") is not None and self.saved.task.kind == "binary":
+        if params and params.get("threshold") is not None and saved.task.kind == "binary":
             threshold = float(params["threshold"])
-        return scores_table(frame, self.saved, self.name, threshold, backend_for(frame))
+        id_column = saved.meta.get("id_column")
+        if id_column and id_column not in frame:         # the id is optional: the table goes without it
+            saved = dataclasses.replace(saved, meta={**saved.meta, "id_column": None})
+        return scores_table(frame, saved, self.name, threshold, backend_for(frame))
 
 
 def as_scoring_frame(frame: pd.DataFrame, saved: SavedModel) -> pd.DataFrame:
