@@ -33,6 +33,7 @@ MLflow is imported at the top: only the MLflow hook and MLflow's own loading imp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import logging
 import math
@@ -223,12 +224,19 @@ def _as_kind(value: Any, kind: DataType) -> Any:
 
 
 # ------------------------------------------------------------------ requirements
+@functools.cache
+def _owners() -> Mapping[str, list[str]]:
+    """Import name -> the distributions that install it: once per process (reading every
+    installed distribution's file list costs about a CPU second; each model needs it)."""
+    return importlib.metadata.packages_distributions()
+
+
 def requirements(saved: SavedModel) -> list[str]:
     """pip requirements of the logged model: this package and MLflow at their versions, and
     the installed distributions of the libraries scoring imports (the model format's
     ``libraries``), pinned, so ``mlflow models serve`` builds the environment that scored."""
     pins = [f"pipeline=={__version__}", f"mlflow=={mlflow.__version__}"]
-    owners = importlib.metadata.packages_distributions()
+    owners = _owners()
     libraries = [*_BASE_LIBRARIES, *model_format_of(saved.meta, saved.name).libraries]
     for module in dict.fromkeys(libraries):
         for distribution in owners.get(module, [])[:1]:
