@@ -34,6 +34,7 @@ def test_a_run_is_logged_with_its_config_metrics_epochs_usage_and_artifacts(proj
     manifest = json.loads((run_dir / "manifest.json").read_text())
     tracked = json.loads((run_dir / "tracking.json").read_text())["mlflow"]
     assert tracked["error"] is None and tracked["run_id"]
+    assert tracked["warnings"] == [] and set(tracked["models"]) == set(manifest["models"])    # every model a pyfunc
 
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("churn")

@@ -15,6 +15,7 @@ their inputs (670 MiB for the binary set on 5M rows; see ``binary``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from pipeline.metrics.regression import regression_metrics
 from pipeline.core.problems import Task
 
 __all__ = [
-    "ALL_METRICS", "HIGHER_IS_BETTER", "METRIC_NAMES", "binary_metrics", "class_table", "confusion_matrix",
+    "ALL_METRICS", "HIGHER_IS_BETTER", "METRIC_NAMES", "best_of", "binary_metrics", "class_table", "confusion_matrix",
     "default_metric", "is_better", "metric_names", "multiclass_metrics", "regression_metrics", "task_metrics",
 ]
 
@@ -42,6 +43,26 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "rmse": False, "mae": False, "r2": True, "mape": False,
 }
 _DEFAULT = {"binary": "roc_auc", "multiclass": "log_loss", "regression": "rmse"}
+
+
+def best_of(scored: Any, names: Iterable[str], metric: Any) -> str | None:
+    """Of ``names``, the one whose value of ``metric`` in ``scored`` (a run record's
+    ``metrics.models``: model -> metric -> value) is best in the metric's direction; None when
+    ``metric`` is not one of known direction or no name has a finite value. Ties go to the first
+    name in sorted order. The record is data, not trusted: anything but a finite number is
+    skipped. ``predict`` and the MLflow registry choose a run's model with it."""
+    if not isinstance(metric, str) or metric not in HIGHER_IS_BETTER or not isinstance(scored, dict):
+        return None
+    values = {}
+    for name in sorted(names):
+        record = scored.get(name)
+        value = record.get(metric) if isinstance(record, dict) else None
+        if not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value):
+            values[name] = float(value)
+    if not values:
+        return None
+    pick = max if HIGHER_IS_BETTER[metric] else min
+    return pick(values, key=lambda name: values[name])
 
 
 def metric_names(task_kind: str) -> tuple[str, ...]:

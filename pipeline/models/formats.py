@@ -60,6 +60,10 @@ class ModelFormat:
     """
 
     name: str = "format"
+    # Import names of the libraries ``load`` needs beyond NumPy and pandas: an MLflow pyfunc
+    # model (``pipeline.tracking.mlflow_pyfunc``) pins their installed versions among its
+    # requirements. A class attribute, so registry entries still compare by their settings.
+    libraries: tuple[str, ...] = ()
 
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
         """Write ``estimator`` into ``folder`` atomically (``pipeline.runs.store`` helpers).
@@ -250,6 +254,7 @@ class SkopsFormat(ModelFormat):
     """
 
     name = "skops"
+    libraries = ("sklearn", "skops")
 
     def __init__(self, filename: str = "model.skops", trusted: Sequence[str] = SKLEARN_TRUSTED_TYPES) -> None:
         self.filename = filename
@@ -338,6 +343,7 @@ class XGBoostJsonFormat(ModelFormat):
     """XGBoost's own JSON (``save_raw``): no pickle, and it loads on either device."""
 
     name = "xgboost-json"
+    libraries = ("xgboost",)
 
     def __init__(self, filename: str = "model.xgb.json") -> None:
         self.filename = filename
@@ -395,6 +401,7 @@ class TorchStateDictFormat(ModelFormat):
     ``weights_only=True``, so no pickled code runs) and ``architecture.json``."""
 
     name = "torch-state-dict"
+    libraries = ("torch",)
 
     def save(self, estimator: Any, folder: Path, *, backend: Backend) -> tuple[list[Path], dict[str, Any]]:
         state, architecture = estimator.save(folder)      # atomic writes, CPU tensors
@@ -438,6 +445,7 @@ class LinearCoefficientsFormat(ModelFormat):
     """
 
     name = "linear-coefficients"
+    libraries = ("scipy",)
 
     def __init__(self, filename: str = "coefficients.json") -> None:
         self.filename = filename

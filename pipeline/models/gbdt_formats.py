@@ -89,6 +89,7 @@ class LightGBMTextFormat(ModelFormat):
     """LightGBM's text model file (see the module docstring)."""
 
     name = "lightgbm-text"
+    libraries = ("lightgbm",)
 
     def __init__(self, filename: str = "model.lgb.txt") -> None:
         self.filename = filename
@@ -161,6 +162,7 @@ class CatBoostCbmFormat(ModelFormat):
     """CatBoost's own binary model file (see the module docstring)."""
 
     name = "catboost-cbm"
+    libraries = ("catboost",)
 
     def __init__(self, filename: str = "model.cbm") -> None:
         self.filename = filename

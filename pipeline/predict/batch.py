@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -388,25 +387,11 @@ def choose_model(models: dict[str, str], requested: str | None, metrics: dict[st
 def best_exported(models: dict[str, str], metrics: dict[str, Any]) -> str | None:
     """The exported model with the best value of the evaluation's ``rank_by`` metric (None when
     the record does not say, or names a metric of unknown direction). Ties go to the first
-    name in sorted order; a model with no finite value is never chosen."""
-    from pipeline.metrics import HIGHER_IS_BETTER
+    name in sorted order; a model with no finite value is never chosen
+    (``pipeline.metrics.best_of``, which the MLflow registry's choice shares)."""
+    from pipeline.metrics import best_of
 
-    rank_by, scored = metrics.get("rank_by"), metrics.get("models")
-    if not isinstance(rank_by, str) or rank_by not in HIGHER_IS_BETTER or not isinstance(scored, dict):
-        return None
-    values = {name: value for name in sorted(models) if isinstance(value := _metric(scored.get(name), rank_by), float)}
-    if not values:
-        return None
-    pick = max if HIGHER_IS_BETTER[rank_by] else min
-    return pick(values, key=lambda name: values[name])
-
-
-def _metric(record: Any, metric: str) -> float | None:
-    """A model's finite value of ``metric`` in the run record (data, not trusted: checked)."""
-    value = record.get(metric) if isinstance(record, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return best_of(metrics.get("models"), models, metrics.get("rank_by"))
 
 
 def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:

@@ -12,10 +12,17 @@ or a user's own MLflow code, do not share an active run):
   the trial number as step), each stage's seconds, CPU seconds and cost, and the run's usage,
   cost and duration;
 - artifacts: report.html, manifest.json, config.yaml and the exported models (``artifacts:
-  false`` leaves them out).
+  false`` leaves them out);
+- models: each exported model of a succeeded run as an MLflow pyfunc model
+  (``pipeline.tracking.mlflow_pyfunc``; ``pyfunc: false`` leaves them out), and with ``register:
+  NAME`` the run's best model (the one ``pipeline predict`` scores with) as a new version of the
+  registered model NAME, with every alias a stage's facts list under ``aliases`` (the promotion
+  gate's ``champion``) moved to that version.
 
 Every call goes through ``_call``: the first failure is logged as a warning, later calls are
 skipped, and ``tracking.json`` in the run folder records the error (or the MLflow run id).
+Logging a model and the registry go through ``_try``: a failure there is a warning and a line
+of ``warnings`` in ``tracking.json``, and the other models, and the end of the run, still go.
 HTTP retries are capped so a server that is down costs seconds, not minutes.
 """
 
@@ -32,30 +39,45 @@ from typing import Any
 
 from pipeline.hooks.protocol import MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
 from pipeline.runs.layout import CONFIG, MANIFEST
+from pipeline.runs.record import RunManifest
 
 log = logging.getLogger("pipeline")
 
 TRACKING_FILE = "tracking.json"
+# A binary model's threshold when the run's evaluation recorded none (as ``pipeline predict``).
+DEFAULT_THRESHOLD = 0.5
 # MLflow's limits on one batch, and on a param's value (longer values are cut, and say so).
 _BATCH = 100
 _PARAM_VALUE = 6000
-# A server that is down must cost seconds: MLflow retries for minutes by default.
-_HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# A server that is down must cost seconds: MLflow retries for minutes by default. No progress
+# bars from artifact copies in a batch job's log.
+_HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+                  "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+# The stage facts key that lists the run aliases a stage asks for (the promotion gate's contract).
+ALIASES_FACT = "aliases"
 
 
 class MlflowHook(RunHook):
     """Logs the run to MLflow at ``uri`` (None: MLflow's own default, ``$MLFLOW_TRACKING_URI``)
-    in ``experiment`` (None: the pipeline's name), created with ``artifact_location`` if new."""
+    in ``experiment`` (None: the pipeline's name), created with ``artifact_location`` if new;
+    ``pyfunc``: log each exported model as a pyfunc model; ``register``: the registered model
+    the run's best model becomes a version of (None: none)."""
 
     def __init__(self, uri: str | None = None, experiment: str | None = None, *, artifacts: bool = True,
-                 artifact_location: str | None = None) -> None:
+                 artifact_location: str | None = None, pyfunc: bool = True, register: str | None = None) -> None:
         self.uri = uri
         self.experiment = experiment
         self.artifacts = artifacts
         self.artifact_location = artifact_location
+        self.pyfunc = pyfunc
+        self.register = register
         self.client: Any = None
         self.run_id: str | None = None
+        self.experiment_id: str | None = None
         self.error: str | None = None
+        self.warnings: list[str] = []
+        self.models: dict[str, dict[str, Any]] = {}          # model -> model_id, uri, location
+        self.registered: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ events
     def run_started(self, run: RunInfo) -> None:
@@ -77,6 +99,7 @@ class MlflowHook(RunHook):
         commit = _git_commit(run)
         if commit:
             tags["mlflow.source.git.commit"] = commit
+        self.experiment_id = experiment_id
         created = self._call("create the run", lambda: self.client.create_run(experiment_id, tags=tags))
         self.run_id = created.info.run_id if created is not None else None
         params = dict(_flatten(_config_dict(run.config)))
@@ -110,6 +133,8 @@ class MlflowHook(RunHook):
         self._batch("tag the status", tags={"pipeline.status": event.status})
         if self.artifacts:
             self._log_artifacts(event.run.run_dir, manifest.models)
+        if self.pyfunc and event.status == "succeeded":
+            self._log_models(event)
         status = {"succeeded": "FINISHED", "interrupted": "KILLED"}.get(event.status, "FAILED")
         self._call("end the run", lambda: self.client.set_terminated(self.run_id, status=status))
         self._record(event.run.run_dir)
@@ -143,6 +168,67 @@ class MlflowHook(RunHook):
                 self._call(f"upload model {model}", lambda path=path, model=model: self.client.log_artifacts(
                     self.run_id, str(path), artifact_path=f"models/{model}"))
 
+    def _log_models(self, event: RunEvent) -> None:
+        """Each exported model as a pyfunc model, then the registry (class docstring)."""
+        if self.client is None or self.run_id is None or self.error is not None:
+            return
+        try:
+            from pipeline.tracking.mlflow_pyfunc import log_pyfunc
+        except ImportError as exc:
+            self._warn(f"cannot log pyfunc models: {exc}")
+            return
+        manifest, run = event.manifest, event.run
+        metrics = dict(manifest.metrics or {})
+        threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
+        tags = {"pipeline": run.pipeline, "pipeline.run_id": run.run_id}
+        for model, folder in sorted(manifest.models.items()):
+            path = run.run_dir / folder
+            ok, logged = self._try(f"log model {model} as a pyfunc model", lambda path=path, model=model: log_pyfunc(
+                self.client, experiment_id=str(self.experiment_id), run_id=str(self.run_id), folder=path,
+                name=model, threshold=threshold, tags=tags))
+            if ok:
+                self.models[model] = logged
+        if self.register:
+            self._register(manifest, metrics, tags)
+
+    def _register(self, manifest: RunManifest, metrics: dict[str, Any], tags: dict[str, str]) -> None:
+        """The run's best model as a new version of ``register``, and the stages' aliases on it."""
+        from pipeline.tracking.mlflow_pyfunc import register_version
+
+        name = str(self.register)
+        best = best_model(manifest.models, metrics)
+        if best is None or best not in self.models:
+            why = "the run names no best model" if best is None else f"its best model {best} was not logged"
+            self._warn(f"nothing registered as {name}: {why}")
+            return
+        logged = self.models[best]
+        ok, version = self._try(f"register model {best} as {name}", lambda: register_version(
+            self.client, name, model_id=logged["model_id"], location=logged["location"], run_id=str(self.run_id),
+            tags={**tags, "pipeline.model": best}))
+        if not ok:
+            return
+        aliases = [alias for alias in stage_aliases(manifest)
+                   if self._try(f"set alias {alias} of {name} to version {version}", lambda alias=alias:
+                                self.client.set_registered_model_alias(name, alias, version))[0]]
+        self.registered = {"name": name, "version": version, "model": best, "aliases": aliases,
+                           "uri": f"models:/{name}/{version}"}
+        log.info("tracking: model %s registered as %s version %s%s", best, name, version,
+                 f" ({', '.join('@' + a for a in aliases)})" if aliases else "")
+
+    def _try(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
+        """(True, ``call()``), or (False, None) when it raised: a warning and a line in
+        tracking.json, and the hook goes on (one model that cannot be logged does not keep the
+        others, or the end of the run, out)."""
+        try:
+            return True, call()
+        except Exception as exc:  # noqa: BLE001 - tracking never fails a run
+            self._warn(f"could not {what}: {type(exc).__name__}: {str(exc)[:300]}")
+            return False, None
+
+    def _warn(self, why: str) -> None:
+        self.warnings.append(why)
+        log.warning("tracking: MLflow at %s: %s; the run goes on without it", self.uri or "the default URI", why)
+
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         """``call()``, or None once anything failed: the first failure is warned about and kept."""
         if self.error is not None or (self.client is None and what != "connect"):
@@ -162,11 +248,39 @@ class MlflowHook(RunHook):
         one of the run's checksummed artifacts)."""
         from pipeline.runs.store import atomic_write_json
 
-        entry = {"uri": self.uri, "experiment": self.experiment, "run_id": self.run_id, "error": self.error}
+        entry = {"uri": self.uri, "experiment": self.experiment, "run_id": self.run_id, "error": self.error,
+                 "models": self.models, "registered": self.registered, "warnings": self.warnings}
         try:
             atomic_write_json(run_dir / TRACKING_FILE, {"mlflow": entry})
         except OSError as exc:
             log.warning("tracking: cannot write %s: %s", run_dir / TRACKING_FILE, exc)
+
+
+def best_model(models: Mapping[str, str], metrics: Mapping[str, Any]) -> str | None:
+    """The model ``pipeline predict`` scores with when none is named
+    (``pipeline.predict.batch.choose_model``): the evaluation's best if it was exported, else the
+    best exported one by the evaluation's ranking metric, else the only one; None otherwise."""
+    from pipeline.metrics import best_of
+
+    best = metrics.get("best")
+    if isinstance(best, str) and best in models:
+        return best
+    ranked = best_of(metrics.get("models"), models, metrics.get("rank_by"))
+    if ranked is not None:
+        return ranked
+    return next(iter(models)) if len(models) == 1 else None
+
+
+def stage_aliases(manifest: RunManifest) -> list[str]:
+    """The run aliases the run's stages ask for (their facts' ``aliases``: text values, in stage
+    order, each once); the record is data, so anything but text is skipped."""
+    found: list[str] = []
+    for record in manifest.stages.values():
+        values = (record.facts or {}).get(ALIASES_FACT)
+        for alias in values if isinstance(values, list) else []:
+            if isinstance(alias, str) and alias and alias not in found:
+                found.append(alias)
+    return found
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
