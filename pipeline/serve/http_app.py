@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import DataError
 from pipeline.runs.layout import CHAMPION
 from pipeline.serve.batcher import Job, MicroBatcher
 from pipeline.serve.prometheus_metrics import CONTENT_TYPE, ServeMetrics
@@ -187,9 +187,9 @@ def build_app(state: ServeState) -> FastAPI:
             body["errors"] = exc.errors
         return JSONResponse(body, status_code=exc.status)
 
-    @app.exception_handler(PipelineError)
-    async def pipeline_error(request: Request, exc: PipelineError) -> Response:
-        # A DataError while scoring: the rows could not be scored as given (predict would exit 3).
+    @app.exception_handler(DataError)
+    async def data_error(request: Request, exc: DataError) -> Response:
+        # Raised while scoring: the rows cannot be scored as given (predict would exit 3 on them).
         return JSONResponse({"detail": str(exc)}, status_code=422)
 
     @app.exception_handler(Exception)
