@@ -342,6 +342,37 @@ def test_a_missing_value_is_null_where_predict_reads_a_blank(made, tmp_path):
     assert_same(pd.DataFrame(body["predictions"]), expected)
 
 
+def test_a_request_the_model_cannot_score_fails_alone_not_its_batch(made):
+    """``tenure`` has no fill_missing: a null there passes the schema (null is a missing value) but
+    the features refuse it, as predict refuses a blank; batched with good requests, only it fails."""
+    server = made["servers"]["champion"]
+    good = records(csv_rows(made["project"], n=1, seed=10), fields_of(server))[0]
+    bad = {**good, "tenure": None}
+    bodies = [{"rows": [bad if i == 5 else good]} for i in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(server.post_json, bodies))
+    assert [status for status, _ in answers] == [422 if i == 5 else 200 for i in range(12)]
+    assert "tenure" in answers[5][1]["detail"]
+
+
+def test_an_arrow_body_with_a_mistyped_column_is_a_422_naming_it(made):
+    import pyarrow as pa
+
+    server = made["servers"]["multiclass"]
+    frame = csv_rows(made["project"], n=4, seed=11)
+    frame["tenure"] = frame["tenure"].astype(str)
+    sink = io.BytesIO()
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    status, body, _ = server.request("POST", "/predict/batch", sink.getvalue(),
+                                     content_type="application/vnd.apache.arrow.stream")
+    assert status == 422 and "tenure" in json.loads(body)["detail"]
+    status, body, _ = server.request("POST", "/predict/batch", sink.getvalue().replace(b"tenure", b"tenurX"),
+                                     content_type="application/vnd.apache.arrow.stream")
+    assert status == 422 and "tenure" in json.loads(body)["detail"]
+
+
 # ---------------------------------------------------------------- health, metadata, metrics
 def test_health_ready_metadata_and_the_openapi_document(made):
     server = made["servers"]["multiclass"]
