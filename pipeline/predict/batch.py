@@ -180,15 +180,16 @@ class OpenedModel:
 
 def open_model(run: str | os.PathLike[str], *, model: str | None = None, runs_dir: str | os.PathLike[str] = "runs",
                pipeline: str | None = None, device: str | None = None,
-               threshold: float | None = None) -> OpenedModel:
+               threshold: float | None = None, argument: str = "--run") -> OpenedModel:
     """Steps 2 and 3 of the module docstring, shared by ``pipeline predict`` and ``pipeline serve``
     so that both score with a model checked the same way: the run resolved, its signature,
     status, config and the model's checksums verified, its plugins imported, the model chosen
-    and loaded on ``device`` (None: auto), and the threshold decided (``decide_threshold``)."""
+    and loaded on ``device`` (None: auto), and the threshold decided (``decide_threshold``).
+    ``argument``: how the caller's command line names ``run``, for messages."""
     from pipeline.backends import resolve_backend
     from pipeline.scoring.model_folder import load_model
 
-    run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline)
+    run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline, argument=argument)
     manifest = read_manifest(run_dir)
     verify_run_config(run_dir, manifest)                 # it names the plugins imported next
     load_run_plugins(run_dir, manifest.config_file)     # models a plugin registered load like built-ins
@@ -341,7 +342,7 @@ def report_drift(saved: Any, counts: Counts | None, rows: int, path: Path, *, ru
 
 # ------------------------------------------------------------------ the run
 def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str] = "runs",
-                pipeline: str | None = None) -> Path:
+                pipeline: str | None = None, argument: str = "--run") -> Path:
     """The run folder for a run id (or unique prefix), a run folder path, or ``latest``.
 
     The same rules as ``pipeline runs show`` (``pipeline.runs.history.resolve_run``); ``pipeline``
@@ -349,7 +350,7 @@ def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str]
     """
     from pipeline.runs.history import resolve_run as find
 
-    return find(str(run), runs_dir, pipeline, argument="--run").path.resolve()
+    return find(str(run), runs_dir, pipeline, argument=argument).path.resolve()
 
 
 def read_manifest(run_dir: Path) -> RunManifest:

@@ -214,7 +214,8 @@ def load_served_model(run: str | Path, *, runs_dir: str | Path = "runs", pipelin
                       threshold: float | None = None, warm: bool = True) -> ServedModel:
     """Check and load ``run``'s model as ``pipeline predict`` does, build its request schema and
     warm it by scoring one row."""
-    opened = open_model(run, model=model, runs_dir=runs_dir, pipeline=pipeline, device=device, threshold=threshold)
+    opened = open_model(run, model=model, runs_dir=runs_dir, pipeline=pipeline, device=device, threshold=threshold,
+                        argument="RUN")
     fields = request_fields(opened.saved.workflow.input_columns_, opened.saved.meta.get("id_column"))
     adapter, schema = body_schema(fields, title=f"{opened.name} rows")
     served = ServedModel(opened=opened, fields=fields, body_adapter=adapter, request_schema=schema,
