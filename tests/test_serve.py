@@ -29,7 +29,7 @@ import pytest
 from pipeline.predict.batch import predict_batch
 from pipeline.runs.layout import CHAMPION
 from pipeline.runs.store import RunStore
-from tests.conftest import copy_project, working_directory
+from tests.conftest import DEVICES, copy_project, working_directory
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -464,3 +464,19 @@ def test_without_the_serve_extra_the_message_says_how_to_install_it(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 5, proc.stderr
     assert "pip install 'pipeline[serve]'" in proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("gpu" not in DEVICES, reason="no usable GPU here")
+def test_on_the_gpu_served_scores_equal_predicts_on_the_gpu(made, tmp_path):
+    """The batch's frame goes to the device once per model call; scores as predict's on the GPU."""
+    server = wait_ready(start(made["project"], str(made["a"]), "--device", "gpu"))
+    try:
+        frame = csv_rows(made["project"], seed=12)
+        expected = predicted(made["a"], frame, tmp_path, device="gpu")
+        assert server.get_json("/metadata")[1]["device"] == "gpu"
+        status, body = server.post_json({"rows": records(frame, fields_of(server))})
+        assert status == 200, body
+        assert_same(pd.DataFrame(body["predictions"]), expected)
+    finally:
+        assert server.stop() == 0
