@@ -114,17 +114,16 @@ class ServedModel:
 
     def frame_of(self, columns: Mapping[str, Sequence[Any]]) -> Any:
         """The backend frame of validated request columns, typed as predict's reader types a CSV."""
-        fitted = self.opened.saved.workflow.input_columns_
         data: dict[str, Any] = {}
         for name, kind in self.fields.items():
             values = columns[name]
             if kind == TEXT:
-                data[name] = pd.Series(values, dtype=fitted[name] if fitted[name] == "str" else "str")
+                data[name] = pd.array(values, dtype="str")
             elif kind in (NUMBER, INTEGER):
-                series = pd.Series(values, dtype="float64")
-                if kind == INTEGER and not series.isna().any() and bool((series == np.floor(series)).all()):
-                    series = series.astype("int64")
-                data[name] = series
+                numbers = np.array(values, dtype="float64")          # null -> NaN
+                if kind == INTEGER and not np.isnan(numbers).any() and bool((numbers == np.floor(numbers)).all()):
+                    numbers = numbers.astype("int64")
+                data[name] = numbers
             elif kind == BOOLEAN:
                 data[name] = pd.Series(values, dtype="bool" if None not in values else "float64")
             elif kind == DATETIME:
@@ -135,7 +134,7 @@ class ServedModel:
                     raise RequestError(422, f"{name}: not a date{f' in format {fmt}' if fmt else ''} ({exc})") from None
             else:                                # the id: echoed back as it came
                 data[name] = pd.Series(values, dtype="object")
-        frame = pd.DataFrame(data)
+        frame = pd.DataFrame(data, copy=False)
         backend = self.opened.backend
         return frame if backend.name == "cpu" else backend.from_pandas(frame)
 
