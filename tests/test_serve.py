@@ -480,3 +480,16 @@ def test_on_the_gpu_served_scores_equal_predicts_on_the_gpu(made, tmp_path):
         assert_same(pd.DataFrame(body["predictions"]), expected)
     finally:
         assert server.stop() == 0
+
+
+def test_a_port_in_use_is_a_usage_error_before_the_model_loads(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "serve", "latest", "--port", str(port)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr
+    assert f"127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr

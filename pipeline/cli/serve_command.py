@@ -63,8 +63,9 @@ def serve(run: str, model: str | None, host: str, port: int, runs_dir: str, pipe
     JSON_ERRORS["on"] = log_format == "json"
     require_serve_extra()
     from pipeline.serve.http_app import create_app
-    from pipeline.serve.server import serve as run_server
+    from pipeline.serve.server import bind, serve as run_server
 
+    sock = bind(host, port)                  # before the model loads: a taken port fails fast
     if no_batching:
         max_batch_rows, max_wait_ms = 1, 0.0
     app = create_app(run, runs_dir=runs_dir, pipeline=pipeline_name, model=model, device=device,
@@ -81,4 +82,4 @@ def serve(run: str, model: str | None, host: str, port: int, runs_dir: str, pipe
         else:
             click.echo(line)
 
-    run_server(app, host=host, port=port, on_ready=ready)
+    run_server(app, sock, on_ready=ready)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
+
+from pipeline.core.errors import UsageError
 
 # How long a graceful stop waits for requests in flight before it closes their connections.
 GRACEFUL_SECONDS = 30.0
@@ -49,11 +52,31 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000, on_ready: Callable[[str, int], None]) -> None:
-    """Serve ``app`` until SIGTERM/SIGINT (then drain and return). ``port`` 0 picks a free port;
-    ``on_ready(host, port)`` gets the real one once the socket listens."""
+def bind(host: str, port: int) -> socket.socket:
+    """The listening address, taken before the model is loaded: a port in use or a host that is
+    not this machine's is a usage error (exit 2) naming it, not a traceback after the load."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise UsageError(f"--host {host}: not an address to listen on ({exc.strerror or exc})") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): another server may be using "
+                         "the port; pick another with --port (0 picks a free one)") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(app: Any, sock: socket.socket, *, on_ready: Callable[[str, int], None]) -> None:
+    """Serve ``app`` on ``sock`` (``bind``) until SIGTERM/SIGINT, then drain and return;
+    ``on_ready(host, port)`` gets the real address (``--port 0``) once it listens."""
+    host, port = sock.getsockname()[:2]
     config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
     server = _Server(config, on_ready)
     app.state.serve_server = server
-    server.run()
+    server.run(sockets=[sock])
