@@ -28,8 +28,9 @@ def require_serve_extra() -> None:
 
     missing = [name for name in _SERVE_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        raise BackendUnavailable(f"pipeline serve needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                                 "not installed here; install the serve extra: pip install 'pipeline[serve]' "
+        verb = "is" if len(missing) == 1 else "are"
+        raise BackendUnavailable(f"pipeline serve needs {', '.join(missing)}, which {verb} not installed here; "
+                                 "install the serve extra: pip install 'pipeline[serve]' "
                                  "(in a checkout: pip install -e '.[serve]')")
 
 

@@ -312,8 +312,8 @@ def describe_error(error: Mapping[str, Any], fields: Mapping[str, str]) -> tuple
     if kind == "too_short" and loc == ["rows"]:
         return where, "an empty batch (no rows to score)"
     if field_name in fields and kind in ("finite_number", "float_type", "bool_type", "string_type", "int_type"):
-        expected = {NUMBER: "a finite number or null", INTEGER: "a finite number or null", BOOLEAN: "true, false or null",
-                    TEXT: "a string or null", DATETIME: "a date string or null", ID: "a string, an integer or null"}
+        expected = {NUMBER: "a finite number or null", INTEGER: "a finite number or null",
+                    BOOLEAN: "true, false or null", TEXT: "a string or null", DATETIME: "a date string or null", ID: "a string, an integer or null"}
         got = json.dumps(error.get("input"), default=str)[:40]
         return where, f"field '{field_name}' must be {expected[fields[field_name]]}, got {got}"
     return where, str(error["msg"])

@@ -75,8 +75,9 @@ def serve(app: Any, sock: socket.socket, *, on_ready: Callable[[str, int], None]
     """Serve ``app`` on ``sock`` (``bind``) until SIGTERM/SIGINT, then drain and return;
     ``on_ready(host, port)`` gets the real address (``--port 0``) once it listens."""
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
+    # log_config=None: uvicorn's records go through the CLI's handler (text or JSON lines), at warning and up.
+    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning", log_config=None,
+                            lifespan="on", timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
     server = _Server(config, on_ready)
     app.state.serve_server = server
     server.run(sockets=[sock])
