@@ -14,6 +14,7 @@ COMMANDS: tuple[str, ...] = (
     "pipeline.cli.runs_command:runs",
     "pipeline.cli.cache_command:cache",
     "pipeline.cli.predict_command:predict",
+    "pipeline.cli.serve_command:serve",
     "pipeline.cli.report_command:report",
     "pipeline.cli.parity_command:parity",
     "pipeline.cli.init_command:init",

@@ -113,9 +113,6 @@ def predict_batch(
     Raises ``UsageError`` (a ``ConfigError``: bad options), ``DataError`` (run, artifacts or
     input), ``BackendUnavailable`` or ``StorageError``.
     """
-    from pipeline.backends import resolve_backend
-    from pipeline.scoring.model_folder import load_model
-
     started = time.perf_counter()
     output = Path(output)
     if as_of is not None:
@@ -140,23 +137,11 @@ def predict_batch(
         raise UsageError(f"--drift-threshold must be above 0, got {drift_threshold}")
     files = input_files(input)
 
-    run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline)
-    manifest = read_manifest(run_dir)
-    verify_run_config(run_dir, manifest)                 # it names the plugins imported next
-    load_run_plugins(run_dir, manifest.config_file)     # models a plugin registered load like built-ins
-    models = exported_models(run_dir, manifest)
-    metrics = run_metrics(manifest)
-    name = choose_model(models, model, metrics, run_dir)
-    verify_artifacts(run_dir, manifest.artifacts, models[name])
-    task = exported_task(run_dir / models[name])
-    threshold = decide_threshold(task, threshold, metrics, name)
-
-    read = training_read_options(run_dir, manifest, name)
+    opened = open_model(run, model=model, runs_dir=runs_dir, pipeline=pipeline, device=device, threshold=threshold)
+    run_dir, name, task, threshold = opened.run_dir, opened.name, opened.task, opened.threshold
+    read, backend, saved = opened.read, opened.backend, opened.saved
     if na_values is None:                                # the run's own unless the caller says otherwise
         na_values = read["na_values"] or None
-
-    backend, _ = resolve_backend(device or "auto")
-    saved = load_model(run_dir / models[name], device=backend.name)
     id_column = saved.meta.get("id_column")
     if partitioned:
         rows, counts = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values,
@@ -175,6 +160,49 @@ def predict_batch(
     return PredictResult(rows=rows, model=name, output=output, seconds=time.perf_counter() - started,
                          run_dir=run_dir, device=backend.name, threshold=threshold, task=task.kind, drift=drift,
                          over_threshold=tuple(over))
+
+
+@dataclass(frozen=True)
+class OpenedModel:
+    """A run's exported model, checked and loaded: what scoring needs besides the rows."""
+
+    run_dir: Path
+    manifest: RunManifest
+    name: str                          # the model's name in the run
+    task: Task
+    threshold: float | None            # None: not a binary model
+    metrics: dict[str, Any]            # the run's reported evaluation
+    read: dict[str, Any]               # how the run read its rows (training_read_options)
+    backend: Any
+    saved: Any                         # pipeline.scoring.model_folder.SavedModel
+
+
+def open_model(run: str | os.PathLike[str], *, model: str | None = None, runs_dir: str | os.PathLike[str] = "runs",
+               pipeline: str | None = None, device: str | None = None,
+               threshold: float | None = None, argument: str = "--run") -> OpenedModel:
+    """Steps 2 and 3 of the module docstring, shared by ``pipeline predict`` and ``pipeline serve``
+    so that both score with a model checked the same way: the run resolved, its signature,
+    status, config and the model's checksums verified, its plugins imported, the model chosen
+    and loaded on ``device`` (None: auto), and the threshold decided (``decide_threshold``).
+    ``argument``: how the caller's command line names ``run``, for messages."""
+    from pipeline.backends import resolve_backend
+    from pipeline.scoring.model_folder import load_model
+
+    run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline, argument=argument)
+    manifest = read_manifest(run_dir)
+    verify_run_config(run_dir, manifest)                 # it names the plugins imported next
+    load_run_plugins(run_dir, manifest.config_file)     # models a plugin registered load like built-ins
+    models = exported_models(run_dir, manifest)
+    metrics = run_metrics(manifest)
+    name = choose_model(models, model, metrics, run_dir)
+    verify_artifacts(run_dir, manifest.artifacts, models[name])
+    task = exported_task(run_dir / models[name])
+    threshold = decide_threshold(task, threshold, metrics, name)
+    read = training_read_options(run_dir, manifest, name)
+    backend, _ = resolve_backend(device or "auto")
+    saved = load_model(run_dir / models[name], device=backend.name)
+    return OpenedModel(run_dir=run_dir, manifest=manifest, name=name, task=task, threshold=threshold,
+                       metrics=metrics, read=read, backend=backend, saved=saved)
 
 
 def rebuilt_input(run_dir: Path, model: str, files: list[tuple[Path, str]], as_of: str, saved: Any,
@@ -231,7 +259,7 @@ def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], o
 
     fitted = saved.workflow.input_columns_
     needed = check_headers(files, fitted, id_column)
-    text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
+    text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
     return score_partitioned(saved, name, files, output, backend=backend, threshold=threshold, needed=needed,
                              text_columns=text_columns, na_values=na_values, scheduler=scheduler,
                              dates={c: f for c, f in (dates or {}).items() if c in needed} or None,
@@ -313,7 +341,7 @@ def report_drift(saved: Any, counts: Counts | None, rows: int, path: Path, *, ru
 
 # ------------------------------------------------------------------ the run
 def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str] = "runs",
-                pipeline: str | None = None) -> Path:
+                pipeline: str | None = None, argument: str = "--run") -> Path:
     """The run folder for a run id (or unique prefix), a run folder path, or ``latest``.
 
     The same rules as ``pipeline runs show`` (``pipeline.runs.history.resolve_run``); ``pipeline``
@@ -321,7 +349,7 @@ def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str]
     """
     from pipeline.runs.history import resolve_run as find
 
-    return find(str(run), runs_dir, pipeline, argument="--run").path.resolve()
+    return find(str(run), runs_dir, pipeline, argument=argument).path.resolve()
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -474,7 +502,7 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
     same: new rows' dates parse as the training rows' did).
     """
     needed = check_headers(files, fitted, id_column)
-    text_columns = [c for c, dtype in fitted.items() if not _numeric_dtype_name(dtype)]
+    text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
     run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
     run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
     frames = []
@@ -519,8 +547,8 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
         if int(backend.to_host(series.notna().sum())) == 0:
             # No values at all (an empty file, a column left blank): nothing can mismatch; give
             # it the fit-time kind so the ops see the type they were fitted on.
-            frame[column] = series.astype("float64" if _numeric_dtype_name(fit_dtype) else "str")
-        elif _numeric_dtype_name(fit_dtype):
+            frame[column] = series.astype("float64" if numeric_dtype_name(fit_dtype) else "str")
+        elif numeric_dtype_name(fit_dtype):
             if not numeric_now:
                 problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit")
                 text_now = True
@@ -530,7 +558,7 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
         hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
                 if text_now and fmt == "csv" else "")
         raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
-    check_finite(frame, [c for c, dtype in fitted.items() if _numeric_dtype_name(dtype)], backend, source=source)
+    check_finite(frame, [c for c, dtype in fitted.items() if numeric_dtype_name(dtype)], backend, source=source)
     return frame
 
 
@@ -595,7 +623,7 @@ def _upstream_stages(run_dir: Path, stage: str) -> set[str]:
     return seen
 
 
-def _numeric_dtype_name(name: str) -> bool:
+def numeric_dtype_name(name: str) -> bool:
     try:
         dtype = pd.api.types.pandas_dtype(name)
     except TypeError:

@@ -1,0 +1,357 @@
+"""The FastAPI application of ``pipeline serve``: endpoints, error mapping, metrics, champion reload.
+
+Request handling is kept lean because it is paid per request: the body is read as bytes and
+validated by pydantic-core in one call (``ServedModel.parse_json``), the response is
+serialised by ``json.dumps`` into a plain ``Response`` (no ``jsonable_encoder`` pass), and
+request metrics are taken by a small ASGI middleware. Everything a client can get wrong is a
+4xx whose ``detail`` names the field (and row); an unexpected failure is a 500 that is logged
+with its traceback, and the server keeps serving either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+
+from pipeline.core.errors import DataError
+from pipeline.runs.layout import CHAMPION
+from pipeline.serve.batcher import Job, MicroBatcher
+from pipeline.serve.prometheus_metrics import CONTENT_TYPE, ServeMetrics
+from pipeline.serve.served_model import RequestError, ServedModel, load_served_model
+
+log = logging.getLogger("pipeline")
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet")
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+_ENDPOINTS = {"/predict", "/predict/batch", "/health", "/ready", "/metadata", "/metrics"}
+
+
+@dataclass
+class ServeSettings:
+    """How the app loads, batches, limits and reloads (the CLI's options)."""
+
+    run: str
+    runs_dir: str | Path = "runs"
+    pipeline: str | None = None
+    model: str | None = None
+    device: str | None = None
+    threshold: float | None = None
+    max_batch_rows: int = 1024
+    max_wait_ms: float = 2.0
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    drift_window: int = 10_000
+    reload_seconds: float = 2.0
+    watch: bool | None = None            # None: watch when ``run`` is the champion alias
+
+
+@dataclass
+class ServeState:
+    """What the endpoints share: the model served now (swapped atomically) and the batcher."""
+
+    settings: ServeSettings
+    model: ServedModel
+    metrics: ServeMetrics
+    batcher: MicroBatcher
+    ready: bool = False
+    draining: bool = False
+    failed_target: str | None = None      # a champion run that failed to load: not retried until it moves
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+
+def create_app(run: str, *, runs_dir: str | Path = "runs", pipeline: str | None = None, model: str | None = None,
+               device: str | None = None, threshold: float | None = None, max_batch_rows: int = 1024,
+               max_wait_ms: float = 2.0, max_body_bytes: int = DEFAULT_MAX_BODY, drift_window: int = 10_000,
+               reload_seconds: float = 2.0, watch: bool | None = None) -> FastAPI:
+    """An app serving ``run``'s model (``latest``, ``champion``, a run id or folder), loaded,
+    checked and warmed now, as ``pipeline predict`` loads it; mount it, serve it with any ASGI
+    server, or test it in-process. ``max_batch_rows`` 1 turns micro-batching off. With
+    ``run="champion"`` (or ``watch=True``) the champion alias is re-read every
+    ``reload_seconds`` and a new champion swapped in between batches."""
+    settings = ServeSettings(run=run, runs_dir=runs_dir, pipeline=pipeline, model=model, device=device,
+                             threshold=threshold, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms,
+                             max_body_bytes=max_body_bytes, drift_window=drift_window, reload_seconds=reload_seconds,
+                             watch=watch)
+    for name, value, low in (("max_batch_rows", max_batch_rows, 1), ("max_body_bytes", max_body_bytes, 1),
+                             ("drift_window", drift_window, 1)):
+        if value < low:
+            from pipeline.core.errors import UsageError
+
+            raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
+    served = load_served_model(run, runs_dir=runs_dir, pipeline=pipeline, model=model, device=device,
+                               threshold=threshold)
+    metrics = ServeMetrics(drift_window=drift_window)
+    batcher = MicroBatcher(max_rows=max_batch_rows, max_wait=max_wait_ms / 1000.0, observer=metrics.observe_batch)
+    state = ServeState(settings=settings, model=served, metrics=metrics, batcher=batcher)
+    metrics.serving(served)
+    return build_app(state)
+
+
+def build_app(state: ServeState) -> FastAPI:
+    """The FastAPI app around ``state`` (its lifespan starts the batcher and the watcher)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await state.batcher.start()
+        watching = state.settings.watch if state.settings.watch is not None else state.settings.run == CHAMPION
+        if watching:
+            state.tasks.append(asyncio.get_running_loop().create_task(watch_champion(app, state)))
+        state.ready = True
+        try:
+            yield
+        finally:
+            state.ready, state.draining = False, True
+            for task in state.tasks:
+                task.cancel()
+            await state.batcher.stop()
+
+    app = FastAPI(title="pipeline serve", lifespan=lifespan,
+                  description="Scores rows with a model a pipeline run exported, as `pipeline predict` does.")
+    app.state.serve = state
+
+    @app.post("/predict", summary="Score JSON rows (records or columns)",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/PredictRequest"}}}}})
+    async def predict(request: Request) -> Response:
+        content_type = request.headers.get("content-type", "application/json")
+        if not content_type.split(";")[0].strip().lower() in ("application/json", ""):
+            raise RequestError(415, f"POST /predict takes application/json, not {content_type}; Arrow and "
+                                    "Parquet bodies go to POST /predict/batch")
+        body = await read_body(request, state.settings.max_body_bytes)
+        served = state.model                              # this request's model, even across a swap
+        columns, rows, orientation = served.parse_json(body)
+        result = await state.batcher.submit(Job(model=served, rows=rows, columns=columns))
+        if orientation == "records":
+            keys = list(result)
+            predictions: Any = [dict(zip(keys, values)) for values in zip(*result.values())]
+        else:
+            predictions = result
+        payload = {"run_id": served.run_id, "model": served.name, "task": served.task, "rows": rows,
+                   "predictions": predictions}
+        return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+    @app.post("/predict/batch", summary="Score an Arrow IPC stream or a Parquet file",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+                  PARQUET_TYPES[0]: {"schema": {"type": "string", "format": "binary"}}}}})
+    async def predict_batch(request: Request) -> Response:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != ARROW_STREAM and content_type not in PARQUET_TYPES:
+            raise RequestError(415, f"POST /predict/batch takes {ARROW_STREAM} or {PARQUET_TYPES[0]} "
+                                    f"({PARQUET_TYPES[1]}), not {content_type or 'no content type'}")
+        body = await read_body(request, state.settings.max_body_bytes)
+        served = state.model
+        fmt = "arrow" if content_type == ARROW_STREAM else "parquet"
+        frame = decode_table(body, fmt)
+        frame = served.frame_of_table(frame, source=f"the {fmt} body")
+        table = await state.batcher.submit(Job(model=served, rows=len(frame), frame=frame))
+        return Response(encode_table(table, fmt), media_type=content_type)
+
+    @app.get("/health", summary="200 while the process lives")
+    async def health() -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @app.get("/ready", summary="200 once the model is loaded and warmed; 503 before and while draining")
+    async def ready(request: Request) -> Response:
+        server = getattr(request.app.state, "serve_server", None)       # uvicorn's, under `pipeline serve`
+        if server is not None and server.should_exit:
+            state.draining = True
+        if state.ready and not state.draining:
+            return Response(json.dumps({"status": "ready", "run_id": state.model.run_id}),
+                            media_type="application/json")
+        return JSONResponse({"status": "draining" if state.draining else "loading"}, status_code=503)
+
+    @app.get("/metadata", summary="The model served: run, task, threshold, input columns, metrics, versions")
+    async def metadata() -> Response:
+        return JSONResponse(describe(state))
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> Response:
+        body: dict[str, Any] = {"detail": str(exc)}
+        if exc.errors:
+            body["errors"] = exc.errors
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(DataError)
+    async def data_error(request: Request, exc: DataError) -> Response:
+        # Raised while scoring: the rows cannot be scored as given (predict would exit 3 on them).
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.error("serve: %s %s failed", request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server's log"},
+                            status_code=500)
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document with the served model's request schema (rebuilt after a swap)."""
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=_version(), description=app.description,
+                                   routes=app.routes)
+            schema = dict(state.model.request_schema)
+            definitions = schema.pop("$defs", {})
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            components.update(definitions)
+            components["PredictRequest"] = schema
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi                                 # type: ignore[method-assign]
+    app.add_middleware(RequestMetrics, metrics=state.metrics)
+    return app
+
+
+class RequestMetrics:
+    """Pure ASGI middleware: count every request by endpoint and status, and time it."""
+
+    def __init__(self, app: Any, metrics: ServeMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), [500]
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            path = scope.get("path", "")
+            self.metrics.observe_request(path if path in _ENDPOINTS else "other", status[0],
+                                         time.perf_counter() - started)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) as soon as it is over ``limit`` bytes: by its Content-Length, or
+    while it streams in."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the body is {int(declared)} bytes, over the limit of {limit} (--max-body-bytes)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the body is over the limit of {limit} bytes (--max-body-bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_table(body: bytes, fmt: str) -> Any:
+    """A pandas frame of an Arrow IPC stream or Parquet body; a 400 when it is not one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not body:
+        raise RequestError(400, f"the {fmt} body is empty")
+    try:
+        if fmt == "arrow":
+            table = pa.ipc.open_stream(io.BytesIO(body)).read_all()
+        else:
+            table = pq.read_table(io.BytesIO(body))
+        return table.to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        name = "an Arrow IPC stream" if fmt == "arrow" else "a Parquet file"
+        raise RequestError(400, f"the body is not {name} ({exc})") from None
+
+
+def encode_table(table: Any, fmt: str) -> bytes:
+    """The scores table in the request's format."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrow = pa.Table.from_pandas(table, preserve_index=False)
+    sink = io.BytesIO()
+    if fmt == "arrow":
+        with pa.ipc.new_stream(sink, arrow.schema) as writer:
+            writer.write_table(arrow)
+    else:
+        pq.write_table(arrow, sink)
+    return sink.getvalue()
+
+
+def describe(state: ServeState) -> dict[str, Any]:
+    """/metadata: the model, the software, and how requests are batched."""
+    import platform
+
+    settings = state.settings
+    return {
+        **state.model.metadata(),
+        "serving": settings.run,
+        "versions": {"pipeline": _version(), "python": platform.python_version(), **_library_versions()},
+        "batching": {"max_batch_rows": settings.max_batch_rows, "max_wait_ms": settings.max_wait_ms,
+                     "enabled": settings.max_batch_rows > 1},
+        "max_body_bytes": settings.max_body_bytes, "drift_window": settings.drift_window,
+        "reload_seconds": settings.reload_seconds if state.tasks else None,
+    }
+
+
+def _version() -> str:
+    from pipeline.version import __version__
+
+    return __version__
+
+
+def _library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("pandas", "numpy", "scikit-learn", "xgboost", "fastapi", "uvicorn"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+# ------------------------------------------------------------------ champion reload
+async def watch_champion(app: FastAPI, state: ServeState) -> None:
+    """Every ``reload_seconds``, read where the champion alias points; when it is another run,
+    load and warm that run's model on a thread, then swap it in (one assignment: a request
+    keeps the model it started with). A run that fails to load is logged and skipped until the
+    alias moves again; the old model serves meanwhile."""
+    from pipeline.runs.history import alias_target
+
+    settings = state.settings
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(settings.reload_seconds)
+        pipeline_dir = state.model.opened.run_dir.parent
+        target = await loop.run_in_executor(None, alias_target, pipeline_dir, CHAMPION)
+        if target is None or target == state.model.run_id or target == state.failed_target:
+            continue
+        try:
+            new = await loop.run_in_executor(None, lambda: load_served_model(
+                pipeline_dir / target, runs_dir=settings.runs_dir, pipeline=settings.pipeline, model=settings.model,
+                device=settings.device, threshold=settings.threshold))
+        except Exception as exc:                          # noqa: BLE001 - keep serving the old model
+            state.failed_target = target
+            state.metrics.reloads.labels("failed").inc()
+            log.error("serve: the champion moved to run %s, which could not be loaded; still serving run %s "
+                      "(%s: %s)", target, state.model.run_id, type(exc).__name__, exc)
+            continue
+        old, state.model, state.failed_target = state.model, new, None
+        app.openapi_schema = None
+        state.metrics.serving(new, old)
+        state.metrics.reloads.labels("swapped").inc()
+        log.warning("serve: the champion moved: now serving run %s model %s (was run %s model %s)",
+                    new.run_id, new.name, old.run_id, old.name)

@@ -1,0 +1,319 @@
+"""One exported model as the server holds it: checked and loaded by ``pipeline predict``'s own
+code (``pipeline.predict.batch.open_model``), its request schema, and scoring of request rows.
+
+A served score is computed by exactly the code ``pipeline predict`` runs
+(``pipeline.scoring.model_folder.scores_with_counts`` on a frame typed as predict's reader types
+it), so the numbers are the same; only the way rows arrive differs:
+
+- JSON rows are validated against a schema built from the model's input columns and their
+  fit-time types (``workflow.input_columns_``): numeric columns take JSON numbers, text columns
+  JSON strings, and ``null`` anywhere, since a blank CSV cell is a missing value to predict too.
+  NaN and infinity are refused (predict refuses infinity; NaN is not JSON), as is an unknown or
+  missing field. The id column (when the model has one) is a field as well: it comes back with
+  the scores.
+- A column of whole numbers that was an integer column at fit is made ``int64`` again (a CSV
+  reader would type it so); one with a missing value stays ``float64``, as in a CSV.
+- Arrow and Parquet bodies are typed already and are checked like predict's input files
+  (``check_types``, ``check_finite``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+from typing_extensions import TypedDict
+
+import numpy as np
+import pandas as pd
+from pydantic import AllowInfNan, Field, Strict, TypeAdapter, ValidationError, with_config
+
+from pipeline.core.errors import DataError
+from pipeline.metrics.drift import Counts
+from pipeline.predict.batch import OpenedModel, check_types, numeric_dtype_name, open_model
+from pipeline.scoring.model_folder import scores_with_counts
+
+log = logging.getLogger("pipeline")
+
+# The kind of a request field, from the column's fit-time dtype.
+NUMBER, INTEGER, BOOLEAN, TEXT, DATETIME, ID = "number", "integer", "boolean", "text", "datetime", "id"
+_MAX_REPORTED = 10          # errors listed in one 422 message (the count says how many more)
+
+
+class RequestError(Exception):
+    """A request the model cannot score: ``status`` (4xx) and a message naming the field and row."""
+
+    def __init__(self, status: int, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errors = errors or []
+
+
+@dataclass
+class ServedModel:
+    """A loaded, warmed model with what the server needs to validate and score rows for it."""
+
+    opened: OpenedModel
+    fields: dict[str, str]                       # request field -> kind (input columns, then the id)
+    body_adapter: TypeAdapter
+    request_schema: dict[str, Any]               # JSON schema of the request body (for OpenAPI)
+    output_columns: list[str]                    # predictions' keys: predict's columns less `model`
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def run_id(self) -> str:
+        return self.opened.run_dir.name
+
+    @property
+    def name(self) -> str:
+        return self.opened.name
+
+    @property
+    def task(self) -> str:
+        return self.opened.task.kind
+
+    @property
+    def id_column(self) -> str | None:
+        return self.opened.saved.meta.get("id_column")
+
+    @property
+    def input_columns(self) -> dict[str, str]:
+        return dict(self.opened.saved.workflow.input_columns_)
+
+    # ------------------------------------------------------------------ requests
+    def parse_json(self, body: bytes) -> tuple[dict[str, list[Any]], int, str]:
+        """The columns of a JSON body (field -> values), its row count and orientation
+        (``records`` or ``columns``); a ``RequestError`` naming every bad field and row."""
+        try:
+            data = self.body_adapter.validate_json(body)
+        except ValidationError as exc:
+            raise request_error(exc, self.fields) from None
+        if ("rows" in data) == ("columns" in data):
+            raise RequestError(422, "the body must have exactly one of 'rows' (a list of records) or 'columns' "
+                                    "(a column name -> list of values)")
+        if "rows" in data:
+            rows = data["rows"]
+            return {name: [row[name] for row in rows] for name in self.fields}, len(rows), "records"
+        columns = data["columns"]
+        lengths = {name: len(values) for name, values in columns.items()}
+        n = lengths[next(iter(self.fields))]
+        uneven = [name for name, length in lengths.items() if length != n]
+        if uneven:
+            raise RequestError(422, f"columns: every column needs the same number of values; {uneven} "
+                                    f"differ from {next(iter(self.fields))}'s {n}")
+        if n == 0:
+            raise RequestError(422, "columns: an empty batch (no rows to score)")
+        return columns, n, "columns"
+
+    def frame_of(self, columns: Mapping[str, Sequence[Any]]) -> Any:
+        """The backend frame of validated request columns, typed as predict's reader types a CSV."""
+        data: dict[str, Any] = {}
+        for name, kind in self.fields.items():
+            values = columns[name]
+            if kind == TEXT:
+                data[name] = pd.array(values, dtype="str")
+            elif kind in (NUMBER, INTEGER):
+                numbers = np.array(values, dtype="float64")          # null -> NaN
+                if kind == INTEGER and not np.isnan(numbers).any() and bool((numbers == np.floor(numbers)).all()):
+                    numbers = numbers.astype("int64")
+                data[name] = numbers
+            elif kind == BOOLEAN:
+                data[name] = pd.Series(values, dtype="bool" if None not in values else "float64")
+            elif kind == DATETIME:
+                fmt = self.opened.read["dates"].get(name)
+                try:
+                    data[name] = pd.to_datetime(pd.Series(values, dtype="object"), format=fmt)
+                except (ValueError, TypeError) as exc:
+                    raise RequestError(422, f"{name}: not a date{f' in format {fmt}' if fmt else ''} ({exc})") from None
+            else:                                # the id: echoed back as it came
+                data[name] = pd.Series(values, dtype="object")
+        frame = pd.DataFrame(data, copy=False)
+        backend = self.opened.backend
+        return frame if backend.name == "cpu" else backend.from_pandas(frame)
+
+    def frame_of_table(self, frame: pd.DataFrame, *, source: str) -> Any:
+        """A decoded Arrow/Parquet body's columns the model needs, checked as predict checks a file."""
+        missing = [name for name in self.fields if name not in frame.columns]
+        if missing:
+            raise RequestError(422, f"{source}: missing column(s) {missing} that model {self.name} needs")
+        if frame.empty:
+            raise RequestError(422, f"{source}: an empty batch (no rows to score)")
+        frame = frame[list(self.fields)].reset_index(drop=True)
+        backend = self.opened.backend
+        if backend.name != "cpu":
+            frame = backend.from_pandas(frame)
+        try:
+            return check_types(frame, self.opened.saved.workflow.input_columns_, backend, source=Path(source),
+                               fmt="table")
+        except DataError as exc:
+            raise RequestError(422, str(exc)) from None
+
+    # ------------------------------------------------------------------ scoring
+    def score_frame(self, frame: Any) -> tuple[pd.DataFrame, Counts | None]:
+        """predict's scores table (with ``model``) and the drift counts of ``frame``'s rows."""
+        opened = self.opened
+        return scores_with_counts(frame, opened.saved, opened.name, opened.threshold, opened.backend)
+
+    def score_columns(self, parts: Sequence[Mapping[str, Sequence[Any]]]) -> tuple[list[dict[str, list[Any]]],
+                                                                                   Counts | None]:
+        """Score several requests' columns in ONE model call and split the results back: per
+        part, output column -> values (the ``model`` column left out: it is the response's)."""
+        if len(parts) == 1:
+            merged = parts[0]
+        else:
+            merged = {name: list(chain.from_iterable(part[name] for part in parts)) for name in self.fields}
+        table, counts = self.score_frame(self.frame_of(merged))
+        values = {name: table[name].tolist() for name in self.output_columns}
+        out, start = [], 0
+        for part in parts:
+            stop = start + len(part[next(iter(self.fields))])
+            out.append({name: column[start:stop] for name, column in values.items()})
+            start = stop
+        return out, counts
+
+    def warm(self) -> None:
+        """Score one row, so the first request pays no lazy initialisation: zeros and empty text
+        first, then all missing; a model that scores neither is served anyway (with a warning)."""
+        for filler in ({NUMBER: 0.0, INTEGER: 0, BOOLEAN: False, TEXT: "", DATETIME: None, ID: "warm-up"},
+                       {kind: None for kind in (NUMBER, INTEGER, BOOLEAN, TEXT, DATETIME, ID)}):
+            try:
+                self.score_columns([{name: [filler[kind]] for name, kind in self.fields.items()}])
+                return
+            except Exception as exc:              # noqa: BLE001 - a warm-up row is no request
+                reason = exc
+        log.warning("serve: model %s of run %s could not score a warm-up row (%s); serving it anyway",
+                    self.name, self.run_id, reason)
+
+    def metadata(self) -> dict[str, Any]:
+        """What /metadata reports about the model."""
+        opened = self.opened
+        return {
+            "run_id": self.run_id, "model": self.name, "task": self.task, "threshold": opened.threshold,
+            "id_column": self.id_column, "device": opened.backend.name,
+            "input_columns": {name: {"dtype": dtype, "kind": self.fields[name]}
+                              for name, dtype in self.input_columns.items()},
+            "feature_columns": list(opened.saved.workflow.output_columns_),
+            "output_columns": self.output_columns,
+            "classes": opened.task.to_dict().get("classes") if self.task == "multiclass" else None,
+            "metrics": (opened.metrics.get("models") or {}).get(self.name),
+            "drift_reference": opened.saved.reference is not None,
+            "loaded_at": self.loaded_at,
+        }
+
+
+def load_served_model(run: str | Path, *, runs_dir: str | Path = "runs", pipeline: str | None = None,
+                      model: str | None = None, device: str | None = None,
+                      threshold: float | None = None, warm: bool = True) -> ServedModel:
+    """Check and load ``run``'s model as ``pipeline predict`` does, build its request schema and
+    warm it by scoring one row."""
+    opened = open_model(run, model=model, runs_dir=runs_dir, pipeline=pipeline, device=device, threshold=threshold,
+                        argument="RUN")
+    fields = request_fields(opened.saved.workflow.input_columns_, opened.saved.meta.get("id_column"))
+    adapter, schema = body_schema(fields, title=f"{opened.name} rows")
+    served = ServedModel(opened=opened, fields=fields, body_adapter=adapter, request_schema=schema,
+                         output_columns=[])
+    empty = served.frame_of({name: [] for name in fields})
+    table, _ = served.score_frame(empty)
+    served.output_columns = [c for c in table.columns if c != "model"]
+    if warm:
+        served.warm()
+    return served
+
+
+# ------------------------------------------------------------------ the schema
+def request_fields(fitted: Mapping[str, str], id_column: str | None) -> dict[str, str]:
+    """Field -> kind: the workflow's input columns in their order, then the id column."""
+    fields = {name: field_kind(dtype) for name, dtype in fitted.items()}
+    if id_column and id_column not in fields:
+        fields[id_column] = ID
+    return fields
+
+
+def field_kind(dtype: str) -> str:
+    try:
+        resolved = pd.api.types.pandas_dtype(dtype)
+    except TypeError:
+        return TEXT
+    if pd.api.types.is_bool_dtype(resolved):
+        return BOOLEAN
+    if pd.api.types.is_integer_dtype(resolved):
+        return INTEGER
+    if numeric_dtype_name(dtype):
+        return NUMBER
+    if pd.api.types.is_datetime64_any_dtype(resolved):
+        return DATETIME
+    return TEXT
+
+
+_FINITE = Annotated[float, Strict(), AllowInfNan(False)]
+_TYPES: dict[str, Any] = {
+    NUMBER: Optional[_FINITE], INTEGER: Optional[_FINITE], BOOLEAN: Optional[Annotated[bool, Strict()]],
+    TEXT: Optional[Annotated[str, Strict()]], DATETIME: Optional[Annotated[str, Strict()]],
+    ID: Optional[Annotated[str, Strict()] | Annotated[int, Strict()]],
+}
+
+
+def body_schema(fields: Mapping[str, str], *, title: str) -> tuple[TypeAdapter, dict[str, Any]]:
+    """The pydantic validator of a /predict body and its JSON schema: ``{"rows": [record, ...]}``
+    or ``{"columns": {field: [values]}}``, every field required, unknown ones refused."""
+    forbid = with_config({"extra": "forbid", "title": title})
+    row = forbid(TypedDict("Row", {name: _TYPES[kind] for name, kind in fields.items()}))       # type: ignore[misc]
+    columns = forbid(TypedDict("Columns", {name: list[_TYPES[kind]]                                # type: ignore[misc]
+                                           for name, kind in fields.items()}))
+    body = with_config({"extra": "forbid"})(TypedDict("PredictRequest", {                          # type: ignore[misc]
+        "rows": Annotated[list[row], Field(min_length=1)], "columns": columns}, total=False))
+    adapter = TypeAdapter(body)
+    return adapter, adapter.json_schema(ref_template="#/components/schemas/{model}")
+
+
+def request_error(exc: ValidationError, fields: Mapping[str, str]) -> RequestError:
+    """A 422 (400 for a body that is not JSON) whose message names each bad field and row."""
+    errors = exc.errors(include_url=False, include_context=False)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return RequestError(400, f"the body is not JSON ({errors[0]['msg']})")
+    if errors and not errors[0]["loc"] and errors[0]["type"] in ("dict_type", "model_type"):
+        return RequestError(422, "the body must be a JSON object with 'rows' or 'columns'")
+    lines, detail, seen = [], [], set()
+    # Unknown and mistyped fields first (a misspelt name is also a missing one: the cause first).
+    for error in sorted(errors, key=lambda e: e["type"] == "missing"):
+        where, message = describe_error(error, fields)
+        if (where, message) in seen:                 # one line per field of an id's str | int union
+            continue
+        seen.add((where, message))
+        detail.append({"loc": list(error["loc"]), "msg": message, "type": error["type"]})
+        lines.append(f"{where}: {message}")
+    more = f" (and {len(lines) - _MAX_REPORTED} more)" if len(lines) > _MAX_REPORTED else ""
+    return RequestError(422, "; ".join(lines[:_MAX_REPORTED]) + more, detail)
+
+
+def describe_error(error: Mapping[str, Any], fields: Mapping[str, str]) -> tuple[str, str]:
+    """Where (``rows[3].tenure``, ``columns.tenure[2]``) and what, in the schema's words."""
+    loc = list(error["loc"])
+    position = {"rows": 2, "columns": 1}.get(loc[0] if loc else None)
+    if position is not None and len(loc) > position + 1 and loc[-1] in ("str", "int"):
+        loc = loc[:-1]                                   # the branch of the id's union
+    where = "".join(f"[{part}]" if isinstance(part, int) else (f".{part}" if i else str(part))
+                    for i, part in enumerate(loc))
+    field_name = loc[position] if position is not None and len(loc) > position else None
+    kind = error["type"]
+    if kind == "extra_forbidden" and field_name is not None:
+        close = difflib.get_close_matches(field_name, list(fields), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return where, f"unknown field '{field_name}' (not an input column of the model){hint}"
+    if kind == "missing" and field_name is not None:
+        return where, f"field '{field_name}' is missing (send null for a missing value)"
+    if kind == "too_short" and loc == ["rows"]:
+        return where, "an empty batch (no rows to score)"
+    if field_name in fields and kind in ("finite_number", "float_type", "bool_type", "string_type", "int_type"):
+        expected = {NUMBER: "a finite number or null", INTEGER: "a finite number or null",
+                    BOOLEAN: "true, false or null", TEXT: "a string or null", DATETIME: "a date string or null", ID: "a string, an integer or null"}
+        got = json.dumps(error.get("input"), default=str)[:40]
+        return where, f"field '{field_name}' must be {expected[fields[field_name]]}, got {got}"
+    return where, str(error["msg"])
