@@ -32,6 +32,7 @@ from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
 from pipeline.features.selection import resolve_selectors
 from pipeline.features.ops.op_base import Target
+from pipeline.features.ops.op_support import per_column
 
 FORMAT_VERSION = 1
 # The models read one float32 matrix: a float64 value beyond this becomes infinity there.
@@ -292,12 +293,17 @@ class FeatureWorkflow:
 
 def _beyond(frame: Any, columns: list[Any], backend: Backend, limit: float) -> list[Any]:
     """The ``columns`` holding a value whose magnitude is ``limit`` or more (infinity included):
-    two column-wise reductions, no copy of the data."""
+    two reductions per column, no copy of the data."""
     if not columns:
         return []
-    highs = backend.to_host(frame[columns].max())
-    lows = backend.to_host(frame[columns].min())
-    return [c for c in columns if _at_least(highs[c], limit) or _at_least(-_as_float(lows[c]), limit)]
+
+    def reaches(column: Any) -> bool:
+        series = frame[column]
+        return _at_least(series.max(), limit) or _at_least(-_as_float(series.min()), limit)
+
+    # Per column, not ``frame[columns].max()``: selecting the columns copies them, and a
+    # frame-wide reduction costs 1.6 ms on one row (a column's, 36 us).
+    return [c for c, beyond in zip(columns, per_column(backend, frame, reaches, columns)) if beyond]
 
 
 def _at_least(value: Any, limit: float) -> bool:

@@ -16,7 +16,7 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.encoding import code_dtype
 from pipeline.features.ops.op_base import FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import as_float, merged, per_column, replace_columns, require_finite
+from pipeline.features.ops.op_support import as_float, merged, per_column, replace_in_place, require_finite
 
 
 def numeric_quantiles(op: str, frame: Any, columns: list[str], quantiles: list[float], backend: Backend) -> dict[str, Any]:
@@ -72,8 +72,7 @@ class Clip(FeatureOp):
             return frame[col].astype("float64").clip(lower=low, upper=high)
 
         new = dict(zip(self.columns, per_column(backend, frame, clipped, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
 
 class QuantileBinState(OpState):
@@ -117,8 +116,7 @@ class QuantileBin(FeatureOp):
             return codes.astype(code_dtype(len(state.edges[col]) + 1))
 
         new = dict(zip(self.columns, per_column(backend, frame, binned, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
     def categorical_cardinalities(self, state: QuantileBinState) -> dict[str, int]:
         """Bins plus the 0 code of missing values."""

@@ -19,7 +19,7 @@ from pipeline.features.ops.encoding import code_dtype
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
-    count_pairs, lookup, merged, missing_value, per_column, plain, replace_columns,
+    count_pairs, lookup, merged, missing_value, per_column, plain, replace_in_place,
 )
 from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
 
@@ -63,8 +63,7 @@ class FrequencyEncode(FeatureOp):
                                                                   [0.0, *state.frequencies[col]], backend),
                                self.columns)
         new = dict(zip(self.columns, looked_up))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
 
 @register_op
@@ -103,8 +102,7 @@ class HashEncode(FeatureOp):
             return lookup(series, values, table, backend).astype(dtype)
 
         new = dict(zip(self.columns, per_column(backend, frame, hashed, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
     def categorical_cardinalities(self, state: OpState) -> dict[str, int]:
         return {c: self.buckets + 1 for c in self.columns}
@@ -172,8 +170,7 @@ class GroupRare(FeatureOp):
             return series.where(series.isin(state.kept[col]) | series.isna(), RARE)
 
         new = dict(zip(self.columns, per_column(backend, frame, grouped, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
 
 def is_text(series: Any) -> bool:

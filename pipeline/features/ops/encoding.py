@@ -11,7 +11,7 @@ from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import THREADED_ROWS, merged, per_column, replace_columns
+from pipeline.features.ops.op_support import THREADED_ROWS, merged, per_column, replace_columns, replace_in_place
 from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
 
 
@@ -127,8 +127,7 @@ class Categorify(FeatureOp):
             return backend.category_codes(frame[col], state.categories[col]).astype(code_dtype(len(state.categories[col])))
 
         new = dict(zip(self.columns, per_column(backend, frame, coded, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
     def categorical_cardinalities(self, state: CategorifyState) -> dict[str, int]:
         """Embedding table sizes: known categories plus the 0 bucket."""

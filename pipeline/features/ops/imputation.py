@@ -14,7 +14,7 @@ from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
     as_fillable, count_pairs, median, merged, missing_value, moments, per_column, plain, replace_columns,
-    require_finite, stable,
+    replace_in_place, require_finite, stable,
 )
 
 
@@ -93,6 +93,8 @@ class FillMissing(FeatureOp):
             return new
 
         new = merged(per_column(backend, frame, filled, self.columns))
+        if not self.indicator:
+            return replace_in_place(frame, new)
         out = replace_columns(frame, backend, new, list(self.columns))
         return out[self.output_columns(list(frame.columns), state)]
 

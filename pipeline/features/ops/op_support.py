@@ -110,6 +110,17 @@ def replace_columns(frame: Any, backend: Backend, new: dict[str, Any], drop: lis
     return backend.frame.concat([kept, added], axis=1)
 
 
+def replace_in_place(frame: Any, new: dict[str, Any]) -> Any:
+    """``frame`` with the values of columns ``new`` names replaced, every column where it was:
+    a shallow copy and one assignment per column. Dropping the columns, appending the new ones
+    and restoring the order took three whole-frame operations, each about a millisecond on a
+    few served rows; with copy-on-write nothing of ``frame`` is copied or changed."""
+    out = frame.copy(deep=False)
+    for name, values in new.items():
+        out[name] = values
+    return out
+
+
 # Below this many rows a column's work takes microseconds and handing it to a pool thread
 # (a queue, a wake-up, a result) costs more than it saves: a served request of a few rows
 # scored serially took a third of the time it took on the threads.

@@ -11,7 +11,7 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
-    merged, missing_value, moments, per_column, plain, replace_columns, require_finite, stable,
+    merged, missing_value, moments, per_column, plain, replace_in_place, require_finite, stable,
 )
 
 
@@ -52,8 +52,7 @@ class Standardize(FeatureOp):
             return (frame[col].astype("float64") - mean) / std
 
         new = dict(zip(self.columns, per_column(backend, frame, scaled, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
 
 
 @register_op
@@ -85,5 +84,4 @@ class Log1p(FeatureOp):
             return np.log1p(values)
 
         new = dict(zip(self.columns, per_column(backend, frame, logged, self.columns)))
-        out = replace_columns(frame, backend, new, list(self.columns))
-        return out[list(frame.columns)]
+        return replace_in_place(frame, new)
