@@ -177,6 +177,27 @@ def test_a_holdout_file_is_what_both_models_are_scored_on(tmp_path):
     assert champion_of(config) == second.run_id
 
 
+def test_a_champion_that_cannot_be_compared_with_is_kept_with_a_warning(tmp_path, caplog):
+    import shutil
+
+    config = project(tmp_path)
+    first = run(config)
+    workflow = first.run_dir / "export" / "models" / "model" / "workflow.json"
+    workflow.write_text(workflow.read_text().replace("x1", "x9", 1))          # no longer what the manifest lists
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        corrupt = run(config)
+    decided = promotion(corrupt)
+    assert decided["decision"] == "kept" and decided["champion"] is None
+    assert first.run_id in decided["reason"] and "corrupt" in decided["reason"]
+    assert any("pipeline runs promote" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert champion_of(config) == first.run_id
+
+    shutil.rmtree(first.run_dir)
+    gone = run(config)
+    assert promotion(gone)["decision"] == "kept" and "is gone" in promotion(gone)["reason"]
+    assert champion_of(config) == first.run_id
+
+
 def test_runs_promote_moves_the_champion_by_hand_and_refuses_what_cannot_serve(tmp_path):
     config = project(tmp_path, extra="""\
         after: {kind: python, inputs: [promote], function: "promote_helpers:fail"}

@@ -246,13 +246,12 @@ def _new_value_on_test(evaluation: Evaluation, best: str, metric: str) -> float:
     return float(value)
 
 
-def _read_holdout(path: str, target: str, models: list[SavedModel], ctx: StageContext,
+def _read_holdout(files: list[tuple[Path, str]], target: str, models: list[SavedModel], ctx: StageContext,
                   read: dict[str, Any]) -> Any:
     """The holdout's rows with every column the models read and the target, checked like
     ``pipeline predict``'s input (the first model's fitted type wins a column both read)."""
     from pipeline.backends.input_files import read_header
 
-    files = input_files(path)
     for file, fmt in files:
         if target not in read_header(file, fmt):
             raise DataError(f"promote: holdout {file} has no target column '{target}' to score the models against")
@@ -262,6 +261,17 @@ def _read_holdout(path: str, target: str, models: list[SavedModel], ctx: StageCo
     fitted.pop(target, None)
     return read_input(files, fitted, ctx.backend, id_column=target, na_values=read["na_values"] or None,
                       dtypes=read["dtypes"], dates=read["dates"])
+
+
+def _columns_missing(champion: RunModel, files: list[tuple[Path, str]]) -> str | None:
+    """Why the champion cannot read the holdout (columns it was fitted on that a file lacks), or None."""
+    from pipeline.backends.input_files import read_header
+
+    for file, fmt in files:
+        missing = [c for c in champion.saved.workflow.input_columns_ if c not in set(read_header(file, fmt))]
+        if missing:
+            return f"the champion ({champion.run_id}, {champion.name}) reads column(s) {missing} that holdout {file} lacks"
+    return None
 
 
 def _value(saved: SavedModel, frame: Any, labels: np.ndarray, task: Task, metric: str, threshold: float) -> float:
@@ -288,34 +298,46 @@ def run_promote(spec: PromoteSpec, ctx: StageContext, inputs) -> Promotion:
     run = RunLayout(ctx.artifacts_dir.parent)
     pipeline_dir = run.path.parent
     champion, unusable = _champion(pipeline_dir, run.run_id, ctx.backend.name)
-    new_meta_target = None if got.split is None else got.split.target
+    new_saved = None
+    if spec.holdout is not None:
+        # This run's manifest is signed (with a key set) only when the run ends: its own folder is
+        # the one its export wrote moments ago, so there is no signature to check it against yet.
+        new_saved = load_model(new_folder, device=ctx.backend.name, verify_signature=False)
+    target = got.split.target if got.split is not None else (new_saved.meta.get("target") if new_saved else None)
+    if not isinstance(target, str):
+        raise DataError(f"promote: {new_folder / MODEL_DESCRIPTION} names no target column to read from the holdout")
     if champion is not None:
-        unusable = _mismatch(champion, task, new_meta_target)
+        unusable = _mismatch(champion, task, target)
         if unusable is not None:
             champion = None
 
     threshold = evaluation.threshold
-    if spec.holdout is None:
+    if new_saved is None:
         assert got.split is not None
         frame = _test_rows(got.split)
-        labels = np.asarray(ctx.backend.to_host(frame[got.split.target]))
+        labels = np.asarray(ctx.backend.to_host(frame[target]))
         new_value = _new_value_on_test(evaluation, best, metric)
-        champion_value = None if champion is None else _value(champion.saved, frame, labels, task, metric, threshold)
-        rows = len(frame)
     else:
-        # This run's manifest is signed (with a key set) only when the run ends: its own folder is
-        # verified by the export that wrote it moments ago, not by a signature.
-        new_saved = load_model(new_folder, device=ctx.backend.name, verify_signature=False)
-        target = got.split.target if got.split is not None else new_saved.meta.get("target")
-        if not isinstance(target, str):
-            raise DataError(f"promote: {new_folder / MODEL_DESCRIPTION} names no target column to read from the holdout")
+        assert spec.holdout is not None
+        files = input_files(spec.holdout)
+        if champion is not None:
+            unusable = _columns_missing(champion, files)
+            if unusable is not None:
+                champion = None
         read = (training_read_options(champion.run_dir, champion.manifest, champion.name) if champion is not None
                 else {"na_values": [], "dtypes": {}, "dates": {}})
-        frame = _read_holdout(spec.holdout, target, [new_saved] + ([champion.saved] if champion else []), ctx, read)
+        frame = _read_holdout(files, target, [new_saved] + ([champion.saved] if champion else []), ctx, read)
         labels = np.asarray(ctx.backend.to_host(task_labels(frame[target], task, ctx.backend, column=target)))
         new_value = _value(new_saved, frame, labels, task, metric, threshold)
-        champion_value = None if champion is None else _value(champion.saved, frame, labels, task, metric, threshold)
-        rows = len(frame)
+    rows = len(frame)
+    champion_value = None
+    if champion is not None:
+        try:
+            champion_value = _value(champion.saved, frame, labels, task, metric, threshold)
+        except Exception as exc:  # noqa: BLE001 - a champion that cannot score is a reason to keep, not to fail the run
+            unusable = f"the champion ({champion.run_id}, {champion.name}) cannot score these rows: " \
+                       f"{type(exc).__name__}: {exc}"
+            champion = None
 
     min_improvement, max_regression = spec.rule()
     if unusable is not None:
