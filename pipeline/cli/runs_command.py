@@ -48,7 +48,7 @@ def runs() -> None:
 @handle_errors
 def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: int | None,
               since: datetime | None) -> None:
-    """One line per run, newest first; `latest` marks each pipeline's last successful run."""
+    """One line per run, newest first; `latest` marks each pipeline's last successful run, `champion` the run that serves."""
     found = history.find_runs(runs_dir, pipeline_name)
     if since is not None:
         found = [run for run in found if history.started_since(run, since.replace(tzinfo=timezone.utc))]
@@ -76,7 +76,7 @@ def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: in
         table.add_row(Text(row["run_id"]), Text(row["pipeline"]), _list_status(row),
                       Text(_time(row["started"])), Text(_duration(row["duration_s"])), Text(row["device"] or ""),
                       Text(_headline(row["headline"]) or _problem(row)), *cost,
-                      Text("latest" if row["latest"] else "", style="bold"))
+                      Text(", ".join(row.get("aliases") or (["latest"] if row["latest"] else [])), style="bold"))
     print_wide(table)
     if totals:
         priced = sum(1 for row in rows if row["cost"])

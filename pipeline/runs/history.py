@@ -347,6 +347,7 @@ def summary(run: Run) -> dict[str, Any]:
         "status": ABANDONED if abandoned else run.status,
         "abandoned": abandoned is not None,
         "latest": run.latest,
+        "aliases": list(run.aliases),
         "started": run.started,
         "ended": manifest.ended if manifest else None,
         "duration_s": manifest.duration_s if manifest else None,
