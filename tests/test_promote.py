@@ -198,6 +198,23 @@ def test_a_champion_that_cannot_be_compared_with_is_kept_with_a_warning(tmp_path
     assert champion_of(config) == first.run_id
 
 
+def test_with_a_signing_key_the_champion_is_verified_and_the_gate_still_reads_its_own_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_SIGNING_KEY", "promote-tests-signing-key-0123456789abcdef")
+    holdout = tmp_path / "holdout.csv"
+    generated(100, 3).to_csv(holdout, index=False)
+    config = project(tmp_path, promote=f"inputs: [split, evaluate, export]\nholdout: {holdout}")
+    first = run(config)
+    second = run(config)
+    assert promotion(second)["champion"]["run_id"] == first.run_id
+    assert promotion(second)["champion"]["value"] == pytest.approx(promotion(second)["new"]["value"], abs=1e-9)
+    # A champion whose signed manifest was edited is not believed: kept.
+    manifest = second.run_dir / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"succeeded"', '"succeeded" ', 1))
+    third = run(config)
+    assert promotion(third)["decision"] == "kept" and second.run_id in promotion(third)["reason"]
+    assert champion_of(config) == second.run_id
+
+
 def test_runs_promote_moves_the_champion_by_hand_and_refuses_what_cannot_serve(tmp_path):
     config = project(tmp_path, extra="""\
         after: {kind: python, inputs: [promote], function: "promote_helpers:fail"}
