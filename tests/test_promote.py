@@ -110,6 +110,10 @@ def test_the_first_run_is_promoted_and_an_equal_run_with_min_improvement_is_kept
     assert decided["champion"]["run_id"] == first.run_id
     assert decided["champion"]["value"] == pytest.approx(decided["new"]["value"], abs=1e-9)
     assert "aliases" not in second.manifest.stages["promote"].facts
+    from pipeline.report.build import build_report
+
+    page = build_report(second.run_dir).read_text()
+    assert "Promotion gate <b>promote</b>: <b>kept</b>" in page and first.run_id in page
     assert champion_of(config) == first.run_id
     assert alias_target(tmp_path / "runs" / "nightly", "latest") == second.run_id
 
