@@ -265,10 +265,16 @@ def test_bad_keys_are_config_errors_naming_the_key(tmp_path, overrides, key, wor
 
 def test_wiring_and_a_metric_of_another_task_are_config_errors_naming_the_key(tmp_path):
     config = project(tmp_path, promote="inputs: [evaluate]")
-    with pytest.raises(PipelineError) as caught:
+    with pytest.raises(ConfigError) as caught:               # before any data is read
+        load_config(config)
+    issues = [issue for issue in caught.value.issues if issue.path == "stages.promote.inputs"]
+    line = next(n for n, text in enumerate(config.read_text().splitlines(), 1) if "inputs: [evaluate]" in text)
+    assert len(issues) == 2 and all(issue.line == line for issue in issues)
+    assert "split stage" in issues[0].message and "export stage" in issues[1].message
+    (tmp_path / "other").mkdir()
+    load_config(project(tmp_path / "other", promote=f"inputs: [evaluate, export]\nholdout: {tmp_path / 'rows.csv'}"))
+    with pytest.raises(ConfigError, match="stages.promote.inputs"):
         run(config)
-    text = str(caught.value)
-    assert "stages.promote.inputs" in text and "split stage" in text and "export stage" in text
     assert champion_of(config) is None
     config = project(tmp_path, promote="inputs: [split, evaluate, export]\nmetric: rmse")
     with pytest.raises(PipelineError, match=r"stages\.promote\.metric.*rmse"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -55,7 +56,7 @@ from pipeline.stages.export import ExportedFiles
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
 from pipeline.stages.split import SplitData, task_labels
 
-__all__ = ["PROMOTION_FILE", "Promotion", "PromoteSpec", "decide_promotion"]
+__all__ = ["PROMOTION_FILE", "Promotion", "PromoteSpec", "decide_promotion", "wiring_problems"]
 
 PROMOTION_FILE = "promotion.json"
 PROMOTED, KEPT = "promoted", "kept"
@@ -98,6 +99,13 @@ class PromoteSpec(StageSpec):
         if max_regression is not None and info.data.get("min_improvement") is not None:
             raise ValueError("min_improvement and max_regression are two rules for one decision: set one of them")
         return max_regression
+
+    def input_problems(self, produced: Sequence[type]) -> list[str]:
+        """The wiring, checked before any data is read (unknown outputs, a ``python`` stage's,
+        leave it to the run)."""
+        if any(t is object for t in produced):
+            return []
+        return wiring_problems(produced, holdout=self.holdout is not None)
 
     def rule(self) -> tuple[float | None, float | None]:
         """``(min_improvement, max_regression)`` as decided: min_improvement 0 when neither is set."""
@@ -159,27 +167,38 @@ class _Inputs:
     exported: list[ExportedFiles]
 
 
+def wiring_problems(produced: Sequence[type], *, holdout: bool) -> list[str]:
+    """What is wrong with inputs producing ``produced``: one evaluation, at most one split (none
+    needed with a holdout) and at least one export. Checked at validation
+    (``PromoteSpec.input_problems``) and again on the outputs when the stage runs."""
+    def count(kind: type) -> int:
+        return sum(1 for t in produced if isinstance(t, type) and issubclass(t, kind))
+
+    problems = []
+    if count(Evaluation) != 1:
+        problems.append(f"promote needs exactly one evaluate stage among its inputs (the evaluation it gates on), "
+                        f"got {count(Evaluation)}")
+    if count(SplitData) > 1:
+        problems.append(f"promote takes at most one split stage (the rows both models are scored on), "
+                        f"got {count(SplitData)}")
+    if not count(SplitData) and not holdout:
+        problems.append("promote needs the split stage among its inputs (both models are scored on its test rows) "
+                        "or a holdout: file")
+    if not count(ExportedFiles):
+        problems.append("promote needs the export stage that saves the evaluation's best model among its inputs "
+                        "(a champion is a run whose best model can be served)")
+    return problems
+
+
 def _sorted_inputs(stage: str, inputs: dict[str, Any], spec: PromoteSpec) -> _Inputs:
     """The evaluation, the split and the exports among ``inputs`` (the kind accepts these types)."""
-    where = f"stages.{stage}.inputs"
-    evaluations = [v for v in inputs.values() if isinstance(v, Evaluation)]
-    splits = [v for v in inputs.values() if isinstance(v, SplitData)]
-    exported = [v for v in inputs.values() if isinstance(v, ExportedFiles)]
-    problems = []
-    if len(evaluations) != 1:
-        problems.append(f"needs exactly one evaluate stage among its inputs (the evaluation it gates on), "
-                        f"got {len(evaluations)}")
-    if len(splits) > 1:
-        problems.append(f"takes at most one split stage (the rows both models are scored on), got {len(splits)}")
-    if not splits and spec.holdout is None:
-        problems.append("needs the split stage among its inputs (both models are scored on its test rows) "
-                        "or a holdout: file")
-    if not exported:
-        problems.append("needs the export stage that saves the evaluation's best model among its inputs "
-                        "(a champion is a run whose best model can be served)")
+    problems = wiring_problems([type(v) for v in inputs.values()], holdout=spec.holdout is not None)
     if problems:
-        raise ConfigError([ConfigIssue(where, f"promote {p}") for p in problems])
-    return _Inputs(evaluations[0], splits[0] if splits else None, exported)
+        raise ConfigError([ConfigIssue(f"stages.{stage}.inputs", p) for p in problems])
+    values = list(inputs.values())
+    split = next((v for v in values if isinstance(v, SplitData)), None)
+    return _Inputs(next(v for v in values if isinstance(v, Evaluation)), split,
+                   [v for v in values if isinstance(v, ExportedFiles)])
 
 
 def _new_model_folder(stage: str, best: str, exported: list[ExportedFiles]) -> Path:
