@@ -43,6 +43,7 @@ from pipeline.core.errors import DataError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
 from pipeline.config.plugins import load_run_plugins
 from pipeline.scoring.model_folder import scores_with_counts
+from pipeline.runs.record import RunManifest  # noqa: F401 - predict's record type, as callers import it
 from pipeline.core.problems import Task
 # What predict shares with serving and the promotion gate, kept importable from here.
 from pipeline.scoring.input_rows import (  # noqa: F401
