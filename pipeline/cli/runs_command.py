@@ -1,4 +1,4 @@
-"""``pipeline runs``: list, show, diff and prune the run folders under a runs directory.
+"""``pipeline runs``: list, show, diff, promote and prune the run folders under a runs directory.
 
 Only rendering lives here (rich tables, JSON); finding runs, resolving RUN, diffing and
 choosing what prune deletes are in ``pipeline.runs.history``.
@@ -34,7 +34,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 @click.group()
 def runs() -> None:
-    """Past runs: list, show, diff, compare and prune run folders."""
+    """Past runs: list, show, diff, compare, promote and prune run folders."""
 
 
 @runs.command("list")
@@ -48,7 +48,7 @@ def runs() -> None:
 @handle_errors
 def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: int | None,
               since: datetime | None) -> None:
-    """One line per run, newest first; `latest` marks each pipeline's last successful run."""
+    """One line per run, newest first; `latest` marks each pipeline's last successful run, `champion` the run that serves."""
     found = history.find_runs(runs_dir, pipeline_name)
     if since is not None:
         found = [run for run in found if history.started_since(run, since.replace(tzinfo=timezone.utc))]
@@ -76,7 +76,7 @@ def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: in
         table.add_row(Text(row["run_id"]), Text(row["pipeline"]), _list_status(row),
                       Text(_time(row["started"])), Text(_duration(row["duration_s"])), Text(row["device"] or ""),
                       Text(_headline(row["headline"]) or _problem(row)), *cost,
-                      Text("latest" if row["latest"] else "", style="bold"))
+                      Text(", ".join(row.get("aliases") or (["latest"] if row["latest"] else [])), style="bold"))
     print_wide(table)
     if totals:
         priced = sum(1 for row in rows if row["cost"])
@@ -125,7 +125,9 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
     status = _status(found.status, abandoned is not None)
     if abandoned:
         status.append(f" ({abandoned})")
-    if found.latest:
+    if found.aliases:
+        status.append(f"  ({', '.join(found.aliases)})")
+    elif found.latest:
         status.append("  (latest)")
     for key, value in [
         ("run", Text(f"{found.pipeline}/{found.run_id}")),
@@ -148,8 +150,42 @@ def show_run(run: str, runs_dir: str, pipeline_name: str | None, as_json: bool) 
     metrics = manifest.metrics or {}
     if isinstance(metrics.get("models"), dict) and metrics["models"]:
         _print_metrics(metrics)
+    _print_promotions(list(manifest.stages.values()))
     if manifest.error:
         stdout.print(Text("error: ", style="bold red") + Text(manifest.error))
+
+
+@runs.command("promote")
+@click.argument("run")
+@runs_dir_option
+@pipeline_option
+@handle_errors
+def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
+    """Point the pipeline's `champion` at RUN by hand: a rollback, or a first champion.
+
+    RUN is a run id, a unique prefix of one, a path to a run folder, or `latest`. It must have
+    succeeded and exported a model, with its files matching its manifest (what `pipeline serve
+    champion` and `pipeline predict champion` will load); prints where champion pointed before.
+    """
+    from pipeline.runs.layout import CHAMPION
+    from pipeline.runs.store import RunStore
+    from pipeline.scoring.run_models import choose_model, exported_models, read_manifest, run_metrics, verify_artifacts
+
+    found = history.resolve_run(run, runs_dir, pipeline_name)
+    history.require_manifest(found)
+    manifest = read_manifest(found.path)              # signed (with a key set) and succeeded
+    models = exported_models(found.path, manifest)    # a DataError when it exported none
+    best = choose_model(models, None, run_metrics(manifest), found.path)
+    verify_artifacts(found.path, manifest.artifacts, models[best])
+    pipeline_dir = found.path.parent
+    before = history.alias_target(pipeline_dir, CHAMPION)
+    name = f"{pipeline_dir.name}/{found.run_id}"
+    if before == found.run_id:
+        stdout.print(Text(f"{CHAMPION} already points to {name} (model {best}); nothing moved"))
+        return
+    RunStore(pipeline_dir.parent, pipeline_dir.name).mark_alias(found.path, CHAMPION)
+    was = f"{pipeline_dir.name}/{before}" if before else "no run (it was not set)"
+    stdout.print(Text(f"{CHAMPION} moved from {was} to {name} (model {best})"))
 
 
 @runs.command("compare")
@@ -361,6 +397,16 @@ def _print_stages(records: list[StageRecord]) -> None:
     for record in records:
         if record.error:
             stdout.print(Text(f"stage {record.name}: ", style="bold red") + Text(record.error))
+
+
+def _print_promotions(records: list[StageRecord]) -> None:
+    """A promotion gate's decision, from the ``promotion`` fact its stage recorded."""
+    for record in records:
+        decided = record.facts.get("promotion") if isinstance(record.facts, dict) else None
+        if isinstance(decided, dict) and isinstance(decided.get("decision"), str):
+            style = "bold green" if decided["decision"] == "promoted" else "bold yellow"
+            stdout.print(Text(f"{record.name}: ", style="bold") + Text(decided["decision"], style=style)
+                         + Text(f": {decided.get('reason', '')}"))
 
 
 def _mib(value: int | None) -> str:

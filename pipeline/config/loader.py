@@ -78,6 +78,7 @@ def load_config(
     issues += graph_issues
     if config is not None and not graph_issues:
         issues += _task_issues(config, doc, overridden)
+        issues += _input_issues(config, doc, overridden)
     if config is not None and check_data and not issues:
         issues += data_issues(config, lambda path, message: _issue_at(path, message, doc, overridden),
                               before_run=before_run)
@@ -311,6 +312,17 @@ def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyP
             path = ("stages", name, *where)
             source = "--set" if any(path[: len(o)] == o for o in overridden) else None
             issues.append(ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source))
+    return issues
+
+
+def _input_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIssue]:
+    """Each stage's ``input_problems`` for the types its inputs produce (``StageSpec``: no kind is
+    named here), at its ``inputs`` key."""
+    issues = []
+    for name, spec in config.stages.items():
+        produced = [STAGE_KINDS[config.stages[parent].kind].produces for parent in spec.inputs]
+        issues += [_issue_at(("stages", name, "inputs"), message, doc, overridden)
+                   for message in spec.input_problems(produced)]
     return issues
 
 

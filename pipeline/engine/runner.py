@@ -41,6 +41,7 @@ from pipeline.hooks.protocol import (
     RunPlan, StageEvent, StageProgress, elapsed,
 )
 from pipeline.hooks.hook_registry import HookContext, build_hooks
+from pipeline.runs.layout import ALIASES, LATEST
 from pipeline.runs.locks import RunLock
 from pipeline.runs.record import DeviceRecord, RunManifest, StageRecord, check_metrics
 from pipeline.runs.store import RunDir, RunStore, as_storage_error, host_name, sha256_file, utc_now
@@ -223,7 +224,30 @@ class Runner:
         except StorageError as exc:
             raise StorageError(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
                                "run before it") from exc
+        self._mark_aliases(run, manifest)
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)
+
+    def _mark_aliases(self, run: RunDir, manifest: RunManifest) -> None:
+        """Point every alias a stage's facts list under ``aliases`` at this run, now that it has
+        succeeded (a gate decides during the run; a later stage may still fail it). Only the
+        pipeline's own aliases other than ``latest`` are moved; any other name is a warning."""
+        wanted: list[str] = []
+        for record in manifest.stages.values():
+            names = record.facts.get("aliases") if isinstance(record.facts, dict) else None
+            for name in names if isinstance(names, list) else ([] if names is None else [names]):
+                if isinstance(name, str) and name in ALIASES and name != LATEST:
+                    if name not in wanted:
+                        wanted.append(name)
+                else:
+                    log.warning("stage %s asked to point alias %r at run %s; ignored (aliases a stage may move: %s)",
+                                record.name, name, run.run_id, ", ".join(a for a in ALIASES if a != LATEST))
+        for name in wanted:
+            try:
+                self.store.mark_alias(run, name)
+            except StorageError as exc:
+                raise StorageError(f"run {run.run_id} succeeded, but {exc}; '{name}' still points to the "
+                                   "run before it") from exc
+            log.info("%s now points to run %s", name, run.run_id)
 
     def _open_run(self, lock: RunLock, backend: Backend, choice: DeviceChoice, steps: list[tuple[str, bool]],
                   selected: set[str]) -> tuple[RunDir, RunManifest]:

@@ -28,7 +28,6 @@ passes the device name on.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -39,19 +38,26 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.runs import layout, record
-from pipeline.core.errors import DataError, StorageError, UsageError, input_not_found
+from pipeline.runs import layout
+from pipeline.core.errors import DataError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
 from pipeline.config.plugins import load_run_plugins
 from pipeline.scoring.model_folder import scores_with_counts
-from pipeline.runs.record import RunManifest
-from pipeline.runs.signing import signing_key, verify_run
+from pipeline.runs.record import RunManifest  # noqa: F401 - predict's record type, as callers import it
 from pipeline.core.problems import Task
+# What predict shares with serving and the promotion gate, kept importable from here.
+from pipeline.scoring.input_rows import (  # noqa: F401
+    INPUT_SUFFIXES, check_finite, check_headers, check_types, input_files, numeric_dtype_name, read_input,
+    training_read_options,
+)
+from pipeline.scoring.run_models import (  # noqa: F401
+    best_exported, choose_model, exported_models, exported_task, read_manifest, run_metrics, verify_artifacts,
+    verify_run_config,
+)
 
 log = logging.getLogger("pipeline")
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
-INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 DEFAULT_THRESHOLD = 0.5
 DRIFT_SUFFIX = ".drift.json"           # scores.parquet -> scores.drift.json, beside it
 PARTITIONED_DRIFT = "_drift.json"      # inside a partitioned scores folder: Parquet readers skip "_" names
@@ -226,15 +232,6 @@ def rebuilt_input(run_dir: Path, model: str, files: list[tuple[Path, str]], as_o
     return check_types(frame, fitted, backend, source=source, fmt="table")
 
 
-def exported_task(folder: Path) -> Task:
-    """The task of the exported model in ``folder`` (its model.json, verified by now)."""
-    meta_path = folder / "model.json"
-    try:
-        return Task.from_dict(json.loads(meta_path.read_text(encoding="utf-8")).get("task"))
-    except (OSError, ValueError, TypeError, AttributeError) as exc:
-        raise DataError(f"{meta_path}: not a model description ({type(exc).__name__}: {exc})") from None
-
-
 def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any], name: str) -> float | None:
     """The threshold of a binary model: the requested one, else the run's evaluation's, else
     0.5. Other tasks have none: one given is a usage error (it would change nothing, and a
@@ -350,282 +347,3 @@ def resolve_run(run: str | os.PathLike[str], *, runs_dir: str | os.PathLike[str]
     from pipeline.runs.history import resolve_run as find
 
     return find(str(run), runs_dir, pipeline, argument=argument).path.resolve()
-
-
-def read_manifest(run_dir: Path) -> RunManifest:
-    """The run record (``pipeline.runs.record``: a ManifestError, exit 3, when unreadable) of a
-    succeeded run: a failed or running one may have a partial export and no complete checksums.
-
-    With a signing key set (``pipeline.runs.signing``) the manifest's signature is checked first, so
-    nothing in it (status, checksums, plugins) is believed before it is known to be the run's."""
-    verify_run(run_dir)
-    manifest = record.read_manifest(run_dir)
-    if manifest.status != "succeeded":
-        raise DataError(f"run {run_dir.name} did not succeed (status: {manifest.status}); "
-                        "score with a succeeded run")
-    return manifest
-
-
-def exported_models(run_dir: Path, manifest: RunManifest) -> dict[str, str]:
-    """Model name -> folder relative to the run, as the run record declares them.
-
-    Runs recorded before the manifest had ``models`` are read from their artifact list: a
-    listed ``<stage>/models/<name>/model.json`` is an exported model (the first stage, by
-    name, wins a name), so files that are not in the manifest are never offered.
-    """
-    models = dict(manifest.models)
-    if not models:
-        for key in sorted(manifest.artifacts):
-            found = layout.exported_model_of(key)
-            if found is not None:
-                models.setdefault(found[1], layout.model_folder(*found))
-    if not models:
-        raise DataError(f"run {run_dir.name} exported no models (add an export stage with models: true)")
-    return models
-
-
-def run_metrics(manifest: RunManifest) -> dict[str, Any]:
-    """The evaluation the run reported (threshold, best model...); empty when it has none."""
-    return dict(manifest.metrics or {})
-
-
-def choose_model(models: dict[str, str], requested: str | None, metrics: dict[str, Any], run_dir: Path) -> str:
-    """The requested model, else the run's best (as its evaluation recorded it), else the best
-    exported one by the evaluation's ranking metric, in that metric's direction (lower is
-    better for losses and errors), else the only one."""
-    available = ", ".join(sorted(models))
-    if requested is not None:
-        if requested not in models:
-            raise UsageError(f"--model {requested}: run {run_dir.name} has no such exported model "
-                              f"(available: {available})")
-        return requested
-    best = metrics.get("best")
-    if best in models:
-        return str(best)
-    ranked = best_exported(models, metrics)
-    if ranked is not None:
-        log.warning("run %s: its best model %s was not exported; scoring with %s, the best exported one by %s",
-                    run_dir.name, best, ranked, metrics.get("rank_by"))
-        return ranked
-    if len(models) == 1:
-        return next(iter(models))
-    raise UsageError(f"run {run_dir.name} names no best model; pass --model (available: {available})")
-
-
-def best_exported(models: dict[str, str], metrics: dict[str, Any]) -> str | None:
-    """The exported model with the best value of the evaluation's ``rank_by`` metric (None when
-    the record does not say, or names a metric of unknown direction). Ties go to the first
-    name in sorted order; a model with no finite value is never chosen
-    (``pipeline.metrics.best_of``, which the MLflow registry's choice shares)."""
-    from pipeline.metrics import best_of
-
-    return best_of(metrics.get("models"), models, metrics.get("rank_by"))
-
-
-def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:
-    """The run's config.yaml against its checksum before the plugins it names are imported.
-    One the manifest does not list is accepted (older runs), unless runs must be signed."""
-    digest = manifest.artifacts.get(layout.CONFIG)
-    if digest is not None:
-        _verify_file(run_dir, layout.CONFIG, digest, what="run config")
-    elif signing_key() is not None and (run_dir / layout.CONFIG).exists():
-        raise DataError(f"{run_dir / layout.CONFIG} is not in run {run_dir.name}'s signed manifest; "
-                        "its plugins were not imported")
-
-
-def verify_artifacts(run_dir: Path, artifacts: Mapping[str, str], folder: str) -> None:
-    """Every file of the model folder must match its sha256 in the run record (``artifacts``)
-    before anything is loaded: a corrupt model file or state_dict is never deserialised."""
-    prefix = folder.rstrip("/") + "/"
-    listed = {key: digest for key, digest in artifacts.items() if key.startswith(prefix)}
-    for required in ("model.json", "workflow.json"):
-        if prefix + required not in listed:
-            raise DataError(f"model artifact {run_dir / folder / required} is not in the run's manifest; "
-                            "cannot verify it")
-    for key, digest in sorted(listed.items()):
-        _verify_file(run_dir, key, digest, what="model")
-    from pipeline.scoring.model_folder import model_format_of
-
-    meta_path = run_dir / prefix / "model.json"
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        # The model's format says which files it has (model.json is verified by now).
-        needed = model_format_of(meta, meta_path).files(meta)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DataError(f"{run_dir / prefix / 'model.json'}: not a model description ({exc})") from exc
-    unlisted = [name for name in needed if prefix + name not in listed]
-    if unlisted:
-        raise DataError(f"model file(s) {unlisted} of {run_dir / folder} are not in the run's manifest; "
-                        "cannot verify them")
-
-
-def _verify_file(run_dir: Path, key: str, digest: str, *, what: str) -> None:
-    from pipeline.runs.store import sha256_file
-
-    path = run_dir / key
-    if not path.is_file():
-        raise DataError(f"{what} artifact {path} is missing (the run's manifest lists it); "
-                        "the run folder is incomplete or corrupt")
-    if sha256_file(path) != digest:
-        raise DataError(f"{what} artifact {path} is corrupt: its sha256 does not match the run's manifest; "
-                        "it was not loaded")
-
-
-# ------------------------------------------------------------------ the input
-def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
-    """(file, format) pairs: the file itself, or a folder's .csv/.parquet files in name order
-    (subfolders and other files are not read)."""
-    path = Path(input)
-    if path.is_dir():
-        files = sorted((p, INPUT_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in INPUT_SUFFIXES)
-        if not files:
-            raise DataError(f"input folder {path} holds no .csv or .parquet files")
-        return files
-    if not path.is_file():
-        raise input_not_found(path)
-    fmt = INPUT_SUFFIXES.get(path.suffix.lower())
-    if fmt is None:
-        raise DataError(f"input {path}: cannot tell the format from the name (expected .csv or .parquet)")
-    return [(path, fmt)]
-
-
-def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,
-               id_column: str | None = None, na_values: Sequence[str] | None = None,
-               dtypes: Mapping[str, str] | None = None, dates: Mapping[str, str | None] | None = None) -> Any:
-    """Read and check every file, then concatenate them (in order).
-
-    All headers are checked before any file is read in full, then each file's types, so a
-    schema problem is reported before any scoring and names the file. Only the columns the
-    workflow needs (and the id) are read; extra columns are ignored. ``dtypes``: the run's
-    load dtypes (those of columns read here apply); ``dates``: the run's load date formats (the
-    same: new rows' dates parse as the training rows' did).
-    """
-    needed = check_headers(files, fitted, id_column)
-    text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
-    run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
-    run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
-    frames = []
-    for path, fmt in files:
-        # Text columns are read as text from CSV, as at training: digits-only categories would
-        # otherwise become numbers and silently match no category.
-        types = {**run_dtypes, **({c: "str" for c in text_columns} if fmt == "csv" else {})} or None
-        frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
-                             na_values=list(na_values) if na_values else None, dates=run_dates)
-        frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
-    if len(frames) == 1:
-        return frames[0]
-    return backend.frame.concat(frames, ignore_index=True)
-
-
-def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_column: str | None) -> list[str]:
-    """The columns to read; every file must have them (the first file missing any is named)."""
-    needed = list(fitted) + ([id_column] if id_column and id_column not in fitted else [])
-    for path, fmt in files:
-        present = set(_header(path, fmt))
-        missing = [c for c in needed if c not in present]
-        if missing:
-            raise DataError(f"{path}: missing column(s) {missing} that the model needs"
-                            + (f" (id column: {id_column})" if id_column in missing else ""))
-    return needed
-
-
-def _header(path: Path, fmt: str) -> list[str]:
-    """The names as the file has them (a repeated name is refused when the file is read)."""
-    from pipeline.backends.input_files import read_header
-
-    return read_header(path, fmt)
-
-
-def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Path, fmt: str) -> Any:
-    """A column numeric at fit must be numeric now, and a text column text; a column with no
-    values at all is accepted and cast to its fit-time kind."""
-    problems, text_now = [], False
-    for column, fit_dtype in fitted.items():
-        series = frame[column]
-        numeric_now = backend.is_numeric(series)
-        if int(backend.to_host(series.notna().sum())) == 0:
-            # No values at all (an empty file, a column left blank): nothing can mismatch; give
-            # it the fit-time kind so the ops see the type they were fitted on.
-            frame[column] = series.astype("float64" if numeric_dtype_name(fit_dtype) else "str")
-        elif numeric_dtype_name(fit_dtype):
-            if not numeric_now:
-                problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit")
-                text_now = True
-        elif numeric_now:
-            problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} (text) at fit")
-    if problems:
-        hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
-                if text_now and fmt == "csv" else "")
-        raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
-    check_finite(frame, [c for c, dtype in fitted.items() if numeric_dtype_name(dtype)], backend, source=source)
-    return frame
-
-
-def check_finite(frame: Any, columns: list[str], backend: Any, *, source: Path) -> None:
-    """No infinity in a numeric column ("inf", "-Infinity" in a CSV read as numbers): training
-    refused them too, and a model scores them as nonsense or not at all."""
-    from pipeline.features.workflow import first_infinite_row, infinite_columns
-
-    for column in infinite_columns(frame, columns, backend):
-        row = first_infinite_row(frame[column], backend)
-        raise DataError(f"{source}: column '{column}' holds infinite values (first at row {row}); the model was "
-                        "trained on finite numbers: replace them, or leave them blank where the features fill "
-                        "missing values")
-
-
-def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> dict[str, Any]:
-    """How the run read the rows ``model`` was trained on: the ``read_options`` its reading
-    stages recorded (``na_values``, ``dtypes``), taken from the stages upstream of the model's
-    in the run's config (every stage when that cannot be told), merged in name order. Values
-    that are not the expected types are ignored: the manifest is data, not trusted code."""
-    upstream = _upstream_stages(run_dir, model) or set(manifest.stages)
-    na_values: list[str] = []
-    dtypes: dict[str, str] = {}
-    dates: dict[str, str | None] = {}
-    for stage in sorted(upstream):
-        record_ = manifest.stages.get(stage)
-        options = record_.facts.get("read_options") if record_ is not None else None
-        if not isinstance(options, dict):
-            continue
-        values = options.get("na_values")
-        na_values += [v for v in values if isinstance(v, str) and v not in na_values] if isinstance(values, list) else []
-        types = options.get("dtypes")
-        if isinstance(types, dict):
-            dtypes.update({k: v for k, v in types.items() if isinstance(k, str) and isinstance(v, str)})
-        formats = options.get("dates")
-        if isinstance(formats, dict):
-            dates.update({k: v for k, v in formats.items() if isinstance(k, str) and (v is None or isinstance(v, str))})
-    return {"na_values": na_values, "dtypes": dtypes, "dates": dates}
-
-
-def _upstream_stages(run_dir: Path, stage: str) -> set[str]:
-    """``stage`` and every stage it reads from, directly or not, in the run's config.yaml;
-    empty when the config cannot be read or does not name ``stage``."""
-    import yaml
-
-    try:
-        data = yaml.safe_load((run_dir / layout.CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return set()
-    stages = data.get("stages") if isinstance(data, dict) else None
-    if not isinstance(stages, dict) or stage not in stages:
-        return set()
-    seen, todo = set(), [stage]
-    while todo:
-        name = todo.pop()
-        if name in seen or not isinstance(stages.get(name), dict):
-            continue
-        seen.add(name)
-        inputs = stages[name].get("inputs")
-        inputs = list(inputs.values()) if isinstance(inputs, dict) else inputs      # inputs by role
-        todo += [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
-    return seen
-
-
-def numeric_dtype_name(name: str) -> bool:
-    try:
-        dtype = pd.api.types.pandas_dtype(name)
-    except TypeError:
-        return False
-    return bool(pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))

@@ -99,6 +99,7 @@ def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, st
                      f"<b>{e(number(value))}</b> on the {e(split)} split <span class=\"note\">(ranked by "
                      f"{e(rank_by)}{', ' + e(better) if better else ''}, of {len(models)} "
                      f"model{'s' if len(models) != 1 else ''})</span></p>")
+    parts += _promotions(manifest)
     parts.append(f'<div class="scroll">{_split_table(metrics, models, rank_by)}</div>')
     positive = (f"; the positive class is {e(plain(task.get('positive')))}" if task.get("kind") == "binary"
                 and task.get("positive") is not None else "")
@@ -110,6 +111,25 @@ def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, st
         parts.append((switches([m for m in models if m in everyone], everyone) if per_model else "")
                      + figure_row(shown))
     return "result", "Result", "".join(parts)
+
+
+def _promotions(manifest: Any) -> list[str]:
+    """A promotion gate's decision under the best model: whether this run's model became the
+    champion, against which numbers (the ``promotion`` fact its stage recorded; data, escaped)."""
+    parts = []
+    for record in manifest.stages.values():
+        decided = record.facts.get("promotion") if isinstance(record.facts, dict) else None
+        if not isinstance(decided, dict) or not isinstance(decided.get("decision"), str):
+            continue
+        new, champion = decided.get("new") or {}, decided.get("champion") or {}
+        numbers = f"{e(decided.get('metric'))} {e(number(new.get('value')))}"
+        if champion:
+            numbers += (f" against champion {e(champion.get('model'))} of run {e(champion.get('run_id'))}: "
+                        f"{e(number(champion.get('value')))}")
+        parts.append(f'<p>Promotion gate <b>{e(record.name)}</b>: <b>{e(decided["decision"])}</b> · {numbers} on '
+                     f'{e(decided.get("rows"))} rows <span class="note">({e(decided.get("reason"))}; '
+                     f'{e(record.name)}/promotion.json)</span></p>')
+    return parts
 
 
 def _headline_figures(sources: RunSources, evaluation: Evaluation) -> list[str]:

@@ -215,7 +215,8 @@ def _alias_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument:
             names = ", ".join(f.name for f in folders)
             raise _not_found(argument, f"no {alias} run under '{runs_dir}': {unset} in any of its pipelines ({names})")
         others = [f.name for f in folders if alias_target(f, alias) is None]
-        without = f" (no {alias} run yet: {', '.join(others)})" if others else ""
+        none_yet = "no succeeded run yet" if alias == LATEST else f"no {alias} yet"
+        without = f" ({none_yet}: {', '.join(others)})" if others else ""
         raise _not_found(argument, f"'{alias}' is ambiguous: '{runs_dir}' holds several pipelines with a {alias} run: "
                                    f"{', '.join(pointed)}{without}; pick one with --pipeline NAME, e.g. "
                                    f"--pipeline {pointed[0]}")
@@ -347,6 +348,7 @@ def summary(run: Run) -> dict[str, Any]:
         "status": ABANDONED if abandoned else run.status,
         "abandoned": abandoned is not None,
         "latest": run.latest,
+        "aliases": list(run.aliases),
         "started": run.started,
         "ended": manifest.ended if manifest else None,
         "duration_s": manifest.duration_s if manifest else None,

@@ -20,6 +20,7 @@ from pipeline.stages.stack import StackedModel, StackSpec, fit_stack
 from pipeline.stages.auto import AutoSpec, fit_auto
 from pipeline.stages.evaluate import EvaluateSpec, Evaluation, binary_metrics, evaluate_models
 from pipeline.stages.export import ExportSpec, predictions_frame, save_model
+from pipeline.stages.promote import PromoteSpec, Promotion
 from pipeline.stages.python import PythonSpec
 # isort: on
 
@@ -29,5 +30,5 @@ __all__ = [
     "TorchSpec", "TorchTrainedModel", "TrainSpec", "TrainedModel", "binary_metrics", "build_features", "cross_validate", "evaluate_models",
     "load_table", "predictions_frame", "register_stage", "save_model", "split_frame", "train_model",
     "fit_ensemble", "train_torch", "StackedModel", "StackSpec", "fit_stack", "bag_model", "BaggedModel",
-    "AutoSpec", "fit_auto",
+    "AutoSpec", "fit_auto", "PromoteSpec", "Promotion",
 ]

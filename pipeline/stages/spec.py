@@ -20,7 +20,7 @@ The params model (``StageSpec``) declares the rest, each with a default that say
 overridden by the kinds that take part: ``declared_task``/``task_problems`` (the task checks at
 validation), ``sample_overrides`` (``pipeline parity --sample``), ``reading`` and
 ``at_cutoff``/``scoring_passthrough`` (``pipeline predict --as-of``), ``preview``/
-``columns_read``/``preview_problems`` (the checks before data is read) and
+``columns_read``/``preview_problems``/``input_problems`` (the checks before data is read) and
 ``validating_model`` (a field over another registry: ``features``' ops). Commands and checks
 call these instead of looking for fields or methods with getattr.
 
@@ -32,7 +32,7 @@ registers kinds with the same ``register_stage`` (see ``pipeline.config.plugins`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -188,6 +188,14 @@ class StageSpec(BaseModel):
         """Rules across stages that fail at run time otherwise, as ``(key path in this block,
         message)``: a ``tune:`` on a split without validation rows, an ensemble of models
         from different features."""
+        return []
+
+    def input_problems(self, produced: Sequence[type]) -> list[str]:
+        """What this block needs of its inputs taken together, from the types they produce (in
+        ``inputs`` order; ``object`` where unknown until it runs), each a message reported at
+        its ``inputs`` key before any data is read: ``promote`` needs one evaluation, an export,
+        and the split unless it has a holdout. Each input alone is checked against the kind's
+        ``accepts`` already. Default: nothing."""
         return []
 
     def scoring_passthrough(self) -> int | None:

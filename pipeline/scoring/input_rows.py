@@ -1,0 +1,187 @@
+"""Reading rows to score as a run's model expects them: the files of an input, their columns
+and types checked against those the feature workflow was fitted on, and read with the options
+the run's load used (missing-value strings, dtypes, date formats).
+
+Shared by ``pipeline predict`` and the ``promote`` stage's ``holdout:`` file, so a labelled
+holdout is read exactly as new rows to score are: a schema problem names the file and every
+offending column before anything is scored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline.core.errors import DataError, input_not_found
+from pipeline.runs import layout
+from pipeline.runs.record import RunManifest
+
+INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+__all__ = [
+    "INPUT_SUFFIXES", "check_finite", "check_headers", "check_types", "input_files", "numeric_dtype_name",
+    "read_input", "training_read_options",
+]
+
+
+def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """(file, format) pairs: the file itself, or a folder's .csv/.parquet files in name order
+    (subfolders and other files are not read)."""
+    path = Path(input)
+    if path.is_dir():
+        files = sorted((p, INPUT_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
+                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in INPUT_SUFFIXES)
+        if not files:
+            raise DataError(f"input folder {path} holds no .csv or .parquet files")
+        return files
+    if not path.is_file():
+        raise input_not_found(path)
+    fmt = INPUT_SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"input {path}: cannot tell the format from the name (expected .csv or .parquet)")
+    return [(path, fmt)]
+
+
+def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,
+               id_column: str | None = None, na_values: Sequence[str] | None = None,
+               dtypes: Mapping[str, str] | None = None, dates: Mapping[str, str | None] | None = None) -> Any:
+    """Read and check every file, then concatenate them (in order).
+
+    All headers are checked before any file is read in full, then each file's types, so a
+    schema problem is reported before any scoring and names the file. Only the columns the
+    workflow needs (and the id) are read; extra columns are ignored. ``dtypes``: the run's
+    load dtypes (those of columns read here apply); ``dates``: the run's load date formats (the
+    same: new rows' dates parse as the training rows' did).
+    """
+    needed = check_headers(files, fitted, id_column)
+    text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
+    run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
+    run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
+    frames = []
+    for path, fmt in files:
+        # Text columns are read as text from CSV, as at training: digits-only categories would
+        # otherwise become numbers and silently match no category.
+        types = {**run_dtypes, **({c: "str" for c in text_columns} if fmt == "csv" else {})} or None
+        frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
+                             na_values=list(na_values) if na_values else None, dates=run_dates)
+        frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
+    if len(frames) == 1:
+        return frames[0]
+    return backend.frame.concat(frames, ignore_index=True)
+
+
+def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_column: str | None) -> list[str]:
+    """The columns to read; every file must have them (the first file missing any is named)."""
+    needed = list(fitted) + ([id_column] if id_column and id_column not in fitted else [])
+    for path, fmt in files:
+        present = set(_header(path, fmt))
+        missing = [c for c in needed if c not in present]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {missing} that the model needs"
+                            + (f" (id column: {id_column})" if id_column in missing else ""))
+    return needed
+
+
+def _header(path: Path, fmt: str) -> list[str]:
+    """The names as the file has them (a repeated name is refused when the file is read)."""
+    from pipeline.backends.input_files import read_header
+
+    return read_header(path, fmt)
+
+
+def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Path, fmt: str) -> Any:
+    """A column numeric at fit must be numeric now, and a text column text; a column with no
+    values at all is accepted and cast to its fit-time kind."""
+    problems, text_now = [], False
+    for column, fit_dtype in fitted.items():
+        series = frame[column]
+        numeric_now = backend.is_numeric(series)
+        if int(backend.to_host(series.notna().sum())) == 0:
+            # No values at all (an empty file, a column left blank): nothing can mismatch; give
+            # it the fit-time kind so the ops see the type they were fitted on.
+            frame[column] = series.astype("float64" if numeric_dtype_name(fit_dtype) else "str")
+        elif numeric_dtype_name(fit_dtype):
+            if not numeric_now:
+                problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit")
+                text_now = True
+        elif numeric_now:
+            problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} (text) at fit")
+    if problems:
+        hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
+                if text_now and fmt == "csv" else "")
+        raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
+    check_finite(frame, [c for c, dtype in fitted.items() if numeric_dtype_name(dtype)], backend, source=source)
+    return frame
+
+
+def check_finite(frame: Any, columns: list[str], backend: Any, *, source: Path) -> None:
+    """No infinity in a numeric column ("inf", "-Infinity" in a CSV read as numbers): training
+    refused them too, and a model scores them as nonsense or not at all."""
+    from pipeline.features.workflow import first_infinite_row, infinite_columns
+
+    for column in infinite_columns(frame, columns, backend):
+        row = first_infinite_row(frame[column], backend)
+        raise DataError(f"{source}: column '{column}' holds infinite values (first at row {row}); the model was "
+                        "trained on finite numbers: replace them, or leave them blank where the features fill "
+                        "missing values")
+
+
+def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> dict[str, Any]:
+    """How the run read the rows ``model`` was trained on: the ``read_options`` its reading
+    stages recorded (``na_values``, ``dtypes``), taken from the stages upstream of the model's
+    in the run's config (every stage when that cannot be told), merged in name order. Values
+    that are not the expected types are ignored: the manifest is data, not trusted code."""
+    upstream = _upstream_stages(run_dir, model) or set(manifest.stages)
+    na_values: list[str] = []
+    dtypes: dict[str, str] = {}
+    dates: dict[str, str | None] = {}
+    for stage in sorted(upstream):
+        record_ = manifest.stages.get(stage)
+        options = record_.facts.get("read_options") if record_ is not None else None
+        if not isinstance(options, dict):
+            continue
+        values = options.get("na_values")
+        na_values += [v for v in values if isinstance(v, str) and v not in na_values] if isinstance(values, list) else []
+        types = options.get("dtypes")
+        if isinstance(types, dict):
+            dtypes.update({k: v for k, v in types.items() if isinstance(k, str) and isinstance(v, str)})
+        formats = options.get("dates")
+        if isinstance(formats, dict):
+            dates.update({k: v for k, v in formats.items() if isinstance(k, str) and (v is None or isinstance(v, str))})
+    return {"na_values": na_values, "dtypes": dtypes, "dates": dates}
+
+
+def _upstream_stages(run_dir: Path, stage: str) -> set[str]:
+    """``stage`` and every stage it reads from, directly or not, in the run's config.yaml;
+    empty when the config cannot be read or does not name ``stage``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((run_dir / layout.CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return set()
+    stages = data.get("stages") if isinstance(data, dict) else None
+    if not isinstance(stages, dict) or stage not in stages:
+        return set()
+    seen, todo = set(), [stage]
+    while todo:
+        name = todo.pop()
+        if name in seen or not isinstance(stages.get(name), dict):
+            continue
+        seen.add(name)
+        inputs = stages[name].get("inputs")
+        inputs = list(inputs.values()) if isinstance(inputs, dict) else inputs      # inputs by role
+        todo += [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
+    return seen
+
+
+def numeric_dtype_name(name: str) -> bool:
+    try:
+        dtype = pd.api.types.pandas_dtype(name)
+    except TypeError:
+        return False
+    return bool(pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
