@@ -300,3 +300,30 @@ def metrics_setting(metrics: dict[str, Any]) -> str:
     task = metrics.get("task")
     kind = task.get("kind", "binary") if isinstance(task, dict) else "binary"
     return f", threshold {metrics.get('threshold')}" if kind == "binary" else ""
+
+
+THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
+
+
+def scoring_options(threshold_note: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options of every command that scores with a run's model (``predict``, ``serve``):
+    where the runs are, which pipeline, the device and a binary model's threshold."""
+    options = [
+        click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=str),
+                     help="Where run folders are."),
+        click.option("--pipeline", "pipeline_name", metavar="NAME",
+                     help="Pipeline (config name) under --runs-dir; needed only when it holds several."),
+        click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
+                     help="Where to score."),
+        click.option("--threshold", type=THRESHOLD, metavar="T",
+                     help="Binary models: score at or above which prediction is 1 (default: the run's evaluate "
+                          f"threshold, else 0.5).{threshold_note}"),
+    ]
+
+    def apply(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return apply
+

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import click
 
-from pipeline.cli.options import JSON_ERRORS, handle_errors, stderr
+from pipeline.cli.options import JSON_ERRORS, handle_errors, scoring_options, stderr
 
-_THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 _DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
 
 
@@ -22,16 +21,7 @@ _DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
               help="Where the scores go: .parquet or .csv (written atomically); with --partitioned a "
                    "folder of Parquet files.")
 @click.option("--model", metavar="NAME", help="Exported model to use (default: the run's best).")
-@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=str),
-              help="Where run folders are.")
-@click.option("--pipeline", "pipeline_name", metavar="NAME",
-              help="Pipeline (config name) under --runs-dir; needed only when it holds several.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
-              help="Where to score.")
-@click.option("--threshold", type=_THRESHOLD, metavar="T",
-              help="Binary models: score at or above which prediction is 1 (default: the run's evaluate "
-                   "threshold, else 0.5). Multiclass and regression models have no threshold: giving one "
-                   "is a usage error (exit 2).")
+@scoring_options(" Multiclass and regression models have no threshold: giving one is a usage error (exit 2).")
 @click.option("--drift-threshold", type=_DRIFT_THRESHOLD, metavar="PSI",
               help="Features whose population stability index (scored rows against the training rows) is over "
                    "this are named in a warning (default: 0.2, a significant shift); the drift summary is "

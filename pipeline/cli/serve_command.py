@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import click
 
-from pipeline.cli.options import JSON_ERRORS, handle_errors
-
-_THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
+from pipeline.cli.options import JSON_ERRORS, handle_errors, scoring_options
 
 
 @click.command()
@@ -21,15 +19,7 @@ _THRESHOLD = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
                    "proxy that adds TLS and authentication.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on; 0 picks a free one (the ready line says which).")
-@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False, path_type=str),
-              help="Where run folders are.")
-@click.option("--pipeline", "pipeline_name", metavar="NAME",
-              help="Pipeline (config name) under --runs-dir; needed only when it holds several.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
-              help="Where to score.")
-@click.option("--threshold", type=_THRESHOLD, metavar="T",
-              help="Binary models: score at or above which prediction is 1 (default: the run's evaluate threshold, "
-                   "else 0.5).")
+@scoring_options()
 @click.option("--max-batch-rows", default=1024, show_default=True, type=click.IntRange(min=1),
               help="Most rows scored in one model call; requests that arrive together are batched up to this.")
 @click.option("--max-wait-ms", default=2.0, show_default=True, type=click.FloatRange(min=0),

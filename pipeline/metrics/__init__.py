@@ -28,7 +28,8 @@ from pipeline.core.problems import Task
 
 __all__ = [
     "ALL_METRICS", "HIGHER_IS_BETTER", "METRIC_NAMES", "best_of", "binary_metrics", "class_table", "confusion_matrix",
-    "default_metric", "is_better", "metric_names", "multiclass_metrics", "regression_metrics", "task_metrics",
+    "default_metric", "is_better", "known_metric", "metric_names", "multiclass_metrics", "regression_metrics",
+    "task_metrics",
 ]
 
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -63,6 +64,19 @@ def best_of(scored: Any, names: Iterable[str], metric: Any) -> str | None:
         return None
     pick = max if HIGHER_IS_BETTER[metric] else min
     return pick(values, key=lambda name: values[name])
+
+
+def known_metric(name: str | None) -> str | None:
+    """``name`` when it is a metric of some task (None passes); else a ValueError that lists them
+    and suggests the closest, for a config field's validator (evaluate's ``rank_by``, promote's
+    ``metric``). Whether it fits the models' task is known only at run time."""
+    if name is not None and name not in ALL_METRICS:
+        import difflib
+
+        close = difflib.get_close_matches(name, ALL_METRICS, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"unknown metric '{name}' (one of: {', '.join(ALL_METRICS)}){hint}")
+    return name
 
 
 def metric_names(task_kind: str) -> tuple[str, ...]:

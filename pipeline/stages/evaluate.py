@@ -14,7 +14,6 @@ takes the run's best from the record, so it never guesses a direction either.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +21,7 @@ from pydantic import Field, field_validator
 
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, class_table, confusion_matrix,
-                              default_metric, is_better, metric_names, task_metrics)
+                              default_metric, is_better, known_metric, metric_names, task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
 from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, SCORED_ROWS, explain_models
@@ -124,11 +123,7 @@ class EvaluateSpec(StageSpec):
     @classmethod
     def _known_metric(cls, rank_by: str | None) -> str | None:
         """Any task's metric passes here; whether it fits the models' task is known at run time."""
-        if rank_by is not None and rank_by not in ALL_METRICS:
-            close = difflib.get_close_matches(rank_by, ALL_METRICS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown metric '{rank_by}' (one of: {', '.join(ALL_METRICS)}){hint}")
-        return rank_by
+        return known_metric(rank_by)
 
 
 def shared_task(models: list[TrainedModel]) -> Task:

@@ -33,7 +33,6 @@ the champion points when it runs, which no cache key of its inputs covers.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError, PipelineError
 from pipeline.core.problems import Task
-from pipeline.metrics import ALL_METRICS, HIGHER_IS_BETTER, task_metrics
+from pipeline.metrics import ALL_METRICS, HIGHER_IS_BETTER, known_metric, task_metrics
 from pipeline.runs.history import alias_target
 from pipeline.runs.layout import CHAMPION, MODEL_DESCRIPTION, MODELS_DIR, RunLayout
 from pipeline.scoring.input_rows import input_files, read_input, training_read_options
@@ -87,11 +86,7 @@ class PromoteSpec(StageSpec):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, metric: str | None) -> str | None:
-        if metric is not None and metric not in ALL_METRICS:
-            close = difflib.get_close_matches(metric, ALL_METRICS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown metric '{metric}' (one of: {', '.join(ALL_METRICS)}){hint}")
-        return metric
+        return known_metric(metric)
 
     @field_validator("max_regression")
     @classmethod
