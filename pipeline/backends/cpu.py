@@ -148,7 +148,9 @@ class CpuBackend(Backend):
             # A few rows (a served request): a dict lookup per value is a tenth of the cost of
             # the vectorised lookups' set-up. Same codes: both match by equality and hash.
             positions = _category_positions(*key)
-            codes = np.fromiter((positions.get(value, 0) if value == value else 0 for value in series.tolist()),
+            missing = series.isna().to_numpy()           # NaN, None and pd.NA: code 0, never compared
+            codes = np.fromiter((0 if gone else positions.get(value, 0)
+                                 for value, gone in zip(series.tolist(), missing, strict=True)),
                                 dtype=np.int32, count=len(series))
             return pd.Series(codes, index=series.index, dtype="int32")
         index = _category_index(*key) if key is not None else _new_category_index(categories, series.dtype)
