@@ -51,8 +51,8 @@ from pipeline.scoring.input_rows import (  # noqa: F401
     training_read_options,
 )
 from pipeline.scoring.run_models import (  # noqa: F401
-    best_exported, choose_model, exported_models, exported_task, read_manifest, run_metrics, verify_artifacts,
-    verify_run_config,
+    best_exported, checked_run_model, choose_model, exported_models, exported_task, read_manifest, run_metrics,
+    verify_artifacts, verify_run_config,
 )
 
 log = logging.getLogger("pipeline")
@@ -195,18 +195,16 @@ def open_model(run: str | os.PathLike[str], *, model: str | None = None, runs_di
     from pipeline.scoring.model_folder import load_model
 
     run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline, argument=argument)
-    manifest = read_manifest(run_dir)
-    verify_run_config(run_dir, manifest)                 # it names the plugins imported next
-    load_run_plugins(run_dir, manifest.config_file)     # models a plugin registered load like built-ins
-    models = exported_models(run_dir, manifest)
+    # Its plugins are imported once its config is verified: models a plugin registered load
+    # like built-ins.
+    manifest, name, folder = checked_run_model(
+        run_dir, model=model, config_verified=lambda checked: load_run_plugins(run_dir, checked.config_file))
     metrics = run_metrics(manifest)
-    name = choose_model(models, model, metrics, run_dir)
-    verify_artifacts(run_dir, manifest.artifacts, models[name])
-    task = exported_task(run_dir / models[name])
+    task = exported_task(run_dir / folder)
     threshold = decide_threshold(task, threshold, metrics, name)
     read = training_read_options(run_dir, manifest, name)
     backend, _ = resolve_backend(device or "auto")
-    saved = load_model(run_dir / models[name], device=backend.name)
+    saved = load_model(run_dir / folder, device=backend.name)
     return OpenedModel(run_dir=run_dir, manifest=manifest, name=name, task=task, threshold=threshold,
                        metrics=metrics, read=read, backend=backend, saved=saved)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,17 +47,29 @@ class RunModel:
         return self.run_dir.name
 
 
-def open_run_model(run_dir: Path, *, model: str | None = None, device: str | None = None) -> RunModel:
-    """The run's ``model`` (None: its best), after the checks ``predict`` makes: the run
-    succeeded, its config and the model's files match the manifest, then the folder loads.
-    The run's plugins are the caller's to import (``pipeline.config.plugins``) before this."""
+def checked_run_model(run_dir: Path, *, model: str | None = None,
+                      config_verified: Callable[[RunManifest], None] | None = None) -> tuple[RunManifest, str, str]:
+    """The run's manifest, ``model``'s name (None: the run's best) and folder, after the checks
+    ``predict`` makes before loading anything: the run succeeded, its config and the model's
+    files match the manifest. ``config_verified`` runs once the config is known to be the
+    run's own, before any model is looked up: where ``predict`` and ``serve`` import the
+    plugins it names (a layer above this one)."""
     manifest = read_manifest(run_dir)
     verify_run_config(run_dir, manifest)
+    if config_verified is not None:
+        config_verified(manifest)
     models = exported_models(run_dir, manifest)
     name = choose_model(models, model, run_metrics(manifest), run_dir)
     verify_artifacts(run_dir, manifest.artifacts, models[name])
-    saved = load_model(run_dir / models[name], device=device)
-    return RunModel(run_dir=run_dir, manifest=manifest, name=name, folder=models[name], saved=saved)
+    return manifest, name, models[name]
+
+
+def open_run_model(run_dir: Path, *, model: str | None = None, device: str | None = None) -> RunModel:
+    """The run's ``model`` (None: its best), checked (``checked_run_model``) and loaded.
+    The run's plugins are the caller's to import (``pipeline.config.plugins``) before this."""
+    manifest, name, folder = checked_run_model(run_dir, model=model)
+    saved = load_model(run_dir / folder, device=device)
+    return RunModel(run_dir=run_dir, manifest=manifest, name=name, folder=folder, saved=saved)
 
 
 def exported_task(folder: Path) -> Task:
