@@ -218,3 +218,63 @@ def test_run_evaluate_writes_the_curves_it_computed(tmp_path):
     assert curves["split"] == "test" and curves["task"] == {"kind": "binary"}
     assert curves["models"]["a"] == json.loads(json.dumps(evaluation.curves["a"]))
     assert ctx.run_record["metrics"]["splits"]["train"]["a"] == evaluation.splits["train"]["a"]
+
+
+class CountingLogistic:
+    """A fitted logistic regression that records the rows of every call to score it."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        from sklearn.linear_model import LogisticRegression
+
+        self.inner = LogisticRegression().fit(x, y)
+        self.classes_ = self.inner.classes_
+        self.scored: list[int] = []
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        self.scored.append(len(x))
+        return self.inner.predict_proba(x)
+
+
+def _fitted_binary(rows: dict[str, int]) -> tuple[TrainedModel, CountingLogistic]:
+    from pipeline.stages.training.trained import SplitScores
+
+    rng = np.random.default_rng(11)
+    X = {s: rng.normal(size=(n, 3)).astype("float32") for s, n in rows.items()}
+    y = {s: (x[:, 0] + rng.normal(size=len(x)) > 0).astype("int32") for s, x in X.items()}
+    feats = InMemoryFeatures(X=X, y=y, ids={}, feature_names=["a", "b", "c"], workflow=None, target="y",
+                             id_column=None, backend=get_backend("cpu"), task=BINARY)
+    estimator = CountingLogistic(X["train"], y["train"])
+    return TrainedModel(name="m", model="logistic_regression", estimator=estimator, features=feats,
+                        scores=SplitScores.of_estimator(estimator, feats), params={}), estimator
+
+
+def test_the_training_split_past_train_rows_is_scored_on_every_kth_row_and_says_so():
+    model, estimator = _fitted_binary({"train": 1000, "valid": 400, "test": 500})
+    evaluation = evaluate_models([model], train_rows=300)
+    # ceil(1000 / 300) = 4: rows 0, 4, 8, ... of the training split, 250 of them
+    assert sorted(estimator.scored) == [250, 400, 500]
+    x, labels = model.features.X["train"][::4], model.features.labels("train")[::4]
+    expected = skm.roc_auc_score(labels, estimator.inner.predict_proba(x)[:, 1])
+    assert evaluation.splits["train"]["m"]["roc_auc"] == pytest.approx(expected, abs=1e-12)
+    assert evaluation.sampled == {"train": {"m": {"rows": 250, "of": 1000}}}
+    assert evaluation.to_dict()["sampled"] == evaluation.sampled
+    assert "sampled" in evaluation.record()
+    # valid and test stay whole, whatever their size
+    whole = skm.roc_auc_score(model.features.labels("valid"), model.scores["valid"])
+    assert evaluation.splits["valid"]["m"]["roc_auc"] == pytest.approx(whole, abs=1e-12)
+
+
+def test_train_rows_none_or_a_small_split_or_ranking_on_train_scores_every_row():
+    for kwargs in ({"train_rows": None}, {"train_rows": 1000}, {"train_rows": 300, "split": "train"}):
+        model, estimator = _fitted_binary({"train": 1000, "valid": 400, "test": 500})
+        evaluation = evaluate_models([model], **kwargs)
+        assert 1000 in estimator.scored, kwargs
+        assert evaluation.sampled == {} and "sampled" not in evaluation.to_dict(), kwargs
+        whole = skm.roc_auc_score(model.features.labels("train"), model.scores["train"])
+        assert evaluation.splits["train"]["m"]["roc_auc"] == pytest.approx(whole, abs=1e-12)
+
+
+def test_train_rows_is_validated_at_its_key():
+    with pytest.raises(Exception, match="train_rows"):
+        EvaluateSpec(kind="evaluate", inputs=["m"], train_rows=0)
+    assert EvaluateSpec(kind="evaluate", inputs=["m"], train_rows=None).train_rows is None

@@ -19,6 +19,7 @@ from pipeline.report import REPORT, report_enabled
 from pipeline.report.html import duration, number
 
 pytestmark = pytest.mark.slow
+TRAIN_SAMPLE = 2000          # evaluate's train_rows in the churn run: its ~4,900 training rows are sampled
 
 
 def cli(*args: str, cwd: Path, report: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -108,11 +109,13 @@ def _section(text: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def churn_run(tmp_path_factory) -> Path:
-    """One run of the shipped churn config, as a user starts it (the report on by default)."""
+    """One run of the shipped churn config, as a user starts it (the report on by default),
+    with the training split's metrics on a sample (as a table past 250,000 training rows has)."""
     from tests.conftest import copy_project
 
     project = copy_project(tmp_path_factory.mktemp("report"))
-    proc = cli("run", "configs/churn.yaml", "--device", "cpu", cwd=project)
+    proc = cli("run", "configs/churn.yaml", "--device", "cpu", "--set", f"stages.evaluate.train_rows={TRAIN_SAMPLE}",
+               cwd=project)
     assert proc.returncode == 0, proc.stderr
     return (project / "runs" / "churn" / "latest").resolve()
 
@@ -146,6 +149,10 @@ def test_every_metric_shown_is_the_recorded_one(churn_run):
     assert [row[0] for row in rows] == list(metrics["models"])               # one row per model
     assert names[0] == metrics["rank_by"] and set(names) == set(metrics["models"][metrics["best"]])
     assert splits == list(metrics["splits"]) == ["train", "valid", "test"]
+    train_rows = read_manifest(churn_run).stages["split"].facts["rows"]["train"]
+    sample = len(range(0, train_rows, -(-train_rows // TRAIN_SAMPLE)))            # every k-th row
+    assert metrics["sampled"] == {"train": {m: {"rows": sample, "of": train_rows} for m in metrics["models"]}}
+    assert f"The train metrics are of {number(sample)} of its {number(train_rows)} rows" in (churn_run / REPORT).read_text(encoding="utf-8")
     for row in rows:                                                          # every model on every split
         for i, name in enumerate(names):
             for j, split in enumerate(splits):

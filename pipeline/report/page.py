@@ -104,7 +104,7 @@ def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, st
     positive = (f"; the positive class is {e(plain(task.get('positive')))}" if task.get("kind") == "binary"
                 and task.get("positive") is not None else "")
     parts.append(f'<p class="note">One row per model, each metric on the train, valid and test splits; from '
-                 f"{e(key)}/metrics.json{positive}.</p>")
+                 f"{e(key)}/metrics.json{positive}.{_sampled_note(metrics)}</p>")
     shown = _headline_figures(sources, evaluation)
     if shown:
         per_model = any("--m" in svg for svg in shown)          # a figure the model switches act on
@@ -230,7 +230,8 @@ def _evaluation(sources: RunSources, evaluation: Evaluation, headline: bool = Fa
     if not headline:
         parts.append(f'<div class="scroll">{_split_table(metrics, models, metrics.get("rank_by"))}</div>')
     parts.append(f'<p class="note">From {e(evaluation.stage)}/metrics.json; ranked by {e(metrics.get("rank_by"))} '
-                 f'on the {e(metrics.get("split"))} split; best: <b>{e(metrics.get("best"))}</b>.</p>')
+                 f'on the {e(metrics.get("split"))} split; best: <b>{e(metrics.get("best"))}</b>.'
+                 f'{_sampled_note(metrics)}</p>')
     curves = (evaluation.curves or {}).get("models", {})
     key = evaluation.stage
     if task == "binary" and curves:
@@ -491,6 +492,18 @@ def _split_table(metrics: Mapping[str, Any], models: Sequence[str], rank_by: Any
                 row.append(f'<td class="{classes}">{e(number(value))}</td>' if classes else cell(value))
         rows.append(row)
     return grouped_table("model", [(name, splits) for name in names], rows, css="metrics")
+
+
+def _sampled_note(metrics: Mapping[str, Any]) -> str:
+    """A sentence per sampled split (evaluate's ``sampled``: the training split past
+    ``train_rows``), so nobody reads a sample's metrics as the whole split's."""
+    notes = []
+    for split, per_model in (metrics.get("sampled") or {}).items():
+        sizes = {(v.get("rows"), v.get("of")) for v in per_model.values() if isinstance(v, Mapping)}
+        for rows, of in sorted(sizes, key=str):
+            notes.append(f" The {e(split)} metrics are of {e(number(rows))} of its {e(number(of))} rows (every "
+                         f"k-th row; evaluate's train_rows).")
+    return "".join(notes)
 
 
 def _task(sources: RunSources, metrics: Mapping[str, Any]) -> dict[str, Any]:
