@@ -209,3 +209,44 @@ def test_local_cluster_workers_run_columns_on_one_thread(monkeypatch):
     config = SimpleNamespace(n_workers=1, threads_per_worker=1, memory_limit="auto")
     with _local_cluster(config) as cluster, Client(cluster) as client:
         assert set(client.run(thread_count).values()) == {1}
+
+
+# ------------------------------------------------------------------ taking rows
+def _every_kind_of_column(rows: int) -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    text = pd.array(rng.choice(["a", "bb", None, "ccc"], rows), dtype="str")
+    frame = pd.DataFrame({
+        "int": rng.integers(0, 100, rows), "float": rng.normal(size=rows),
+        "float32": rng.normal(size=rows).astype("float32"), "bool": rng.random(rows) > 0.5,
+        "text": text, "object": pd.Series(rng.choice(["x", "y"], rows), dtype=object),
+        "category": pd.Categorical(rng.choice(["p", "q", "r"], rows)),
+        "nullable": pd.array(np.where(rng.random(rows) > 0.9, None, rng.integers(0, 5, rows)), dtype="Int64"),
+        "when": pd.date_range("2026-01-01", periods=rows, freq="min", tz="UTC"),
+    }, index=pd.RangeIndex(rows) + 7)
+    frame.columns.name = "cols"
+    frame.attrs["source"] = "every kind"
+    return frame
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "4"])
+def test_a_large_take_on_threads_is_pandas_iloc_column_for_column(monkeypatch, threads):
+    from pipeline.backends.cpu import THREADED_TAKE_ROWS
+
+    monkeypatch.setenv(THREADS_ENV, threads)
+    frame = _every_kind_of_column(THREADED_TAKE_ROWS + 500)
+    positions = np.sort(np.random.default_rng(1).choice(len(frame), THREADED_TAKE_ROWS + 100, replace=False))
+    taken = CpuBackend().take(frame, positions)
+    expected = frame.iloc[positions].reset_index(drop=True)
+    pd.testing.assert_frame_equal(taken, expected, check_exact=True)
+    assert taken.attrs == {"source": "every kind"} and taken.columns.name == "cols"
+    taken.iloc[0, 0] = -1                                     # a copy: the source frame is untouched
+    assert frame.iloc[positions[0], 0] != -1
+
+
+def test_a_small_take_or_repeated_names_go_through_iloc():
+    frame = _every_kind_of_column(1000)
+    positions = np.array([3, 1, 999, 0])
+    pd.testing.assert_frame_equal(CpuBackend().take(frame, positions), frame.iloc[positions].reset_index(drop=True))
+    repeated = pd.concat([frame[["int"]], frame[["int"]]], axis=1).iloc[np.zeros(40_000, dtype=int) % 1000]
+    taken = CpuBackend().take(repeated, np.arange(40_000))
+    assert list(taken.columns) == ["int", "int"] and len(taken) == 40_000
