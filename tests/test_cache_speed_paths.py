@@ -109,6 +109,40 @@ def test_arrow_string_columns_are_stored_without_combining_their_chunks(tmp_path
     assert loaded["id"].str.startswith("c").all()       # a working string column, not just equal bytes
 
 
+def test_many_small_chunks_leave_the_stream_packed_into_a_few_aligned_files(tmp_path):
+    """A table read from CSV holds its text in chunks of well under 1 MiB: they go to packed
+    buffer files (written after the stage, off its thread), not through the pickle stream."""
+    import pyarrow as pa
+
+    from pipeline.cache.output_pickling import ALIGNMENT, LAYOUT_FILE, OUTPUT_FILE, PACK_BYTES
+
+    parts = [pa.array([f"customer-{c:03d}-{i:05d}" for i in range(2_000)]) for c in range(300)]
+    column = pd.arrays.ArrowStringArray(pa.chunked_array(parts))
+    frame = pd.DataFrame({"id": column, "x": np.arange(600_000, dtype="float64")})
+    assert frame["id"].array._pa_array.num_chunks == 300      # ~45 KiB of text a chunk
+    text_bytes = sum(chunk.nbytes for chunk in parts)
+    entry = stored(StageCache(tmp_path / ".cache"), "a" * 32, frame)
+    assert (entry.path / OUTPUT_FILE).stat().st_size < 0.02 * text_bytes
+    packed = [p for p in (entry.path / "buffers").iterdir() if p.suffix == ".bin"]
+    assert 1 < len(packed) <= 2 + text_bytes // PACK_BYTES    # the 4.6 MiB float column's own file, the packs
+    assert (entry.path / LAYOUT_FILE).is_file() and LAYOUT_FILE in entry.record["files"]
+    loaded = entry.load_output()
+    pd.testing.assert_frame_equal(loaded, frame)
+    chunks = loaded["id"].array._pa_array.chunks
+    assert len(chunks) == 300 and all(b.address % 16 == 0 for c in chunks for b in c.buffers() if b is not None)
+    assert ALIGNMENT % 16 == 0
+    assert loaded["id"].str.endswith("01999").sum() == 300     # a working string column
+
+
+def test_a_changed_byte_in_a_packed_buffer_fails_verification(tmp_path):
+    small = [np.zeros(64 << 10, dtype=np.uint8) for _ in range(5)]      # 64 KiB each: packed together
+    cache = StageCache(tmp_path / ".cache")
+    pending = cache.prepare("a" * 32, small)
+    small[3][100] = 1
+    pending.finish(None, dict(RECORD))
+    assert cache.lookup("a" * 32) is None
+
+
 def test_a_small_slice_of_a_large_arrow_column_is_stored_small(tmp_path):
     """Chunks that are slices of larger buffers pickle those buffers whole; pandas' own way
     (combine into a copy of the slice) is kept for them."""

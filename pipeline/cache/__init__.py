@@ -22,7 +22,8 @@ A stage's key is a hash of everything its output depends on:
 - the backend and the versions of its libraries, and the run's seed.
 
 An entry is a folder ``<runs_dir>/<pipeline>/.cache/<key>/`` holding the pickled output
-(``output.pkl``, pickle protocol 5, with its large buffers beside it in ``buffers/``), the
+(``output.pkl``, pickle protocol 5, with its buffers beside it in ``buffers/``, packed where
+small, ``buffers/layout.json`` saying where each lies), the
 stage's artifact files (hard links to the run's) and ``record.json`` with the sha256 of each.
 It is built under a temporary name and renamed into place, so an entry is complete or absent
 (a write that dies leaves a hidden ``.tmp-`` folder, removed later); on lookup
