@@ -223,3 +223,27 @@ def test_a_column_that_turns_to_text_after_the_c_parsers_first_chunk_is_text_thr
     frame = read_with_arrow(path)
     assert frame["id"].iloc[0] == "007" and frame["id"].iloc[-1] == "abc"
     pd.testing.assert_frame_equal(frame, pd.read_csv(path, low_memory=False), check_exact=True)
+
+
+def test_text_is_read_as_pandas_holds_it_with_no_cast_after_the_read(tmp_path, monkeypatch):
+    """pandas' ``str`` columns hold ``large_string``; text read as ``string`` was cast column by
+    column on one core (3 s of a 10M-row table's read)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    path = tmp_path / "t.csv"
+    path.write_text("id,plan,charge\n" + "".join(f"c{i},{'ab'[i % 2]}{i % 7},{i / 3:.3f}\n" for i in range(5000)))
+    casts: list[str] = []
+    real = pc.cast
+
+    def counted(arr, *args, **kwargs):
+        casts.append(str(getattr(arr, "type", "?")))
+        return real(arr, *args, **kwargs)
+
+    monkeypatch.setattr(pc, "cast", counted)
+    frame = read_with_arrow(path)
+    monkeypatch.undo()
+    assert casts == []
+    assert frame["plan"].array._pa_array.type == pa.large_string()
+    pd.testing.assert_frame_equal(frame, read_with_c_parser(path), check_dtype=False)
+    assert str(frame["id"].dtype) == str(read_with_c_parser(path)["id"].dtype)
