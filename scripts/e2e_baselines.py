@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,9 @@ def run(engine: str, data: Path, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     X, y, ids, columns = (polars_matrices if engine == "polars" else pandas_matrices)(data)
     model = xgboost_model()
+    started = time.perf_counter()
     model.fit(X["train"], y["train"], eval_set=[(X["valid"], y["valid"])], verbose=False)
+    fit_seconds = time.perf_counter() - started
     model.save_model(out / "xgb.json")
     scores = model.predict_proba(X["test"])[:, 1]
     results = {"xgb": {k: float(v) for k, v in plain.binary_metrics(y["test"], scores).items()}}
@@ -112,7 +115,8 @@ def run(engine: str, data: Path, out: Path) -> dict[str, Any]:
     write_predictions(engine, out / "predictions.parquet", ids, y["test"], scores)
     (out / "metrics.json").write_text(json.dumps({"engine": engine, "split": "test", "models": results,
                                                   "importances": {"xgb": importances},
-                                                  "rows": {k: int(len(v)) for k, v in y.items()}}, indent=2))
+                                                  "rows": {k: int(len(v)) for k, v in y.items()},
+                                                  "fit_seconds": round(fit_seconds, 3)}, indent=2))
     return results
 
 

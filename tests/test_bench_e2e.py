@@ -89,19 +89,22 @@ def test_the_script_runs_the_three_sides_and_reports_ratios_against_polars(table
     assert set(run) >= {"polars", "pandas", "pipeline"}
     for side in ("polars", "pandas", "pipeline"):
         assert run[side]["wall_s"] > 0 and run[side]["cpu_s"] > 0 and run[side]["peak_rss_bytes"] > 0
+        assert 0 < run[side]["fit_s"] < run[side]["wall_s"]
     assert {"raw", "features", "xgb", "evaluate", "export"} <= set(run["pipeline"]["stages"])
 
 
 def test_without_the_pandas_side_the_ratios_are_the_pipelines_against_polars():
     def side(wall: float, auc: float) -> dict:
         return {"wall_s": wall, "cpu_s": wall * 2, "peak_rss_bytes": 100 * wall, "roc_auc": auc,
-                "stages": {"raw": {"seconds": 1.0}}}
+                "fit_s": wall - 4.0, "stages": {"raw": {"seconds": 1.0}}}
 
     runs = [{"polars": side(10.0, 0.88), "pipeline": side(12.0, 0.881)}]
     with script_module("bench_e2e") as bench:
         summary = bench.summarise(runs)
         assert set(summary["median"]) == {"polars", "pipeline"}
         assert summary["ratio"]["pipeline"]["wall_s"] == 1.2 and not summary["time_target_met"]
+        assert summary["median"]["pipeline"]["outside_fit_s"] == 4.0 == summary["median"]["polars"]["outside_fit_s"]
+        assert summary["ratio"]["pipeline"]["outside_fit_s"] == 1.0
         table = bench.markdown(runs, summary, 1000, "cmd")
         assert "| pipeline | 12.0 |" in table and "| pandas |" not in table
         assert bench.metric_problems(runs[0], 1e-4, 0.005) == []
