@@ -275,7 +275,7 @@ def test_report_enabled_reads_the_environment_first():
 def test_runs_compare_writes_differences_metrics_and_overlaid_curves(churn_run, tmp_path):
     project = churn_run.parents[2]
     proc = cli("run", "configs/churn.yaml", "--device", "cpu", "--set", "stages.forest.params.n_estimators=20",
-               cwd=project, report="off")
+               "--set", f"stages.evaluate.train_rows={TRAIN_SAMPLE}", cwd=project, report="off")   # as churn_run
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "compare.html"
     proc = cli("runs", "compare", churn_run.name, "latest", "--pipeline", "churn", "--output", str(out), cwd=project)
