@@ -208,9 +208,8 @@ def read_output(folder: Path, files: Mapping[str, Any]) -> Any:
             if offset + size > len(data[index]):
                 raise pickle.UnpicklingError(f"{layout['files'][index]} is shorter than its layout says")
             buffers.append(data[index][offset:offset + size])
-    else:                                         # written before packing: a file per buffer, in order
-        names = sorted(name for name in files if name.startswith(f"{BUFFERS_DIR}/"))
-        buffers = [memoryview(read_buffer(folder / name)) for name in names]
+    # No reader for the layout before packing: this module is in every key (``cache.keys``),
+    # so an entry it did not write is never looked up.
     with open(folder / OUTPUT_FILE, "rb") as fh:
         return pickle.load(fh, buffers=buffers)
 

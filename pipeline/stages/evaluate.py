@@ -194,9 +194,9 @@ def evaluate_models(
                 limit = train_rows if other == "train" else None
                 other_labels, other_scores = _split_scores(model, other, limit)
                 metrics = task_metrics(task, other_labels, other_scores, threshold=threshold)
-                if len(other_labels) < model.features.rows()[other]:
-                    evaluation.sampled.setdefault(other, {})[model.name] = {
-                        "rows": int(len(other_labels)), "of": int(model.features.rows()[other])}
+                whole = int(model.features.rows()[other])
+                if len(other_labels) < whole:
+                    evaluation.sampled.setdefault(other, {})[model.name] = {"rows": int(len(other_labels)), "of": whole}
             evaluation.splits.setdefault(other, {})[model.name] = metrics
         if model.cv:
             evaluation.cv[model.name] = {key: model.cv[key] for key in ("mean", "std", "folds", "per_fold")
