@@ -250,3 +250,52 @@ def test_a_small_take_or_repeated_names_go_through_iloc():
     repeated = pd.concat([frame[["int"]], frame[["int"]]], axis=1).iloc[np.zeros(40_000, dtype=int) % 1000]
     taken = CpuBackend().take(repeated, np.arange(40_000))
     assert list(taken.columns) == ["int", "int"] and len(taken) == 40_000
+
+
+# ------------------------------------------------------------------ looking rows up by label
+def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` on a shuffled index of every third integer, with two more column kinds."""
+    rows = len(frame)
+    keyed = frame.assign(delay=pd.to_timedelta(np.arange(rows), "s"), small=np.arange(rows, dtype="int8"),
+                         arrow=pd.array(np.arange(rows), dtype="int64[pyarrow]"))
+    keyed.index = pd.Index(np.random.default_rng(2).permutation(rows) * 3, name="key")
+    return keyed
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "4"])
+@pytest.mark.parametrize("missing", [True, False], ids=["labels-missing", "every-label-found"])
+def test_a_large_reindex_on_threads_is_pandas_reindex_column_for_column(monkeypatch, threads, missing):
+    """Where a label is missing, pandas widens the column (int -> float64, bool -> object) and
+    keeps an extension array's dtype; where every label is found, nothing widens."""
+    from pipeline.backends.cpu import THREADED_TAKE_ROWS
+
+    monkeypatch.setenv(THREADS_ENV, threads)
+    frame = _keyed(_every_kind_of_column(THREADED_TAKE_ROWS + 500))
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 3 * len(frame), THREADED_TAKE_ROWS * 2) if missing else \
+        rng.choice(frame.index.to_numpy(), THREADED_TAKE_ROWS * 2)
+    labels = pd.Index(values, name="key")
+    found = CpuBackend().reindex(frame, labels)
+    expected = frame.reindex(labels)
+    pd.testing.assert_frame_equal(found, expected, check_exact=True)
+    assert (found["int"].dtype == "float64") is missing and (found["bool"].dtype == object) is missing
+    assert found.attrs == {"source": "every kind"} and found.columns.name == "cols"
+    found.iloc[0, 1] = -1.5                                   # a copy: the source frame is untouched
+    assert frame["float"].min() != -1.5
+
+
+def test_a_reindex_on_two_keys_or_repeated_labels_matches_pandas():
+    from pipeline.backends.cpu import THREADED_TAKE_ROWS
+
+    rows = THREADED_TAKE_ROWS + 10
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"x": rng.normal(size=rows), "t": pd.array(rng.choice(["a", "b"], rows), dtype="str")},
+                         index=pd.MultiIndex.from_arrays([rng.permutation(rows), rng.integers(0, 2, rows)],
+                                                         names=["k", "j"]))
+    labels = pd.MultiIndex.from_arrays([rng.integers(0, rows, 2 * rows), rng.integers(0, 2, 2 * rows)],
+                                       names=["k", "j"])
+    pd.testing.assert_frame_equal(CpuBackend().reindex(frame, labels), frame.reindex(labels), check_exact=True)
+    repeated = frame.reset_index(drop=True)
+    repeated.index = np.zeros(rows, dtype=int)                # pandas refuses; so does the backend, in its words
+    with pytest.raises(ValueError, match="duplicate labels"):
+        CpuBackend().reindex(repeated, pd.Index(np.arange(rows)))

@@ -217,6 +217,13 @@ class Backend(ABC):
         """Rows by position, with a fresh 0..n-1 index."""
         return frame.iloc[self.asarray(positions)].reset_index(drop=True)
 
+    def reindex(self, frame: Any, labels: Any) -> Any:
+        """``frame.reindex(labels)``: ``frame``'s rows at the index values ``labels`` (an
+        index), a row of missing values where ``frame`` has no such label, on ``labels``;
+        dtypes widen as a reindex widens them (int -> float64, bool -> object) where a row is
+        missing. ``frame``'s index holds each value once."""
+        return frame.reindex(labels)
+
     def columns_frame(self, columns: Mapping[str, Any], index: Any) -> Any:
         """A frame of new ``columns`` (name -> series or array) on ``index``, to put beside
         an op's kept columns."""

@@ -128,7 +128,7 @@ def lookup_indexed(probe: Any, indexed: Any, backend: Backend) -> Any:
     ``indexed`` is indexed on, in their dtypes), on ``probe``'s index. Indexing a table once
     and probing it many times (a Dask partition at a time) builds its hash table once."""
     keys = [str(name) for name in indexed.index.names]
-    found = indexed.reindex(_key_index(probe, keys, backend))
+    found = backend.reindex(indexed, _key_index(probe, keys, backend))
     found.index = probe.index
     return found
 

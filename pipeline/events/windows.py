@@ -199,7 +199,7 @@ def _snapshot(frame: Any, plan: AggregationPlan, cutoff: pd.Timestamp, backend: 
         if index is None:
             index = part.index
         elif len(part.columns):
-            part = part.reindex(index)
+            part = backend.reindex(part, index)
         columns.update((name, part[name]) for name in part.columns)
     return _output_columns(columns, index, plan, cutoff, frame, backend)
 

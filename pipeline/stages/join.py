@@ -200,7 +200,7 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     engine = backend.table_engine
     rows = engine.join_rows(left[keys], right[keys], keys, how) if engine is not None else None
     if rows is not None:
-        return _gathered(left, right, keys, *rows), _row_counts(*rows, len(left), len(right))
+        return _gathered(left, right, keys, *rows, backend), _row_counts(*rows, len(left), len(right))
     lrow, rrow, guard = _helper_names(left, right)
     n_left, n_right = len(left), len(right)
     left = left.assign(**{lrow: backend.asarray(np.arange(n_left, dtype=np.int64))})
@@ -214,13 +214,14 @@ def _join_in_memory(left: Any, right: Any, keys: list[str], how: str, suffixes: 
     return merged.drop(columns=[lrow, rrow, guard]).reset_index(drop=True), counts
 
 
-def _gathered(left: Any, right: Any, keys: list[str], left_rows: np.ndarray, right_rows: np.ndarray) -> Any:
+def _gathered(left: Any, right: Any, keys: list[str], left_rows: np.ndarray, right_rows: np.ndarray,
+              backend: Backend) -> Any:
     """The joined table from the rows the engine matched (-1: none): left columns, then the
     right's other columns, each gathered with missing values where a side has no row (dtypes
     widen as a merge widens them: int with a gap -> float64); a key comes from the right row
     where there is no left one (right / outer joins), as a merge coalesces it."""
-    taken_left = left.reindex(left_rows).reset_index(drop=True)
-    taken_right = right.reindex(right_rows).reset_index(drop=True)
+    taken_left = backend.reindex(left, pd.Index(left_rows)).reset_index(drop=True)
+    taken_right = backend.reindex(right, pd.Index(right_rows)).reset_index(drop=True)
     no_left = left_rows < 0
     if no_left.any():
         from_right = np.where(right_rows < 0, 0, right_rows)
