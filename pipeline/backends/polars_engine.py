@@ -103,6 +103,11 @@ class PolarsTableEngine:
                     expr = masked(column, window).std(ddof=1)
                 elif func == "first" and window is not None:     # the earliest row inside the window
                     expr = pl.col(column).filter(pl.col(_TIME) >= window).first()
+                elif func == "max" and column == _TIME and window is not None:
+                    # Windows end at the cut-off, so a window's latest time is the latest of
+                    # all, where that is inside it: one max for every window, not one each.
+                    latest = stat("max", _TIME, None)
+                    expr = pl.when(latest >= window).then(latest)
                 elif func == "last":                              # windows end at the cut-off
                     expr = pl.col(column).last()
                     if window is not None:
