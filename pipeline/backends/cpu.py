@@ -123,22 +123,16 @@ class CpuBackend(Backend):
         takes of a 2M-row table were 2 s of its stage. A small take, a partitioned frame or
         one with repeated column names goes through pandas' own ``iloc``; either way the
         result is the same frame, column for column."""
-        if (len(positions) < THREADED_TAKE_ROWS or is_partitioned(frame) or frame.shape[1] < 2
-                or not frame.columns.is_unique):
+        if not _threaded_rows(frame, len(positions)):
             return super().take(frame, positions)
         positions = np.asarray(positions, dtype=np.intp)
         index = pd.RangeIndex(len(positions))
 
-        def column(i: int) -> pd.Series:
-            source = frame.iloc[:, i]
+        def column(source: pd.Series) -> pd.Series:
             # the dtype given, or pandas would infer ``str`` for an object column of text
             return pd.Series(source.array.take(positions), index=index, dtype=source.dtype, copy=False)
 
-        columns = map_in_threads(column, range(frame.shape[1]))
-        out = pd.DataFrame(dict(zip(frame.columns, columns)), index=index, copy=False)
-        out.columns = frame.columns
-        out.attrs = dict(frame.attrs)
-        return out
+        return _by_column(frame, column, index)
 
     def reindex(self, frame: Any, labels: Any) -> Any:
         """One hash lookup of ``labels`` in the frame's index, then each column taken on a
@@ -147,17 +141,11 @@ class CpuBackend(Backend):
         small reindex, a partitioned frame, one with repeated column names or repeated index
         values (pandas' own error) goes through pandas' ``reindex``; either way the result is
         the same frame, column for column."""
-        if (len(labels) < THREADED_TAKE_ROWS or is_partitioned(frame) or frame.shape[1] < 2
-                or not frame.columns.is_unique or not frame.index.is_unique):
+        if not _threaded_rows(frame, len(labels)) or not frame.index.is_unique:
             return super().reindex(frame, labels)
         labels = labels if isinstance(labels, pd.Index) else pd.Index(labels)
         positions = frame.index.get_indexer(labels)
-        columns = map_in_threads(lambda i: _taken_or_missing(frame.iloc[:, i], positions, labels),
-                                 range(frame.shape[1]))
-        out = pd.DataFrame(dict(zip(range(len(columns)), columns)), index=labels, copy=False)
-        out.columns = frame.columns
-        out.attrs = dict(frame.attrs)
-        return out
+        return _by_column(frame, lambda source: _taken_or_missing(source, positions, labels), labels)
 
     def columns_frame(self, columns: Mapping[str, Any], index: Any) -> pd.DataFrame:
         """Without copying: pandas' constructor (``copy=None`` for a dict) stacks same-dtype
@@ -207,6 +195,22 @@ class CpuBackend(Backend):
 
 # Up to this many values, category codes come from a dict lookup per value.
 SMALL_LOOKUP_ROWS = 64
+
+
+def _threaded_rows(frame: Any, rows: int) -> bool:
+    """Whether making ``rows`` rows of ``frame`` goes column by column on threads: enough rows
+    to pay for the hand-offs, an in-memory frame of two columns or more, each named once."""
+    return rows >= THREADED_TAKE_ROWS and not is_partitioned(frame) and frame.shape[1] >= 2 and frame.columns.is_unique
+
+
+def _by_column(frame: pd.DataFrame, column: Callable[[pd.Series], pd.Series], index: pd.Index) -> pd.DataFrame:
+    """A frame of ``column(c)`` for each column ``c`` of ``frame``, each on a thread of its own,
+    on ``index``, with ``frame``'s column labels and ``attrs``."""
+    columns = map_in_threads(lambda i: column(frame.iloc[:, i]), range(frame.shape[1]))
+    out = pd.DataFrame(dict(enumerate(columns)), index=index, copy=False)
+    out.columns = frame.columns
+    out.attrs = dict(frame.attrs)
+    return out
 
 
 def _taken_or_missing(source: pd.Series, positions: np.ndarray, index: pd.Index) -> pd.Series:

@@ -26,6 +26,10 @@ from pipeline.backends.detect import (
 EXTRA_FOR_MAJOR = {13: "gpu", 12: "gpu-cu12"}
 # The oldest driver that runs each CUDA major: (driver CUDA version, driver branch).
 MIN_DRIVER = {13: ("13.0", 580), 12: ("12.0", 525), 11: ("11.0", 450)}
+# Modules whose CPU and CUDA builds are published under one distribution name (torch): an
+# installed build of the wrong CUDA major still meets the base requirement, and the CPU build
+# runs without a GPU.
+ONE_NAME_FOR_EVERY_BUILD = frozenset({"torch"})
 
 
 @dataclass(frozen=True)
@@ -170,11 +174,12 @@ def _stray(need: CudaNeed, extra: str) -> bool:
     of the wrong build still meets the base requirement, so it must go too.
     """
     major = next((m for m, e in EXTRA_FOR_MAJOR.items() if e == extra), None)
+    one_name = need.module in ONE_NAME_FOR_EVERY_BUILD
     if major is None:                           # cpu: no CUDA wheels but torch (which runs on a CPU)
-        return bool(need.needs_cuda) and need.module != "torch"
+        return bool(need.needs_cuda) and not one_name
     if need.module == "xgboost":
         return need.distribution != f"xgboost-cu{major}"
-    return need.cuda_major != major if need.module == "torch" else need.cuda_major not in (None, major)
+    return need.cuda_major != major if one_name else need.cuda_major not in (None, major)
 
 
 def _combined_fix(needs: Sequence[CudaNeed], problems: Sequence[CudaProblem], driver_major: int | None) -> str:
