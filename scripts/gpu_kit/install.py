@@ -108,6 +108,13 @@ import os
 import site
 import sys
 
+try:                                # numba-cuda 0.30 calls numpy.row_stack, which NumPy 2.5 removed
+    import numpy as _numpy
+    if not hasattr(_numpy, "row_stack"):
+        _numpy.row_stack = _numpy.vstack
+except ImportError:
+    pass
+
 _here = os.path.dirname(os.path.abspath(__file__))
 site.addsitedir(_here)              # already on sys.path: only its .pth files are read
 _spec = importlib.machinery.PathFinder.find_spec(
@@ -119,10 +126,9 @@ if _spec is not None and _spec.loader is not None:
 
 
 def write_pth_bridge(target: Path) -> str | None:
-    """A ``sitecustomize.py`` in ``target`` that reads its .pth files; says what it did, or why not."""
-    pth = sorted(p.name for p in target.glob("*.pth"))
-    if not pth:
-        return None
+    """A ``sitecustomize.py`` in ``target`` that reads its .pth files (and gives NumPy 2.5 the
+    ``row_stack`` the image's numba-cuda calls); says what it did, or why not."""
+    pth = sorted(p.name for p in target.glob("*.pth")) or ["no .pth files"]
     bridge = target / "sitecustomize.py"
     if bridge.exists() and not bridge.read_text(errors="replace").startswith(BRIDGE_MARK):
         return (f"{bridge} came with a package, so {', '.join(pth)} are not read at start-up "
@@ -167,3 +173,38 @@ def _fix_shebang(script: Path) -> None:
     if content.startswith(b"#!python"):
         script.write_bytes(b"#!" + sys.executable.encode() + content[len(b"#!python"):])
     script.chmod(0o755)
+
+
+# ----------------------------------------------------------------------------- native libraries
+def library_dirs(site_dir: Path) -> list[Path]:
+    """The folders of NVIDIA's library wheels under one site folder (``nvidia/<name>/lib`` and
+    ``nvidia/cu13/lib``), where RPATHs of the image's packages point but those of packages on
+    PYTHONPATH do not."""
+    return sorted(p for p in site_dir.glob("nvidia/*/lib") if p.is_dir())
+
+
+def kit_environment(target: Path, checkout: Path, preload: list[Path], base: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables a process needs to use what the kit installed in ``target``.
+
+    - PYTHONPATH: the checkout, then ``target``.
+    - LD_LIBRARY_PATH: the NVIDIA library folders of ``target`` and of the image's site-packages.
+      A RAPIDS library on PYTHONPATH finds its CUDA libraries (cuFFT, cuBLAS, NCCL) by an RPATH
+      relative to itself, which points into ``target``, where they are not: without this,
+      ``import cuml`` fails (``libcufft.so.12`` not found) unless torch loaded them first.
+    - LD_PRELOAD: the shared libraries of overrides (nvJitLink 13.5), loaded before the image's
+      older copy that torch's RPATH would find first.
+    """
+    import site as _site
+    import sysconfig
+
+    env = dict(os.environ if base is None else base)
+    image_sites = list(dict.fromkeys([*_site.getsitepackages(), sysconfig.get_paths()["purelib"]]))
+    dirs = [*library_dirs(target), *(d for s in image_sites for d in library_dirs(Path(s)))]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(checkout), str(target), env.get("PYTHONPATH", "")) if p)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        dict.fromkeys([*(str(d) for d in dirs), *filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep))]))
+    if preload:
+        env["LD_PRELOAD"] = os.pathsep.join(
+            dict.fromkeys([*(str(p) for p in preload), *filter(None, env.get("LD_PRELOAD", "").split(os.pathsep))]))
+    env["PATH"] = os.pathsep.join(filter(None, [str(target / "bin"), env.get("PATH", "")]))
+    return env

@@ -23,6 +23,7 @@ if __package__ in (None, ""):                   # run as a file: make `gpu_kit` 
 
 from gpu_kit import target  # noqa: E402
 from gpu_kit.parts import KitError, WheelFile, pack, part_table  # noqa: E402
+from gpu_kit.prune import PruneError, PruneStats, carries_gpu_code, parse_arch, prune_wheel  # noqa: E402
 from gpu_kit.resolve import (  # noqa: E402
     ResolveError, Selection, download, image_present, image_requirements, read_freeze, resolution_requirements,
     resolve, select,
@@ -37,6 +38,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="`python -m pip freeze` of the host: what its image really has")
     parser.add_argument("--part-mib", type=float, default=target.PART_LIMIT / target.MiB,
                         help="largest part in MiB (default 60: one part and the manifest fit a 64 MiB transfer)")
+    parser.add_argument("--arch", default="sm_90",
+                        help="the host card's architecture: GPU code for any other is zeroed in the wheels' "
+                             "libraries (sm_90: H100/H200; sm_80: A100); 'all' keeps every architecture "
+                             "(the unpruned fallback set)")
     parser.add_argument("--delete-wheels", action="store_true", help="remove OUT/wheels after packing")
     return parser.parse_args(argv)
 
@@ -49,14 +54,20 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
+        arch = None if args.arch == "all" else parse_arch(args.arch)
+    except ValueError as exc:
+        print(f"error: --arch: {exc}", file=sys.stderr)
+        return 2
+    try:
         return prepare(target.profiles_for(args.profile), args.out, freeze_file=args.image_freeze,
-                       part_limit=part_limit, delete_wheels=args.delete_wheels)
-    except (ResolveError, KitError) as exc:
+                       part_limit=part_limit, delete_wheels=args.delete_wheels, arch=arch)
+    except (ResolveError, KitError, PruneError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
-def prepare(profiles: list[str], out: Path, *, freeze_file: Path | None, part_limit: int, delete_wheels: bool) -> int:
+def prepare(profiles: list[str], out: Path, *, freeze_file: Path | None, part_limit: int, delete_wheels: bool,
+            arch: int | None = None) -> int:
     freeze = read_freeze(freeze_file) if freeze_file else None
     print(f"image: {'the host freeze ' + str(freeze_file) if freeze else 'assumed: ' + ', '.join(target.IMAGE_REQUIREMENTS)}")
     present = image_present(freeze)
@@ -80,9 +91,13 @@ def prepare(profiles: list[str], out: Path, *, freeze_file: Path | None, part_li
         dists = sorted(selections[profile].ship.values(), key=lambda d: d.name)
         print(f"downloading {len(dists)} wheel(s) of {profile} into {wheels_dir} ...")
         paths = download(dists, wheels_dir)
+        shrunk = shrink(paths, out / ("wheels-" + (f"sm_{arch}" if arch else "lzma")), arch)
         for dist in dists:
-            wheels.append(WheelFile(paths[dist.name], profile, dist.sha256))
-            info[paths[dist.name].name] = {"distribution": dist.name, "version": dist.version}
+            path, sha256 = shrunk.get(dist.name, (paths[dist.name], dist.sha256))
+            wheels.append(WheelFile(path, profile, sha256))
+            info[path.name] = {"distribution": dist.name, "version": dist.version,
+                               **({"pruned_for": f"sm_{arch}", "index_sha256": dist.sha256}
+                                  if dist.name in shrunk and arch else {})}
     manifest = pack(
         wheels, out / "parts", part_limit=part_limit, transfer_limit=target.TRANSFER_LIMIT,
         manifest_allowance=target.MANIFEST_ALLOWANCE, wheel_info=info,
@@ -94,6 +109,8 @@ def prepare(profiles: list[str], out: Path, *, freeze_file: Path | None, part_li
             "roots": {p: roots[p] for p in profiles},
             "overrides": {p: selections[p].overrides for p in profiles},
             "conflicts": {p: selections[p].conflicts for p in profiles},
+            "dropped": {p: selections[p].dropped for p in profiles},
+            "arch": f"sm_{arch}" if arch else "all",
         },
     )
     print()
@@ -108,11 +125,41 @@ def prepare(profiles: list[str], out: Path, *, freeze_file: Path | None, part_li
     return 0
 
 
+def shrink(paths: dict[str, Path], dest: Path, arch: int | None) -> dict[str, tuple[Path, str]]:
+    """Every wheel over 1 MiB rewritten with LZMA members, GPU code of other architectures
+    zeroed when ``arch`` is set: distribution -> (new wheel, its sha256). Two processes; a
+    rewritten wheel newer than its source is reused."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from gpu_kit.parts import sha256_file
+
+    big = {name: path for name, path in paths.items() if path.stat().st_size > 1 << 20}
+    jobs = {name: (path, dest / path.name) for name, path in big.items()}
+    todo = {n: j for n, j in jobs.items() if not (j[1].is_file() and j[1].stat().st_mtime >= j[0].stat().st_mtime)}
+    total = PruneStats()
+    if todo:
+        print(f"rewriting {len(todo)} wheel(s) into {dest}" + (f", GPU code kept for sm_{arch} only" if arch else ""))
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            futures = {n: pool.submit(prune_wheel, src, dst, arch if carries_gpu_code(src) else None)
+                       for n, (src, dst) in todo.items()}
+            for name, future in futures.items():
+                stats = future.result()
+                total.add(stats)
+                src, dst = todo[name]
+                print(f"  {src.name}: {src.stat().st_size / target.MiB:.1f} -> {dst.stat().st_size / target.MiB:.1f} MiB"
+                      + (f" ({stats.libraries} librar{'y' if stats.libraries == 1 else 'ies'}, "
+                         f"{stats.zeroed_bytes / target.MiB:.0f} MiB of GPU code zeroed, "
+                         f"{stats.kept_bytes / target.MiB:.0f} MiB kept)" if stats.libraries else ""))
+    return {name: (dst, sha256_file(dst)) for name, (_src, dst) in jobs.items()}
+
+
 def report_selection(selection: Selection) -> None:
     print(f"{selection.profile}: {len(selection.ship)} wheel(s) to ship")
     for override in selection.overrides:
         print(f"  override: {override['name']} {override['shipped']} shadows the image's {override['image']} "
               f"({override['because']})")
+    for dropped in selection.dropped:
+        print(f"  dropped: {dropped} (compiler toolchain: only UDFs need it; the image's copy serves imports)")
     for conflict in selection.conflicts:
         print(f"  warning: {conflict} (not shipped: the image's core packages are never replaced)")
 

@@ -65,6 +65,7 @@ class Selection:
     ship: dict[str, Dist] = field(default_factory=dict)
     overrides: list[dict[str, str]] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- pip
@@ -225,6 +226,10 @@ def select(profile: str, roots: Sequence[str], resolved: Mapping[str, Dist],
             continue
         if name in present and _satisfied(requirement, present[name]):
             continue                   # the image (or an earlier profile) has it; its own needs are its own
+        if name in target.TOOLCHAIN_DROPPED:
+            if name not in {d.split(" ")[0] for d in selection.dropped}:
+                selection.dropped.append(f"{name} (wanted by {wanted_by}: {requirement})")
+            continue
         if name in target.NEVER_SHIP:
             have = f"has {name} {present[name]}" if name in present else f"has no {name}"
             selection.conflicts.append(f"{wanted_by} needs {requirement}, but the image {have}")

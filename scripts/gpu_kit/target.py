@@ -73,6 +73,17 @@ BASE_FROM_GPU_EXTRA = ("xgboost-cu13", "dask-cuda")
 # RMM, which cuDF would otherwise bring: base ships it so a host without RAPIDS can use the
 # pool. Versioned like dask-cuda (RAPIDS packages move together).
 BASE_ADDED = ("rmm-cu13",)
+# Left out of the rapids profile: RAFT-Dask (cuML's multi-GPU estimators, `cuml.dask`) brings
+# UCXX and NCCL libraries that would add transfers; single-GPU runs never import it.
+RAPIDS_LEFT_OUT = frozenset({"raft-dask-cu13"})
+# Never shipped, whatever asks for them: the CUDA compiler toolchain wheels only compile
+# user-defined functions (numba-cuda JIT), and the package has no cuDF UDF
+# (tests/test_gpu_kit_prune.py keeps it so). The image's own numba 0.68 / llvmlite 0.50 /
+# numba-cuda serve imports. 222 MiB that would otherwise be four more transfers.
+TOOLCHAIN_DROPPED = frozenset({
+    "numba-cuda-mlir", "nvidia-nvvm", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-cuda-crt",
+    "llvmlite", "numba", "numba-cuda",
+})
 
 
 def _name(requirement: str) -> str:
@@ -98,7 +109,8 @@ def profile_roots(profile: str, pyproject: Path = PYPROJECT) -> list[str]:
         pin = dask_cuda[len("dask-cuda"):].split(";")[0]
         return [*base, *from_gpu, *(name + pin for name in BASE_ADDED)]
     if profile == "rapids":
-        return [r for r in gpu if _name(r) not in BASE_FROM_GPU_EXTRA and _name(r) not in NEVER_SHIP]
+        return [r for r in gpu if _name(r) not in BASE_FROM_GPU_EXTRA and _name(r) not in NEVER_SHIP
+                and _name(r) not in RAPIDS_LEFT_OUT]
     raise ValueError(f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
 
 

@@ -21,7 +21,9 @@ from pathlib import Path
 if __package__ in (None, ""):                   # run as a file: make `gpu_kit` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_kit.install import InstallError, install_batch, read_state, write_pth_bridge, write_state  # noqa: E402
+from gpu_kit.install import (  # noqa: E402
+    InstallError, install_batch, kit_environment, read_state, write_pth_bridge, write_state,
+)
 from gpu_kit.parts import KitError, check_parts, join_wheel, load_manifest, readiness  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -136,22 +138,23 @@ def native_overrides(manifest: dict, target: Path, profiles: list[str]) -> list[
     return found
 
 
+def override_libraries(overrides: list[tuple[dict, list[Path]]]) -> list[Path]:
+    return [lib for _override, libraries in overrides for lib in libraries]
+
+
 def print_environment(target: Path, bridge: str | None, overrides: list[tuple[dict, list[Path]]]) -> None:
-    """The line that puts the checkout and the installed wheels on the import path, and what
-    PYTHONPATH cannot do (.pth files, native libraries that replace the image's)."""
-    print("\nuse them with:")
-    print(f'export PYTHONPATH="{CHECKOUT}:{target}${{PYTHONPATH:+:$PYTHONPATH}}"')
-    if (target / "bin").is_dir():
-        print(f'export PATH="{target / "bin"}:$PATH"    # optional: the packages\' commands (dask, ...)')
+    """The lines that put the checkout and the installed wheels on the import path, their
+    native libraries on the loader's path, and the overrides' libraries first."""
+    env = kit_environment(target, CHECKOUT, override_libraries(overrides), base={})
+    print("\nuse them with (exactly these variables; nothing else is needed):")
+    for name in ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH"):
+        if env.get(name):
+            print(f'export {name}="{env[name]}${{{name}:+:${name}}}"')
     if bridge:
         print(f"note: {bridge}")
-    for override, libraries in overrides:
+    for override, _libraries in overrides:
         print(f"note: {override['name']} {override['shipped']} replaces the image's {override['image']} "
-              f"({override['because']}). Python finds the new package on PYTHONPATH, but native libraries are "
-              "found by RPATH and in site-packages, where the image's copy is; to load the new one first:")
-        if libraries:
-            joined = ":".join(str(p) for p in libraries)
-            print(f'export LD_PRELOAD="{joined}${{LD_PRELOAD:+:$LD_PRELOAD}}"')
+              f"({override['because']}); its libraries are in LD_PRELOAD above")
     print(f"then: python {CHECKOUT / 'scripts' / 'gpu_kit' / 'probe.py'} --out probe-results")
 
 
