@@ -102,6 +102,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--again", action="store_true", help="rerun steps an earlier call finished")
     parser.add_argument("--dry-run", action="store_true",
                         help="rehearse: the same order, each step's command printed instead of run")
+    parser.add_argument("--cpu-steps", default=",".join(BACKGROUND),
+                        help=f"the CPU side's steps, in order (default {','.join(BACKGROUND)})")
+    parser.add_argument("--wait-cpu", action="store_true",
+                        help="after the GPU steps, wait (within the budget) for the CPU side to end")
     parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)   # the CPU side itself
     return parser.parse_args(argv)
 
@@ -179,10 +183,15 @@ class Driver:
 
     # ------------------------------------------------------------------ what is here
     def gpu_count(self) -> int:
+        """GPUs NVML reports, asked in a child with the kit's environment (NVML's bindings and the
+        package's imports may live in the kit's folder, not on this process's path)."""
+        done = subprocess.run(self.python("-c", "from pipeline.backends.detect import probe_nvml; "
+                                                "print(len(probe_nvml().devices))"),
+                              env=self.env, capture_output=True, text=True, cwd=CHECKOUT)
         try:
-            from pipeline.backends.detect import probe_nvml
-            return len(probe_nvml().devices)
-        except Exception:  # noqa: BLE001 - NVML's bindings may be missing before the kit is in
+            return int(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            self.state.setdefault("import_errors", {})["nvml"] = done.stderr[-1500:]
             return 0
 
     def importable(self, modules: str) -> bool:
@@ -235,6 +244,13 @@ class Driver:
     def data(self, size: str) -> Path:
         return self.args.data / f"churn_{ROWS[size]}_s0.csv"
 
+    def cpu_steps(self) -> list[str]:
+        steps = [s.strip() for s in self.args.cpu_steps.split(",") if s.strip()]
+        unknown = [s for s in steps if s not in BACKGROUND]
+        if unknown:
+            raise SystemExit(f"--cpu-steps: unknown {', '.join(unknown)} (choose from {', '.join(BACKGROUND)})")
+        return steps
+
     def background_state(self) -> dict[str, Any]:
         found = {}
         for name in BACKGROUND:
@@ -252,7 +268,7 @@ class Driver:
             return
         argv = self.python(Path(__file__), "--background", "--out", self.results / "bg" / "out",
                            "--parts", self.args.parts, "--store", self.args.store, "--target", self.args.target,
-                           "--results", self.args.results, "--data", self.args.data,
+                           "--results", self.args.results, "--data", self.args.data, "--cpu-steps", self.args.cpu_steps,
                            *(["--dry-run"] if self.args.dry_run else []))
         started.write_text(json.dumps({"call": self.state["calls"], "at": time.time(), "argv": argv[1:]}, default=str))
         log = open(self.results / "bg" / "background.log", "ab")
@@ -264,7 +280,7 @@ class Driver:
         """The CPU side, step by step; waits for the base profile before the first pipeline run."""
         self.args.budget = 3600
         self.deadline = time.monotonic() + 3600
-        for name in BACKGROUND:
+        for name in self.cpu_steps():
             path = self.results / "bg" / f"{name}.json"
             if path.is_file() and json.loads(path.read_text()).get("rc") == 0:
                 continue
@@ -431,12 +447,22 @@ class Driver:
         self.flush()
         if not rapids and not self.args.dry_run:
             print(f"GPU steps wait for RAPIDS (unpack exit {rc}; base installed: {base})", flush=True)
+            if self.args.wait_cpu and base:
+                self.wait_for_cpu_side()
             return 0
         for name in STEPS:
             if name in wanted:
                 self.step(name, gpus, rapids)
         self.flush()
+        if self.args.wait_cpu:
+            self.wait_for_cpu_side()
         return 0
+
+    def wait_for_cpu_side(self) -> None:
+        last = self.cpu_steps()[-1]
+        while not (self.results / "bg" / f"{last}.json").is_file() and self.left() > 5 and not self.args.dry_run:
+            time.sleep(2)
+        self.flush()
 
 
 def _small_files(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
