@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -313,11 +314,21 @@ def test_select_cuts_at_an_earlier_profile_and_reports_a_missing_core_package():
     assert chosen.conflicts == ["cudf 26.10 needs scipy, but the image has no scipy"]
 
 
+def test_the_compiler_toolchain_is_never_shipped_and_is_reported_as_dropped():
+    resolved = {d.name: d for d in (dist("cudf", "26.10", "numba<0.65,>=0.60", "numba-cuda-mlir[cu13]>=0.3", "libcudf"),
+                                    dist("numba", "0.64.0", "llvmlite<0.47"), dist("numba-cuda-mlir", "0.3.0"),
+                                    dist("llvmlite", "0.46.0"), dist("libcudf", "26.10"))}
+    chosen = resolve.select("rapids", ["cudf==26.10.*"], resolved, {"numba": "0.68.0", "llvmlite": "0.50.0"})
+    assert sorted(chosen.ship) == ["cudf", "libcudf"]
+    assert [d.split(" ")[0] for d in chosen.dropped] == ["numba", "numba-cuda-mlir"]
+    assert chosen.overrides == [] and chosen.conflicts == []
+
+
 def test_profile_roots_come_from_pyproject_and_leave_the_image_alone():
     base, rapids = target.profile_roots("base"), target.profile_roots("rapids")
     names = lambda reqs: {target._name(r) for r in reqs}  # noqa: E731
     assert {"pyarrow", "pydantic", "xgboost-cu13", "dask-cuda", "rmm-cu13", "nvidia-ml-py"} <= names(base)
-    assert names(rapids) == {"cudf-cu13", "cuml-cu13", "dask-cudf-cu13", "raft-dask-cu13"}
+    assert names(rapids) == {"cudf-cu13", "cuml-cu13", "dask-cudf-cu13"}      # raft-dask: target.RAPIDS_LEFT_OUT
     rmm = next(r for r in base if target._name(r) == "rmm-cu13")
     dask_cuda = next(r for r in base if target._name(r) == "dask-cuda")
     assert rmm.removeprefix("rmm-cu13") == dask_cuda.removeprefix("dask-cuda")
@@ -432,41 +443,64 @@ def test_ddp_probe_checks_pass_on_cpu_ranks_and_a_local_cluster(tmp_path):
 
 
 # ------------------------------------------------------------------ the driver, call by call
-def drive(inbox: Path, site: Path, results: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(KIT / "drive.py"), "--parts", str(inbox), "--target", str(site),
-                           "--results", str(results), "--out", str(out), "--budget", "240"],
-                          capture_output=True, text=True, timeout=300)
+def drive(inbox: Path, tmp_path: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(KIT / "drive.py"), "--parts", str(inbox), "--store",
+                           str(tmp_path / "store"), "--target", str(tmp_path / "site"), "--results",
+                           str(tmp_path / "results"), "--data", str(tmp_path / "data"), "--out", str(out),
+                           "--budget", "240", *extra], capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.skipif(not no_gpu_here(), reason="a GPU is present: the no-device path does not apply")
-def test_the_driver_waits_for_the_base_profile_then_runs_each_step_once_and_returns_its_results(demo_kit, tmp_path):
+def test_the_driver_gathers_each_calls_parts_installs_what_arrived_and_returns_its_results(demo_kit, tmp_path):
     manifest, kit, _ = demo_kit
     withheld = manifest["parts"][-1]["name"]
-    inbox, site, results = tmp_path / "inbox", tmp_path / "site", tmp_path / "results"
-    inbox.mkdir()
-    for name in [parts.MANIFEST_NAME, *(p["name"] for p in manifest["parts"] if p["name"] != withheld)]:
-        (inbox / name).write_bytes((kit / name).read_bytes())
+    first_call, second_call = tmp_path / "carry" / "t1", tmp_path / "carry" / "t2"
+    for folder, names in ((first_call, [p["name"] for p in manifest["parts"] if p["name"] != withheld]),
+                          (second_call, [withheld])):
+        folder.mkdir(parents=True)
+        for name in [parts.MANIFEST_NAME, *names]:
+            (folder / name).write_bytes((kit / name).read_bytes())
+    second_call.rename(tmp_path / "t2.hold")                       # the second call's carry has not come yet
 
-    first = drive(inbox, site, results, tmp_path / "out1")
+    first = drive(tmp_path / "carry", tmp_path, tmp_path / "out1", "--cpu-steps", "")
     assert first.returncode == 0, first.stderr
     state = json.loads((tmp_path / "out1" / "drive.json").read_text())
     assert state["device"]["base_installed"] is False and state["steps"]["unpack"]["rc"] == 2
-    assert "gpu_tests" not in state["steps"]                        # waits for the rest of the base profile
-    assert "waits for the rest of the base profile" in first.stdout
+    assert "GPU steps wait for RAPIDS" in first.stdout
+    assert sorted(p.name for p in (tmp_path / "out1").iterdir()) == ["drive.json", "results.tar.gz"]
 
-    (inbox / withheld).write_bytes((kit / withheld).read_bytes())
-    second = drive(inbox, site, results, tmp_path / "out2")
+    shutil.rmtree(first_call)                                      # a later call's carry replaces the folder
+    (tmp_path / "t2.hold").rename(second_call)
+    second = drive(tmp_path / "carry", tmp_path, tmp_path / "out2", "--cpu-steps", "")
     assert second.returncode == 0, second.stderr
     state = json.loads((tmp_path / "out2" / "drive.json").read_text())
     assert state["calls"] == 2 and state["device"]["base_installed"] is True
+    assert state["device"]["rapids"] is False                      # the demo kit has no cuDF
     assert [h["rc"] for h in state["steps"]["unpack"]["history"]] == [2, 0]
-    assert state["steps"]["gpu_tests"]["skipped"].startswith("no device")
-    assert state["steps"]["e2e"]["skipped"].startswith("RAPIDS not installed")
-    assert all(p["status"] == "skipped" for p in state["probes"].values())
+    assert withheld in state["steps"]["unpack"]["history"][1]["copied"]
     with tarfile.open(tmp_path / "out2" / "results.tar.gz") as tar:
         names = tar.getnames()
     assert "results/unpack.log" in names and "results/drive.json" in names
-    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["drive.json", "results.tar.gz"]
 
-    third = drive(inbox, site, results, tmp_path / "out3")
-    assert "[gpu_tests] done in call 2" in third.stdout               # a finished step is not run again
+
+def test_a_dry_run_rehearses_every_step_in_order_and_the_cpu_side_in_the_background(demo_kit, tmp_path):
+    _, kit, _ = demo_kit
+    shutil.copytree(kit, tmp_path / "carry" / "t1")
+    done = drive(tmp_path / "carry", tmp_path, tmp_path / "out", "--dry-run", "--wait-cpu",
+                 "--cpu-steps", "gen_1m,cpu_1m,auto_cpu")
+    assert done.returncode == 0, done.stderr
+    shown = [line.split("]")[0].lstrip("[") for line in done.stdout.splitlines() if "] dry run:" in line]
+    assert shown == ["smoke", "e2e", "parity", "gpu_1m", "gpu_10m", "auto_gpu", "gpu_tests"]
+    assert "configs/churn.yaml --device gpu" in done.stdout and "parity configs/churn.yaml" in done.stdout
+    state = json.loads((tmp_path / "out" / "drive.json").read_text())
+    assert state["steps"]["unpack"]["rc"] == 0                     # unpacking is real, even in a rehearsal
+    background = (tmp_path / "results" / "bg" / "background.log").read_text()
+    order = [line.split("]")[0].lstrip("[") for line in background.splitlines() if "] dry run:" in line]
+    assert order == ["gen_1m", "cpu_1m", "auto_cpu"]
+    assert "--device cpu" in background and "stages.auto.time_limit=60s" in background
+    assert set(state["background"]) >= {"gen_1m", "cpu_1m", "auto_cpu", "started"}
+
+
+def test_an_unknown_cpu_step_is_refused(tmp_path):
+    done = drive(tmp_path / "carry", tmp_path, tmp_path / "out", "--cpu-steps", "gen_1m,bake")
+    assert done.returncode != 0 and "unknown bake" in done.stderr

@@ -103,7 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true",
                         help="rehearse: the same order, each step's command printed instead of run")
     parser.add_argument("--cpu-steps", default=",".join(BACKGROUND),
-                        help=f"the CPU side's steps, in order (default {','.join(BACKGROUND)})")
+                        help=f"the CPU side's steps, in order (default {','.join(BACKGROUND)}; '' for none)")
     parser.add_argument("--wait-cpu", action="store_true",
                         help="after the GPU steps, wait (within the budget) for the CPU side to end")
     parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)   # the CPU side itself
@@ -264,7 +264,7 @@ class Driver:
 
     def start_background(self) -> None:
         started = self.results / "bg" / "started.json"
-        if started.is_file() and not self.args.again:
+        if (started.is_file() and not self.args.again) or not self.cpu_steps():
             return
         argv = self.python(Path(__file__), "--background", "--out", self.results / "bg" / "out",
                            "--parts", self.args.parts, "--store", self.args.store, "--target", self.args.target,
@@ -459,6 +459,8 @@ class Driver:
         return 0
 
     def wait_for_cpu_side(self) -> None:
+        if not self.cpu_steps():
+            return
         last = self.cpu_steps()[-1]
         while not (self.results / "bg" / f"{last}.json").is_file() and self.left() > 5 and not self.args.dry_run:
             time.sleep(2)
