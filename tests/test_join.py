@@ -376,6 +376,36 @@ def test_a_join_needs_two_inputs():
     assert any("joined" in i.path for i in info.value.issues)
 
 
+# ------------------------------------------------------------------------------ backends
+def _joins_equal_pandas_joins(device: str, how: str) -> None:
+    """``device``'s in-memory and partitioned joins, on one key and on two, equal pandas' joins."""
+    import dask.dataframe as dd
+
+    from pipeline.backends import get_backend
+
+    backend = get_backend(device)
+    left, people = _events(2, n=5000)
+    left = left.assign(shop=np.where(np.arange(len(left)) % 3 == 0, "north", "south"))
+    # validate: many_to_one (the default): the right table has each key once. A customer is on
+    # one row of people and on two rows (one per shop) of the table joined on customer and shop.
+    by_shop = pd.concat([people.assign(shop="north"), people.assign(shop="south")], ignore_index=True)
+    for keys, right in (("customer", people.assign(shop="east")), (["customer", "shop"], by_shop)):
+        expected = join_tables(left, right, on=keys, how=how)
+        got = backend.to_host(join_tables(backend.from_pandas(left), backend.from_pandas(right), on=keys, how=how))
+        pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+        lazy = join_tables(dd.from_pandas(backend.from_pandas(left), npartitions=3), backend.from_pandas(right),
+                           on=keys, how=how)
+        pd.testing.assert_frame_equal(backend.to_host(lazy.compute()).reset_index(drop=True), expected,
+                                      check_dtype=False)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "outer"])
+def test_pandas_joins_equal_pandas_joins_on_the_gpu_tests_data(how):
+    """The CPU twin of the GPU test below: the same tables through the same checks, so a fault in
+    the data or the checks shows here, on any machine, and a GPU failure is cuDF's alone."""
+    _joins_equal_pandas_joins("cpu", how)
+
+
 # ------------------------------------------------------------------------------ GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("how", ["inner", "left", "right", "outer"])
@@ -384,21 +414,7 @@ def test_cudf_joins_equal_pandas_joins(how):
 
     if "gpu" not in DEVICES:
         pytest.skip("no GPU with RAPIDS here")
-    import dask.dataframe as dd
-
-    from pipeline.backends import get_backend
-
-    gpu = get_backend("gpu")
-    left, right = _events(2, n=5000)
-    left = left.assign(shop=np.where(np.arange(len(left)) % 3 == 0, "north", "south"))
-    right = pd.concat([right.assign(shop="north"), right.assign(shop="south")], ignore_index=True)
-    for keys in ("customer", ["customer", "shop"]):
-        expected = join_tables(left, right, on=keys, how=how)
-        got = gpu.to_host(join_tables(gpu.from_pandas(left), gpu.from_pandas(right), on=keys, how=how))
-        pd.testing.assert_frame_equal(got, expected, check_dtype=False)
-        lazy = join_tables(dd.from_pandas(gpu.from_pandas(left), npartitions=3), gpu.from_pandas(right), on=keys,
-                           how=how)
-        pd.testing.assert_frame_equal(gpu.to_host(lazy.compute()).reset_index(drop=True), expected, check_dtype=False)
+    _joins_equal_pandas_joins("gpu", how)
 
 
 # ------------------------------------------------------------------------------ runs

@@ -24,7 +24,8 @@ import pytest
 
 from pipeline.backends import get_backend
 from pipeline.core.errors import ConfigError, DataError, ExitCode
-from pipeline.models import MODELS, SKOPS, SkopsFormat, get_model_spec
+from pipeline.models import LINEAR_COEFFICIENTS, MODELS, SKOPS, SkopsFormat, get_model_spec
+from pipeline.models.formats import LinearPredictor, PortablePredictor
 from pipeline.predict.batch import predict_batch
 from pipeline.runs.record import read_manifest
 from pipeline.scoring.model_folder import load_model
@@ -241,6 +242,40 @@ def test_backends_keep_scikit_learn_estimators_as_they_are(trained):
     assert cpu.from_portable_estimator(estimator) is estimator
 
 
+NATIVE_MODULE = {"cpu": "sklearn.", "gpu": "cuml."}
+
+
+def _stored_and_scored_on_cpu_and(device: str, features: Any, folder: Path) -> None:
+    """Models trained on ``device`` are saved in their registry entry's format, load for the CPU
+    and for ``device``, and score the same raw rows alike on both. The logistic regression is
+    its coefficients (a ``LinearPredictor`` that scores on the host, whichever device loaded
+    it: there is no estimator to move); the forest is a scikit-learn estimator in a skops file,
+    which the device's backend turns into its own estimator (cuML's twin on the GPU)."""
+    backend = get_backend(device)
+    for name in ("logistic_regression", "random_forest"):
+        model = train_model(features, name, {"n_estimators": 10} if name == "random_forest" else {}, seed=3)
+        assert type(model.estimator).__module__.startswith(NATIVE_MODULE[device])
+        save_model(model, folder / name)
+        on_cpu = load_model(folder / name, device="cpu")
+        on_device = load_model(folder / name, device=device)
+        stored_as = get_model_spec(name).format
+        if stored_as == LINEAR_COEFFICIENTS:
+            assert json.loads((folder / name / "model.json").read_text())["format"] == LINEAR_COEFFICIENTS.name
+            assert isinstance(on_cpu.predictor, LinearPredictor) and isinstance(on_device.predictor, LinearPredictor)
+        else:
+            assert stored_as == SKOPS and isinstance(on_cpu.predictor, PortablePredictor)
+            assert type(on_cpu.predictor.estimator).__module__.startswith("sklearn.")
+            assert type(on_device.predictor.for_backend(backend)).__module__.startswith(NATIVE_MODULE[device])
+        rows = _raw_test_rows(features).head(200)
+        np.testing.assert_allclose(on_cpu.score(rows), on_device.score(backend.from_pandas(rows)), rtol=0, atol=1e-5)
+
+
+def test_a_cpu_trained_model_is_stored_and_scores_as_the_gpu_test_checks(features, tmp_path):
+    """The CPU twin of the GPU test below: the same models through the same checks, so a check
+    that does not fit a model's format shows here, on any machine."""
+    _stored_and_scored_on_cpu_and("cpu", features, tmp_path)
+
+
 @pytest.mark.gpu
 def test_a_gpu_trained_model_is_stored_as_scikit_learn_and_scores_on_both_devices(tmp_path):
     from pipeline.backends import available_devices
@@ -250,17 +285,7 @@ def test_a_gpu_trained_model_is_stored_as_scikit_learn_and_scores_on_both_device
     gpu = get_backend("gpu")
     frame = load_table(TELCO, backend=gpu, na_values=[" "], columns=COLUMNS)
     data = split_frame(frame, "Churn", positive="Yes", test=0.2, valid=0.1, seed=42, backend=gpu)
-    features = build_features(data, churn_ops(), id_column="customerID")
-    for name in ("logistic_regression", "random_forest"):
-        model = train_model(features, name, {"n_estimators": 10} if name == "random_forest" else {}, seed=3)
-        assert type(model.estimator).__module__.startswith("cuml.")
-        save_model(model, tmp_path / name)
-        on_cpu = load_model(tmp_path / name, device="cpu")
-        assert type(on_cpu.predictor.estimator).__module__.startswith("sklearn.")
-        on_gpu = load_model(tmp_path / name, device="gpu")
-        assert type(on_gpu.predictor.for_backend(gpu)).__module__.startswith("cuml.")
-        rows = _raw_test_rows(features).head(200)
-        np.testing.assert_allclose(on_cpu.score(rows), on_gpu.score(gpu.from_pandas(rows)), rtol=0, atol=1e-5)
+    _stored_and_scored_on_cpu_and("gpu", build_features(data, churn_ops(), id_column="customerID"), tmp_path)
 
 
 # ---------------------------------------------------------------- signed runs
