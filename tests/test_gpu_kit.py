@@ -504,3 +504,32 @@ def test_a_dry_run_rehearses_every_step_in_order_and_the_cpu_side_in_the_backgro
 def test_an_unknown_cpu_step_is_refused(tmp_path):
     done = drive(tmp_path / "carry", tmp_path, tmp_path / "out", "--cpu-steps", "gen_1m,bake")
     assert done.returncode != 0 and "unknown bake" in done.stderr
+
+
+def test_summarize_compares_each_stage_and_test_metric_of_the_gpu_and_cpu_runs(tmp_path):
+    def run(stages: dict, aucs: dict) -> dict:
+        return {"duration_s": sum(stages.values()), "stages": stages,
+                "metrics": {"models": {m: {"roc_auc": v} for m, v in aucs.items()}}}
+
+    gpu_state = {"steps": {"bench_10m": {"record": run({"split": 2.0, "xgb": 1.0}, {"xgb": 0.881})}}, "background": {}}
+    cpu_state = {"steps": {}, "background": {"cpu_10m": {"record": run({"split": 4.0, "xgb": 20.0}, {"xgb": 0.882}),
+                                                         "load_before": [0.5, 0.4, 0.3]}}}
+    archives = []
+    for name, state in (("gpu", gpu_state), ("cpu", cpu_state)):
+        (tmp_path / name / "results").mkdir(parents=True)
+        (tmp_path / name / "results" / "drive.json").write_text(json.dumps(state))
+        archive = tmp_path / f"{name}.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(tmp_path / name / "results", arcname="results")
+        archives.append(archive)
+    out = tmp_path / "summary.json"
+    done = subprocess.run([sys.executable, str(KIT / "summarize.py"), *map(str, archives), "--json", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())["10M rows"]
+    assert summary["run"] == {"cpu_s": 24.0, "gpu_s": 3.0, "ratio": 8.0}
+    assert summary["stages"]["xgb"]["ratio"] == 20.0 and summary["stages"]["split"]["ratio"] == 2.0
+    assert abs(summary["models"]["xgb"]["difference"] + 0.001) < 1e-12
+    assert summary["cpu_load_before"] == [0.5, 0.4, 0.3]
+    assert "| **the run** | **24.00** | **3.00** | **8.00** |" in done.stdout
+    assert "1M rows: not in the results" in done.stdout
