@@ -336,25 +336,24 @@ class Driver:
                 "stages": {n: s.get("seconds") for n, s in manifest.get("stages", {}).items()},
                 "metrics": manifest.get("metrics")}
 
-    def bench_run(self, name: str, device: str, size: str, *, limit: float) -> dict[str, Any]:
+    def recorded_run(self, name: str, config: str, device: str, setting: str, *, limit: float) -> dict[str, Any]:
+        """``pipeline run CONFIG --device DEVICE --set SETTING`` uncached in a scratch folder, its
+        manifest and metrics kept under results/runs/NAME."""
         runs = self.results / "scratch" / name
         shutil.rmtree(runs, ignore_errors=True)
-        outcome = self.pipeline(name, "run", "configs/bench_churn.yaml", "--device", device,
-                                "--set", f"stages.raw.path={self.data(size)}", "--runs-dir", runs, "--no-cache",
-                                limit=limit)
+        outcome = self.pipeline(name, "run", config, "--device", device, "--set", setting, "--runs-dir", runs,
+                                "--no-cache", limit=limit)
         outcome["record"] = self.keep_run(name, runs)
         shutil.rmtree(runs, ignore_errors=True)
         return outcome
 
+    def bench_run(self, name: str, device: str, size: str, *, limit: float) -> dict[str, Any]:
+        return self.recorded_run(name, "configs/bench_churn.yaml", device, f"stages.raw.path={self.data(size)}",
+                                 limit=limit)
+
     def auto_run(self, name: str, device: str, *, limit: float) -> dict[str, Any]:
-        runs = self.results / "scratch" / name
-        shutil.rmtree(runs, ignore_errors=True)
-        outcome = self.pipeline(name, "run", "configs/churn_auto.yaml", "--device", device,
-                                "--set", f"stages.auto.time_limit={AUTO_LIMIT}", "--runs-dir", runs, "--no-cache",
-                                limit=limit)
-        outcome["record"] = self.keep_run(name, runs)
-        shutil.rmtree(runs, ignore_errors=True)
-        return outcome
+        return self.recorded_run(name, "configs/churn_auto.yaml", device, f"stages.auto.time_limit={AUTO_LIMIT}",
+                                 limit=limit)
 
     def wait_for(self, name: str) -> dict[str, Any] | None:
         """The background step's outcome once it has ended, waiting while the budget allows."""
