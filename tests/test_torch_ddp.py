@@ -40,16 +40,25 @@ MLP = dict(hidden=[64, 32], epochs=20, batch_size=256, dropout=0.0)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def churn():
+# What churn_ops() reads, the target and the id: the columns every churn feature set here loads.
+CHURN_COLUMNS = ["customerID", "Churn", "tenure", "MonthlyCharges", "TotalCharges", "gender", "Partner",
+                 "Dependents", "PhoneService", "PaperlessBilling", *CHURN_CATEGORICAL]
+
+
+def churn_features(device: str):
+    """The churn features on ``device``'s backend, built one way for the CPU and the GPU tests, so
+    the CPU run checks what the GPU-only tests build from (they are skipped without a GPU)."""
     from pipeline.backends import get_backend
 
-    backend = get_backend("cpu")
-    frame = load_table(TELCO, backend=backend, na_values=[" "],
-                       columns=["customerID", "Churn", "tenure", "MonthlyCharges", "TotalCharges", "gender",
-                                "Partner", "Dependents", "PhoneService", "PaperlessBilling", *CHURN_CATEGORICAL])
+    backend = get_backend(device)
+    frame = load_table(TELCO, backend=backend, na_values=[" "], columns=CHURN_COLUMNS)
     data = split_frame(frame, "Churn", positive="Yes", test=0.2, valid=0.1, seed=42, backend=backend)
     return build_features(data, churn_ops(), id_column="customerID")
+
+
+@pytest.fixture(scope="module")
+def churn():
+    return churn_features("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -326,16 +335,11 @@ def test_fp16_autocast_trains_under_ddp_with_a_gradient_scaler(churn):
 
 @pytest.mark.gpu
 @pytest.mark.skipif("gpu" not in available_devices(), reason="needs a GPU")
-def test_nccl_ranks_train_on_the_gpus(churn):
+def test_nccl_ranks_train_on_the_gpus():
     import torch
 
-    from pipeline.backends import get_backend
-
-    backend = get_backend("gpu")
-    frame = load_table(TELCO, backend=backend, na_values=[" "],
-                       columns=["Churn", "tenure", "MonthlyCharges", "TotalCharges", *CHURN_CATEGORICAL])
-    data = split_frame(frame, "Churn", positive="Yes", test=0.2, valid=0.1, seed=42, backend=backend)
-    features = build_features(data, [op for op in churn_ops() if "drop" not in op])
+    features = churn_features("gpu")
+    assert features.backend.name == "gpu"
     ranks = min(2, torch.cuda.device_count())
     trained = train_torch(features, seed=1, distributed={"processes": ranks}, **MLP)
     assert trained.distributed["backend"] == "nccl" and trained.distributed["ranks"] == ranks

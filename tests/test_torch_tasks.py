@@ -195,6 +195,32 @@ def test_an_exception_from_on_epoch_stops_training_and_propagates(multiclass):
 
 
 # ------------------------------------------------------------------ files per task
+# A GPU run's scores against its export loaded on the CPU: the same float32 network and inputs
+# (no autocast or TF32 when scoring, float32 weights on both sides), but cuBLAS and the CPU's BLAS
+# sum each dot product in a different order, so an output differs by a few float32 ulps of the
+# *network's output scale* -- not of the score, which can be near 0 after a regression adds back
+# the target's mean (on the H200: -18.44636 vs -18.44640, 4.4e-5 apart, relative 2.4e-6 -- exactly
+# 1 ulp of the standardised output, -2.98, times the target's std, 184; every other score differed
+# by 0-2 such ulps). 16 ulps of that scale (1.9e-6 of it) leaves a wide margin over what was seen,
+# and is ~250x below what TF32 (10-bit mantissa, ~5e-4 of the scale) or a bf16 autocast (~4e-3)
+# on one side would leave behind.
+CROSS_DEVICE_ULPS = 16
+
+
+def _cross_device_atol(estimator: MLPClassifier, expected: np.ndarray) -> float:
+    """Absolute tolerance between one float32 network evaluated on two devices: ``CROSS_DEVICE_ULPS``
+    float32 ulps of the network's output scale, in the scores' units. Regression: the standardised
+    outputs' largest magnitude (at least 1) times the target's std (the mean is added in float64,
+    exactly). Probabilities: 1, since a sigmoid or softmax changes by at most ~0.25 x a logit's
+    change and p(1-p)|logit| < 0.23, so a few ulps relative to a logit stay under a few ulps."""
+    scale = 1.0
+    objective = estimator.objective
+    if objective.kind == "regression":
+        standardised = np.abs(expected - objective.target_mean) / objective.target_std
+        scale = objective.target_std * max(1.0, float(standardised.max()))
+    return CROSS_DEVICE_ULPS * float(np.finfo(np.float32).eps) * scale
+
+
 @pytest.mark.parametrize("task", [BINARY, MULTICLASS, REGRESSION], ids=lambda t: t.kind)
 def test_exported_files_of_each_task_load_back_to_the_same_scores(task, backend, tmp_path):
     features = _features(task, backend)
@@ -208,15 +234,41 @@ def test_exported_files_of_each_task_load_back_to_the_same_scores(task, backend,
         assert arch["task"] == task.to_dict()
         assert ("target" in arch) == (task.kind == "regression")
     host = features.backend.to_host
-    for saved_meta in (meta, {k: v for k, v in meta.items() if k != "task"}):      # with and without export's task
-        predictor = TORCH_STATE_DICT.load(tmp_path, saved_meta, backend=None)
-        assert isinstance(predictor, ClassifierPredictor) and predictor.task.kind == task.kind
-        got = predictor(host(features.X["test"]), host(features.codes["test"]))
-        assert got.dtype == np.float64 and got.shape == trained.scores["test"].shape
-        np.testing.assert_allclose(got, trained.scores["test"], rtol=1e-6, atol=1e-6)
+    expected = trained.scores["test"]
+    for load_on in (None, backend):              # a machine without a GPU, and the run's own device
+        for saved_meta in (meta, {k: v for k, v in meta.items() if k != "task"}):  # with and without export's task
+            predictor = TORCH_STATE_DICT.load(tmp_path, saved_meta, backend=load_on)
+            assert isinstance(predictor, ClassifierPredictor) and predictor.task.kind == task.kind
+            got = predictor(host(features.X["test"]), host(features.codes["test"]))
+            assert got.dtype == np.float64 and got.shape == expected.shape
+            if predictor.classifier.device == trained.estimator.device and trained.estimator.device.type == "cpu":
+                # The same float32 weights, inputs and kernels on the CPU: the same bits. (On a GPU,
+                # cuBLAS may pick another kernel for another batch size, so the bound below holds.)
+                np.testing.assert_array_equal(got, expected)
+            else:
+                np.testing.assert_allclose(got, expected, rtol=0, atol=_cross_device_atol(trained.estimator, expected))
     loaded = MLPClassifier.load(tmp_path)
     assert loaded.task == (task if task.kind != "binary" else BINARY)
     assert loaded.objective == trained.estimator.objective
+
+
+def test_a_model_trained_under_autocast_scores_in_float32_as_its_export_does(regression, tmp_path):
+    """Autocast is for the training steps: the network keeps float32 weights, and the run's scores
+    and its export's both come from it in float32 on the device, bit for bit. A scoring path left
+    under the training's bf16 autocast, or an export loaded in another dtype, would not."""
+    trained = train_torch(regression, seed=1, **{**FAST, "epochs": 2, "precision": "bf16"})
+    assert trained.fit_result["precision"] == "bf16"
+    _, meta = TORCH_STATE_DICT.save(trained.estimator, tmp_path, backend=regression.backend)
+    predictor = TORCH_STATE_DICT.load(tmp_path, meta, backend=regression.backend)
+    for network in (trained.estimator.module, predictor.classifier.module):
+        assert {p.dtype for p in network.parameters()} == {torch.float32}
+    host = regression.backend.to_host
+    got = predictor(host(regression.X["test"]), host(regression.codes["test"]))
+    if trained.estimator.device.type == "cpu":
+        np.testing.assert_array_equal(got, trained.scores["test"])
+    else:                                      # another batch size may mean another cuBLAS kernel
+        np.testing.assert_allclose(got, trained.scores["test"], rtol=0,
+                                   atol=_cross_device_atol(trained.estimator, trained.scores["test"]))
 
 
 def test_a_model_json_whose_task_disagrees_with_the_network_is_refused(tmp_path, backend):
