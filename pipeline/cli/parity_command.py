@@ -69,7 +69,8 @@ def parity(config: str, overrides: tuple[str, ...], sample: int | None, runs_dir
         _print(found)
         stdout.print(Text(f"parity: {results[second].run_dir / PARITY_FILE}"))
     if not found["ok"]:
-        outside = [f"{r['model']} {r['metric']} ({r['split']})" for r in found["metrics"] if not r["within"]]
+        outside = [f"{r['model']} {r['metric']} ({r['split']})" for r in found["metrics"]
+                   if r["judged"] and not r["within"]]
         raise ParityError(f"{_SIDE_NAMES[first]} run {found[f'{first}_run']} and {_SIDE_NAMES[second]} run "
                           f"{found[f'{second}_run']} differ beyond the bands: " + ", ".join(outside))
 
@@ -102,8 +103,12 @@ def _print(found: dict) -> None:
         table.add_column(column, justify="left" if column in ("model", "split", "metric", "") else "right")
     for row in found["metrics"]:
         table.add_row(row["model"], row["split"], row["metric"], _number(row[first]), _number(row[second]),
-                      _number(row["difference"]), _number(row["band"]), "" if row["within"] else "OUTSIDE")
+                      _number(row["difference"]), _number(row["band"]), _verdict(row))
     print_wide(table)
+    if any(not row["judged"] and not row["within"] for row in found["metrics"]):
+        stdout.print(Text("in-sample: outside its band on the training split, which does not decide (a GPU "
+                          "algorithm fits the rows it learnt from more or less tightly by design); the held-out "
+                          "splits do"))
     stages = Table(title="seconds per stage", title_justify="left", box=None)
     for column in ("stage", first, second):
         stages.add_column(column, justify="left" if column == "stage" else "right")
@@ -114,6 +119,12 @@ def _print(found: dict) -> None:
         stdout.print(Text(f"workflow: {len(found['workflow'])} fitted value(s) differ, e.g. "
                           + "; ".join(f"{w['model']} {w['key']}: {w[first]} vs {w[second]}"
                                       for w in found["workflow"][:3])))
+
+
+def _verdict(row: dict) -> str:
+    if row["within"]:
+        return ""
+    return "OUTSIDE" if row["judged"] else "in-sample"
 
 
 def _number(value: object) -> str:

@@ -6,7 +6,10 @@ gpu`` (each a normal run in the run history), then compares the two records:
 - each model's metrics on every split, against a tolerance band per metric (``TOLERANCES``:
   absolute for bounded scores, relative for errors in the target's units). cuML and
   scikit-learn fit the same models with different solvers and random streams, so equal
-  metrics are not expected; a difference outside its band is;
+  metrics are not expected; a difference outside its band on a held-out split is. The
+  training split's metrics are listed with their bands but, against the GPU, do not decide
+  (``Bands.judge_training``: in-sample scores measure how tightly an algorithm fits the rows
+  it learnt from, which cuML's trees do by design more tightly than scikit-learn's);
 - the fitted feature workflow of each exported model (``workflow.json``): every number of its
   state (means, standard deviations, bin edges) on one side against the other;
 - each stage's time on each side.
@@ -44,17 +47,34 @@ DEFAULT_TOLERANCE = (0.02, "abs")
 WORKFLOW_TOLERANCE = 1e-4
 
 
+# The split the models are fitted on (``pipeline.stages.split.SPLITS``' first): its metrics are in-sample.
+TRAINING_SPLIT = "train"
+
+
 @dataclass(frozen=True)
 class Bands:
     """How far two runs may differ: per metric (band, "abs" | "rel"), any other metric, and
-    the numbers of the fitted workflow."""
+    the numbers of the fitted workflow. ``judge_training``: whether metrics of the training
+    split count toward the verdict where a held-out split was scored too (they are listed, with
+    their band, either way; a run that scored the training split alone is judged on it)."""
 
     metrics: Mapping[str, tuple[float, str]]
     default: tuple[float, str] = DEFAULT_TOLERANCE
     workflow: float = WORKFLOW_TOLERANCE
+    judge_training: bool = True
 
 
-GPU_BANDS = Bands(TOLERANCES)
+# Against the GPU, the training split's metrics do not decide. They score the rows each model
+# learnt from, so they measure how tightly its algorithm fits them, and the GPU's algorithms are
+# not the CPU's: cuML's random forest builds each tree on the bootstrap's drawn row ids, so its
+# min_samples_leaf counts draws, where scikit-learn's counts distinct rows (it passes the draws
+# as weights), and it splits at 128 quantile bins, not at every value. Its leaves are smaller:
+# configs/churn.yaml's forest (min_samples_leaf 5) scores 0.975 ROC AUC on its own training rows
+# on an H200 against scikit-learn's 0.961, while on valid and test the two agree to 0.001 (a
+# forest whose trees count draws, built from scikit-learn's own trees, scores 0.979 there on
+# the CPU). A band on in-sample metrics would fail every correct GPU forest; the held-out splits
+# judge what parity is for, the quality of the models on rows they did not see.
+GPU_BANDS = Bands(TOLERANCES, judge_training=False)
 # The CPU table engines build the same tables; a float sum may differ in its last bits where
 # the engines add in another order (docs/architecture.md), never by more than this.
 ENGINE_TOLERANCE = 1e-9
@@ -74,17 +94,21 @@ def within(metric: str, cpu: float | None, gpu: float | None, bands: Bands = GPU
 
 def compare_runs(cpu_dir: Path, gpu_dir: Path, bands: Bands = GPU_BANDS, *,
                  sides: tuple[str, str] = ("cpu", "gpu")) -> dict[str, Any]:
-    """``parity.json``: ``metrics`` (a row per model, split and metric), ``workflow`` (the
-    numbers of each model's fitted workflow that differ), ``stages`` (seconds on each side) and
-    ``ok`` (every metric within its band). ``sides`` names the two runs in every key (the
-    reference first: ``cpu``/``gpu``, or ``pandas``/``polars`` for the table engines)."""
+    """``parity.json``: ``metrics`` (a row per model, split and metric; ``judged``: whether it
+    counts toward ``ok``, see ``Bands.judge_training``), ``workflow`` (the numbers of each
+    model's fitted workflow that differ), ``stages`` (seconds on each side) and ``ok`` (every
+    judged metric within its band). ``sides`` names the two runs in every key (the reference
+    first: ``cpu``/``gpu``, or ``pandas``/``polars`` for the table engines)."""
     first, second = sides
     cpu, gpu = read_manifest(cpu_dir), read_manifest(gpu_dir)
+    paired = list(_paired_metrics(cpu.metrics or {}, gpu.metrics or {}))
+    held_out = any(split != TRAINING_SPLIT for split, *_ in paired)
     rows = []
-    for split, model, metric, a, b in _paired_metrics(cpu.metrics or {}, gpu.metrics or {}):
+    for split, model, metric, a, b in paired:
         ok, band = within(metric, a, b, bands)
         rows.append({"model": model, "split": split, "metric": metric, first: a, second: b,
-                     "difference": None if a is None or b is None else b - a, "band": band, "within": ok})
+                     "difference": None if a is None or b is None else b - a, "band": band, "within": ok,
+                     "judged": bands.judge_training or split != TRAINING_SPLIT or not held_out})
     workflow = []
     for model, folder in cpu.models.items():
         other = gpu.models.get(model)
@@ -99,7 +123,8 @@ def compare_runs(cpu_dir: Path, gpu_dir: Path, bands: Bands = GPU_BANDS, *,
                f"{second}_status": gpu.stages[name].status if name in gpu.stages else None}
               for name, record in cpu.stages.items()]
     return {"sides": list(sides), f"{first}_run": cpu.run_id, f"{second}_run": gpu.run_id,
-            "ok": all(row["within"] for row in rows), "metrics": rows, "workflow": workflow, "stages": stages}
+            "ok": all(row["within"] for row in rows if row["judged"]), "metrics": rows, "workflow": workflow,
+            "stages": stages}
 
 
 def _paired_metrics(cpu: Mapping[str, Any], gpu: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Any, Any]]:

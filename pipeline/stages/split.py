@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.backends.headers import HeaderReader
-from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY
+from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY, shuffled_split
 from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
 from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 
@@ -336,8 +336,6 @@ def split_frame(
     times are the test split, in place of ``test``; ``valid`` is a share of the other rows.
     ``missing_target``: ``error`` refuses rows whose target is missing, ``drop`` leaves them out
     (in memory, ``facts["dropped_missing_target"]`` counts them when ``facts`` is given)."""
-    from sklearn.model_selection import train_test_split  # scikit-learn costs ~1 s to import
-
     backend = backend_for(frame, backend)
     if target not in frame.columns:
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
@@ -383,10 +381,11 @@ def split_frame(
         stratify = stratify and resolved.is_classification      # numbers have no class shares to keep
         strat = y if stratify else None
         try:
-            rest, test_pos = train_test_split(positions, test_size=test, random_state=seed, stratify=strat) if test else (positions, positions[:0])
+            # scikit-learn's train_test_split, row for row (``shuffled_split``), twice: test, then valid.
+            rest, test_pos = shuffled_split(positions, test, seed, strat) if test else (positions, positions[:0])
             if valid:
                 strat_rest = y[rest] if stratify else None
-                train_pos, valid_pos = train_test_split(rest, test_size=valid / (1 - test), random_state=seed, stratify=strat_rest)
+                train_pos, valid_pos = shuffled_split(rest, valid / (1 - test), seed, strat_rest)
             else:
                 train_pos, valid_pos = rest, rest[:0]
         except ValueError as exc:
