@@ -22,6 +22,9 @@ Engines, each run as its own child process (``--child``) so its peak memory is i
                 reference engine, one core);
   polars        one lazy query (a group-by with a filtered aggregate per window), collected;
   duckdb        one SQL query (``FILTER`` clauses per window), fetched as an Arrow table;
+  pipeline-gpu  the same functions as ``pipeline`` on the GPU backend (cuDF group-bys and reindexes on the
+                device), the result brought to the host; only asked for by name (``--engines``), since it
+                needs a GPU with RAPIDS;
   pipeline-dask the pipeline's functions on a ``distributed.LocalCluster`` on 127.0.0.1 (``--dask-workers``
                 worker processes, 1 thread each, ``memory_limit`` per worker from ``--dask-memory-limit``:
                 by default 0.9 x the events' in-memory size shared by the workers, so they cannot hold the
@@ -95,9 +98,11 @@ FEATURES: dict[str, Any] = {
 ZERO_WHEN_EMPTY = ("orders", "spend")            # count and sum of an empty window are 0, the rest missing
 TARGET = "churn"
 ATTRIBUTES = ("region", "channel", "age")
-IN_PROCESS = ("pandas", "pipeline", "polars", "duckdb")
+GPU_ENGINE = "pipeline-gpu"                      # the same functions on cuDF: only where a GPU and RAPIDS are
+IN_PROCESS = ("pandas", "pipeline", "polars", "duckdb", GPU_ENGINE)
 DASK = "pipeline-dask"
 ENGINES = (*IN_PROCESS, DASK)
+DEFAULT_ENGINES = tuple(e for e in ENGINES if e != GPU_ENGINE)
 BASELINE = "pandas"
 TIME_TARGET = 1.10
 MEMORY_TARGET = 1.25
@@ -167,6 +172,18 @@ def pipeline_work(events_path: Path, customers_path: Path, timer: dict[str, floa
     customers = cpu.read(customers_path, format="parquet")
     timer["read_s"] = time.perf_counter() - timer["start"]
     return pipeline_steps(events, customers)
+
+
+def pipeline_gpu_work(events_path: Path, customers_path: Path, timer: dict[str, float]) -> Any:
+    """The pipeline's library functions on the GPU backend (cuDF); the result brought to the host,
+    as every other engine returns a host table."""
+    from pipeline.backends import get_backend
+
+    gpu = get_backend("gpu")
+    events = gpu.read(events_path, format="parquet")
+    customers = gpu.read(customers_path, format="parquet")
+    timer["read_s"] = time.perf_counter() - timer["start"]
+    return gpu.to_host(pipeline_steps(events, customers))
 
 
 def pipeline_steps(events: Any, customers: Any) -> Any:
@@ -271,10 +288,12 @@ IMPORTS = {
                  "pipeline.stages.join"),
     "polars": ("polars",),
     "duckdb": ("duckdb", "pyarrow"),
+    GPU_ENGINE: ("pandas", "pyarrow.parquet", "cudf", "pipeline.backends", "pipeline.events", "pipeline.stages.join"),
     DASK: ("pandas", "pyarrow.parquet", "polars", "distributed", "dask.dataframe", "pipeline.backends",
            "pipeline.events", "pipeline.stages.join"),
 }
-WORK = {"pandas": pandas_work, "pipeline": pipeline_work, "polars": polars_work, "duckdb": duckdb_work}
+WORK = {"pandas": pandas_work, "pipeline": pipeline_work, "polars": polars_work, "duckdb": duckdb_work,
+        GPU_ENGINE: pipeline_gpu_work}
 
 
 def save_result(result: Any, path: Path) -> None:
@@ -733,8 +752,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sizes", type=size_list, default=size_list("1M,10M,50M"),
                         help="events per table, comma-separated (default 1M,10M,50M)")
     parser.add_argument("--repeats", type=int, default=2, help="rounds of the in-process engines (default 2)")
-    parser.add_argument("--engines", type=engine_list, default=list(ENGINES),
-                        help=f"engines to run (default all: {','.join(ENGINES)})")
+    parser.add_argument("--engines", type=engine_list, default=list(DEFAULT_ENGINES),
+                        help=f"engines to run (default {','.join(DEFAULT_ENGINES)}; {GPU_ENGINE}, the same "
+                             "functions on cuDF, needs a GPU with RAPIDS)")
     parser.add_argument("--dask-sizes", type=size_list, help="sizes the Dask engine runs at (default: the largest)")
     parser.add_argument("--dask-workers", type=int, default=2, help="local Dask workers (default 2)")
     parser.add_argument("--dask-memory-limit", default="auto",
@@ -776,7 +796,7 @@ def reproducing_command(args: argparse.Namespace) -> str:
     """The command that reproduces the numbers (where results and data go does not matter)."""
     command = (f"python scripts/bench_events.py --sizes {','.join(label_size(n).replace(',', '') for n in args.sizes)}"
                f" --repeats {args.repeats}")
-    for flag, value, default in (("--engines", ",".join(args.engines), ",".join(ENGINES)),
+    for flag, value, default in (("--engines", ",".join(args.engines), ",".join(DEFAULT_ENGINES)),
                                  ("--dask-sizes", ",".join(map(str, args.dask_sizes)), str(max(args.sizes))),
                                  ("--dask-workers", args.dask_workers, 2),
                                  ("--dask-memory-limit", args.dask_memory_limit, "auto"),

@@ -160,3 +160,13 @@ def test_the_benchmark_runs_every_engine_and_their_outputs_agree(tmp_path):
         assert f"| 20,000 | {engine}" in done.stdout
     assert "outputs agree with pandas" in done.stdout
     assert not list((tmp_path / "data").glob("events-runs-*"))               # the run folders are removed
+
+
+def test_the_gpu_engine_is_only_run_when_named_and_runs_the_same_steps_on_the_gpu_backend():
+    with script_module("bench_events") as bench:
+        assert bench.GPU_ENGINE not in bench.parse_args([]).engines
+        assert bench.parse_args(["--engines", "polars,pipeline-gpu"]).engines == ["polars", "pipeline-gpu"]
+        assert bench.WORK[bench.GPU_ENGINE] is bench.pipeline_gpu_work
+        assert "cudf" in bench.IMPORTS[bench.GPU_ENGINE]
+        command = bench.reproducing_command(bench.parse_args(["--engines", "pandas,pipeline-gpu,polars"]))
+        assert "--engines pandas,polars,pipeline-gpu" in command

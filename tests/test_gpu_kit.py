@@ -490,7 +490,8 @@ def test_a_dry_run_rehearses_every_step_in_order_and_the_cpu_side_in_the_backgro
                  "--cpu-steps", "gen_1m,cpu_1m,auto_cpu")
     assert done.returncode == 0, done.stderr
     shown = [line.split("]")[0].lstrip("[") for line in done.stdout.splitlines() if "] dry run:" in line]
-    assert shown == ["smoke", "e2e", "parity", "gpu_1m", "gpu_10m", "auto_gpu", "gpu_tests"]
+    assert shown == ["smoke", "e2e", "parity", "gpu_1m", "gpu_10m", "auto_gpu", "gpu_tests", "events"]
+    assert "--engines pandas,pipeline-gpu,polars" in done.stdout
     assert "configs/churn.yaml --device gpu" in done.stdout and "parity configs/churn.yaml" in done.stdout
     state = json.loads((tmp_path / "out" / "drive.json").read_text())
     assert state["steps"]["unpack"]["rc"] == 0                     # unpacking is real, even in a rehearsal

@@ -19,7 +19,8 @@ the checkout). Every call runs this script, which:
    ``e2e`` (``pipeline run configs/churn.yaml --device gpu``, report included), ``parity``
    (``pipeline parity`` on churn), ``bench_1m`` / ``bench_10m`` (the benchmark table with
    ``--device gpu``), ``auto`` (``configs/churn_auto.yaml`` on the GPU, the CPU's time limit),
-   ``gpu_tests`` (``pytest -m gpu``, a per-test timeout).
+   ``gpu_tests`` (``pytest -m gpu``, a per-test timeout), ``events`` (``scripts/bench_events.py`` at
+   10M events: the pipeline's functions on cuDF against Polars on every core, pandas checking both).
 
 After every step it writes ``OUT/drive.json`` (every outcome) and ``OUT/results.tar.gz`` (logs,
 run manifests, metrics, the report): a call cut short returns what finished. Without a GPU or
@@ -47,7 +48,7 @@ if str(KIT.parent) not in sys.path:
 
 from gpu_kit.install import kit_environment  # noqa: E402
 
-STEPS = ("smoke", "e2e", "parity", "bench_1m", "bench_10m", "auto", "gpu_tests")
+STEPS = ("smoke", "e2e", "parity", "bench_1m", "bench_10m", "auto", "gpu_tests", "events")
 # The CPU side, in the background, in this order; each writes its outcome to bg/<name>.json.
 BACKGROUND = ("gen_1m", "gen_10m", "cpu_1m", "cpu_10m", "auto_cpu")
 # Which background step a GPU step waits for (its CPU twin, or the data it reads).
@@ -63,7 +64,9 @@ GPU_TEST_FILES = (
 )
 # A step is started only with at least this many seconds of the call's budget left.
 MIN_STEP_SECONDS = {"smoke": 30, "e2e": 60, "parity": 60, "bench_1m": 40, "bench_10m": 60, "auto": 90,
-                    "gpu_tests": 60}
+                    "gpu_tests": 60, "events": 150}
+# The events benchmark on the GPU: cuDF against Polars on every core, pandas as the check's reference.
+EVENTS_SIZE, EVENTS_ENGINES = "10M", "pandas,pipeline-gpu,polars"
 SMOKE = r"""
 import json, time
 t0 = time.perf_counter()
@@ -422,6 +425,15 @@ class Driver:
             "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=60",
             "--timeout=90", f"--junitxml={xml}", *files), limit=self.left() - 5)
         outcome["summary"] = outcome["log_tail"].strip().splitlines()[-1:] if outcome["log_tail"].strip() else []
+        return outcome
+
+    def run_events(self) -> dict[str, Any]:
+        out = self.results / "events.json"
+        outcome = self.command("events", self.python(
+            CHECKOUT / "scripts" / "bench_events.py", "--sizes", EVENTS_SIZE, "--repeats", "1", "--engines",
+            EVENTS_ENGINES, "--data-dir", self.args.data / "events", "--output", out), limit=self.left() - 5)
+        if out.is_file():
+            outcome["results"] = json.loads(out.read_text())
         return outcome
 
     # ------------------------------------------------------------------ the call
