@@ -534,3 +534,12 @@ def test_summarize_compares_each_stage_and_test_metric_of_the_gpu_and_cpu_runs(t
     assert summary["cpu_load_before"] == [0.5, 0.4, 0.3]
     assert "| **the run** | **24.00** | **3.00** | **8.00** |" in done.stdout
     assert "1M rows: not in the results" in done.stdout
+
+
+def test_a_part_that_vanishes_after_its_check_is_named_not_a_traceback(synthetic, tmp_path):
+    _, manifest, out = synthetic
+    big = next(w for w in manifest["wheels"] if w["name"].startswith("big"))
+    (out / big["slices"][-1]["part"]).unlink()
+    with pytest.raises(parts.KitError, match=f"{big['slices'][-1]['part']} could not be read while joining"):
+        join_wheel(big, out, tmp_path / "joined")
+    assert not list((tmp_path / "joined").glob("*.joining"))

@@ -381,7 +381,13 @@ def join_wheel(wheel: Mapping[str, Any], parts_dir: Path, dest_dir: Path) -> Pat
     digest = hashlib.sha256()
     with open(temporary, "wb") as out:
         for piece in wheel["slices"]:
-            with tarfile.open(parts_dir / piece["part"], "r:") as archive:
+            try:
+                archive = tarfile.open(parts_dir / piece["part"], "r:")
+            except (OSError, tarfile.TarError) as exc:     # gone or rewritten since it was checked
+                temporary.unlink(missing_ok=True)
+                raise KitError(f"{piece['part']} could not be read while joining {wheel['name']} ({exc}); "
+                               "copy it again and rerun unpack") from None
+            with archive:
                 try:
                     info = archive.getmember(piece["member"])
                 except KeyError:
