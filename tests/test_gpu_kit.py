@@ -543,3 +543,29 @@ def test_a_part_that_vanishes_after_its_check_is_named_not_a_traceback(synthetic
     with pytest.raises(parts.KitError, match=f"{big['slices'][-1]['part']} could not be read while joining"):
         join_wheel(big, out, tmp_path / "joined")
     assert not list((tmp_path / "joined").glob("*.joining"))
+
+
+def test_the_kit_environment_puts_the_images_cuda_libraries_on_the_loader_path_and_preloads_overrides(
+        tmp_path, monkeypatch):
+    """A RAPIDS library on PYTHONPATH finds cuFFT by an RPATH into the kit, where it is not (on the
+    H200, without this, `import cuml` failed on libcufft.so.12 in a fresh process)."""
+    from gpu_kit.install import kit_environment
+
+    image = tmp_path / "image-site"
+    for lib in ("nvidia/cu13/lib", "nvidia/nccl/lib"):
+        (image / lib).mkdir(parents=True)
+    (image / "nvidia" / "not-a-lib-folder").mkdir()
+    kit_site = tmp_path / "kit"
+    (kit_site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    override = kit_site / "nvidia" / "cu13" / "lib" / "libnvJitLink.so.13"
+    override.write_bytes(b"")
+    monkeypatch.setattr("site.getsitepackages", lambda: [str(image)])
+    monkeypatch.setattr("sysconfig.get_paths", lambda: {"purelib": str(image)})
+    env = kit_environment(kit_site, tmp_path / "checkout", [override],
+                          base={"LD_LIBRARY_PATH": "/opt/other", "PATH": "/usr/bin"})
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(tmp_path / "checkout"), str(kit_site)]
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep) == [
+        str(kit_site / "nvidia" / "cu13" / "lib"), str(image / "nvidia" / "cu13" / "lib"),
+        str(image / "nvidia" / "nccl" / "lib"), "/opt/other"]
+    assert env["LD_PRELOAD"] == str(override)
+    assert env["PATH"] == f"{kit_site / 'bin'}{os.pathsep}/usr/bin"
