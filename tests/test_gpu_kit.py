@@ -329,6 +329,7 @@ def test_profile_roots_come_from_pyproject_and_leave_the_image_alone():
     names = lambda reqs: {target._name(r) for r in reqs}  # noqa: E731
     assert {"pyarrow", "pydantic", "xgboost-cu13", "dask-cuda", "rmm-cu13", "nvidia-ml-py"} <= names(base)
     assert names(rapids) == {"cudf-cu13", "cuml-cu13", "dask-cudf-cu13"}      # raft-dask: target.RAPIDS_LEFT_OUT
+    assert names(target.profile_roots("rapids", left_out=frozenset())) == names(rapids) | {"raft-dask-cu13"}
     rmm = next(r for r in base if target._name(r) == "rmm-cu13")
     dask_cuda = next(r for r in base if target._name(r) == "dask-cuda")
     assert rmm.removeprefix("rmm-cu13") == dask_cuda.removeprefix("dask-cuda")

@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the host card's architecture: GPU code for any other is zeroed in the wheels' "
                              "libraries (sm_90: H100/H200; sm_80: A100); 'all' keeps every architecture "
                              "(the unpruned fallback set)")
+    parser.add_argument("--with-raft-dask", action="store_true",
+                        help="also ship RAFT-Dask (cuML's multi-GPU estimators: +29 MiB, one more transfer)")
     parser.add_argument("--delete-wheels", action="store_true", help="remove OUT/wheels after packing")
     return parser.parse_args(argv)
 
@@ -60,20 +62,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return prepare(target.profiles_for(args.profile), args.out, freeze_file=args.image_freeze,
-                       part_limit=part_limit, delete_wheels=args.delete_wheels, arch=arch)
+                       part_limit=part_limit, delete_wheels=args.delete_wheels, arch=arch,
+                       left_out=frozenset() if args.with_raft_dask else target.RAPIDS_LEFT_OUT)
     except (ResolveError, KitError, PruneError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
 def prepare(profiles: list[str], out: Path, *, freeze_file: Path | None, part_limit: int, delete_wheels: bool,
-            arch: int | None = None) -> int:
+            arch: int | None = None, left_out: frozenset[str] = target.RAPIDS_LEFT_OUT) -> int:
     freeze = read_freeze(freeze_file) if freeze_file else None
     print(f"image: {'the host freeze ' + str(freeze_file) if freeze else 'assumed: ' + ', '.join(target.IMAGE_REQUIREMENTS)}")
     present = image_present(freeze)
     # rapids is shipped minus what base ships, so base is always worked out (not always packed).
     needed = ["base", *(p for p in profiles if p != "base")]
-    roots = {p: target.profile_roots(p) for p in needed}
+    roots = {p: target.profile_roots(p, left_out=left_out) for p in needed}
     print(f"resolving {', '.join(needed)} for CPython {target.PYTHON_VERSION} on manylinux x86-64 ...")
     resolved = resolve(resolution_requirements([r for p in needed for r in roots[p]], image_requirements(freeze)))
     selections: dict[str, Selection] = {}
