@@ -570,3 +570,33 @@ def test_the_kit_environment_puts_the_images_cuda_libraries_on_the_loader_path_a
         str(image / "nvidia" / "nccl" / "lib"), "/opt/other"]
     assert env["LD_PRELOAD"] == str(override)
     assert env["PATH"] == f"{kit_site / 'bin'}{os.pathsep}/usr/bin"
+
+
+def test_a_timed_run_waits_while_another_holds_the_host_and_an_untimed_one_does_not(tmp_path):
+    import fcntl
+    import threading
+    import time
+
+    from gpu_kit import drive as driver_module
+
+    args = driver_module.parse_args(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
+                                     "--store", str(tmp_path / "store"), "--target", str(tmp_path / "site")])
+    driver = driver_module.Driver(args)
+    entered: list[str] = []
+
+    def run(name: str, timed: bool) -> None:
+        with driver.machine_to_itself(name, timed=timed):
+            entered.append(name)
+
+    with open(tmp_path / "results" / "timing.lock", "a") as held:       # the CPU side's 10M run, say
+        fcntl.flock(held, fcntl.LOCK_EX)
+        timed = threading.Thread(target=run, args=("bench_10m", True))
+        untimed = threading.Thread(target=run, args=("smoke", False))
+        timed.start()
+        untimed.start()
+        untimed.join(timeout=10)
+        time.sleep(0.5)
+        assert entered == ["smoke"]                                     # the timed one is still waiting
+        fcntl.flock(held, fcntl.LOCK_UN)
+    timed.join(timeout=10)
+    assert entered == ["smoke", "bench_10m"]
