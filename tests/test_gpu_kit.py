@@ -504,18 +504,24 @@ def test_a_dry_run_rehearses_every_step_in_order_and_the_cpu_side_in_the_backgro
 
 
 def test_an_unknown_cpu_step_is_refused(tmp_path):
-    done = drive(tmp_path / "carry", tmp_path, tmp_path / "out", "--cpu-steps", "gen_1m,bake")
-    assert done.returncode != 0 and "unknown bake" in done.stderr
+    from gpu_kit import drive as driver_module
+
+    args = driver_module.parse_args(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
+                                     "--store", str(tmp_path / "store"), "--target", str(tmp_path / "site"),
+                                     "--parts", str(tmp_path / "carry"), "--cpu-steps", "gen_1m,bake"])
+    with pytest.raises(SystemExit, match="unknown bake"):
+        driver_module.Driver(args).main()
 
 
-def test_summarize_compares_each_stage_and_test_metric_of_the_gpu_and_cpu_runs(tmp_path):
+def test_summarize_compares_each_stage_and_test_metric_of_the_gpu_and_cpu_runs(tmp_path, capsys):
     def run(stages: dict, aucs: dict) -> dict:
         return {"duration_s": sum(stages.values()), "stages": stages,
                 "metrics": {"models": {m: {"roc_auc": v} for m, v in aucs.items()}}}
 
     gpu_state = {"steps": {"bench_10m": {"record": run({"split": 2.0, "xgb": 1.0}, {"xgb": 0.881})}}, "background": {}}
     cpu_state = {"steps": {}, "background": {"cpu_10m": {"record": run({"split": 4.0, "xgb": 20.0}, {"xgb": 0.882}),
-                                                         "load_before": [0.5, 0.4, 0.3]}}}
+                                                         "load_before": [0.5, 0.4, 0.3],
+                                                         "load_after": [8.0, 3.0, 1.0]}}}
     archives = []
     for name, state in (("gpu", gpu_state), ("cpu", cpu_state)):
         (tmp_path / name / "results").mkdir(parents=True)
@@ -525,16 +531,17 @@ def test_summarize_compares_each_stage_and_test_metric_of_the_gpu_and_cpu_runs(t
             tar.add(tmp_path / name / "results", arcname="results")
         archives.append(archive)
     out = tmp_path / "summary.json"
-    done = subprocess.run([sys.executable, str(KIT / "summarize.py"), *map(str, archives), "--json", str(out)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    from gpu_kit import summarize
+
+    assert summarize.main([*map(str, archives), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
     summary = json.loads(out.read_text())["10M rows"]
     assert summary["run"] == {"cpu_s": 24.0, "gpu_s": 3.0, "ratio": 8.0}
     assert summary["stages"]["xgb"]["ratio"] == 20.0 and summary["stages"]["split"]["ratio"] == 2.0
     assert abs(summary["models"]["xgb"]["difference"] + 0.001) < 1e-12
-    assert summary["cpu_load_before"] == [0.5, 0.4, 0.3]
-    assert "| **the run** | **24.00** | **3.00** | **8.00** |" in done.stdout
-    assert "1M rows: not in the results" in done.stdout
+    assert summary["cpu_load"] == {"load_before": [0.5, 0.4, 0.3], "load_after": [8.0, 3.0, 1.0]}
+    assert "| **the run** | **24.00** | **3.00** | **8.00** |" in printed
+    assert "1M rows: not in the results" in printed
 
 
 def test_a_part_that_vanishes_after_its_check_is_named_not_a_traceback(synthetic, tmp_path):

@@ -52,7 +52,10 @@ from gpu_kit.install import kit_environment  # noqa: E402
 
 STEPS = ("smoke", "e2e", "parity", "bench_1m", "bench_10m", "auto", "gpu_tests", "events")
 # The CPU side, in the background, in this order; each writes its outcome to bg/<name>.json.
-BACKGROUND = ("gen_1m", "gen_10m", "cpu_1m", "cpu_10m", "auto_cpu")
+# The CPU side's steps: name -> (what, table size). `gen` writes a table, `cpu` times the benchmark
+# config on it, `auto` times configs/churn_auto.yaml.
+BACKGROUND = {"gen_1m": ("gen", "1m"), "gen_10m": ("gen", "10m"), "cpu_1m": ("cpu", "1m"),
+              "cpu_10m": ("cpu", "10m"), "auto_cpu": ("auto", None)}
 # GPU steps that time nothing and may share the host with a timed run.
 UNTIMED = frozenset({"smoke"})
 # Which background step a GPU step waits for (its CPU twin, or the data it reads).
@@ -310,15 +313,15 @@ class Driver:
             path = self.results / "bg" / f"{name}.json"
             if path.is_file() and json.loads(path.read_text()).get("rc") == 0:
                 continue
-            if not name.startswith("gen_"):
+            what, size = BACKGROUND[name]
+            if what != "gen":
                 while not self.base_ready() and not self.args.dry_run:
                     time.sleep(5)
                     self.env = self.environment()
-            began = time.time()
-            with self.machine_to_itself(name, timed=not name.startswith("gen_")):
-                outcome = getattr(self, f"bg_{name.split('_')[0]}")(name.split("_")[1])
-            outcome["load_before"] = os.getloadavg()
-            outcome["began"] = began
+            with self.machine_to_itself(name, timed=what != "gen"):
+                began, load_before = time.time(), os.getloadavg()
+                outcome = getattr(self, f"bg_{what}")(size)
+            outcome.update(began=began, load_before=load_before, load_after=os.getloadavg())
             path.write_text(json.dumps(outcome, indent=2, default=str))
         return 0
 
@@ -337,7 +340,7 @@ class Driver:
     def bg_cpu(self, size: str) -> dict[str, Any]:
         return self.bench_run(f"cpu_{size}", "cpu", size, limit=1200)
 
-    def bg_auto(self, _: str) -> dict[str, Any]:
+    def bg_auto(self, _: None) -> dict[str, Any]:
         return self.auto_run("auto_cpu", "cpu", limit=600)
 
     # ------------------------------------------------------------------ runs
@@ -382,11 +385,12 @@ class Driver:
         return self.recorded_run(name, "configs/churn_auto.yaml", device, f"stages.auto.time_limit={AUTO_LIMIT}",
                                  limit=limit)
 
-    def wait_for(self, name: str) -> dict[str, Any] | None:
-        """The background step's outcome once it has ended, waiting while the budget allows."""
+    def wait_for(self, name: str, *, keep: float = 60) -> dict[str, Any] | None:
+        """The background step's outcome once it has ended, waiting while more than ``keep``
+        seconds of the budget are left."""
         path = self.results / "bg" / f"{name}.json"
         while not path.is_file():
-            if self.args.dry_run or self.left() < 60:
+            if self.args.dry_run or self.left() < keep:
                 return None
             time.sleep(2)
         return json.loads(path.read_text())
@@ -429,10 +433,8 @@ class Driver:
 
     def run_parity(self) -> dict[str, Any]:
         runs = self.results / "scratch" / "parity"
-        outcome = self.pipeline("parity", "parity", "configs/churn.yaml", "--runs-dir", runs, "--json",
-                                limit=min(self.left() - 5, 300))
-        shutil.copyfile(self.results / "parity.log", self.results / "parity.json.log")
-        return outcome
+        return self.pipeline("parity", "parity", "configs/churn.yaml", "--runs-dir", runs, "--json",
+                             limit=min(self.left() - 5, 300))
 
     def run_bench_1m(self) -> dict[str, Any]:
         return self.bench_run("gpu_1m", "gpu", "1m", limit=min(self.left() - 5, 300))
@@ -495,11 +497,9 @@ class Driver:
         return 0
 
     def wait_for_cpu_side(self) -> None:
-        if not self.cpu_steps():
-            return
-        last = self.cpu_steps()[-1]
-        while not (self.results / "bg" / f"{last}.json").is_file() and self.left() > 5 and not self.args.dry_run:
-            time.sleep(2)
+        steps = self.cpu_steps()
+        if steps:
+            self.wait_for(steps[-1], keep=5)
         self.flush()
 
 

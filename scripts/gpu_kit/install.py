@@ -14,9 +14,11 @@ import importlib.util
 import json
 import os
 import shutil
+import site
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -194,11 +196,8 @@ def kit_environment(target: Path, checkout: Path, preload: list[Path], base: dic
     - LD_PRELOAD: the shared libraries of overrides (nvJitLink 13.5), loaded before the image's
       older copy that torch's RPATH would find first.
     """
-    import site as _site
-    import sysconfig
-
     env = dict(os.environ if base is None else base)
-    image_sites = list(dict.fromkeys([*_site.getsitepackages(), sysconfig.get_paths()["purelib"]]))
+    image_sites = list(dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"]]))
     dirs = [*library_dirs(target), *(d for s in image_sites for d in library_dirs(Path(s)))]
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(checkout), str(target), env.get("PYTHONPATH", "")) if p)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(

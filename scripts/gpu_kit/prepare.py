@@ -23,7 +23,7 @@ if __package__ in (None, ""):                   # run as a file: make `gpu_kit` 
 
 from gpu_kit import target  # noqa: E402
 from gpu_kit.parts import KitError, WheelFile, pack, part_table  # noqa: E402
-from gpu_kit.prune import PruneError, PruneStats, carries_gpu_code, parse_arch, prune_wheel  # noqa: E402
+from gpu_kit.prune import PruneError, PruneStats, parse_arch, prune_wheel  # noqa: E402
 from gpu_kit.resolve import (  # noqa: E402
     ResolveError, Selection, download, image_present, image_requirements, read_freeze, resolution_requirements,
     resolve, select,
@@ -143,8 +143,8 @@ def shrink(paths: dict[str, Path], dest: Path, arch: int | None) -> dict[str, tu
     if todo:
         print(f"rewriting {len(todo)} wheel(s) into {dest}" + (f", GPU code kept for sm_{arch} only" if arch else ""))
         with ProcessPoolExecutor(max_workers=2) as pool:
-            futures = {n: pool.submit(prune_wheel, src, dst, arch if carries_gpu_code(src) else None)
-                       for n, (src, dst) in todo.items()}
+            # A library without GPU code has no .nv_fatbin section: pruning leaves it as it is.
+            futures = {n: pool.submit(prune_wheel, src, dst, arch) for n, (src, dst) in todo.items()}
             for name, future in futures.items():
                 stats = future.result()
                 total.add(stats)

@@ -172,8 +172,3 @@ def prune_wheel(source: Path, dest: Path, target: int | None) -> PruneStats:
     temporary.replace(dest)
     return stats
 
-
-def carries_gpu_code(wheel: Path) -> bool:
-    """Whether a wheel holds a shared library large enough to be worth pruning (over 1 MiB)."""
-    with zipfile.ZipFile(wheel) as archive:
-        return any(SHARED_LIBRARY.search(i.filename) and i.file_size > 1 << 20 for i in archive.infolist())

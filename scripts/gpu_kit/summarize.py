@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: not in the results (GPU {gpu_step}: {bool(gpu)}, CPU {cpu_step}: {bool(cpu)})\n")
             continue
         found[label] = compare(gpu, cpu)
-        found[label]["cpu_load_before"] = cpu_state.get("background", {}).get(cpu_step, {}).get("load_before")
+        cpu_run = cpu_state.get("background", {}).get(cpu_step, {})
+        found[label]["cpu_load"] = {k: cpu_run[k] for k in ("load_before", "load_after") if k in cpu_run}
         print(table(label, found[label]) + "\n")
     if args.json:
         args.json.write_text(json.dumps(found, indent=2) + "\n")
