@@ -445,10 +445,19 @@ def test_ddp_probe_checks_pass_on_cpu_ranks_and_a_local_cluster(tmp_path):
 
 # ------------------------------------------------------------------ the driver, call by call
 def drive(inbox: Path, tmp_path: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(KIT / "drive.py"), "--parts", str(inbox), "--store",
-                           str(tmp_path / "store"), "--target", str(tmp_path / "site"), "--results",
-                           str(tmp_path / "results"), "--data", str(tmp_path / "data"), "--out", str(out),
-                           "--budget", "240", *extra], capture_output=True, text=True, timeout=300)
+    """One call of the driver, in this process (its steps and its CPU side are processes of their own)."""
+    import contextlib
+    import io
+
+    from gpu_kit import drive as driver_module
+
+    argv = ["--parts", str(inbox), "--store", str(tmp_path / "store"), "--target", str(tmp_path / "site"),
+            "--results", str(tmp_path / "results"), "--data", str(tmp_path / "data"), "--out", str(out),
+            "--budget", "240", *extra]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = driver_module.main(argv)
+    return subprocess.CompletedProcess(argv, rc, stdout.getvalue(), stderr.getvalue())
 
 
 @pytest.mark.skipif(not no_gpu_here(), reason="a GPU is present: the no-device path does not apply")
