@@ -91,7 +91,8 @@ stages:
     manifest = only_run(folder)
     budget = manifest["budget"]
     assert (budget["scope"], budget["cap"], budget["limit"]) == ("burn", "max_cost", 1.0)
-    assert budget["reached"] > 1.0 and budget["run_spent"]["max_cost"] >= budget["reached"]
+    # The record rounds to 6 places: a stop just past the cap (1.0000004) is recorded as 1.0.
+    assert budget["reached"] >= 1.0 and budget["run_spent"]["max_cost"] >= budget["reached"]
     assert manifest["stages"]["first"]["status"] == "succeeded"
     assert manifest["stages"]["burn"]["status"] == "interrupted"
 
