@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 LOCK   := requirements/cpu-dev-bench.txt
 PYTEST := pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=25
 
-.PHONY: setup run test test-latest lock lint bench clean resolve-gpu browser
+.PHONY: setup run test coverage test-latest lock lint bench clean resolve-gpu browser
 
 # A new pyproject.toml or lock gets a new virtualenv: a package dropped or renamed there
 # (xgboost became xgboost-cpu) must not linger beside its replacement, which installs the same
@@ -45,6 +45,12 @@ run: setup                 ## run the example pipeline on the bundled Telco chur
 test: setup browser        ## the test suite (CI runs exactly this) and the layering contract
 	$(BIN)/$(PYTEST)
 	$(BIN)/lint-imports
+
+# The same suite under coverage (slower: no slow-test budget), lines and branches of pipeline/.
+coverage: setup browser    ## the suite under coverage: the total on stdout, htmlcov/ for the lines
+	rm -f .coverage .coverage.*
+	PIPELINE_SLOW_BUDGET=off $(BIN)/$(PYTEST) --cov --cov-report=term --cov-report=html
+	$(BIN)/coverage report --format=total | sed 's/^/==> coverage: lines and branches of pipeline\/: /; s/$$/%/'
 
 # The newest releases the requirements admit, in a virtualenv of their own (not the lock), and
 # the same tests: an upstream release that breaks the project fails here, not in a landing.

@@ -19,7 +19,7 @@ host). The package metadata decides, and pip can resolve from metadata alone:
     the resolved version; all CUDA builds in it are for one CUDA major; and no two
     distributions install the same package (``xgboost`` beside ``xgboost-cu13``).
 
-``tests/test_gpu_resolution.py`` runs the checks; ``make resolve-gpu`` refreshes and checks.
+``tests/scripts/test_gpu_resolution.py`` runs the checks; ``make resolve-gpu`` refreshes and checks.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.backends import available_devices, get_backend
 
-# Runs in tests write no report.html unless a test asks for one (tests/test_report*.py do):
+# Runs in tests write no report.html unless a test asks for one (tests/report/ does):
 # drawing it costs a second or two per run, and the suite makes hundreds of runs. Subprocess
 # runs of the CLI inherit this.
 os.environ.setdefault("PIPELINE_REPORT", "off")
@@ -151,3 +151,68 @@ def cluster_client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         yield client
+
+
+# ------------------------------------------------------------------ the slow-test budget
+# A test (setup, call and teardown together) over SLOW_SECONDS must be listed in slow_tests.txt,
+# which marks it `slow`; a run of the suite fails on one that is not. This is a budget kept in one
+# place, not a timing assertion: nothing about a test's result depends on it. The list holds every
+# test over 12 s on a quiet 2-core machine, so a CI machine up to ~1.6x slower does not trip it.
+# PIPELINE_SLOW_BUDGET=off turns the check off (a run under coverage is slower throughout).
+SLOW_SECONDS = 20.0
+SLOW_LIST = Path(__file__).parent / "slow_tests.txt"
+
+
+def listed_slow_tests() -> dict[str, str]:
+    """``node id -> why`` from slow_tests.txt (``nodeid  # why`` per line; # starts a comment line)."""
+    listed = {}
+    for line in SLOW_LIST.read_text(encoding="utf-8").splitlines():
+        node, _, why = line.partition("  # ")
+        if node.strip() and not node.lstrip().startswith("#"):
+            listed[node.strip()] = why.strip()
+    return listed
+
+
+def _is_listed(nodeid: str, listed: dict[str, str]) -> bool:
+    """An entry names a test, or every parameter case of it when it has no ``[...]``."""
+    return nodeid in listed or nodeid.split("[", 1)[0] in listed
+
+
+def pytest_collection_modifyitems(config, items):
+    listed = listed_slow_tests()
+    for item in items:
+        if _is_listed(item.nodeid, listed):
+            item.add_marker(pytest.mark.slow)
+
+
+_test_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def _slow_unlisted(config) -> list[tuple[str, float]]:
+    if hasattr(config, "workerinput") or os.environ.get("PIPELINE_SLOW_BUDGET", "on") == "off":
+        return []                          # xdist workers: the controller sees every report
+    listed = listed_slow_tests()
+    return sorted(((node, seconds) for node, seconds in _test_seconds.items()
+                   if seconds > SLOW_SECONDS and not _is_listed(node, listed)), key=lambda x: -x[1])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    over = _slow_unlisted(session.config)
+    session.config._slow_unlisted = over
+    if over and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    over = getattr(config, "_slow_unlisted", [])
+    if over:
+        terminalreporter.section("slow-test budget", sep="=", red=True, bold=True)
+        terminalreporter.write_line(
+            f"{len(over)} test(s) took over {SLOW_SECONDS:g} s and are not in tests/slow_tests.txt: make them "
+            "faster (smaller data, a shared built-once run, the CLI in process), or list them there with why.")
+        for node, seconds in over:
+            terminalreporter.write_line(f"  {seconds:6.1f} s  {node}")

@@ -11,7 +11,7 @@ A method returns None where the data holds a column kind the engine does not tak
 category, an object column of anything but text): the caller then runs the pandas code, so
 the answer never depends on which engine ran.
 
-Semantics that must equal the pandas engine's (``tests/test_table_engines.py`` holds them):
+Semantics that must equal the pandas engine's (``tests/backends/test_table_engines.py`` holds them):
 nulls never match in a join and are skipped by every aggregate except ``first`` / ``last``
 (the value at the earliest / latest row, missing or not); ties in time go to the earlier input
 row (a stable sort, or the ``order`` column on Dask); days are integer time differences divided

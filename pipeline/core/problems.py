@@ -18,10 +18,12 @@ original value); regression float32.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
+if TYPE_CHECKING:                  # NumPy is imported where it is used: `pipeline --help` needs none
+    import numpy as np
 
 TaskKind = Literal["binary", "multiclass", "regression"]
 TASK_KINDS: tuple[str, ...] = ("binary", "multiclass", "regression")
@@ -61,6 +63,8 @@ class Task:
 
     def decode(self, codes: Any) -> np.ndarray:
         """Original target values of multiclass codes (or of binary 0/1: ``positive`` for 1)."""
+        import numpy as np
+
         codes = np.asarray(codes)
         if self.kind == "multiclass":
             return np.asarray(self.classes, dtype=object)[codes.astype("int64")]
@@ -94,7 +98,8 @@ class Task:
 
 def _plain(value: Any) -> Any:
     """A NumPy scalar as the Python value JSON writes."""
-    return value.item() if isinstance(value, np.generic) else value
+    numpy = sys.modules.get("numpy")                  # no NumPy loaded: no NumPy scalar either
+    return value.item() if numpy is not None and isinstance(value, numpy.generic) else value
 
 
 BINARY = Task("binary")

@@ -4,7 +4,7 @@ scikit-learn's functions each validate, copy and re-sort their inputs: on 5M tes
 ``roc_auc_score`` took 396 MiB above the process, ``average_precision_score`` 347 and
 ``log_loss`` 517 (670 MiB for the set), which put a 1 GiB Dask worker holding a trained model
 past its nanny's limit. Here one descending sort serves both curves and the threshold metrics
-are counts, ~6 vectors of the split's length at most. ``tests/test_metrics.py`` checks every
+are counts, ~6 vectors of the split's length at most. ``tests/metrics/test_binary.py`` checks every
 value against scikit-learn, ties and one-class splits included.
 """
 

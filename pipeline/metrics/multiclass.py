@@ -3,7 +3,7 @@
 Everything that depends on the predicted class comes from one ``K x K`` confusion matrix
 (one ``bincount``), so accuracy, macro / weighted F1 and the per-class table cost one
 argmax vector; log loss reads only each row's true-class probability; the one-vs-rest ROC
-AUC reuses the binary single-sort area per class. ``tests/test_metrics_tasks.py`` checks
+AUC reuses the binary single-sort area per class. ``tests/metrics/test_multiclass_and_regression.py`` checks
 every value against scikit-learn: ties, a class missing from the split, one-class splits.
 
 Where scikit-learn leaves a choice, the choice here:

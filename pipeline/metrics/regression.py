@@ -1,6 +1,6 @@
 """Regression metrics with scikit-learn's definitions, in two float64 vectors beyond the inputs.
 
-``tests/test_metrics_tasks.py`` checks every value against scikit-learn.
+``tests/metrics/test_multiclass_and_regression.py`` checks every value against scikit-learn.
 """
 
 from __future__ import annotations

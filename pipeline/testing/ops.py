@@ -1,5 +1,5 @@
 """``check_op``: a feature op run through the op contract, in the style of scikit-learn's
-``check_estimator``. For the package's own ops (tests/test_op_registry.py runs it on every
+``check_estimator``. For the package's own ops (tests/features/test_op_registry.py runs it on every
 registered op) and for a plugin's, in the plugin's own tests::
 
     from pipeline.testing.ops import check_op

@@ -65,9 +65,11 @@ AUTO_LIMIT = "60s"
 # The test modules holding `gpu`-marked tests: collecting only these keeps modules whose imports
 # need what the host lacks (the report's browser, MLflow) out of the way.
 GPU_TEST_FILES = (
-    "test_tensors.py", "test_tensor_gpu_defects.py", "test_torch_tasks.py", "test_torch_ddp.py",
-    "test_backend_defects.py", "test_dates.py", "test_events_aggregate.py", "test_events_label.py",
-    "test_join.py", "test_parity.py", "test_safe_models.py", "test_distributed_gpu_fixes.py",
+    "tests/tensors/test_tensors.py", "tests/tensors/test_precision_prefetch_and_memory.py",
+    "tests/stages/test_torch_tasks.py", "tests/distributed/test_torch_ddp.py",
+    "tests/backends/test_fills_and_matrix_layout.py", "tests/backends/test_dates.py",
+    "tests/events/test_aggregate_events.py", "tests/events/test_label_events.py", "tests/stages/test_join.py",
+    "tests/cli/test_parity.py", "tests/models/test_safe_models.py", "tests/distributed/test_training_on_cpu.py",
 )
 # A step is started only with at least this many seconds of the call's budget left.
 MIN_STEP_SECONDS = {"smoke": 30, "e2e": 60, "parity": 60, "bench_1m": 40, "bench_10m": 60, "auto": 90,

@@ -80,7 +80,7 @@ BASE_ADDED = ("rmm-cu13",)
 RAPIDS_LEFT_OUT = frozenset({"raft-dask-cu13"})
 # Never shipped, whatever asks for them: the CUDA compiler toolchain wheels only compile
 # user-defined functions (numba-cuda JIT), and the package has no cuDF UDF
-# (tests/test_gpu_kit_prune.py keeps it so). The image's own numba 0.68 / llvmlite 0.50 /
+# (tests/scripts/test_gpu_kit_prune.py keeps it so). The image's own numba 0.68 / llvmlite 0.50 /
 # numba-cuda serve imports. 222 MiB that would otherwise be four more transfers.
 TOOLCHAIN_DROPPED = frozenset({
     "numba-cuda-mlir", "nvidia-nvvm", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-cuda-crt",

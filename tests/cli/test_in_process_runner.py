@@ -1,0 +1,67 @@
+"""The suite's one way to run the CLI (tests/support/cli.py): in process it gives what a real
+process gives, and one call leaves nothing behind for the next."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tests.support.cli import run_cli
+
+BAD_CONFIG = """\
+name: bad
+stages:
+  raw: {kind: load, path: nowhere.csv}
+  model: {kind: train, inputs: [raw], model: no_such_model}
+"""
+
+STAGE_MODULE = """\
+from pathlib import Path
+
+
+def rows(ctx, inputs):
+    Path("seen.txt").write_text("{value}")
+    return {value}
+"""
+
+CONFIG = """\
+name: same_module
+device: cpu
+stages:
+  made: {kind: python, function: "made_here:rows"}
+"""
+
+
+def test_in_process_and_in_a_process_give_the_same_code_stdout_and_stderr(tmp_path: Path):
+    # One real process on purpose: the comparison is the point of the test.
+    (tmp_path / "bad.yaml").write_text(BAD_CONFIG)
+    for args in (("validate", "bad.yaml"), ("--version",), ("run", "missing.yaml"), ("run", "--bogus")):
+        here = run_cli(*args, cwd=tmp_path, env={"COLUMNS": "120"})
+        there = run_cli(*args, cwd=tmp_path, env={"COLUMNS": "120"}, process=True)
+        # `python -m pipeline` names itself so in usage errors; in process it is `pipeline`, as the
+        # console script is.
+        there_err = there.stderr.replace("python -m pipeline", "pipeline")
+        assert (here.returncode, here.stdout, here.stderr) == (there.returncode, there.stdout, there_err), args
+    assert here.returncode == 2 and "--bogus" in here.stderr
+
+
+def test_a_module_a_run_imported_is_gone_before_the_next_run(tmp_path: Path):
+    for value in (1, 2):
+        folder = tmp_path / f"project{value}"
+        folder.mkdir()
+        (folder / "made_here.py").write_text(STAGE_MODULE.format(value=value))
+        (folder / "p.yaml").write_text(CONFIG)
+        done = run_cli("run", "p.yaml", "--no-cache", cwd=folder)
+        assert done.returncode == 0, done.stderr
+        assert (folder / "seen.txt").read_text() == str(value)       # its own module, not the first's
+    assert "made_here" not in sys.modules
+    assert str(tmp_path / "project1") not in sys.path and str(tmp_path / "project2") not in sys.path
+
+
+def test_the_environment_and_working_directory_come_back_as_they_were(tmp_path: Path):
+    before_env, before_cwd = dict(os.environ), os.getcwd()
+    done = run_cli("validate", "nothing.yaml", cwd=tmp_path, env={"PIPELINE_TEST_ONLY": "1"},
+                   unset=["HOME"])
+    assert done.returncode != 0
+    assert dict(os.environ) == before_env and os.getcwd() == before_cwd

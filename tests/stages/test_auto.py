@@ -1,0 +1,211 @@
+"""The ``auto`` stage: a time-limited portfolio, bagged and blended on out-of-fold scores, from a
+config that names no column and no model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.support.cli import run_cli as _pipeline
+from pipeline.config import load_config
+from pipeline.core.errors import ConfigError
+from pipeline.features.auto_ops import default_ops
+from pipeline.metrics import task_metrics
+from pipeline.stages import build_features, split_frame
+from pipeline.stages.auto import PORTFOLIO, fit_auto
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def table(n: int = 900, task: str = "binary", seed: int = 0) -> pd.DataFrame:
+    """Numbers (one with gaps), a text column, a flag: what a table nobody described holds."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"id": np.arange(n), "x1": rng.normal(size=n), "x2": rng.normal(size=n),
+                          "plan": rng.choice(["basic", "plus", "pro"], n), "flag": rng.random(n) < 0.4})
+    signal = frame.x1 + 0.8 * (frame.plan == "pro") - 0.5 * frame.flag + 0.3 * frame.x2 ** 2
+    frame.loc[rng.random(n) < 0.1, "x2"] = np.nan
+    noise = rng.normal(scale=0.8, size=n)
+    if task == "binary":
+        frame["target"] = np.where(signal + noise > 0.4, "yes", "no")
+    elif task == "multiclass":
+        frame["target"] = pd.cut(signal + noise, [-np.inf, -0.3, 0.7, np.inf], labels=["low", "mid", "high"]).astype(str)
+    else:
+        frame["target"] = 10 * signal + noise
+    return frame
+
+
+def features_of(frame: pd.DataFrame, task: str):
+    split = split_frame(frame, "target", test=0.25, seed=1, backend="cpu", task=task,
+                        positive="yes" if task == "binary" else None)
+    return build_features(split, default_ops(task), id_column="id")
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
+def test_every_task_gets_a_blend_that_is_scored_out_of_fold(task):
+    features = features_of(table(task=task), task)
+    linear = "ridge" if task == "regression" else "logistic_regression"
+    result = fit_auto(features, time_limit=120, models=[linear, "extra_trees"], bag=3, seed=3)
+    fitted = [r for r in result.leaderboard if r.status == "fitted"]
+    assert [r.model for r in fitted] and {r.model for r in fitted} == {linear, "extra_trees"}
+    labels = np.asarray(features.labels("train"))
+    for record, member in ((r, next(m for m in result.model.members if m.name == r.model)) for r in fitted):
+        # The leaderboard's score is the member's out-of-fold score, one per training row.
+        assert member.oof_scores.shape[0] == len(labels)
+        assert record.oof == pytest.approx(task_metrics(features.task, labels, member.oof_scores)[result.metric])
+    weights = result.model.weights
+    assert abs(sum(weights.values()) - 1) < 1e-9 and all(w >= 0 for w in weights.values())
+    # The blend is fitted on the out-of-fold rows, never worse there than its best member.
+    blend_oof = task_metrics(features.task, labels, result.model.oof_scores)[result.metric]
+    best = max if result.metric == "roc_auc" else min
+    assert blend_oof == best(blend_oof, *(r.oof for r in fitted)) or np.isclose(blend_oof, best(r.oof for r in fitted))
+    test = task_metrics(features.task, np.asarray(features.labels("test")), result.model.scores["test"])
+    assert np.isfinite(test[result.metric])
+
+
+def test_a_time_limit_keeps_the_first_member_and_stops_or_skips_the_rest():
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=0.01, models=["logistic_regression", "extra_trees", "random_forest"],
+                      bag=3)
+    status = {r.model: r.status for r in result.leaderboard}
+    assert status["logistic_regression"] == "fitted"          # the first member always finishes
+    assert status["extra_trees"] in ("stopped", "skipped") and status["random_forest"] in ("stopped", "skipped")
+    assert all(r.reason for r in result.leaderboard if r.status != "fitted")
+    assert list(result.model.weights) == ["logistic_regression"]
+
+
+def test_a_member_without_its_library_is_skipped_with_the_reason(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xgboost" else real(name, *a))
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=60, models=["xgboost", "logistic_regression"], bag=2)
+    xgb = next(r for r in result.leaderboard if r.model == "xgboost")
+    assert xgb.status == "skipped" and "xgboost" in xgb.reason and "not installed" in xgb.reason
+    assert list(result.model.weights) == ["logistic_regression"]
+
+
+def test_the_stack_option_fits_a_meta_model_on_the_members_out_of_fold_scores():
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=120, models=["logistic_regression", "extra_trees"], bag=3,
+                      ensemble="stack")
+    assert result.model.model == "stacked"
+    assert result.model.oof_scores is not None and len(result.model.oof_scores) == features.rows()["train"]
+
+
+def test_config_errors_name_the_key(tmp_path):
+    table().to_csv(tmp_path / "rows.csv", index=False)
+    base = (f"name: t\nstages:\n  raw: {{kind: load, path: {tmp_path / 'rows.csv'}}}\n"
+            "  split: {kind: split, inputs: [raw], target: target, positive: 'yes'}\n")
+    with pytest.raises(ConfigError, match=r"stages\.auto\.models.*not in the portfolio: lightgbn"):
+        load_config(text=base + "  auto: {kind: auto, inputs: [split], models: [lightgbn]}\n")
+    with pytest.raises(ConfigError, match=r"stages\.auto\.time_limit"):
+        load_config(text=base + "  auto: {kind: auto, inputs: [split], time_limit: soon}\n")
+    config = load_config(text=base + "  auto: {kind: auto, inputs: [split], time_limit: 2m}\n")
+    assert config.stages["auto"].time_limit == 120
+
+
+def test_the_portfolio_names_only_registered_models():
+    from pipeline.models import MODELS
+
+    assert all(member.model in MODELS for member in PORTFOLIO if member.model not in ("lightgbm", "catboost")), \
+        [m.model for m in PORTFOLIO]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return _pipeline(*args, cwd=cwd, env={"COLUMNS": "200", "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.slow
+def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path):
+    frame = table(n=700)
+    frame.to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "auto.yaml").write_text(
+        "name: auto_demo\nseed: 7\nstages:\n"
+        "  raw: {kind: load, path: rows.csv}\n"
+        "  split: {kind: split, inputs: [raw], target: target, positive: 'yes', test: 0.25}\n"
+        "  auto: {kind: auto, inputs: [split], id: id, time_limit: 2m, bag: 3,\n"
+        "         models: [logistic_regression, extra_trees]}\n"
+        "  evaluate: {kind: evaluate, inputs: [auto]}\n"
+        "  export: {kind: export, inputs: [auto]}\n")
+    proc = run_cli("run", "auto.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    run_dir = (tmp_path / "runs" / "auto_demo" / "latest").resolve()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    board = manifest["stages"]["auto"]["facts"]["leaderboard"]
+    assert board["metric"] == "roc_auc" and {m["model"] for m in board["members"]} == {"logistic_regression",
+                                                                                       "extra_trees"}
+    assert json.loads((run_dir / "auto" / "leaderboard.json").read_text()) == board
+    workflow = json.loads(next((run_dir / "export").rglob("workflow.json")).read_text())
+    assert {"x1", "x2", "plan", "flag"} <= set(workflow["input_columns"])     # the selectors' names, recorded
+    # The exported blend scores new rows as the run scored its test rows.
+    predictions = pd.read_parquet(run_dir / "export" / "predictions.parquet")
+    rows = frame.set_index("id").loc[predictions["id"]].reset_index().drop(columns=["target"])
+    rows.to_csv(tmp_path / "new.csv", index=False)
+    out = tmp_path / "scored.parquet"
+    proc = run_cli("predict", "--run", "latest", "--runs-dir", "runs", "--pipeline", "auto_demo", "--model", "auto",
+                   "--input", "new.csv", "--output", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(pd.read_parquet(out)["score"], predictions["score_auto"], rtol=0, atol=1e-6)
+    # The report shows the leaderboard.
+    assert run_cli("report", str(run_dir), cwd=tmp_path).returncode == 0
+    page = next(run_dir.rglob("report.html")).read_text()
+    assert "auto: leaderboard" in page and "extra_trees" in page
+
+
+def test_an_mlp_fold_that_reaches_the_limit_is_stopped_while_it_trains():
+    """The MLP checks the clock after each epoch: a fold that reaches the limit stops there, not
+    after its last epoch (the run would overrun the limit by a whole fold)."""
+    import time
+
+    from pipeline.stages.auto import _Clock, _OutOfTime, _torch_trainer
+
+    features = features_of(table(), "binary")
+    epochs: list[int] = []
+    clock = _Clock(deadline=time.perf_counter() - 1, folds=3)
+    clock.during_fold = lambda: (epochs.append(1), _Clock.during_fold(clock))  # type: ignore[method-assign]
+    with pytest.raises(_OutOfTime, match="while it trained"):
+        _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 30}, seed=1, clock=clock)
+    assert epochs == [1]                                   # stopped after its first epoch of 30
+    exempt = _Clock(deadline=time.perf_counter() - 1, folds=3, exempt=True)
+    trained = _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 2}, seed=1, clock=exempt)
+    assert trained.scores["test"].shape[0] == features.rows()["test"]     # the first member runs to the end
+
+
+def test_a_bagged_mlp_scores_new_rows_with_its_category_codes(tmp_path):
+    """The MLP embeds the category codes beside the matrix: its bag must score valid and test rows
+    (and, exported inside the blend, new rows) as the MLP does, not as a plain estimator on the
+    matrix alone ("this model embeds categorical columns: pass their int64 codes")."""
+    from pipeline.scoring.model_folder import load_model
+    from pipeline.stages import save_model
+
+    frame = table()
+    features = features_of(frame, "binary")
+    result = fit_auto(features, time_limit=300, models=["mlp", "logistic_regression"], bag=2)
+    assert {r.model for r in result.leaderboard if r.status == "fitted"} == {"mlp", "logistic_regression"}
+    mlp = next(m for m in result.model.members if m.name == "mlp")
+    assert mlp.export_meta()["categorical_columns"] == features.categorical_columns
+    test = np.asarray(mlp.scores["test"])
+    assert test.shape == (features.rows()["test"],) and np.isfinite(test).all()
+    save_model(result.model, tmp_path / "auto")
+    raw = frame.set_index("id").loc[features.host_ids("test")].reset_index()
+    np.testing.assert_allclose(load_model(tmp_path / "auto").score(raw), result.model.scores["test"], rtol=0,
+                               atol=1e-6)
+
+
+def test_the_presets_and_the_models_key_choose_members_in_portfolio_order():
+    from pipeline.stages.auto import portfolio_for
+
+    assert [m.model for m in portfolio_for("binary", "quick")] == ["lightgbm", "xgboost", "random_forest",
+                                                                   "logistic_regression"]
+    assert [m.model for m in portfolio_for("regression", "quick")][-1] == "ridge"
+    full = [m.model for m in portfolio_for("multiclass", "auto")]
+    assert full[:3] == ["lightgbm", "catboost", "xgboost"] and "ridge" not in full and "mlp" in full
+    assert [m.model for m in portfolio_for("binary", "auto", ["mlp", "lightgbm"])] == ["mlp", "lightgbm"]

@@ -1,0 +1,199 @@
+"""One way for a test to run ``pipeline ARGS``: in this process by default, as a real process
+where the test is about processes.
+
+In process, the command goes through the same entry point as the console script
+(``pipeline.cli.app.main``, click's ``main`` with its exit code mapping) and comes back as a
+``subprocess.CompletedProcess``: the exit code, stdout and stderr as a process would give
+them. A test pays no interpreter start and no second import of pandas, scikit-learn or torch.
+
+What a process would start fresh is saved before the call and put back after: the working
+directory, the environment, ``sys.path`` and the modules a config imported from outside the
+installed packages (a project's plugin or ``python`` stage module of the same name in another
+test's folder), the registries plugins add to, the per-process caches of source hashes, signal
+handlers, logging and the console's width (``COLUMNS``).
+
+``process=True`` runs ``python -m pipeline ARGS`` instead. A test passes it, with its reason
+in a comment, when what it checks is a process: a signal, a lock held by another process, what
+happens on kill, the console script, a server, a fresh interpreter's imports or ``PATH``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+PACKAGE_DIR = str(ROOT / "pipeline")
+SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP))
+
+
+def run_cli(*args: str | os.PathLike[str], cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None,
+            unset: Sequence[str] = (), input: str | bytes | None = None, timeout: float = 600,
+            process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``pipeline ARGS`` in ``cwd`` with this process's environment less the ``unset`` names,
+    plus ``env``; ``input`` is stdin (empty without it). ``timeout`` bounds a real
+    process only (the suite's fault handler reports a hung call in process)."""
+    argv = [str(a) for a in args]
+    environment = {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
+    if process:
+        return _in_a_process(argv, Path(cwd), environment, input, timeout)
+    return _in_this_process(argv, Path(cwd), environment, input)
+
+
+def _in_a_process(argv: list[str], cwd: Path, env: dict[str, str], input: str | bytes | None,
+                  timeout: float) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pipeline", *argv]
+    stdin = subprocess.DEVNULL if input is None else None
+    text = input.decode() if isinstance(input, bytes) else input
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, errors="replace",
+                          timeout=timeout, stdin=stdin, input=text)
+
+
+def _in_this_process(argv: list[str], cwd: Path, env: dict[str, str], input: str | bytes | None
+                     ) -> subprocess.CompletedProcess[str]:
+    from click.testing import CliRunner
+
+    from pipeline.cli.app import main
+
+    with ExitStack() as stack:
+        stack.enter_context(_process_state(cwd, env))
+        result = CliRunner().invoke(main, argv, input=input, prog_name="pipeline", catch_exceptions=True)
+    stderr = result.stderr
+    code = result.exit_code
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # Nothing should escape the group's mapping: show it as a crashed process would.
+        import traceback
+
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+        code = 1
+    return subprocess.CompletedProcess(["pipeline", *argv], int(code), result.stdout, stderr)
+
+
+@contextmanager
+def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
+    from pipeline.cli import options
+    from pipeline.config import plugins
+
+    saved_cwd = os.getcwd()
+    saved_env = dict(os.environ)
+    saved_path = list(sys.path)
+    # A fresh process has imported no project module (the test's own process may have).
+    saved_modules = {name: module for name, module in sys.modules.items() if _is_a_project_module(module)}
+    for name in saved_modules:
+        del sys.modules[name]
+    saved_registries = [(registry, dict(registry)) for registry in _registries()]
+    saved_plugins = (set(plugins._loaded), plugins._entry_points_loaded)
+    saved_signals = {s: signal.getsignal(s) for s in SIGNALS}
+    saved_logging = _logging_state()
+    saved_json = dict(options.JSON_ERRORS)
+    consoles = (options.stdout, options.stderr)
+    saved_widths = [console._width for console in consoles]
+    columns = env.get("COLUMNS", "")
+    _clear_process_caches()
+    os.environ.clear()
+    os.environ.update(env)
+    for console in consoles:
+        console._width = int(columns) if columns.isdigit() else None
+    # As `python -m pipeline` starts: the working directory first on sys.path, then PYTHONPATH's
+    # folders; no plugin loaded yet; the root logger without handlers (a warning logged by a
+    # command that sets up no logging goes to stderr through logging's last resort).
+    sys.path[:0] = [str(cwd), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    importlib.invalidate_caches()
+    plugins._loaded.clear()
+    plugins._entry_points_loaded = False
+    logging.getLogger().handlers[:] = []
+    logging.getLogger().setLevel(logging.WARNING)
+    os.chdir(cwd)
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        for name in [n for n, module in sys.modules.items() if _is_a_project_module(module)]:
+            del sys.modules[name]
+        sys.modules.update(saved_modules)
+        for registry, entries in saved_registries:
+            registry.clear()
+            registry.update(entries)
+        plugins._loaded.clear()
+        plugins._loaded.update(saved_plugins[0])
+        plugins._entry_points_loaded = saved_plugins[1]
+        for number, handler in saved_signals.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        _restore_logging(saved_logging)
+        options.JSON_ERRORS.clear()
+        options.JSON_ERRORS.update(saved_json)
+        for console, width in zip(consoles, saved_widths):
+            console._width = width
+        _clear_process_caches()
+
+
+def _registries() -> list[dict]:
+    """The module-level registries that plugins (and so configs) add to."""
+    from pipeline.features.ops.op_registry import OPS
+    from pipeline.hooks.hook_registry import HOOKS
+    from pipeline.models.registry import MODELS
+    from pipeline.stages.spec import STAGE_KINDS
+
+    return [STAGE_KINDS, OPS, MODELS, HOOKS]
+
+
+def _clear_process_caches() -> None:
+    """Hashes of source files are read once per process: a test that edits a plugin between two
+    runs must see the edit, as two processes would."""
+    from pipeline.core import fingerprints, import_graph
+
+    fingerprints._code_fingerprint.cache_clear()
+    fingerprints._source_digest.cache_clear()
+    import_graph.file_imports.cache_clear()
+
+
+def _is_a_project_module(module: object) -> bool:
+    """A module imported from a project folder or the tests (not the package, not an installed one)."""
+    path = getattr(module, "__file__", None)
+    return bool(path) and _outside_installs(path)
+
+
+@functools.cache
+def _outside_installs(path: str) -> bool:
+    resolved = str(Path(path).resolve())
+    return not resolved.startswith(INSTALLED) and not resolved.startswith(PACKAGE_DIR)
+
+
+def _logging_state() -> tuple:
+    root = logging.getLogger()
+    loggers = {name: (lg.level, lg.disabled, list(lg.handlers), lg.propagate)
+               for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    return root.level, list(root.handlers), loggers, logging.getLogger("py.warnings").handlers[:], \
+        warnings.showwarning
+
+
+def _restore_logging(state: tuple) -> None:
+    level, handlers, loggers, _, showwarning = state
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if handler not in handlers:
+            handler.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, (lvl, disabled, lg_handlers, propagate) in loggers.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(lvl)
+        logger.disabled = disabled
+        logger.handlers[:] = lg_handlers
+        logger.propagate = propagate
+    logging.captureWarnings(False)
+    warnings.showwarning = showwarning

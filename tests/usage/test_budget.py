@@ -1,0 +1,150 @@
+"""Budget caps: a run or a stage over its wall time or cost is stopped while it runs, recorded
+as stopped by the budget with the figures, and exits 9; a run whose earlier runs passed a cap
+is refused before it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli as _pipeline
+from pipeline.usage.budget import BudgetHook
+from pipeline.usage.costs import Budget, Rates
+from pipeline.core.sizes import parse_duration
+from pipeline.core.errors import ExitCode
+from pipeline.usage.memory import cpu_seconds
+
+STAGES = '''\
+import time
+
+
+def sleepy(ctx, inputs, seconds=30.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def busy(ctx, inputs, seconds=30.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+'''
+
+
+def project(tmp_path: Path, config: str) -> Path:
+    (tmp_path / "slow_stages.py").write_text(STAGES)
+    (tmp_path / "budget.yaml").write_text(config)
+    return tmp_path
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return _pipeline(*args, cwd=cwd, env={"PIPELINE_REPORT": "off"})
+
+
+def only_run(folder: Path) -> dict:
+    (run,) = [p for p in (folder / "runs" / "b").iterdir() if p.name[0].isdigit()]
+    return json.loads((run / "manifest.json").read_text())
+
+
+def test_a_run_over_its_wall_time_is_stopped_recorded_and_exits_9(tmp_path):
+    folder = project(tmp_path, """\
+name: b
+device: cpu
+budget: {max_wall: 1.5s}
+stages:
+  slow: {kind: python, function: "slow_stages:sleepy", params: {seconds: 60}}
+""")
+    started = time.monotonic()
+    proc = cli("run", "budget.yaml", cwd=folder)
+    assert time.monotonic() - started < 45                      # stopped, not the 60 s the stage wanted
+    assert proc.returncode == ExitCode.BUDGET, proc.stderr
+    assert "stopped by the budget: the run reached" in proc.stderr and "max_wall 1.5 s" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    manifest = only_run(folder)
+    assert manifest["status"] == "interrupted" and manifest["error"].startswith("stopped by the budget")
+    assert manifest["budget"]["scope"] == "run" and manifest["budget"]["cap"] == "max_wall"
+    assert manifest["budget"]["limit"] == 1.5 and manifest["budget"]["reached"] > 1.5
+    assert manifest["stages"]["slow"]["status"] == "interrupted"
+    assert not (folder / "runs" / "b" / "latest").exists()     # nothing taken as finished
+
+
+def test_a_stage_over_its_cost_on_cpu_time_is_stopped_and_the_stage_named(tmp_path):
+    folder = project(tmp_path, """\
+name: b
+device: cpu
+cost: {cpu_core_hour: 3600}
+stages:
+  first: {kind: python, function: "slow_stages:sleepy", params: {seconds: 0.1}}
+  burn: {kind: python, function: "slow_stages:busy", inputs: [first], params: {seconds: 60},
+         budget: {max_cost: 1.0}}
+""")
+    proc = cli("run", "budget.yaml", cwd=folder)
+    assert proc.returncode == ExitCode.BUDGET, proc.stderr
+    assert "stage burn reached" in proc.stderr and "max_cost 1" in proc.stderr
+    manifest = only_run(folder)
+    budget = manifest["budget"]
+    assert (budget["scope"], budget["cap"], budget["limit"]) == ("burn", "max_cost", 1.0)
+    # The record rounds to 6 places: a stop just past the cap (1.0000004) is recorded as 1.0.
+    assert budget["reached"] >= 1.0 and budget["run_spent"]["max_cost"] >= budget["reached"]
+    assert manifest["stages"]["first"]["status"] == "succeeded"
+    assert manifest["stages"]["burn"]["status"] == "interrupted"
+
+
+def test_the_estimate_from_earlier_runs_refuses_to_start_unless_told(tmp_path):
+    folder = project(tmp_path, """\
+name: b
+device: cpu
+stages:
+  slow: {kind: python, function: "slow_stages:sleepy", params: {seconds: 0.6}}
+""")
+    assert cli("run", "budget.yaml", cwd=folder).returncode == 0
+    proc = cli("run", "budget.yaml", "--set", "budget.max_wall=0.3", cwd=folder)
+    assert proc.returncode == ExitCode.BUDGET and "not started: the last 1 succeeded run(s)" in proc.stderr
+    assert "--ignore-budget-estimate" in proc.stderr
+    assert len([p for p in (folder / "runs" / "b").iterdir() if p.name[0].isdigit()]) == 1   # no run folder
+    proc = cli("run", "budget.yaml", "--set", "budget.max_wall=0.3", "--ignore-budget-estimate", "--no-cache",
+               cwd=folder)
+    assert proc.returncode == ExitCode.BUDGET and "stopped by the budget" in proc.stderr
+
+
+@pytest.mark.parametrize("text,seconds", [(90, 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0),
+                                          ("1h30m", 5400.0)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+    assert Budget(max_wall=text).limits == {"max_wall": seconds}
+
+
+@pytest.mark.parametrize("bad", ["soon", "0s", -5, True, "2 weeks"])
+def test_a_bad_duration_is_refused(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+def test_the_watch_prices_a_running_stage_on_the_gpus_it_may_use():
+    hook = BudgetHook(Budget(max_gpu_hours=1.0), {"train": Budget(max_cost=5.0)}, Rates(gpu_hour={"H100": 4.0}),
+                      gpus=[(0, "NVIDIA H100"), (1, "NVIDIA H100")])
+    hook._started = 0.0
+    from pipeline.usage.budget import _Running
+
+    hook._running["train"] = _Running(started=0.0, cpu=cpu_seconds(hook._process))
+    assert hook.check(now=1000.0) is None                         # 2 GPUs x 1000 s: 0.56 GPU-h, 2.22 cost
+    over = hook.check(now=2000.0)                                 # 1.11 GPU-h; cost 4.44: under the stage's 5
+    assert (over.scope, over.cap) == ("run", "max_gpu_hours") and over.reached == pytest.approx(2000 * 2 / 3600)
+    over = hook.check(now=2400.0)                                 # cost 5.33: the stage's cap comes first
+    assert (over.scope, over.cap) == ("train", "max_cost") and over.reached == pytest.approx(2400 * 8 / 3600)
+
+
+def test_a_budget_does_not_change_a_stages_cache_key():
+    from pipeline.cache import stage_key
+    from pipeline.stages.python import PythonSpec
+
+    plain = PythonSpec(kind="python", function="m:f")
+    capped = PythonSpec(kind="python", function="m:f", budget={"max_wall": "1h"})
+    key = dict(fingerprint={"code": "x"}, code=(), backend="cpu", versions={}, seed=0)
+    assert stage_key(plain, {}, **key) == stage_key(capped, {}, **key) is not None
