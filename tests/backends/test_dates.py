@@ -4,9 +4,7 @@ partitioned reads) and the ``date_parts`` / ``date_diff`` feature ops, against p
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import dask.dataframe as dd

@@ -12,8 +12,6 @@ import logging
 import os
 import random
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 

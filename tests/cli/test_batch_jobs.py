@@ -1,7 +1,7 @@
 """Batch-job behaviour: the stage cache, resume after SIGKILL, locks, SIGTERM, JSON logs.
 
-Every run here is a real ``pipeline run`` (subprocess) or ``run_pipeline`` on the bundled
-data; kills are real signals.
+Every run here is a real ``pipeline run`` or ``run_pipeline`` on the bundled data; the runs that
+are killed, signalled or locked out are processes of their own, and kills are real signals.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.support.cli import run_cli
 from pipeline import run_pipeline
 from pipeline.core.errors import ExitCode
 from pipeline.runs.locks import RunLock
@@ -36,10 +37,10 @@ def statuses(result) -> dict[str, str]:
     return {name: record.status for name, record in read_manifest(result.run_dir).stages.items()}
 
 
-def cli(project: Path, *args: str, **kw) -> subprocess.Popen | subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pipeline", "run", "configs/churn.yaml",
-               *[a for s in FAST for a in ("--set", s)], *args]
-    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=600, **kw)
+def cli(project: Path, *args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """``pipeline run configs/churn.yaml`` with the fast settings (in process unless ``process``)."""
+    return run_cli("run", "configs/churn.yaml", *[a for s in FAST for a in ("--set", s)], *args, cwd=project,
+                   process=process)
 
 
 def test_rerun_with_nothing_changed_runs_no_stage(in_project):
@@ -132,7 +133,8 @@ def test_a_second_run_waits_then_exits_7_naming_the_holder(project):
     with RunLock(project / "runs" / "churn" / ".lock", wait=0) as lock:
         lock.note(run_id="the-holder")
         started = time.monotonic()
-        proc = cli(project, "--wait", "1")
+        # A process: the lock is held by this one, and the waiting run must be another.
+        proc = cli(project, "--wait", "1", process=True)
         waited = time.monotonic() - started
     assert proc.returncode == ExitCode.LOCKED
     assert f"pid {os.getpid()}" in proc.stderr and "the-holder" in proc.stderr and "waited 1 s" in proc.stderr
@@ -164,16 +166,32 @@ def test_two_concurrent_runs_never_interleave(project):
             assert sha256_file(run_dir / file) == digest
 
 
+def _a_stage_finished(folders: set[Path]) -> bool:
+    for folder in folders:
+        try:
+            stages = json.loads((folder / "manifest.json").read_text())["stages"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if any(stage.get("status") == "succeeded" for stage in stages.values()):
+            return True
+    return False
+
+
 def test_sigterm_records_an_interrupted_run_and_exits_143(project):
     ok = cli(project, "--until", "raw")
     assert ok.returncode == 0
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--no-cache",
                              *[a for s in FAST for a in ("--set", s)]],
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    runs = project / "runs" / "churn"
+    before = set(runs.iterdir())
+    # Signalled once a stage of the new run has finished (a fixed sleep raced the interpreter's
+    # start on a busy host).
+    deadline = time.monotonic() + 120
+    while not _a_stage_finished(set(runs.iterdir()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == ExitCode.TERMINATED
-    runs = project / "runs" / "churn"
     newest = max(p for p in runs.iterdir() if p.name[0].isdigit())
     manifest = read_manifest(newest)
     assert manifest.status == "interrupted" and manifest.error == "terminated (SIGTERM)"

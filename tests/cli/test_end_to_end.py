@@ -135,6 +135,7 @@ def test_terminal_gets_live_progress(project):
     and the torch stage a line per epoch with a bar within it."""
     import pty
 
+    # A process: its stdout and stderr must be a terminal (a pty).
     leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
     proc = subprocess.Popen(

@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

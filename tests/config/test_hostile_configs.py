@@ -8,9 +8,7 @@ ranges that used to pass the schema and fail later inside a stage.
 from __future__ import annotations
 
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -4,10 +4,8 @@ predict, schema and dag, with no edit to the package (tests/plugin_example/churn
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

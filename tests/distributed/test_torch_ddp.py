@@ -359,6 +359,7 @@ def test_a_ddp_trained_model_is_exported_and_scored_by_predict(tmp_path):
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PIPELINE_REPORT": "on"}
+    # A process: the stage starts its ranks as child processes of the command's interpreter.
     run = subprocess.run([sys.executable, "-m", "pipeline", "run", str(path), "--runs-dir", str(tmp_path / "runs")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stderr[-3000:]

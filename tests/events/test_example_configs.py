@@ -6,10 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd

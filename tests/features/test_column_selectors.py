@@ -5,9 +5,7 @@ paths of a bad selector, and a whole run of a config that names no column."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

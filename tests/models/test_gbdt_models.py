@@ -206,6 +206,7 @@ def test_a_missing_library_is_exit_5_naming_the_extra(folder, tmp_path):
     (folder / "missing.yaml").write_text(config(folder / "rows.csv", "lightgbm", "binary"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", ""),
                                                         str(Path(__file__).resolve().parents[2])])}
+    # A process: LightGBM is missing only in an interpreter that never imported it.
     proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "missing.yaml", "--runs-dir",
                            str(tmp_path / "runs")], cwd=folder, env=env, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)

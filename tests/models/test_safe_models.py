@@ -10,11 +10,8 @@ marker's absence means something.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -441,15 +438,18 @@ def test_predict_through_the_cli_exits_3_with_one_paragraph(signed_project, tmp_
     _swap_model_and_checksum(run_copy, signed_project["unsigned"])
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")                       # a trailing newline, as editors write
-    proc = _pipeline("predict", "--run", run_copy, "--input", signed_project["input"], "--output",
-                     tmp_path / "out.csv", "--na-values", " ", cwd=tmp_path, env={KEY_FILE_ENV: str(key_file)},
-                     unset=[KEY_ENV])
+
+    def predict(run: Path):
+        return _pipeline("predict", "--run", run, "--input", signed_project["input"], "--output",
+                         tmp_path / "out.csv", "--na-values", " ", cwd=tmp_path, env={KEY_FILE_ENV: str(key_file)},
+                         unset=[KEY_ENV])
+
+    proc = predict(run_copy)
     assert proc.returncode == ExitCode.DATA, proc.stderr
     message = proc.stderr.strip()
     assert "signature" in message and "does not match" in message and "\n\n" not in message
     # The same command on the untouched run, with the key from the file, succeeds.
-    command[command.index("--run") + 1] = str(signed_project["signed"])
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    proc = predict(signed_project["signed"])
     assert proc.returncode == 0, proc.stderr
 
 

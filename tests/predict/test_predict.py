@@ -8,10 +8,8 @@ would run it; checks of single rules call ``predict_batch`` in this process.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

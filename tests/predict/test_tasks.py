@@ -5,9 +5,7 @@ job runs it, and the rules (class column names, the threshold, which model) one 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -77,6 +77,7 @@ def run_folders(root: Path, name: str = "p") -> list[Path]:
 
 
 def cli(root: Path, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+    # A process: the umask is the process's, set before it starts.
     def preexec() -> None:
         if umask is not None:
             os.umask(umask)

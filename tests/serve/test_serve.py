@@ -85,6 +85,7 @@ class Server:
 
 
 def start(project: Path, *args: str) -> Server:
+    # A process: a server is a process the tests speak to over HTTP.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", *args, "--port", "0",
                              "--runs-dir", str(project / "runs")],

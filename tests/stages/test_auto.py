@@ -4,9 +4,7 @@ config that names no column and no model."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -8,9 +8,7 @@ empty or unreadable inputs, infinities, and predict input read differently from 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

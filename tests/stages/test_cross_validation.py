@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

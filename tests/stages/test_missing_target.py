@@ -3,9 +3,7 @@ message naming the option) or dropped and counted in the split stage's run-recor
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -4,10 +4,8 @@ own client; a tracking server that is down never fails the run."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -5,9 +5,7 @@ is refused before it starts."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -4,9 +4,7 @@ them), the cost arithmetic, and real CPU runs that record their usage and price 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
