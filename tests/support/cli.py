@@ -28,13 +28,13 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
 PACKAGE_DIR = str(ROOT / "pipeline")
-SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP))
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
 
 def run_cli(*args: str | os.PathLike[str], cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None,
@@ -65,8 +65,7 @@ def _in_this_process(argv: list[str], cwd: Path, env: dict[str, str], input: str
 
     from pipeline.cli.app import main
 
-    with ExitStack() as stack:
-        stack.enter_context(_process_state(cwd, env))
+    with _process_state(cwd, env):
         result = CliRunner().invoke(main, argv, input=input, prog_name="pipeline", catch_exceptions=True)
     stderr = result.stderr
     code = result.exit_code
@@ -177,12 +176,11 @@ def _logging_state() -> tuple:
     root = logging.getLogger()
     loggers = {name: (lg.level, lg.disabled, list(lg.handlers), lg.propagate)
                for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
-    return root.level, list(root.handlers), loggers, logging.getLogger("py.warnings").handlers[:], \
-        warnings.showwarning
+    return root.level, list(root.handlers), loggers, warnings.showwarning
 
 
 def _restore_logging(state: tuple) -> None:
-    level, handlers, loggers, _, showwarning = state
+    level, handlers, loggers, showwarning = state
     root = logging.getLogger()
     for handler in root.handlers:
         if handler not in handlers:
