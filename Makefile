@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # CPython 3.11 on Linux x86-64. pyproject.toml keeps ranges (the package is a library too);
 # `make lock` re-resolves them, `make test-latest` tests the newest releases they admit.
 LOCK   := requirements/cpu-dev-bench.txt
-PYTEST := pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=25
+PYTEST := pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: setup run test coverage test-latest lock lint bench clean resolve-gpu browser
 

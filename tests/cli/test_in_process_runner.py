@@ -4,10 +4,11 @@ process gives, and one call leaves nothing behind for the next."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, run_script
 
 BAD_CONFIG = """\
 name: bad
@@ -65,3 +66,28 @@ def test_the_environment_and_working_directory_come_back_as_they_were(tmp_path: 
                    unset=["HOME"])
     assert done.returncode != 0
     assert dict(os.environ) == before_env and os.getcwd() == before_cwd
+
+
+SCRIPT = """\
+import sys
+from pathlib import Path
+
+import helper_here
+
+print(__name__, Path.cwd().name, sys.argv[0].endswith("example.py"), helper_here.VALUE)
+print("to stderr", file=sys.stderr)
+raise ValueError("the example failed")
+"""
+
+
+def test_a_script_runs_as_python_would_run_it_and_its_failure_is_exit_1_with_its_traceback(tmp_path: Path):
+    # One real process on purpose: the comparison is the point of the test.
+    (tmp_path / "example.py").write_text(SCRIPT)
+    (tmp_path / "helper_here.py").write_text("VALUE = 7\n")
+    here = run_script(tmp_path / "example.py", cwd=tmp_path)
+    there = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert here.returncode == there.returncode == 1
+    assert here.stdout == there.stdout == f"__main__ {tmp_path.name} True 7\n"
+    assert here.stderr.startswith("to stderr\nTraceback") and here.stderr.endswith("ValueError: the example failed\n")
+    assert there.stderr.endswith("ValueError: the example failed\n")
+    assert "helper_here" not in sys.modules and Path.cwd() != tmp_path     # nothing left for the next call

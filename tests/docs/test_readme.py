@@ -1,9 +1,11 @@
 """The examples of the README and of every page of the docs site, run as written, so they stay true.
 
 Every ```python block runs as a script and every ``$ pipeline ...`` line of a ```console
-block runs in a new shell that has only activated the environment (as the README's set-up
-says), in a copy of the project; the crontab lines and the systemd
-``ExecStart`` run as the scheduler would run them. The only rewrites are the ones a reader
+block runs as a command, in a copy of the project. The README's commands run in a new shell that
+has only activated the environment, as its set-up says; the guides' commands and the scripts
+run in this process (the suite's CLI runner: the same entry point, a fresh process's state),
+except a script whose spawned workers import it, which runs as ``python FILE``. The crontab
+lines and the systemd ``ExecStart`` run as the scheduler would run them. The only rewrites are the ones a reader
 makes too: ``/srv/churn`` is the project folder, ``.venv/bin/`` this environment's scripts,
 the placeholder ``tcp://scheduler:8786`` the address of a real scheduler started here on
 127.0.0.1, and run ids in ``runs diff`` the ids of runs that exist. The inputs the examples
@@ -27,6 +29,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, TELCO, copy_project
+from tests.support.cli import run_cli, run_script
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -168,10 +171,19 @@ def readme_project(project_dir, scheduler) -> Path:
 def _run_python(block: Block, project: Path, scheduler: str, script: Path) -> subprocess.CompletedProcess:
     source = _adapt(block.text, project, scheduler)
     script.write_text(source, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], cwd=project, env=_env(), capture_output=True,
-                          text=True, timeout=900)
+    if _spawns_importers(source):
+        done = subprocess.run([sys.executable, str(script)], cwd=project, env=_env(), capture_output=True,
+                              text=True, timeout=900)
+    else:
+        done = run_script(script, cwd=project, env=_env())
     assert done.returncode == 0, f"python block at {block.where} failed:\n{done.stderr[-4000:]}"
     return done
+
+
+def _spawns_importers(source: str) -> bool:
+    """A script guarded by ``if __name__ == "__main__":`` starts processes that import it (a local
+    Dask cluster's workers, DDP ranks): it runs as ``python FILE``, as its reader would run it."""
+    return re.search(r"^if __name__ == .__main__.:", source, re.MULTILINE) is not None
 
 
 def run_ids(project: Path) -> list[str]:
@@ -220,7 +232,10 @@ def test_python_example(block, readme_project, scheduler):
 def test_console_command(where, command, readme_project):
     ids = iter(run_ids(readme_project))
     command = re.sub(r"\b\d{8}T\d{4}\b", lambda _: next(ids), command)
-    done = _new_shell(command, readme_project)
+    if where.startswith("README.md:"):           # the README's journey: a new shell, as its set-up says
+        done = _new_shell(command, readme_project)
+    else:
+        done = run_cli(*shlex.split(command)[1:], cwd=readme_project, env=_env())
     assert done.returncode == 0, f"{where}: {command}\n{done.stderr[-3000:]}"
 
 

@@ -12,6 +12,8 @@ installed packages (a project's plugin or ``python`` stage module of the same na
 test's folder), the registries plugins add to, the per-process caches of source hashes, signal
 handlers, logging and the console's width (``COLUMNS``).
 
+``run_script`` runs a Python file the same way, as ``python FILE`` would (the docs' examples).
+
 ``process=True`` runs ``python -m pipeline ARGS`` instead. A test passes it, with its reason
 in a comment, when what it checks is a process: a signal, a lock held by another process, what
 happens on kill, the console script, a server, a fresh interpreter's imports or ``PATH``.
@@ -76,6 +78,38 @@ def _in_this_process(argv: list[str], cwd: Path, env: dict[str, str], input: str
         stderr += "".join(traceback.format_exception(*result.exc_info))
         code = 1
     return subprocess.CompletedProcess(["pipeline", *argv], int(code), result.stdout, stderr)
+
+
+def run_script(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str],
+               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python PATH`` in ``cwd``, in this process: the file runs as ``__main__`` with what a new
+    interpreter would have (the state ``run_cli`` saves and restores), its stdout and stderr
+    captured, and an uncaught exception shown as a traceback with exit code 1. A script whose
+    child processes import it (a Dask cluster's or DDP's spawned workers) needs a real
+    ``python`` instead: they would import the test runner's ``__main__``."""
+    import io
+    import runpy
+    import traceback
+    from contextlib import redirect_stderr, redirect_stdout
+
+    script = str(Path(path).resolve())
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with _process_state(Path(cwd), {**os.environ, **(env or {})}):
+        saved_argv, sys.argv = sys.argv, [script]
+        sys.path.insert(0, str(Path(script).parent))        # as `python FILE`: its folder first
+        try:
+            with redirect_stdout(out), redirect_stderr(err):
+                runpy.run_path(script, run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            if not isinstance(stop.code, int | None):
+                err.write(f"{stop.code}\n")
+        except Exception:  # noqa: BLE001 - a crashed script: its traceback, as python prints it
+            err.write(traceback.format_exc())
+            code = 1
+        finally:
+            sys.argv = saved_argv
+    return subprocess.CompletedProcess(["python", script], code, out.getvalue(), err.getvalue())
 
 
 @contextmanager
