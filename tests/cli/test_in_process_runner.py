@@ -91,3 +91,30 @@ def test_a_script_runs_as_python_would_run_it_and_its_failure_is_exit_1_with_its
     assert here.stderr.startswith("to stderr\nTraceback") and here.stderr.endswith("ValueError: the example failed\n")
     assert there.stderr.endswith("ValueError: the example failed\n")
     assert "helper_here" not in sys.modules and Path.cwd() != tmp_path     # nothing left for the next call
+
+
+PROBE = """\
+from pathlib import Path
+
+
+def probe(ctx, inputs):
+    from pipeline.backends.dask_collections import has_cluster
+
+    Path("cluster.txt").write_text(str(has_cluster()))
+    return 1
+"""
+
+
+def test_a_default_dask_client_of_the_test_is_not_the_commands(tmp_path: Path):
+    """A new process has no Dask client: a test's own (a module's cluster fixture) must not
+    become the command's, or a stage would run its ranks on it."""
+    from distributed import Client, get_client
+
+    (tmp_path / "probe_stage.py").write_text(PROBE)
+    (tmp_path / "probe.yaml").write_text("name: probe\ndevice: cpu\nstages:\n"
+                                         "  p: {kind: python, function: 'probe_stage:probe'}\n")
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        done = run_cli("run", "probe.yaml", "--runs-dir", "runs", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert get_client() is client                       # the test's client is back after the call
+    assert (tmp_path / "cluster.txt").read_text() == "False"

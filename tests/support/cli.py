@@ -10,7 +10,8 @@ What a process would start fresh is saved before the call and put back after: th
 directory, the environment, ``sys.path`` and the modules a config imported from outside the
 installed packages (a project's plugin or ``python`` stage module of the same name in another
 test's folder), the registries plugins add to, the per-process caches of source hashes, signal
-handlers, logging and the console's width (``COLUMNS``).
+handlers, logging, the console's width (``COLUMNS``), and the default Dask client with Dask's
+config (a test's cluster would otherwise be the command's: a new process has none).
 
 ``run_script`` runs a Python file the same way, as ``python FILE`` would (the docs' examples).
 
@@ -132,6 +133,7 @@ def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
     consoles = (options.stdout, options.stderr)
     saved_widths = [console._width for console in consoles]
     columns = env.get("COLUMNS", "")
+    saved_dask = _hide_dask_client()
     _clear_process_caches()
     os.environ.clear()
     os.environ.update(env)
@@ -171,7 +173,37 @@ def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
         options.JSON_ERRORS.update(saved_json)
         for console, width in zip(consoles, saved_widths):
             console._width = width
+        _restore_dask_client(saved_dask)
         _clear_process_caches()
+
+
+def _hide_dask_client() -> tuple | None:
+    """Take away this process's default Dask client (and Dask's config, which a default client
+    sets): what a command finds by ``get_client()`` must be what it started, as in a new process."""
+    if "distributed.client" not in sys.modules:
+        return None
+    import copy
+
+    import dask
+    from distributed import client
+
+    saved = (dict(client._global_clients), client._current_client.set(None), copy.deepcopy(dask.config.config))
+    client._global_clients.clear()
+    return saved
+
+
+def _restore_dask_client(saved: tuple | None) -> None:
+    if saved is None:
+        return
+    import dask
+    from distributed import client
+
+    clients, token, config = saved
+    client._global_clients.clear()
+    client._global_clients.update(clients)
+    client._current_client.reset(token)
+    dask.config.config.clear()
+    dask.config.config.update(config)
 
 
 def _registries() -> list[dict]:
