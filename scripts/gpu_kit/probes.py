@@ -579,15 +579,17 @@ def probe_torch_ddp(work: Path) -> dict[str, Any]:
 
 
 def ddp_checks(work: Path, device: str, ranks: int, *, cluster_device: str | None,
-               details: dict[str, Any] | None = None, skip_cluster_why: str = "") -> dict[str, Any]:
+               details: dict[str, Any] | None = None, skip_cluster_why: str = "",
+               rows: int = 20_000) -> dict[str, Any]:
     """The DDP checks on ``device`` ("cuda": NCCL, one rank per GPU; "cpu": gloo, ``ranks``
-    processes), the cluster's first when ``cluster_device`` names one. The probe runs them on
-    CUDA; the test suite runs the same code on CPUs, so a fault of the probe itself shows there."""
+    processes), the cluster's first when ``cluster_device`` names one, on a churn table of
+    ``rows`` rows. The probe runs them on CUDA; the test suite runs the same code on CPUs (on a
+    smaller table), so a fault of the probe itself shows there."""
     if cluster_device is None:
         cluster: dict[str, Any] = {"skipped": skip_cluster_why or "no cluster asked for"}
     else:
         try:
-            cluster = _ddp_on_cluster(work, cluster_device, device)
+            cluster = _ddp_on_cluster(work, cluster_device, device, rows)
         except Exception as exc:  # noqa: BLE001 - the local ranks are still worth probing
             cluster = {"checks": [{"check": "the training on the cluster ran", "ok": False,
                                    "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
@@ -598,7 +600,7 @@ def ddp_checks(work: Path, device: str, ranks: int, *, cluster_device: str | Non
     for item in cluster.get("checks", []):
         checks.items.append({**item, "check": f"cluster: {item['check']}"})
     data = work / "churn.csv"
-    probe_data.churn_table(20_000).to_csv(data, index=False)
+    probe_data.churn_table(rows).to_csv(data, index=False)
     stage = {**probe_data.torch_stage(device), "distributed": {"processes": ranks, "launch": "local"}}
     config = probe_data.config("probe_ddp", str(data), "cpu", {"mlp": stage},
                                ops=probe_data.feature_ops(one_hot=False))
@@ -621,7 +623,7 @@ def ddp_checks(work: Path, device: str, ranks: int, *, cluster_device: str | Non
     return checks.result()
 
 
-def _ddp_on_cluster(work: Path, cluster_device: str, device: str) -> dict[str, Any]:
+def _ddp_on_cluster(work: Path, cluster_device: str, device: str, rows: int = 20_000) -> dict[str, Any]:
     """The MLP trained by one rank per worker of a local cluster (``launch: cluster``): on a
     LocalCUDACluster each rank on its worker's own GPU, which dask-cuda makes device 0 of what
     the worker sees. The session's client is made current, as a run's stages find theirs: the
@@ -638,7 +640,7 @@ def _ddp_on_cluster(work: Path, cluster_device: str, device: str) -> dict[str, A
         checks = Checks(details={"cluster": session.details})
         backend = get_backend("cpu")
         data = work / "churn_cluster.csv"
-        probe_data.churn_table(20_000).to_csv(data, index=False)
+        probe_data.churn_table(rows).to_csv(data, index=False)
         frame = load_table(data, backend=backend)
         split = split_frame(frame, probe_data.TARGET, positive="Yes", test=0.2, valid=0.1, seed=7, backend=backend)
         features = build_features(split, probe_data.feature_ops(one_hot=False), id_column="customer")
