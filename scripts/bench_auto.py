@@ -13,6 +13,10 @@ and accuracy (multiclass), RMSE (regression). The median over seeds is printed p
 
     python scripts/bench_auto.py --time-limit 300 --seeds 1 2 3 --autogluon-python /path/to/ag/bin/python
     python scripts/bench_auto.py --tables churn charges --time-limit 60 --seeds 1 --json out.json
+    python scripts/bench_auto.py --tables churn synthetic_binary --time-limit 120 --seeds 1 --fixed 5
+
+``--fixed 5`` also fits every member on 5 folds in portfolio order (the plan before it was
+made against the clock) on the same rows in the same invocation: the baseline of the plan.
 
 Tables: the project's configs (churn, contract, charges, cdnow, completejourney) and two
 generated ones (``synthetic_binary``, ``synthetic_regression``: numeric, categorical, missing
@@ -120,21 +124,33 @@ def generated_split(name: str, seed: int) -> tuple[Any, str | None]:
     return split_frame(frame, "target", test=0.25, seed=seed, backend="cpu", task=task), None
 
 
-def pipeline_side(split: Any, id_column: str | None, time_limit: float, seed: int) -> dict[str, Any]:
+def pipeline_side(split: Any, id_column: str | None, time_limit: float, seed: int,
+                  bag: int | None = None) -> dict[str, Any]:
+    """The auto stage on ``split``: planned (``bag`` None) or every member on ``bag`` folds; its
+    test metrics, seconds, the members with weight, the most seconds a weight-0 member took, and
+    the seconds of a permutation importance of the result (evaluate's defaults)."""
     from pipeline.features.auto_ops import default_ops
-    from pipeline.metrics import task_metrics
+    from pipeline.metrics import default_metric, task_metrics
     from pipeline.stages.auto import fit_auto
+    from pipeline.stages.explain import explain_models
     from pipeline.stages.features import build_features
 
     started = time.perf_counter()
     features = build_features(split, default_ops(split.task.kind), id_column=id_column)
-    result = fit_auto(features, time_limit=time_limit, seed=seed, name="auto")
+    result = fit_auto(features, time_limit=time_limit, seed=seed, name="auto", bag=bag)
     seconds = time.perf_counter() - started
     labels = np.asarray(features.labels("test"))
     metrics = task_metrics(split.task, labels, np.asarray(result.model.scores["test"]))
     best = next(r.model for r in result.leaderboard if r.status == "fitted")
-    return {"metrics": metrics, "seconds": seconds, "best": best,
-            "weights": {k: round(v, 3) for k, v in result.model.weights.items() if v > 0}}
+    explained = time.perf_counter()
+    explain_models([result.model], split="test", metric=default_metric(split.task.kind), threshold=0.5, seed=seed)
+    wasted = [r.seconds for r in result.leaderboard if r.weight <= 0]
+    return {"metrics": metrics, "seconds": seconds, "best": best, "mode": result.mode,
+            "importance_seconds": time.perf_counter() - explained,
+            "weight0_max_seconds": max(wasted, default=0.0),
+            "weights": {k: round(v, 3) for k, v in result.model.weights.items() if v > 0},
+            "leaderboard": [r.to_dict() for r in result.leaderboard],
+            "plan": [step.to_dict() for step in result.plan]}
 
 
 def autogluon_side(split: Any, id_column: str | None, time_limit: float, python: str, presets: str,
@@ -174,6 +190,9 @@ def main() -> None:
                                                    "the pipeline side only")
     parser.add_argument("--presets", default="medium_quality")
     parser.add_argument("--json", type=Path, help="write every result here")
+    parser.add_argument("--fixed", type=int, metavar="K", help="also fit every member on K folds in order (the "
+                                                               "plan before it was made against the clock): the "
+                                                               "baseline, in the same invocation")
     args = parser.parse_args()
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +205,8 @@ def main() -> None:
                 row: dict[str, Any] = {"table": table, "seed": seed, "task": split.task.kind,
                                        "rows": {k: int(len(v)) for k, v in split.frames.items()}}
                 row["pipeline"] = pipeline_side(split, id_column, args.time_limit, seed)
+                if args.fixed:
+                    row["fixed"] = pipeline_side(split, id_column, args.time_limit, seed, bag=args.fixed)
                 if args.autogluon_python:
                     row["autogluon"] = autogluon_side(split, id_column, args.time_limit, args.autogluon_python,
                                                       args.presets, work)
@@ -198,8 +219,9 @@ def main() -> None:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     """Per table, the median over seeds of the main metric (and seconds) of each side."""
-    print("\n| table | rows (train/test) | metric | pipeline auto | AutoGluon | pipeline s | AutoGluon s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| table | rows (train/test) | metric | pipeline auto | fixed plan | AutoGluon | pipeline s | fixed s "
+          "| AutoGluon s | importance s (auto / fixed) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for table in dict.fromkeys(r["table"] for r in results):
         rows = [r for r in results if r["table"] == table]
         metric, _ = MAIN[rows[0]["task"]]
@@ -209,7 +231,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
             return f"{statistics.median(values):.4f}" if values else "–"
         sizes = rows[0]["rows"]
         print(f"| {table} | {sizes.get('train')}/{sizes.get('test')} | {metric} | {median('pipeline')} | "
-              f"{median('autogluon')} | {median('pipeline', 'seconds')} | {median('autogluon', 'seconds')} |")
+              f"{median('fixed')} | {median('autogluon')} | {median('pipeline', 'seconds')} | "
+              f"{median('fixed', 'seconds')} | {median('autogluon', 'seconds')} | "
+              f"{median('pipeline', 'importance_seconds')} / {median('fixed', 'importance_seconds')} |")
 
 
 if __name__ == "__main__":

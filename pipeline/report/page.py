@@ -414,7 +414,13 @@ def _sample_note(importance: Mapping[str, Any]) -> str:
         text += (f"; rows x classes scored for permutation importance: "
                  f"{', '.join(f'{m}: {number(n)}' for m, n in scored.items())}")
         if budgets.get("scored_rows"):
-            text += f" (budget {number(budgets['scored_rows'])} per model, evaluate's importance_budget)"
+            text += f" (budget {number(budgets['scored_rows'])} per model, evaluate's importance_budget"
+            shares = importance.get("model_budgets") or {}
+            if shares:
+                text += "; divided by the estimators a model runs: " + ", ".join(
+                    f"{m}: {number(b.get('scored_rows'))} ({number(b.get('estimators'))} estimators)"
+                    for m, b in shares.items() if isinstance(b, Mapping))
+            text += ")"
     return e(text)
 
 
@@ -458,16 +464,26 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
 
 
 def _leaderboard(stage: str, board: Mapping[str, Any]) -> str:
-    """A stage's members best first: status, out-of-fold and valid score, weight in the blend, time."""
+    """A stage's members best first (status, folds fitted, holdout, out-of-fold and valid score,
+    weight in the blend, time), then the plan's decisions with their projected and actual time."""
     metric = str(board.get("metric", "score"))
-    rows = [[text(m.get("model")), text(m.get("status")), cell(m.get("oof")), cell(m.get("valid")),
-             cell(m.get("weight")), text(duration(m.get("seconds"))), text(m.get("reason", ""))]
+    rows = [[text(m.get("model")), text(m.get("status")), cell(m.get("folds")), cell(m.get("holdout")),
+             cell(m.get("oof")), cell(m.get("valid")), cell(m.get("weight")), text(duration(m.get("seconds"))),
+             text(m.get("reason", ""))]
             for m in board["members"] if isinstance(m, Mapping)]
     note = (f"Scored {e(board.get('scored_on', ''))}; {e(number(board.get('seconds')))} s of a "
-            f"{e(number(board.get('time_limit')))} s limit. A member stopped or skipped is not in the blend.")
-    return (f"<h3>{e(stage)}: leaderboard</h3>"
-            + table(["model", "status", f"{metric} out of fold", f"{metric} valid", "weight", "time", "note"], rows)
-            + f'<p class="note">{note}</p>')
+            f"{e(number(board.get('time_limit')))} s limit. A member stopped, skipped or of weight 0 is not in "
+            "the model.")
+    out = (f"<h3>{e(stage)}: leaderboard</h3>"
+           + table(["model", "status", "folds", f"{metric} holdout", f"{metric} out of fold", f"{metric} valid",
+                    "weight", "time", "note"], rows)
+           + f'<p class="note">{note}</p>')
+    plan = [[text(p.get("step")), text(p.get("model")), text(p.get("decision")),
+             text(duration(p.get("projected_seconds"))), text(duration(p.get("seconds")))]
+            for p in board.get("plan") or [] if isinstance(p, Mapping)]
+    if plan:
+        out += f"<h3>{e(stage)}: the plan</h3>" + table(["step", "model", "decision", "projected", "took"], plan)
+    return out
 
 
 # --------------------------------------------------------------------------- pieces

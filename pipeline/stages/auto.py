@@ -1,21 +1,37 @@
-"""``auto``: a portfolio of models fitted within a time limit, bagged, and blended on out-of-fold scores.
+"""``auto``: a portfolio of models fitted within a time limit by a plan, bagged where it pays, and blended.
 
 One stage does what a data scientist does on a table nobody has tuned for: type the columns
 (``pipeline.features.auto_ops``: selectors, no column names), fit each model of a portfolio
 with defaults that hold up across tables (LightGBM, CatBoost, XGBoost, a random forest,
-extra trees, the MLP, a linear model), bag each one on k folds of the training rows (so every
-member has out-of-fold scores, and boosting early-stops on the fold it does not fit), and blend
-the members with weights fitted on those out-of-fold scores (``ensemble``: the same fit as the
+extra trees, the MLP, a linear model), bag the ones that earn weight on folds of the training
+rows (so they have out-of-fold scores, and boosting early-stops on the fold it does not fit),
+and blend the members with weights fitted on those out-of-fold scores (``ensemble``: the same fit as the
 ``ensemble`` stage, never worse than the best member on the rows it was fitted on). The result
 is a ``TrainedModel`` like any other: ``evaluate`` ranks it and ``export`` saves it (an ensemble of
 bagged members, each in its own model's file format).
 
-Time: ``time_limit`` is the stage's whole budget. Members are fitted in ``PORTFOLIO``'s order
-(the strongest on most tables first: boosted trees, then forests, the MLP, a linear model); a member
-whose remaining folds would end past the limit (projected from its folds so far) is stopped
-and left out, and a member that cannot start (its library is not installed, or it has no
-estimator on this device) is recorded as skipped with the reason. The first member always
-finishes, so a run under a tiny limit still has a model. Every member uses every core (its
+Time: ``time_limit`` is the stage's whole budget, spent by a plan made against the clock:
+
+1. **Screen.** Each member, in ``PORTFOLIO``'s order (the first cheap and strong: LightGBM),
+   is fitted once on four fifths of the training rows and scored on the fifth it did not see
+   (fold 0 of five, the holdout). Before it starts, its fit is projected from the fits so far
+   (seconds per unit of the member's measured relative ``cost``, re-estimated after each fit:
+   the machine as it is, busy or idle); a member projected past the time left, or past a quarter
+   of the limit, is skipped with the projection as its reason, and an MLP that reaches a quarter
+   of the limit while it trains is stopped. The first member always finishes.
+2. **Bag what earns weight.** Weights are fitted on the holdout; the members with weight are
+   bagged on the other four folds, heaviest first, fold by fold while each fold's projection
+   (its own first fit's time) fits the time left. A member's first fit is its fold 0: no fit
+   is thrown away.
+3. **Blend.** Weights are fitted again on the rows every member scored out of fold (every
+   training row where all were bagged on five folds); members with weight 0 are left out of the
+   model, so scoring it (``evaluate``, ``predict``) costs only what earns its place.
+
+The plan's decisions, each with its projected and actual seconds, are the leaderboard's
+``plan``. ``bag: k`` (or ``ensemble: stack``) fits every member on k folds in portfolio order
+instead, as earlier versions did; a member whose remaining folds would end past the limit is
+stopped. A member that cannot start (its library is not installed, or it has no estimator on
+this device) is recorded as skipped with the reason. Every member uses every core (its
 library's own threads) or the run's GPU where its library has a GPU build.
 
 The portfolio is data (``PORTFOLIO``): registry model names with default parameters per task;
@@ -24,6 +40,7 @@ no model name decides anything in the code below.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,12 +58,12 @@ from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN
 from pipeline.metrics import HIGHER_IS_BETTER, default_metric, task_metrics
 from pipeline.models import MODELS, get_model_spec
-from pipeline.stages.ensemble import fit_ensemble
+from pipeline.stages.ensemble import ensemble_model, fit_ensemble, fit_weights
 from pipeline.stages.features import build_features
 from pipeline.stages.spec import Preview, StageContext, StageSpec, only_input, register_stage
 from pipeline.stages.split import SplitData
 from pipeline.stages.train import TrainedModel, train_model
-from pipeline.stages.training.bagging import bag_model
+from pipeline.stages.training.bagging import FoldBag, bag_model
 
 __all__ = ["AutoSpec", "AutoResult", "PORTFOLIO", "PortfolioMember", "fit_auto", "run_auto"]
 
@@ -62,6 +79,9 @@ class PortfolioMember:
     params: Mapping[str, Mapping[str, Any]]
     trainer: str = "registry"           # "registry" or "torch": see _TRAINERS
     tasks: tuple[str, ...] = ("binary", "multiclass", "regression")
+    # One fit's seconds relative to the first member's on the same rows (measured: see
+    # docs/benchmarks.md); the plan projects a member's first fit from the first member's.
+    cost: float = 1.0
 
     def params_for(self, task: str) -> dict[str, Any]:
         return {**self.params.get("*", {}), **self.params.get(task, {})}
@@ -105,11 +125,14 @@ class AutoSpec(StageSpec):
     models: list[str] | None = Field(
         None, description="Portfolio members to fit (registry names), in order; default: every portfolio "
                           "member that serves the task.")
-    bag: int = Field(5, ge=2, le=20, description="Folds each member is bagged on (out-of-fold scores for the "
-                                                 "blend; early stopping on the fold a bag member does not fit).")
+    bag: int | None = Field(
+        None, ge=2, le=20, description="Fit every member on this many folds, in portfolio order, instead of the plan "
+                                       "(each member once on a holdout, then the members that earn weight bagged "
+                                       "on 5 folds while time is left).")
     ensemble: Literal["weighted", "stack"] = Field(
         "weighted", description="How members are combined: weighted (weights on the simplex fitted to the "
-                                "out-of-fold scores) or stack (a meta-model bagged on them, as the stack stage).")
+                                "out-of-fold scores) or stack (a meta-model bagged on them, as the stack stage; "
+                                "every member is then bagged on bag folds, 5 by default).")
     id: str | None = Field(None, description="Id column (when the input is a split): kept out of the features, "
                                              "written with predictions.")
     min_inputs = 1
@@ -151,10 +174,14 @@ class MemberRecord:
     valid: float | None = None
     weight: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
+    holdout: float | None = None      # planned: the score on fold 0's held-out rows (its first fit)
+    folds: int = 0                    # folds fitted (its out-of-fold rows are theirs)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model, "status": self.status, "seconds": round(self.seconds, 3)}
-        for key in ("oof", "valid"):
+        if self.folds:
+            out["folds"] = self.folds
+        for key in ("holdout", "oof", "valid"):
             value = getattr(self, key)
             if value is not None and math.isfinite(value):
                 out[key] = round(value, 6)
@@ -175,6 +202,28 @@ class AutoResult:
     metric: str
     leaderboard: list[MemberRecord]
     seconds: float
+    plan: list[PlanStep] = field(default_factory=list)     # planned mode: each decision, in order
+    mode: str = "planned"                                  # planned, or fixed (bag: k / stack)
+
+
+@dataclass
+class PlanStep:
+    """One decision of the plan: a member's first fit (``screen``), its other folds (``bag``),
+    the blend; with the seconds it was projected to take and the seconds it took."""
+
+    step: str
+    model: str
+    decision: str
+    projected: float | None = None
+    seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"step": self.step, "model": self.model, "decision": self.decision}
+        for key in ("projected", "seconds"):
+            value = getattr(self, key)
+            if value is not None:
+                out[f"{key}_seconds" if key == "projected" else key] = round(value, 3)
+        return out
 
 
 class _OutOfTime(Exception):
@@ -190,9 +239,11 @@ class _Clock:
     exempt: bool = False              # the first member always finishes
     started: float = 0.0
     done: int = 0
+    cap: float = math.inf             # the member's own deadline (planned: a quarter of the limit)
 
-    def start_member(self, exempt: bool) -> None:
+    def start_member(self, exempt: bool, seconds: float = math.inf) -> None:
         self.exempt, self.started, self.done = exempt, time.perf_counter(), 0
+        self.cap = self.started + seconds
 
     def before_fold(self) -> None:
         now = time.perf_counter()
@@ -212,8 +263,9 @@ class _Clock:
     def during_fold(self) -> None:
         """For trainers that report as they go (the MLP, per epoch): stop a fold that reaches
         the limit instead of letting it run on."""
-        if not self.exempt and time.perf_counter() >= self.deadline:
-            raise _OutOfTime("the time limit was reached while it trained")
+        if not self.exempt and time.perf_counter() >= min(self.deadline, self.cap):
+            raise _OutOfTime("the time limit was reached while it trained" if time.perf_counter() >= self.deadline
+                             else "its fit reached a quarter of the time limit")
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -261,71 +313,263 @@ def portfolio_for(task: str, preset: str, models: Sequence[str] | None = None) -
 
 
 def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "auto",
-             models: Sequence[str] | None = None, bag: int = 5, ensemble: str = "weighted", seed: int = 42,
-             name: str = "auto", log: Callable[[str], None] | None = None) -> AutoResult:
-    """Fit the portfolio on ``features`` within ``time_limit`` seconds and blend it (see the module)."""
+             models: Sequence[str] | None = None, bag: int | None = None, ensemble: str = "weighted",
+             seed: int = 42, name: str = "auto", log: Callable[[str], None] | None = None) -> AutoResult:
+    """Fit the portfolio on ``features`` within ``time_limit`` seconds and blend it (see the
+    module): planned against the clock, or every member on ``bag`` folds where ``bag`` is given
+    (or the members are stacked)."""
     started = time.perf_counter()
     features = features.in_memory("the auto stage bags its members on the training matrix in memory; load the "
                                   "data without partitioned: true")
-    task: Task = features.task
-    members = portfolio_for(task.kind, preset, models)
+    members = portfolio_for(features.task.kind, preset, models)
     if not members:
-        raise ConfigError([ConfigIssue(f"stages.{name}.models", f"no portfolio member serves a {task.kind} task")])
-    metric = default_metric(task.kind)
-    labels = np.asarray(features.labels(TRAIN))
-    has_valid = bool(features.rows().get(VALID))
-    clock = _Clock(deadline=started + time_limit, folds=bag)
-    fitted: list[TrainedModel] = []
-    board: list[MemberRecord] = []
-    say = log or (lambda _: None)
-    for member in members:
-        params = member.params_for(task.kind)
-        record = MemberRecord(member.model, "fitted", params=params)
-        board.append(record)
-        if fitted and clock.left() <= 0:
-            record.status, record.reason = "skipped", "the time limit was reached before it started"
-            continue
-        problem = _cannot_fit(member.model, features)
-        if problem:
-            record.status, record.reason = "skipped", problem
-            say(f"{member.model}: skipped ({problem})")
-            continue
-        clock.start_member(exempt=not fitted)
-        member_started = time.perf_counter()
+        raise ConfigError([ConfigIssue(f"stages.{name}.models",
+                                       f"no portfolio member serves a {features.task.kind} task")])
+    run = _Run(features, members, time_limit=time_limit, seed=seed, name=name, log=log or (lambda _: None),
+               started=started)
+    if bag is not None or ensemble == "stack":
+        return run.fixed(bag or PLANNED_FOLDS, ensemble)
+    return run.planned()
+
+
+# Planned mode: folds of the training rows each member can be bagged on; fold 0 holds out a fifth
+# of them, the rows every member's first fit is scored and the first blend is fitted on.
+PLANNED_FOLDS = 5
+# Share of the limit kept for the blend and the record, and the most a member's first fit may be
+# projected (and allowed) to take: a member that earns no weight never costs more.
+RESERVE = 0.05
+FIRST_FIT_SHARE = 0.25
+
+
+@dataclass
+class _Run:
+    """One auto fit: the members, the clock, the leaderboard and the plan."""
+
+    features: FeatureSet
+    members: list[PortfolioMember]
+    time_limit: float
+    seed: int
+    name: str
+    log: Callable[[str], None]
+    started: float
+    board: list[MemberRecord] = field(default_factory=list)
+    plan: list[PlanStep] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.task: Task = self.features.task
+        self.metric = default_metric(self.task.kind)
+        self.labels = np.asarray(self.features.labels(TRAIN))
+        self.has_valid = bool(self.features.rows().get(VALID))
+        self.clock = _Clock(deadline=self.started + self.time_limit, folds=1)
+
+    # ---------------------------------------------------------------- planned
+    def planned(self) -> AutoResult:
+        """Fit each member once on fold 0 (the holdout), in portfolio order, while its projected
+        fit fits the time left; blend on the holdout; bag the members with weight, heaviest
+        first, fold by fold while time is left; re-blend on the rows every member scored out of
+        fold; leave weight-0 members out of the model."""
+        bags: dict[str, FoldBag] = {}
+        speed: float | None = None          # seconds per unit of cost, from the fits so far
+        reserve = RESERVE * self.time_limit
+        for member in self.members:
+            record = self._record(member)
+            if record.status != "fitted":
+                self.plan.append(PlanStep("screen", member.model, f"skipped: {record.reason}"))
+                continue
+            projected = None if speed is None else speed * member.cost
+            if projected is not None:
+                left = self.clock.left() - reserve
+                reason = None
+                if projected > left:
+                    reason = f"its first fit was projected at {projected:.1f}s with {max(left, 0.0):.1f}s left"
+                elif projected > FIRST_FIT_SHARE * self.time_limit:
+                    reason = (f"its first fit was projected at {projected:.1f}s, past a quarter of the "
+                              f"{self.time_limit:g}s limit")
+                if reason:
+                    record.status, record.reason = "skipped", reason
+                    self.plan.append(PlanStep("screen", member.model, f"skipped: {reason}", projected))
+                    self.log(f"{member.model}: skipped ({reason})")
+                    continue
+            self.clock.start_member(exempt=not bags, seconds=FIRST_FIT_SHARE * self.time_limit)
+            bag = FoldBag(self.features, member.model, member.params_for(self.task.kind), k=PLANNED_FOLDS,
+                          seed=self.seed, name=member.model, train=_timed(_TRAINERS[member.trainer], self.clock))
+            seconds = self._fit_fold(bag, record)
+            if seconds is None:
+                self.plan.append(PlanStep("screen", member.model, f"{record.status}: {record.reason}", projected,
+                                          record.seconds))
+                continue
+            observed = seconds / member.cost
+            speed = observed if speed is None else (speed + observed) / 2     # re-planned: the machine as it is now
+            bags[member.model] = bag
+            held = bag.held_out(0)
+            record.holdout = _metric(self.task, self.metric, self.labels[held], bag.oof[held])
+            self.plan.append(PlanStep("screen", member.model, "fitted on the holdout", projected, seconds))
+            self.log(f"{member.model}: {self.metric} {record.holdout:.5f} on the holdout ({seconds:.1f}s)")
+        if not bags:
+            self._none_fitted()
+        first = self._weights(bags, list(bags))
+        earning = [m for m in sorted(bags, key=lambda m: -first[m]) if first[m] > 0]
+        for model in bags:
+            if first[model] <= 0:
+                self.plan.append(PlanStep("bag", model, "not bagged: weight 0 in the holdout blend"))
+        for model in earning:
+            self._bag(model, bags[model], reserve)
+        final = self._weights(bags, earning)
+        chosen = [m for m in bags if final.get(m, 0.0) > 0]        # in portfolio order
+        blended = self._blend(bags, chosen, final)
+        rows = "every training row" if all(bags[m].done == PLANNED_FOLDS for m in chosen) else "the rows all scored"
+        self.plan.append(PlanStep("blend", self.name, f"weights on {rows} out of fold: "
+                                  + ", ".join(f"{m} {final[m]:.3f}" for m in chosen)))
+        for record in self.board:
+            if record.model in bags:
+                bag = bags[record.model]
+                record.folds = bag.done
+                record.seconds = bag.seconds
+                record.oof = _metric(self.task, self.metric, *_scored_rows(self.labels, bag.oof))
+                record.weight = final.get(record.model, 0.0)
+                if self.has_valid:
+                    record.valid = _metric(self.task, self.metric, np.asarray(self.features.labels(VALID)),
+                                           bag.model().scores[VALID])
+                if record.weight <= 0:
+                    record.reason = "weight 0 in the blend: left out of the model"
+        return self._result(blended, "planned")
+
+    def _fit_fold(self, bag: FoldBag, record: MemberRecord) -> float | None:
+        """Fit ``bag``'s next fold; its seconds, or None (the record says why) when the clock
+        stopped it or its library is missing."""
         try:
-            trained = bag_model(features, member.model, params, k=bag, seed=seed, name=member.model,
-                                train=_timed(_TRAINERS[member.trainer], clock))
+            return bag.fit_next()
         except _OutOfTime as exc:
             record.status, record.reason = "stopped", str(exc)
-            record.seconds = time.perf_counter() - member_started
-            say(f"{member.model}: stopped ({exc})")
-            continue
+            record.seconds = time.perf_counter() - self.clock.started
         except BackendUnavailable as exc:
             record.status, record.reason = "skipped", _first_line(exc)
-            say(f"{member.model}: skipped ({record.reason})")
-            continue
-        record.seconds = time.perf_counter() - member_started
-        record.oof = _metric(task, metric, labels, trained.oof_scores)
-        if has_valid:
-            record.valid = _metric(task, metric, np.asarray(features.labels(VALID)), trained.scores[VALID])
-        fitted.append(trained)
-        say(f"{member.model}: {metric} {record.oof:.5f} out of fold ({record.seconds:.1f}s)")
-    if not fitted:
-        reasons = "; ".join(f"{r.model}: {r.reason}" for r in board)
-        raise DataError(f"auto: no portfolio member could be fitted ({reasons})")
-    if ensemble == "stack":
-        from pipeline.stages.stack import fit_stack
+        self.log(f"{record.model}: {record.status} ({record.reason})")
+        return None
 
-        blended: TrainedModel = fit_stack(fitted, name=name, k=bag, seed=seed)
-        weights = {m.name: 1.0 for m in fitted}
-    else:
-        blended = fit_ensemble(fitted, name=name, on="oof")
-        weights = blended.weights
-    for record in board:
-        record.weight = weights.get(record.model, 0.0) if record.status == "fitted" else 0.0
-    better = HIGHER_IS_BETTER[metric]
-    board.sort(key=lambda r: (r.status != "fitted", -(r.oof or 0.0) if better else (r.oof or math.inf)))
-    return AutoResult(blended, metric, board, time.perf_counter() - started)
+    def _bag(self, model: str, bag: FoldBag, reserve: float) -> None:
+        """Fit ``bag``'s other folds while each one's projection fits the time left."""
+        per_fold = bag.seconds / bag.done
+        projected = per_fold * (PLANNED_FOLDS - bag.done)
+        spent = bag.seconds
+        reason = ""
+        while bag.done < PLANNED_FOLDS:
+            left = self.clock.left() - reserve
+            if per_fold > left:
+                reason = f"its next fold was projected at {per_fold:.1f}s with {max(left, 0.0):.1f}s left"
+                break
+            self.clock.start_member(exempt=False)
+            try:
+                bag.fit_next()
+            except _OutOfTime as exc:
+                reason = str(exc)
+                break
+            per_fold = bag.seconds / bag.done
+        actual = bag.seconds - spent
+        done = f"bagged on {bag.done} of {PLANNED_FOLDS} folds"
+        self.plan.append(PlanStep("bag", model, f"{done} ({reason})" if reason else done, projected, actual))
+        self.log(f"{model}: {done}" + (f" ({reason})" if reason else ""))
+
+    def _weights(self, bags: Mapping[str, FoldBag], names: list[str]) -> dict[str, float]:
+        """Blend weights of ``names`` fitted on the training rows each of them scored out of fold."""
+        if len(names) == 1:
+            return {names[0]: 1.0}
+        scored = np.all([_has_score(bags[n].oof) for n in names], axis=0)
+        weights, _ = fit_weights(self.task, self.labels[scored], [bags[n].oof[scored] for n in names], names=names)
+        return {n: float(w) for n, w in zip(names, weights)}
+
+    def _blend(self, bags: Mapping[str, FoldBag], chosen: list[str], weights: Mapping[str, float]) -> TrainedModel:
+        models = [bags[m].model() for m in chosen]
+        scored = np.all([_has_score(bags[m].oof) for m in chosen], axis=0)
+        total = sum(weights[m] for m in chosen)
+        blended = ensemble_model(models, self.features, np.asarray([weights[m] / total for m in chosen]),
+                                 name=self.name, fitted_on="oof" if scored.all() else "holdout",
+                                 fit={"rows": int(scored.sum())})
+        if blended.oof_scores is not None and not scored.all():
+            # A partly bagged member has no out-of-fold score on some rows: a stage after this one
+            # (stack, ensemble on oof) must not fit on them.
+            blended = dataclasses.replace(blended, oof_scores=None)
+        return blended
+
+    # ---------------------------------------------------------------- fixed (bag: k, or a stack)
+    def fixed(self, bag: int, ensemble: str) -> AutoResult:
+        """Every member bagged on ``bag`` folds in portfolio order; a member whose remaining
+        folds would end past the limit is stopped and left out."""
+        clock = _Clock(deadline=self.started + self.time_limit, folds=bag)
+        fitted: list[TrainedModel] = []
+        for member in self.members:
+            record = self._record(member)
+            if record.status != "fitted":
+                continue
+            if fitted and clock.left() <= 0:
+                record.status, record.reason = "skipped", "the time limit was reached before it started"
+                continue
+            clock.start_member(exempt=not fitted)
+            member_started = time.perf_counter()
+            try:
+                trained = bag_model(self.features, member.model, member.params_for(self.task.kind), k=bag,
+                                    seed=self.seed, name=member.model, train=_timed(_TRAINERS[member.trainer], clock))
+            except _OutOfTime as exc:
+                record.status, record.reason = "stopped", str(exc)
+                record.seconds = time.perf_counter() - member_started
+                self.log(f"{member.model}: stopped ({exc})")
+                continue
+            except BackendUnavailable as exc:
+                record.status, record.reason = "skipped", _first_line(exc)
+                self.log(f"{member.model}: skipped ({record.reason})")
+                continue
+            record.seconds = time.perf_counter() - member_started
+            record.folds = bag
+            record.oof = _metric(self.task, self.metric, self.labels, trained.oof_scores)
+            if self.has_valid:
+                record.valid = _metric(self.task, self.metric, np.asarray(self.features.labels(VALID)),
+                                       trained.scores[VALID])
+            fitted.append(trained)
+            self.log(f"{member.model}: {self.metric} {record.oof:.5f} out of fold ({record.seconds:.1f}s)")
+        if not fitted:
+            self._none_fitted()
+        if ensemble == "stack":
+            from pipeline.stages.stack import fit_stack
+
+            blended: TrainedModel = fit_stack(fitted, name=self.name, k=bag, seed=self.seed)
+            weights = {m.name: 1.0 for m in fitted}
+        else:
+            blended = fit_ensemble(fitted, name=self.name, on="oof")
+            weights = blended.weights
+        for record in self.board:
+            record.weight = weights.get(record.model, 0.0) if record.status == "fitted" else 0.0
+        return self._result(blended, "fixed")
+
+    # ---------------------------------------------------------------- shared
+    def _record(self, member: PortfolioMember) -> MemberRecord:
+        """The member's leaderboard row: skipped with the reason where it cannot be fitted here."""
+        record = MemberRecord(member.model, "fitted", params=member.params_for(self.task.kind))
+        self.board.append(record)
+        problem = _cannot_fit(member.model, self.features)
+        if problem:
+            record.status, record.reason = "skipped", problem
+            self.log(f"{member.model}: skipped ({problem})")
+        return record
+
+    def _none_fitted(self) -> None:
+        reasons = "; ".join(f"{r.model}: {r.reason}" for r in self.board)
+        raise DataError(f"auto: no portfolio member could be fitted ({reasons})")
+
+    def _result(self, blended: TrainedModel, mode: str) -> AutoResult:
+        better = HIGHER_IS_BETTER[self.metric]
+        self.board.sort(key=lambda r: (r.status != "fitted", -(r.oof or 0.0) if better else (r.oof or math.inf)))
+        return AutoResult(blended, self.metric, self.board, time.perf_counter() - self.started, self.plan, mode)
+
+
+def _has_score(scores: np.ndarray) -> np.ndarray:
+    """Per row: whether ``scores`` (one row per training row, NaN where no fold held it out) has one."""
+    finite = np.isfinite(scores)
+    return finite.all(axis=1) if finite.ndim == 2 else finite
+
+
+def _scored_rows(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rows = _has_score(scores)
+    return labels[rows], scores[rows]
 
 
 def _cannot_fit(model: str, features: FeatureSet) -> str | None:
@@ -345,6 +589,7 @@ def _cannot_fit(model: str, features: FeatureSet) -> str | None:
 
 
 def _metric(task: Task, metric: str, labels: np.ndarray, scores: Any) -> float:
+    """``metric`` of ``scores`` against ``labels`` (NaN without scores)."""
     if scores is None:
         return math.nan
     return float(task_metrics(task, labels, np.asarray(scores))[metric])
@@ -383,7 +628,8 @@ def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> Tr
     board = [r.to_dict() for r in result.leaderboard]
     ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)",
                                 "time_limit": spec.time_limit, "seconds": round(result.seconds, 3),
-                                "members": board}
+                                "mode": result.mode, "members": board,
+                                "plan": [step.to_dict() for step in result.plan]}
     ctx.facts["members"] = [r.model for r in result.leaderboard if r.status == "fitted"]
     if ctx.artifacts_dir is not None:
         from pipeline.runs.store import atomic_write_json

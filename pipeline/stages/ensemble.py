@@ -155,6 +155,10 @@ class EnsembleModel(TrainedModel):
         return EnsembleScorer(self.members, list(self.weights.values()),
                               [m.scorer_for(features) for m in self.members])
 
+    def scoring_cost(self) -> int:
+        """The members the blend scores (those of weight 0 are not)."""
+        return sum(m.scoring_cost() for m, w in zip(self.members, self.weights.values()) if w > 0) or 1
+
 
 def fit_ensemble(models: Sequence[TrainedModel], *, name: str = ENSEMBLE_MODEL, on: str = "auto",
                  weights: Mapping[str, float] | None = None) -> EnsembleModel:
@@ -169,11 +173,13 @@ def fit_ensemble(models: Sequence[TrainedModel], *, name: str = ENSEMBLE_MODEL, 
     else:
         fitted_on, labels, scores = _fit_rows(models, features, on)
         chosen, fit = fit_weights(features.task, labels, scores, names=[m.name for m in models])
-    return _ensemble_model(models, features, chosen, name=name, fitted_on=fitted_on, fit=fit)
+    return ensemble_model(models, features, chosen, name=name, fitted_on=fitted_on, fit=fit)
 
 
-def _ensemble_model(models: list[TrainedModel], features: FeatureSet, chosen: np.ndarray, *, name: str,
-                    fitted_on: str, fit: dict[str, Any]) -> EnsembleModel:
+def ensemble_model(models: list[TrainedModel], features: FeatureSet, chosen: np.ndarray, *, name: str,
+                   fitted_on: str, fit: dict[str, Any]) -> EnsembleModel:
+    """The ensemble of ``models`` with the weights ``chosen`` (one per model, summing to 1),
+    fitted on the rows ``fitted_on`` names (``fit``: the record of that fit)."""
     # Imported here: export registers its kind when imported, after this one (data-flow order).
     from pipeline.stages.export import model_meta
 

@@ -155,6 +155,11 @@ class StackedModel(TrainedModel):
             meta["categorical_columns"] = list(categorical)
         return meta
 
+    def scoring_cost(self) -> int:
+        """The members, then the meta-model's bag."""
+        meta = self.meta_model.scoring_cost() if self.meta_model is not None else 1
+        return sum(m.scoring_cost() for m in self.members) + meta
+
     def scorer_for(self, features: FeatureSet) -> Scorer:
         return StackScorer([m.scorer_for(features) for m in self.members],
                            [member.estimator for member in self.estimator.meta.estimator.members],

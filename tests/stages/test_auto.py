@@ -67,6 +67,63 @@ def test_every_task_gets_a_blend_that_is_scored_out_of_fold(task):
     assert np.isfinite(test[result.metric])
 
 
+# ------------------------------------------------------------------ the plan (no bag: given)
+def test_the_plan_screens_every_member_on_the_holdout_then_bags_those_that_earn_weight():
+    features = features_of(table(), "binary")
+    models = ["logistic_regression", "extra_trees", "random_forest"]
+    result = fit_auto(features, time_limit=300, models=models, seed=3)
+    assert result.mode == "planned"
+    screens = [s for s in result.plan if s.step == "screen"]
+    assert [s.model for s in screens] == models and all(s.decision == "fitted on the holdout" for s in screens)
+    assert screens[0].projected is None and all(s.projected > 0 and s.seconds > 0 for s in screens[1:])
+    weights = {r.model: r.weight for r in result.leaderboard}
+    folds = {r.model: r.folds for r in result.leaderboard}
+    bagged = {s.model: s.decision for s in result.plan if s.step == "bag"}
+    assert set(bagged) == set(models)
+    for model in models:                    # with time to spare: what earned weight has every fold
+        earned = not bagged[model].startswith("not bagged")
+        assert folds[model] == (5 if earned else 1), (model, bagged[model])
+    # Weight-0 members are left out of the model; the others are bags of their folds.
+    assert list(result.model.weights) == [m for m in models if weights[m] > 0]
+    assert all(m.model == "bagged" and len(m.estimator.members) == folds[m.name] for m in result.model.members)
+    assert result.plan[-1].step == "blend"
+    labels = np.asarray(features.labels("train"))
+    for record in result.leaderboard:      # holdout: fold 0's rows; oof: every row its folds held out
+        assert 0.5 < record.holdout <= 1 and record.oof is not None
+    assert result.model.oof_scores is None or len(result.model.oof_scores) == len(labels)
+
+
+def test_a_member_projected_past_the_time_left_is_skipped_with_its_projection(monkeypatch):
+    import dataclasses
+
+    from pipeline.stages import auto
+
+    heavy = [dataclasses.replace(m, cost=1e6) if m.model == "random_forest" else m for m in auto.PORTFOLIO]
+    monkeypatch.setattr(auto, "PORTFOLIO", tuple(heavy))
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=60, models=["logistic_regression", "random_forest"])
+    forest = next(r for r in result.leaderboard if r.model == "random_forest")
+    assert forest.status == "skipped" and "projected at" in forest.reason
+    step = next(s for s in result.plan if s.model == "random_forest")
+    assert step.projected > 60 and step.seconds is None
+    assert list(result.model.weights) == ["logistic_regression"]
+
+
+def test_with_no_time_left_the_first_member_alone_is_the_model_fitted_on_its_holdout():
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=0.01, models=["logistic_regression", "extra_trees"])
+    first = result.leaderboard[0]
+    assert (first.model, first.status, first.folds) == ("logistic_regression", "fitted", 1)
+    extra = next(r for r in result.leaderboard if r.model == "extra_trees")
+    assert extra.status == "skipped" and extra.reason
+    bag = next(s for s in result.plan if s.step == "bag")
+    assert bag.decision.startswith("bagged on 1 of 5 folds (its next fold was projected")
+    # Scored out of fold on fold 0's rows only: a later stage must not fit on the others.
+    assert result.model.oof_scores is None and result.model.fitted_on == "holdout"
+    test = task_metrics(features.task, np.asarray(features.labels("test")), result.model.scores["test"])
+    assert 0.5 < test["roc_auc"] <= 1
+
+
 def test_a_time_limit_keeps_the_first_member_and_stops_or_skips_the_rest():
     features = features_of(table(), "binary")
     result = fit_auto(features, time_limit=0.01, models=["logistic_regression", "extra_trees", "random_forest"],
@@ -129,8 +186,8 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
         "name: auto_demo\nseed: 7\nstages:\n"
         "  raw: {kind: load, path: rows.csv}\n"
         "  split: {kind: split, inputs: [raw], target: target, positive: 'yes', test: 0.25}\n"
-        "  auto: {kind: auto, inputs: [split], id: id, time_limit: 2m, bag: 3,\n"
-        "         models: [logistic_regression, extra_trees]}\n"
+        "  auto: {kind: auto, inputs: [split], id: id, time_limit: 2m,\n"
+        "         models: [logistic_regression, lightgbm]}\n"
         "  evaluate: {kind: evaluate, inputs: [auto]}\n"
         "  export: {kind: export, inputs: [auto]}\n")
     proc = run_cli("run", "auto.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
@@ -139,8 +196,10 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
     manifest = json.loads((run_dir / "manifest.json").read_text())
     board = manifest["stages"]["auto"]["facts"]["leaderboard"]
     assert board["metric"] == "roc_auc" and {m["model"] for m in board["members"]} == {"logistic_regression",
-                                                                                       "extra_trees"}
+                                                                                       "lightgbm"}
     assert json.loads((run_dir / "auto" / "leaderboard.json").read_text()) == board
+    assert board["mode"] == "planned" and [s["step"] for s in board["plan"]][:2] == ["screen", "screen"]
+    assert board["plan"][-1]["step"] == "blend" and all("seconds" in s for s in board["plan"][:2])
     workflow = json.loads(next((run_dir / "export").rglob("workflow.json")).read_text())
     assert {"x1", "x2", "plan", "flag"} <= set(workflow["input_columns"])     # the selectors' names, recorded
     # The exported blend scores new rows as the run scored its test rows.
@@ -155,7 +214,8 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
     # The report shows the leaderboard.
     assert run_cli("report", str(run_dir), cwd=tmp_path).returncode == 0
     page = next(run_dir.rglob("report.html")).read_text()
-    assert "auto: leaderboard" in page and "extra_trees" in page
+    assert "auto: leaderboard" in page and "lightgbm" in page and "auto: the plan" in page
+    assert "fitted on the holdout" in page
 
 
 def test_an_mlp_fold_that_reaches_the_limit_is_stopped_while_it_trains():

@@ -91,3 +91,23 @@ def found_base(model, rows: int) -> float:
     labels = model.features.labels("test")
     step = -(-len(labels) // rows)
     return task_metrics(model.task, labels[::step], model.scores["test"][::step])["roc_auc"]
+
+
+def test_a_bag_or_an_ensemble_gets_the_budget_divided_by_the_estimators_it_runs(features, models):
+    """Scoring a bag of k fits runs k estimators: its sample shrinks k-fold, so its importance
+    costs about what one model's does (an auto model of 35 fits otherwise cost as much as training)."""
+    from pipeline.stages.ensemble import fit_ensemble
+    from pipeline.stages.training.bagging import bag_model
+
+    bagged = bag_model(features, "logistic_regression", k=4, seed=0, name="bag")
+    blend = fit_ensemble([models[0], bagged], name="blend", weights={"logreg": 1, "bag": 1})
+    unused = fit_ensemble([models[0], bagged], name="unused", weights={"logreg": 1, "bag": 0})
+    assert (models[0].scoring_cost(), bagged.scoring_cost(), blend.scoring_cost(), unused.scoring_cost()) == (1, 4, 5, 1)
+    budget = 4_000                      # rows x (3 features x 1 repeat + 1): all 600 test rows for one estimator
+    found = explain_models([models[0], bagged, blend], split="test", metric="roc_auc", threshold=0.5, rows=600,
+                           repeats=1, seed=0, budget=budget)
+    assert found["model_budgets"] == {"bag": {"estimators": 4, "scored_rows": budget // 4},
+                                      "blend": {"estimators": 5, "scored_rows": budget // 5}}
+    assert found["rows"]["logreg"] == 600 and 200 <= found["rows"]["bag"] <= budget // 4 // 4
+    assert found["scored_rows"]["bag"] <= budget // 4 and found["scored_rows"]["blend"] <= budget // 5
+    assert list(found["models"]["bag"]["permutation"]["mean"])[0] == "signal"

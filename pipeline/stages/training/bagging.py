@@ -44,7 +44,7 @@ from pipeline.models.blending import Bagged, EnsembleMember, blend
 from pipeline.stages.spec import StageProgress
 from pipeline.stages.training.trained import SplitScores, TrainedModel, model_meta, train_model
 
-__all__ = ["BAGGED_MODEL", "BAG_WITH_FOLDS", "BaggedModel", "BaggedScorer", "bag_folds", "bag_model"]
+__all__ = ["BAGGED_MODEL", "BAG_WITH_FOLDS", "BaggedModel", "BaggedScorer", "FoldBag", "bag_folds", "bag_model"]
 
 # The registry entry a bagged model is exported as.
 BAGGED_MODEL = "bagged"
@@ -88,6 +88,9 @@ class BaggedModel(TrainedModel):
             meta["categorical_columns"] = list(categorical)
         return meta
 
+    def scoring_cost(self) -> int:
+        return sum(member.scoring_cost() for member in self.fitted) if self.fitted else len(self.estimator.members)
+
     def scorer_for(self, features: FeatureSet) -> Scorer:
         if self.fitted:
             return BaggedScorer([member.scorer_for(features) for member in self.fitted])
@@ -120,61 +123,105 @@ def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = 
     does, and a caller's own trainer (a search's) can stand in. Member i's seed is ``seed + i``.
     ``progress`` counts the members as they are fitted.
     """
-    where = f"stages.{name}.bag" if name else "bag"
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise ConfigError([ConfigIssue(where, f"bag must be a whole number of folds >= 2, not {k!r}")])
-    if features.partitioned:
-        raise ConfigError([ConfigIssue(where, BAG_PARTITIONED)])
-    if features.fold_count():
-        raise ConfigError([ConfigIssue(where, BAG_WITH_FOLDS)])
-    matrix = features.in_memory(BAG_PARTITIONED)
-    if not isinstance(matrix, InMemoryFeatures):
-        raise ConfigError([ConfigIssue(where, BAG_PARTITIONED)])
-    task = matrix.task
-    labels = matrix.labels(TRAIN)
-    positions = bag_folds(task, labels, k, seed)
-    oof = np.full((len(labels), task.n_outputs) if task.kind == "multiclass" else len(labels), np.nan)
-    members: list[EnsembleMember] = []
-    fitted: list[TrainedModel] = []
-    record: list[dict[str, Any]] = []
-    first_params: dict[str, Any] = {}
-    first_ignored: list[str] = []
-    started = time.perf_counter()
+    bag = FoldBag(features, model, params, k=k, seed=seed, name=name, train=train)
     bar = progress.bar(k, "bagged members") if progress is not None else nullcontext(None)
     with bar as advance:
-        for i, (fit, held) in enumerate(positions):
-            member_seed = None if seed is None else seed + i
-            trained = train(member_features(matrix, fit, held), model, params or {}, seed=member_seed,
-                            name=f"{name or model}_{i}")
-            scores = np.asarray(trained.scores[HELD_OUT], dtype="float64")
-            if scores.shape[:1] != (len(held),):
-                raise ValueError(f"bag: member {i} returned {scores.shape[0] if scores.ndim else 0} scores for "
-                                 f"{len(held)} held-out rows")
-            oof[held] = scores
-            member_name = str(i)
-            members.append(EnsembleMember(member_name, trained.model, trained.estimator, 1.0 / k,
-                                          {**model_meta(trained), **trained.export_meta()}))
-            # Rebound to the whole matrix: its fold's copy of the rows is released below.
-            fitted.append(dataclasses.replace(trained, features=matrix, scores={}))
-            info: dict[str, Any] = {"name": member_name, "fit_rows": int(len(fit)), "held_out_rows": int(len(held)),
-                                    "seed": member_seed, "fit_seconds": round(trained.fit_seconds, 3)}
-            best = getattr(trained.estimator, "best_iteration", None)
-            if isinstance(best, (int, np.integer)):
-                info["best_iteration"] = int(best)
-            record.append(info)
-            if i == 0:
-                first_params, first_ignored = dict(trained.params), list(trained.ignored_params)
-            del trained               # with its member features: one member's copy of the rows at a time
+        while bag.done < k:
+            bag.fit_next()
             if advance is not None:
                 advance(1)
-    estimator = Bagged(members, task=task)
-    return BaggedModel(
-        name=name or model, model=BAGGED_MODEL, estimator=estimator, features=features,
-        scores=SplitScores(BaggedScorer([member.scorer_for(matrix) for member in fitted]), features),
-        params={"model": model, "bag": k, "params": first_params},
-        ignored_params=first_ignored, fit_seconds=time.perf_counter() - started,
-        oof_scores=oof, base_model=model, members=record, fitted=fitted,
-    )
+    return bag.model()
+
+
+class FoldBag:
+    """One model bagged fold by fold on k folds fixed up front: a caller with a clock fits fold 0
+    first (a holdout fit: its held-out rows score the model) and the others while time allows.
+    ``model()`` is the bag of the folds fitted so far, its out-of-fold scores NaN on the rows of
+    the folds not fitted. ``bag_model`` fits every fold."""
+
+    def __init__(self, features: FeatureSet, model: str, params: dict[str, Any] | None = None, *, k: int = 5,
+                 seed: int | None = 42, name: str | None = None,
+                 train: Callable[..., TrainedModel] = train_model) -> None:
+        where = f"stages.{name}.bag" if name else "bag"
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise ConfigError([ConfigIssue(where, f"bag must be a whole number of folds >= 2, not {k!r}")])
+        if features.partitioned:
+            raise ConfigError([ConfigIssue(where, BAG_PARTITIONED)])
+        if features.fold_count():
+            raise ConfigError([ConfigIssue(where, BAG_WITH_FOLDS)])
+        matrix = features.in_memory(BAG_PARTITIONED)
+        if not isinstance(matrix, InMemoryFeatures):
+            raise ConfigError([ConfigIssue(where, BAG_PARTITIONED)])
+        self.features, self.matrix, self.model_name, self.params = features, matrix, model, params or {}
+        self.k, self.seed, self.name, self.train = k, seed, name, train
+        task = matrix.task
+        labels = matrix.labels(TRAIN)
+        self.positions = bag_folds(task, labels, k, seed)
+        self.oof = np.full((len(labels), task.n_outputs) if task.kind == "multiclass" else len(labels), np.nan)
+        self.members: list[EnsembleMember] = []
+        self.fitted: list[TrainedModel] = []
+        self.record: list[dict[str, Any]] = []
+        self.first_params: dict[str, Any] = {}
+        self.first_ignored: list[str] = []
+        self.seconds = 0.0
+
+    @property
+    def done(self) -> int:
+        """Folds fitted so far."""
+        return len(self.members)
+
+    def held_out(self, fold: int) -> np.ndarray:
+        """Row positions (of the training split) that fold ``fold`` holds out."""
+        return self.positions[fold][1]
+
+    def fit_next(self) -> float:
+        """Fit the next fold's member; its seconds."""
+        i = self.done
+        if i >= self.k:
+            raise ValueError(f"bag: all {self.k} folds are fitted")
+        started = time.perf_counter()
+        fit, held = self.positions[i]
+        member_seed = None if self.seed is None else self.seed + i
+        trained = self.train(member_features(self.matrix, fit, held), self.model_name, self.params,
+                             seed=member_seed, name=f"{self.name or self.model_name}_{i}")
+        scores = np.asarray(trained.scores[HELD_OUT], dtype="float64")
+        if scores.shape[:1] != (len(held),):
+            raise ValueError(f"bag: member {i} returned {scores.shape[0] if scores.ndim else 0} scores for "
+                             f"{len(held)} held-out rows")
+        self.oof[held] = scores
+        member_name = str(i)
+        self.members.append(EnsembleMember(member_name, trained.model, trained.estimator, 1.0,
+                                           {**model_meta(trained), **trained.export_meta()}))
+        # Rebound to the whole matrix: its fold's copy of the rows is released below.
+        self.fitted.append(dataclasses.replace(trained, features=self.matrix, scores={}))
+        info: dict[str, Any] = {"name": member_name, "fit_rows": int(len(fit)), "held_out_rows": int(len(held)),
+                                "seed": member_seed, "fit_seconds": round(trained.fit_seconds, 3)}
+        best = getattr(trained.estimator, "best_iteration", None)
+        if isinstance(best, (int, np.integer)):
+            info["best_iteration"] = int(best)
+        self.record.append(info)
+        if i == 0:
+            self.first_params, self.first_ignored = dict(trained.params), list(trained.ignored_params)
+        del trained               # with its member features: one member's copy of the rows at a time
+        seconds = time.perf_counter() - started
+        self.seconds += seconds
+        return seconds
+
+    def model(self) -> BaggedModel:
+        """The bag of the folds fitted so far (at least one), each member weighted equally."""
+        if not self.members:
+            raise ValueError("bag: no fold is fitted yet")
+        weight = 1.0 / len(self.members)
+        members = [dataclasses.replace(member, weight=weight) for member in self.members]
+        return BaggedModel(
+            name=self.name or self.model_name, model=BAGGED_MODEL, estimator=Bagged(members, task=self.matrix.task),
+            features=self.features,
+            scores=SplitScores(BaggedScorer([member.scorer_for(self.matrix) for member in self.fitted]), self.features),
+            params={"model": self.model_name, "bag": len(members), "params": self.first_params},
+            ignored_params=self.first_ignored, fit_seconds=self.seconds,
+            oof_scores=self.oof.copy(), base_model=self.model_name, members=list(self.record),
+            fitted=list(self.fitted),
+        )
 
 
 def member_features(features: InMemoryFeatures, fit: np.ndarray, held: np.ndarray) -> InMemoryFeatures:

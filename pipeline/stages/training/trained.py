@@ -94,6 +94,11 @@ class TrainedModel:
         column): the features' own scorer of the estimator; models of other stages say theirs."""
         return features.scorer(self.estimator)
 
+    def scoring_cost(self) -> int:
+        """Fitted estimators one scoring of a row runs (1; a bag or an ensemble, its members'):
+        what ``evaluate`` divides its permutation importance budget by."""
+        return 1
+
 
 
 def train_model(
