@@ -109,6 +109,36 @@ def test_a_member_projected_past_the_time_left_is_skipped_with_its_projection(mo
     assert list(result.model.weights) == ["logistic_regression"]
 
 
+def test_a_member_projected_past_a_quarter_of_the_limit_is_skipped_however_much_time_is_left(monkeypatch):
+    from pipeline.stages import auto
+
+    monkeypatch.setattr(auto, "FIRST_FIT_SHARE", 1e-9)      # any projection is past the share
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=600, models=["logistic_regression", "extra_trees"])
+    extra = next(r for r in result.leaderboard if r.model == "extra_trees")
+    assert extra.status == "skipped" and "past a quarter of the 600s limit" in extra.reason
+
+
+@pytest.mark.parametrize("bag", [None, 2], ids=["planned", "fixed"])
+def test_a_missing_library_is_a_plan_step_and_members_are_scored_on_the_valid_split(monkeypatch, bag):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xgboost" else real(name, *a))
+    frame = table()
+    split = split_frame(frame, "target", test=0.2, valid=0.2, seed=1, backend="cpu", task="binary", positive="yes")
+    features = build_features(split, default_ops("binary"), id_column="id")
+    result = fit_auto(features, time_limit=120, models=["xgboost", "logistic_regression"], bag=bag)
+    xgb = next(r for r in result.leaderboard if r.model == "xgboost")
+    assert xgb.status == "skipped" and "not installed" in xgb.reason
+    if bag is None:
+        assert next(s for s in result.plan if s.model == "xgboost").decision == f"skipped: {xgb.reason}"
+    logistic = next(r for r in result.leaderboard if r.model == "logistic_regression")
+    labels = np.asarray(features.labels("valid"))
+    scores = next(m for m in result.model.members if m.name == "logistic_regression").scores["valid"]
+    assert logistic.valid == pytest.approx(task_metrics(features.task, labels, scores)["roc_auc"])
+
+
 def test_with_no_time_left_the_first_member_alone_is_the_model_fitted_on_its_holdout():
     features = features_of(table(), "binary")
     result = fit_auto(features, time_limit=0.01, models=["logistic_regression", "extra_trees"])

@@ -308,3 +308,28 @@ def test_pipeline_predict_reproduces_the_runs_test_scores_of_bagged_and_stacked_
     assert meta["model"] == "stacked" and meta["format"] == "stacked"
     formats = {json.loads(p.read_text())["format"] for p in (run_dir / "export" / "models").rglob("model.json")}
     assert formats <= SAFE_FORMATS, formats
+
+
+def test_a_fold_bag_is_fitted_fold_by_fold_and_is_a_bag_of_the_folds_fitted_so_far():
+    from pipeline.stages.training.bagging import FoldBag
+
+    features = features_of(rows())
+    bag = FoldBag(features, "logistic_regression", k=4, seed=3, name="lr")
+    with pytest.raises(ValueError, match="no fold is fitted"):
+        bag.model()
+    assert bag.fit_next() > 0 and bag.done == 1
+    first = bag.model()
+    held = bag.held_out(0)
+    scored = ~np.isnan(first.oof_scores)
+    assert scored.sum() == len(held) and scored[held].all()          # out of fold on fold 0's rows only
+    assert first.scoring_cost() == 1 and first.params["bag"] == 1
+    while bag.done < 4:
+        bag.fit_next()
+    with pytest.raises(ValueError, match="all 4 folds are fitted"):
+        bag.fit_next()
+    whole = bag.model()
+    # Fold by fold gives what bag_model gives in one call (same folds, same seeds).
+    reference = bag_model(features, "logistic_regression", k=4, seed=3, name="lr")
+    np.testing.assert_allclose(whole.oof_scores, reference.oof_scores)
+    np.testing.assert_allclose(whole.scores["test"], reference.scores["test"])
+    assert whole.scoring_cost() == 4
