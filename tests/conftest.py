@@ -174,9 +174,17 @@ def listed_slow_tests() -> dict[str, str]:
     return listed
 
 
+def _listed_entry(nodeid: str, listed: dict[str, str]) -> str | None:
+    """The entry that covers ``nodeid``: its own, or its test's when the entry has no ``[...]``
+    (every parameter case)."""
+    for entry in (nodeid, nodeid.split("[", 1)[0]):
+        if entry in listed:
+            return entry
+    return None
+
+
 def _is_listed(nodeid: str, listed: dict[str, str]) -> bool:
-    """An entry names a test, or every parameter case of it when it has no ``[...]``."""
-    return nodeid in listed or nodeid.split("[", 1)[0] in listed
+    return _listed_entry(nodeid, listed) is not None
 
 
 # What a test costs when the list does not say (the suite's median is well under a second).
@@ -197,9 +205,9 @@ def pytest_collection_modifyitems(config, items):
     listed = listed_slow_tests()
     cost: dict[str, float] = {}
     for item in items:
-        entry = item.nodeid if item.nodeid in listed else item.nodeid.split("[", 1)[0]
+        entry = _listed_entry(item.nodeid, listed)
         seconds = UNLISTED_SECONDS
-        if entry in listed:
+        if entry is not None:
             item.add_marker(pytest.mark.slow)
             seconds = _listed_seconds(listed[entry])
         file = item.nodeid.split("::", 1)[0]

@@ -5,20 +5,21 @@ One stage does what a data scientist does on a table nobody has tuned for: type 
 with defaults that hold up across tables (LightGBM, CatBoost, XGBoost, a random forest,
 extra trees, the MLP, a linear model), bag the ones that earn weight on folds of the training
 rows (so they have out-of-fold scores, and boosting early-stops on the fold it does not fit),
-and blend the members with weights fitted on those out-of-fold scores (``ensemble``: the same fit as the
-``ensemble`` stage, never worse than the best member on the rows it was fitted on). The result
-is a ``TrainedModel`` like any other: ``evaluate`` ranks it and ``export`` saves it (an ensemble of
-bagged members, each in its own model's file format).
+and blend the members with weights fitted on those out-of-fold scores (``ensemble``: the same
+fit as the ``ensemble`` stage, never worse than the best member on the rows it was fitted on).
+The result is a ``TrainedModel`` like any other: ``evaluate`` ranks it and ``export`` saves it
+(an ensemble of bagged members, each in its own model's file format).
 
 Time: ``time_limit`` is the stage's whole budget, spent by a plan made against the clock:
 
 1. **Screen.** Each member, in ``PORTFOLIO``'s order (the first cheap and strong: LightGBM),
    is fitted once on four fifths of the training rows and scored on the fifth it did not see
-   (fold 0 of five, the holdout). Before it starts, its fit is projected from the fits so far
-   (the median seconds per unit of the members' measured relative ``cost`` over the fits so
-   far, re-estimated after each fit: the machine as it is, busy or idle); a member projected past the time left, or past a quarter
-   of the limit, is skipped with the projection as its reason, and an MLP that reaches a quarter
-   of the limit while it trains is stopped. The first member always finishes.
+   (fold 0 of five, the holdout). Before it starts, its fit is projected: the member's
+   measured relative ``cost`` times the median seconds per unit over the fits so far,
+   re-estimated after each fit (the machine as it is, busy or idle). A member projected past
+   the time left, or past a quarter of the limit, is skipped with the projection as its
+   reason, and an MLP that reaches a quarter of the limit while it trains is stopped. The
+   first member always finishes.
 2. **Bag what earns weight.** Weights are fitted on the holdout; the members with weight are
    bagged on the other four folds, heaviest first, fold by fold while each fold's projection
    (its own first fit's time) fits the time left. A member's first fit is its fold 0: no fit
@@ -422,7 +423,8 @@ class _Run:
             self._bag(model, bags[model], reserve)
         final = self._weights(bags, earning)
         chosen = [m for m in bags if final.get(m, 0.0) > 0]        # in portfolio order
-        blended = self._blend(bags, chosen, final)
+        models = {m: bag.model() for m, bag in bags.items()}
+        blended = self._blend(bags, models, chosen, final)
         rows = "every training row" if all(bags[m].done == PLANNED_FOLDS for m in chosen) else "the rows all scored"
         self.plan.append(PlanStep("blend", self.name, f"weights on {rows} out of fold: "
                                   + ", ".join(f"{m} {final[m]:.3f}" for m in chosen)))
@@ -435,7 +437,7 @@ class _Run:
                 record.weight = final.get(record.model, 0.0)
                 if self.has_valid:
                     record.valid = _metric(self.task, self.metric, np.asarray(self.features.labels(VALID)),
-                                           bag.model().scores[VALID])
+                                           models[record.model].scores[VALID])
                 if record.weight <= 0:
                     record.reason = "weight 0 in the blend: left out of the model"
         return self._result(blended, "planned")
@@ -484,11 +486,11 @@ class _Run:
         weights, _ = fit_weights(self.task, self.labels[scored], [bags[n].oof[scored] for n in names], names=names)
         return {n: float(w) for n, w in zip(names, weights)}
 
-    def _blend(self, bags: Mapping[str, FoldBag], chosen: list[str], weights: Mapping[str, float]) -> TrainedModel:
-        models = [bags[m].model() for m in chosen]
+    def _blend(self, bags: Mapping[str, FoldBag], models: Mapping[str, TrainedModel], chosen: list[str],
+               weights: Mapping[str, float]) -> TrainedModel:
         scored = np.all([_has_score(bags[m].oof) for m in chosen], axis=0)
         total = sum(weights[m] for m in chosen)
-        blended = ensemble_model(models, self.features, np.asarray([weights[m] / total for m in chosen]),
+        blended = ensemble_model([models[m] for m in chosen], self.features, np.asarray([weights[m] / total for m in chosen]),
                                  name=self.name, fitted_on="oof" if scored.all() else "holdout",
                                  fit={"rows": int(scored.sum())})
         if blended.oof_scores is not None and not scored.all():

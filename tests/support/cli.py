@@ -101,10 +101,12 @@ def run_script(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str],
         try:
             with redirect_stdout(out), redirect_stderr(err):
                 runpy.run_path(script, run_name="__main__")
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-            if not isinstance(stop.code, int | None):
+        except SystemExit as stop:              # as the interpreter ends: a code, or a message and 1
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
                 err.write(f"{stop.code}\n")
+                code = 1
         except Exception:  # noqa: BLE001 - a crashed script: its traceback, as python prints it
             err.write(traceback.format_exc())
             code = 1
