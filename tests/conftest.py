@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import dask
 import pandas as pd
 import pytest
 
@@ -19,6 +20,15 @@ from pipeline.backends import available_devices, get_backend
 # drawing it costs a second or two per run, and the suite makes hundreds of runs. Subprocess
 # runs of the CLI inherit this.
 os.environ.setdefault("PIPELINE_REPORT", "off")
+
+# Dask's worker processes start as forks of a server process that imported Dask once rather than
+# as new interpreters (Dask's own test suite does the same): a 2-worker cluster of processes
+# starts in a fraction of the time, and the suite starts dozens. They are still processes of
+# their own. Subprocesses inherit it; the docs' examples run with Dask's default (spawn), as a
+# reader's would (tests/docs/test_readme.py).
+DASK_START_METHOD = "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"
+os.environ.setdefault(DASK_START_METHOD, "forkserver")
+dask.config.set({"distributed.worker.multiprocessing-method": os.environ[DASK_START_METHOD]})
 
 ROOT = Path(__file__).resolve().parents[1]
 TELCO = ROOT / "data" / "telco_customer_churn.csv"

@@ -372,13 +372,13 @@ def refuse_run_in_worker_bootstrap() -> None:
             f"each of them; put the call under `{GUARD}` (see the README's Library use)")
 
 
-def refuse_unguarded_main_script(starting: str = "a local Dask cluster") -> None:
-    """Before starting local worker processes (``starting`` says which): refuse when the call
-    comes from top-level code of a ``__main__`` script that the workers will import again
-    (spawn), outside an ``if __name__ == "__main__":`` block, where each worker would start
-    the run again."""
+def refuse_unguarded_main_script(starting: str = "a local Dask cluster", *, method: str | None = None) -> None:
+    """Before starting local worker processes (``starting`` says which; ``method`` is their start
+    method, Dask's when None): refuse when the call comes from top-level code of a ``__main__``
+    script that the workers will import again (spawn, forkserver), outside an
+    ``if __name__ == "__main__":`` block, where each worker would start the run again."""
     main = sys.modules.get("__main__")
-    if main is None or not _workers_import_main(main):
+    if main is None or not _workers_import_main(main, method or worker_start_method()):
         return
     frame = sys._getframe(1)
     while frame is not None and not (frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>"):
@@ -399,11 +399,18 @@ def refuse_unguarded_main_script(starting: str = "a local Dask cluster") -> None
             "README's Library use), or use an existing cluster (scheduler=...)")
 
 
-def _workers_import_main(main: Any) -> bool:
-    """Whether spawned processes run ``main`` again, as multiprocessing's spawn decides it."""
+def worker_start_method() -> str:
+    """How Dask starts a local worker process (``distributed.worker.multiprocessing-method``:
+    spawn by default, forkserver or fork)."""
     import dask
 
-    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
+    return str(dask.config.get("distributed.worker.multiprocessing-method", "spawn"))
+
+
+def _workers_import_main(main: Any, method: str) -> bool:
+    """Whether processes started by ``method`` run ``main`` again, as multiprocessing's spawn
+    (and forkserver, which prepares its children the same way) decides it."""
+    if method == "fork":
         return False
     name = getattr(getattr(main, "__spec__", None), "name", None)
     if name is not None:

@@ -225,6 +225,14 @@ UNGUARDED_CALLS = {
 
         main()
     """,
+    # Dask's fork start method needs no guard for its workers; the ranks are spawned all the same.
+    "local ranks at top level under Dask's fork": """
+        import dask
+        from pipeline.distributed.local_ranks import run_local_ranks
+
+        dask.config.set({"distributed.worker.multiprocessing-method": "fork"})
+        run_local_ranks(print, [(), ()], stage="probe")
+    """,
 }
 
 

@@ -55,3 +55,29 @@ def test_a_killed_rank_names_itself_the_signal_and_what_another_rank_said_first(
     assert text.endswith("Rank 0 then failed: ValueError: " + "x" * 197 + "...")
     exited = _death(0, SimpleNamespace(exitcode=3, pid=7), "probe", None)
     assert exited == "rank 0 of the probe (local process 7) exited with code 3 without a result; the other ranks were stopped"
+
+
+def where_the_rank_runs(rank: int, *, progress=None) -> tuple[int, str | None, str]:
+    import os
+
+    return os.getppid(), os.environ.get("PIPELINE_RANK_PROBE"), os.getcwd()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_ranks_start_as_dask_starts_its_workers_with_this_process_environment(method, tmp_path, monkeypatch):
+    """Under Dask's forkserver the ranks are forks of the server (which imported what they need
+    once, when this process started it); a rank still sees this process's environment and working directory as it is now (set after
+    the server started), as a spawned rank does."""
+    import os
+
+    import dask
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": method}):
+        run_local_ranks(where_the_rank_runs, [()], stage="probe")             # the server, if any, starts here
+        monkeypatch.setenv("PIPELINE_RANK_PROBE", "set later")
+        monkeypatch.chdir(tmp_path)
+        results = run_local_ranks(where_the_rank_runs, [(), ()], stage="probe")
+    assert [r[1:3] for r in results] == [("set later", str(tmp_path))] * 2
+    parents = {r[0] for r in results}
+    forked = parents != {os.getpid()}
+    assert forked == (method == "forkserver")

@@ -232,11 +232,15 @@ def test_ranks_with_uneven_shards_run_the_same_number_of_batches(tmp_path):
 
 # ------------------------------------------------------------------ a rank that dies
 def _spawned(besides: set[int] = frozenset()) -> list[psutil.Process]:
-    """This process's spawned children (oldest first) other than ``besides`` (a Dask cluster's
-    worker processes are spawned children too)."""
+    """This process's rank-like processes (oldest first) other than ``besides`` (a Dask cluster's
+    worker processes are such processes too): spawned children, or forks of the forkserver
+    (the server itself is this process's child; what it forks are its own)."""
+    def started_here(p: psutil.Process) -> bool:
+        command = " ".join(p.cmdline())
+        return "spawn_main" in command or ("multiprocessing.forkserver" in command and p.ppid() != os.getpid())
+
     children = psutil.Process().children(recursive=True)
-    return sorted((p for p in children if p.pid not in besides and "spawn_main" in " ".join(p.cmdline())),
-                  key=lambda p: p.create_time())
+    return sorted((p for p in children if p.pid not in besides and started_here(p)), key=lambda p: p.create_time())
 
 
 class KillAfterFirstEpoch:

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, TELCO, copy_project
+from tests.conftest import DASK_START_METHOD, ROOT, TELCO, copy_project
 from tests.support.cli import run_cli, run_script
 
 README = ROOT / "README.md"
@@ -106,7 +106,8 @@ def _env(*, activated: bool = False) -> dict[str, str]:
         path = os.pathsep.join(p for p in path.split(os.pathsep) if Path(p) != BIN)
     else:
         path = f"{BIN}{os.pathsep}{path}"
-    return {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
+    env = {key: value for key, value in os.environ.items() if key != DASK_START_METHOD}   # Dask's default
+    return {**env, "PATH": path, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
 
 
 def _shell(command: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
