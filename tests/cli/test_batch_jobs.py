@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.support.bad_inputs import Launch, cli_env, run_processes
 from tests.support.cli import run_cli
 from pipeline import run_pipeline
 from pipeline.core.errors import ExitCode
@@ -91,22 +92,25 @@ def test_a_truncated_cache_entry_is_recomputed_never_loaded(in_project, caplog):
     assert second.manifest.metrics == first.manifest.metrics
 
 
-def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_result(project):
+def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_result(project, tmp_path):
     reference = cli(project, "--runs-dir", "reference")
     assert reference.returncode == 0, reference.stderr
     expected = _result_of(project / "reference" / "churn" / "latest")
+    length = read_manifest(project / "reference" / "churn" / "latest").duration_s   # the run, not the imports
     rng = random.Random(1234)
-    for trial in range(7):              # about 14 s a trial; CI time is bounded
-        runs = f"trial{trial}"
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "configs/churn.yaml", "--runs-dir", runs,
-                                 *[a for s in FAST for a in ("--set", s)]],
-                                cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 6.0))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    # Seven runs, each a process killed by SIGKILL at a random moment in its own seventh of the
+    # run's length, two at a time. They are forks of a process that imported the package (the
+    # bad-input sweep's launcher), so the moments fall in the run, not in the interpreter's start.
+    args = ["run", "configs/churn.yaml", *[a for s in FAST for a in ("--set", s)]]
+    trials = {f"trial{t}": Launch([*args, "--runs-dir", f"trial{t}"], project, cli_env(), timeout=300,
+                                  signal=signal.SIGKILL, trigger=(t + rng.random()) / 7 * length) for t in range(7)}
+    killed = run_processes(trials, tmp_path, workers=2)
+    assert any(k.returncode == -signal.SIGKILL for k in killed.values())
+    for runs, proc in killed.items():
+        assert proc.returncode in (0, -signal.SIGKILL), (runs, proc.stderr[-2000:])   # 0: it ended first
         rerun = cli(project, "--runs-dir", runs, "--wait", "5")
-        assert rerun.returncode == 0, (trial, rerun.stderr)
-        assert _result_of(project / runs / "churn" / "latest") == expected, f"trial {trial}"
+        assert rerun.returncode == 0, (runs, rerun.stderr)
+        assert _result_of(project / runs / "churn" / "latest") == expected, runs
         leftovers = [p.name for p in (project / runs / "churn" / ".cache").iterdir() if p.name.startswith(".")]
         assert all(name.startswith(".tmp-") for name in leftovers)   # half-written entries stay hidden
 
