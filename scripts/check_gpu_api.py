@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import contextlib
 import difflib
 import importlib
@@ -54,6 +55,37 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The scan walks each module's tree (and each function's statements) many times over; a walk is
+# listed once per node object and reused, which makes the whole-package scan several times faster.
+_WALKS: collections.OrderedDict[int, tuple[ast.AST, list[ast.AST]]] = collections.OrderedDict()
+_WALKS_KEPT = 4096
+
+
+def walk(node: ast.AST) -> list[ast.AST]:
+    """``ast.walk(node)`` as a list, from a cache of recent walks (keyed by the node object)."""
+    hit = _WALKS.get(id(node))
+    if hit is not None and hit[0] is node:
+        _WALKS.move_to_end(id(node))
+        return hit[1]
+    nodes = list(ast.walk(node))
+    _WALKS[id(node)] = (node, nodes)
+    if len(_WALKS) > _WALKS_KEPT:
+        _WALKS.popitem(last=False)
+    return nodes
+
+_PARSED: dict[tuple[str, str], ast.Module] = {}
+
+
+def parse(source: str, filename: str = "<string>") -> ast.Module:
+    """``ast.parse`` of a module's source, once per (source, filename): the scan's passes read the
+    same files, and one tree per file lets ``walk`` reuse its walks. Callers do not modify it."""
+    key = (filename, source)
+    tree = _PARSED.get(key)
+    if tree is None:
+        tree = _PARSED[key] = ast.parse(source, filename=filename)
+    return tree
+
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_BACKEND = REPO / "pipeline" / "backends" / "gpu.py"
@@ -103,7 +135,7 @@ def gpu_aliases(tree: ast.AST, modules: Sequence[str] = GPU_MODULES) -> dict[str
     Imports anywhere in the module count (lazy imports inside functions included).
     """
     aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] not in modules:
@@ -150,15 +182,15 @@ def scan_source(source: str, path: str = "<string>", modules: Sequence[str] = LI
     adds the keys the code gives ``options`` (a local dict, or a dict a function of the module
     returns); the call is bound partially only where some keys stay unknown.
     """
-    tree = ast.parse(source, filename=path)
+    tree = parse(source, filename=path)
     aliases = gpu_aliases(tree, modules)
     parents: dict[ast.AST, ast.AST] = {}
-    for parent in ast.walk(tree):
+    for parent in walk(tree):
         for child in ast.iter_child_nodes(parent):
             parents[child] = parent
 
     sites: list[CallSite] = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if not isinstance(node, (ast.Attribute, ast.Name)):
             continue
         parent = parents.get(node)
@@ -204,7 +236,7 @@ def package_files(roots: Sequence[Path] = SCAN_ROOTS) -> list[Path]:
 
 def imports_library(path: Path, modules: Sequence[str] = LIBRARY_MODULES) -> bool:
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError:
         return False
     return bool(gpu_aliases(tree, modules))
@@ -496,8 +528,8 @@ def _annotation_types(node: ast.AST | None, aliases: Mapping[str, str]) -> froze
         except SyntaxError:
             return frozenset()
     found = set()
-    inner = {id(sub.value) for sub in ast.walk(node) if isinstance(sub, ast.Attribute)}
-    for sub in ast.walk(node):
+    inner = {id(sub.value) for sub in walk(node) if isinstance(sub, ast.Attribute)}
+    for sub in walk(node):
         if isinstance(sub, (ast.Attribute, ast.Name)) and id(sub) not in inner:     # whole chains only
             parts = _chain(sub)
             if parts and parts[0] in aliases and len(parts) > 1:
@@ -518,7 +550,7 @@ def read_gpu_facts(backends_dir: Path = REPO / "pipeline" / "backends") -> GpuFa
     other_classes: set[str] = set()
     base_names: set[str] = set()
     for path in sorted(backends_dir.glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
         aliases = gpu_aliases(tree)
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             attrs = {t.id: stmt.value for stmt in cls.body if isinstance(stmt, ast.Assign)
@@ -544,7 +576,7 @@ def read_gpu_facts(backends_dir: Path = REPO / "pipeline" / "backends") -> GpuFa
     # The base class's methods: typed by their bodies, with ``self`` as the GPU backend.
     for _ in range(3):
         for path in sorted(backends_dir.glob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
             flow = FlowScanner(facts, tree, str(path), only_classes=base_names)
             flow.run()
             for (cls, name), kinds in flow.function_returns.items():
@@ -574,21 +606,21 @@ class FlowScanner:
         self.aliases = dict(library_aliases or {})
         self.only_classes = only_classes
         self.dask_only = dask_only if dask_only is not None else dask_only_members()
-        self.numpy_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+        self.numpy_names = {a.asname or a.name for n in walk(tree) if isinstance(n, ast.Import)
                             for a in n.names if a.name == "numpy"}
-        self.torch_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+        self.torch_names = {a.asname or a.name for n in walk(tree) if isinstance(n, ast.Import)
                             for a in n.names if a.name == "torch"}
         # Aliases of other imported modules (pandas, NumPy, ...): what they return is on the host.
-        self.host_modules = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+        self.host_modules = {(a.asname or a.name).split(".")[0] for n in walk(tree) if isinstance(n, ast.Import)
                              for a in n.names if a.name.split(".")[0] not in LIBRARY_MODULES}
-        self.dask_df_names = {a.asname or a.name.split(".")[-1] for n in ast.walk(tree) if isinstance(n, ast.Import)
+        self.dask_df_names = {a.asname or a.name.split(".")[-1] for n in walk(tree) if isinstance(n, ast.Import)
                               for a in n.names if a.name == "dask.dataframe" and a.asname} | {
-                              a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                              a.asname or a.name for n in walk(tree) if isinstance(n, ast.ImportFrom)
                               and n.module == "dask" for a in n.names if a.name == "dataframe"}
         # Names imported from other modules of the package -> (module, name), and the calls made
         # to them with device values (``scan_package`` hands those to the callee's module).
         self.imported: dict[str, tuple[str, str]] = {
-            a.asname or a.name: (n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            a.asname or a.name: (n.module, a.name) for n in walk(tree) if isinstance(n, ast.ImportFrom)
             and n.level == 0 and n.module and n.module.split(".")[0] in PACKAGE_ROOTS for a in n.names}
         self.external: list[tuple[tuple[str, str], tuple[Kinds, ...], tuple[tuple[str, Kinds], ...]]] = []
         self.functions: dict[tuple[str | None, str], _Function] = {}
@@ -609,7 +641,7 @@ class FlowScanner:
             aware = any(p == "backend" or self._is_backend_annotation(a.annotation)
                         for p, a in zip(params, [*args.posonlyargs, *args.args, *args.kwonlyargs])) or any(
                 (isinstance(n, ast.Name) and n.id == "backend") or (isinstance(n, ast.Attribute) and n.attr == "backend")
-                for n in ast.walk(node)) or cls in self.facts.backend_classes
+                for n in walk(node)) or cls in self.facts.backend_classes
             static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
             self.functions[(cls, node.name)] = _Function(node, cls, params, aware, bound=cls is not None and not static)
 
@@ -629,7 +661,7 @@ class FlowScanner:
 
     @staticmethod
     def _is_backend_annotation(node: ast.AST | None) -> bool:
-        return node is not None and any(isinstance(n, ast.Name) and n.id == "Backend" for n in ast.walk(node))
+        return node is not None and any(isinstance(n, ast.Name) and n.id == "Backend" for n in walk(node))
 
     def run(self, rounds: int = 4) -> FlowScanner:
         """Analyse every function, feeding argument kinds to same-module callees, until stable."""
@@ -690,15 +722,15 @@ class FlowScanner:
         names: set[str] = set()
         skipped: set[int] = set()
         for stmt in body:
-            for sub in ast.walk(stmt):
+            for sub in walk(stmt):
                 # Inside ``is_partitioned`` branches the guard types the name; under ``hasattr`` the
                 # member is optional: neither says what the name holds elsewhere.
                 if isinstance(sub, (ast.If, ast.IfExp)) and (
                         _partition_guard(sub.test, {}) is not None or _hasattr_guard(sub.test) is not None):
                     branch = sub.body if isinstance(sub.body, list) else [sub.body]
-                    skipped |= {id(n) for part in branch for n in ast.walk(part)}
+                    skipped |= {id(n) for part in branch for n in walk(part)}
         for stmt in body:
-            for sub in ast.walk(stmt):
+            for sub in walk(stmt):
                 if (id(sub) not in skipped and isinstance(sub, ast.Attribute) and sub.attr in self.dask_only
                         and isinstance(sub.value, ast.Name)):
                     names.add(sub.value.id)
@@ -920,7 +952,7 @@ class _FunctionState:
         """A function defined inside this one (a per-column closure the ops hand to
         ``per_column``): its body is scanned with the names it closes over, as a lambda's is,
         its own parameters unknown. Its returns are its own; the enclosing scope is unchanged."""
-        params = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        params = {a.arg for a in walk(node.args) if isinstance(a, ast.arg)}
         local = {k: v for k, v in env.items() if k not in params}
         outer_returns = self.returns
         self.block(node.body, local)
@@ -1234,7 +1266,7 @@ class _FunctionState:
         return NOTHING
 
     def expr_Lambda(self, node: ast.Lambda, env: dict[str, Kinds]) -> Kinds:
-        local = {k: v for k, v in env.items() if k not in {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}}
+        local = {k: v for k, v in env.items() if k not in {a.arg for a in walk(node.args) if isinstance(a, ast.arg)}}
         self.expr(node.body, local)
         return NOTHING
 
@@ -1362,7 +1394,7 @@ class _FunctionState:
 def scan_flow_source(source: str, path: str, facts: GpuFacts, *,
                      dask_only: frozenset[str] | None = None) -> FlowScanner:
     """The flow scan of one module's source: its calls on backend values and through backend modules."""
-    tree = ast.parse(source, filename=path)
+    tree = parse(source, filename=path)
     aliases = gpu_aliases(tree, LIBRARY_MODULES)
     return FlowScanner(facts, tree, path, library_aliases=aliases, dask_only=dask_only).run()
 
@@ -1386,7 +1418,7 @@ class SubclassSite:
 
 def scan_subclasses(tree: ast.AST, path: str, aliases: Mapping[str, str]) -> list[SubclassSite]:
     sites: list[SubclassSite] = []
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+    for cls in (n for n in walk(tree) if isinstance(n, ast.ClassDef)):
         bases = []
         for base in cls.bases:
             parts = _chain(base)
@@ -1400,7 +1432,7 @@ def scan_subclasses(tree: ast.AST, path: str, aliases: Mapping[str, str]) -> lis
             if item.name != "__init__" and not (item.name.startswith("__") and item.name.endswith("__")):
                 for base in bases:
                     sites.append(SubclassSite(path, item.lineno, cls.name, base, item.name, ast.unparse(item.args)))
-            for call in (n for n in ast.walk(item) if isinstance(n, ast.Call)):
+            for call in (n for n in walk(item) if isinstance(n, ast.Call)):
                 func = call.func
                 if (isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call)
                         and isinstance(func.value.func, ast.Name) and func.value.func.id == "super"):
@@ -1425,7 +1457,7 @@ _CLASS_PATH = re.compile(r"^([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)$"
 
 def scan_class_paths(tree: ast.AST, path: str, modules: Sequence[str]) -> list[ClassPathSite]:
     sites = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             match = _CLASS_PATH.match(node.value)
             if match and match.group(1).split(".")[0] in modules:
@@ -1441,7 +1473,7 @@ def scan_distribution_names(tree: ast.AST, path: str, modules: Sequence[str]) ->
     """``{"cudf": "cudf-cu13"}`` or ``{"cudf": ("cudf-cu13", "cudf-cu12")}``: distribution names the
     code records for GPU modules (alternatives joined by "|": one of them must be installed)."""
     sites = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if not isinstance(node, ast.Dict):
             continue
         for key, value in zip(node.keys, node.values):
@@ -1551,10 +1583,10 @@ def dict_keys(name: str, scope: ast.AST) -> tuple[set[str], bool]:
     unknown = False
     found = False
     loops: dict[str, list[str]] = {}
-    for node in ast.walk(scope):
+    for node in walk(scope):
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, (ast.Tuple, ast.List)):
             loops[node.target.id] = [e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    for node in ast.walk(scope):
+    for node in walk(scope):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         for target in targets:
             if isinstance(target, ast.Name) and target.id == name and isinstance(node.value, ast.Dict):
@@ -1581,7 +1613,7 @@ def returned_dict_keys(fn: ast.AST) -> tuple[set[str], bool]:
     """Keys of the dict a function returns (a dict it builds, or a comprehension over one)."""
     keys: set[str] = set()
     unknown = False
-    returns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    returns = [n.value for n in walk(fn) if isinstance(n, ast.Return) and n.value is not None]
     if not returns:
         return keys, True
     for value in returns:
@@ -1610,7 +1642,7 @@ def star_kwargs_keys(value: ast.AST, call: ast.AST, tree: ast.AST, parents: Mapp
         scope = _function_of(call, parents) or tree
         return dict_keys(value.id, scope)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == value.func.id:
                 return returned_dict_keys(node)
     return set(), True
@@ -1920,7 +1952,7 @@ def _class_built_by_property(static: Any) -> type | None:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fget)))
     except (OSError, TypeError, SyntaxError):
         return None
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
             parts = _chain(node.value.func)
             if not parts:
@@ -1941,7 +1973,7 @@ def instance_attribute_setter(cls: type, name: str) -> str | None:
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         except (OSError, TypeError, SyntaxError):
             continue
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr == name
                     and isinstance(node.value, ast.Name) and node.value.id == "self"):
                 return f"{klass.__module__}.{klass.__qualname__}"
