@@ -54,10 +54,13 @@ def config_data_path(data: str, cwd: Path | None = None) -> str:
               help="Pipeline name, the folder under runs/ (default: the output file's name, else the data file's).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]),
               help="The data's format when its name does not say (.csv, .txt, .parquet, .pq).")
+@click.option("--auto", "auto", is_flag=True,
+              help="One auto stage (a time-limited portfolio of models, blended) instead of a features stage and "
+                   "three models.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @handle_errors
 def init(data: str, target: str, task: str | None, positive: str | None, output: str | None, name: str | None,
-         fmt: str | None, force: bool) -> None:
+         fmt: str | None, auto: bool, force: bool) -> None:
     """Write a commented, runnable config for DATA (CSV or Parquet) predicting --target.
 
     Reads a sample of DATA, gives each column a role (identifier, numeric, categorical, date,
@@ -85,7 +88,7 @@ def init(data: str, target: str, task: str | None, positive: str | None, output:
         if target_file.exists() and not force:
             raise UsageError(f"{target_file} exists; pass --force to overwrite it, or -o to write another file")
     draft = draft_config(data, target, task=task, positive=positive, fmt=fmt, data_path=config_data_path(data),
-                         name=name)
+                         name=name, auto=auto)
     console = stderr if to_stdout else stdout
     _summary(draft, console)
     if target_file is None:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
-import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +32,17 @@ from pipeline.config.sampling import Sample, format_of, read_sample
 from pipeline.config.schema import NAME_MAX_LENGTH
 from pipeline.core.errors import ConfigError, DataError, PipelineError, UsageError
 from pipeline.features import OPS, FeatureWorkflow
+from pipeline.features.column_roles import (FREE_TEXT_WORDS, LEFT_OUT_ROLES, LOW_CARDINALITY, Column, classify, is_text,
+                                            mark_leaks, plain_value)
 from pipeline.features.column_types import column_type
 from pipeline.models.registry import get_model_spec, models_for
 from pipeline.stages.split import ZERO_ONE, SplitSpec
 from pipeline.core.problems import MAX_INFERRED_CLASSES, TASK_KINDS
 
 # ---------------------------------------------------------------- the rules' thresholds
-LOW_CARDINALITY = 20           # text columns with at most this many values: one 0/1 column each
-NEAR_UNIQUE = 0.9              # share of distinct values from which an id-like column is a likely leak
-MIN_ROWS_FOR_UNIQUENESS = 30   # fewer sampled rows: "every value differs" says nothing
-FREE_TEXT_WORDS = 4.0          # mean words per value from which a varied text column is prose
-SKEWED = 2.0                   # sample skewness past which a non-negative column gets log1p
+# (the column roles' own are in pipeline.features.column_roles)
 RARE_CODE = 5                  # categorify: values seen fewer times share code 0
 INTEGER_CLASSES = 10           # a whole-number target with at most this many values is classes
-LEAK_PURITY = 0.995            # the target read off a column in this share of rows: a likely leak
-LEAK_MAX_BASELINE = 0.95       # ... when the majority class alone is right less often than this
-LEAK_MAX_LEVELS = 50           # ... checked on columns with at most this many values
-LEAK_CORRELATION = 0.995       # regression: |correlation| with the target past this: a likely leak
-MIN_ROWS_FOR_LEAKS = 100
 VALID_FROM_ROWS = 1_000        # a validation split only when there are rows to spare
 
 ROLES: dict[str, str] = {
@@ -67,12 +59,6 @@ ROLES: dict[str, str] = {
     "leak": "likely leak: near-unique id-like values, or the target can be read off it; dropped",
 }
 
-_ID_NAME = re.compile(r"(?:^|[_\s.-])(?:id|uuid|guid|key)$|^(?:id|uuid|guid|key)(?:$|[_\s.-])", re.IGNORECASE)
-_CAMEL_ID = re.compile(r"[a-z0-9](?:ID|Id)$")
-_DATE_TEXT = re.compile(r"^\s*\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?"
-                        r"(?:Z|[+-]\d{2}:?\d{2})?\s*$")
-DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y/%m/%d",
-                "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%d-%m-%Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M")
 _YES = ("yes", "y", "true", "t", "positive", "pos", "1")
 # Models per task, first choice first: a linear baseline, a forest, boosted trees. Only those
 # the registry offers for the task and whose CPU estimator imports here are written.
@@ -87,25 +73,10 @@ MODEL_CHOICES: dict[str, tuple[tuple[str, dict[str, Any], str], ...]] = {
                     "gradient-boosted trees: usually the strongest on tables")),
 }
 MODEL_CHOICES["multiclass"] = MODEL_CHOICES["binary"]
-
-
-@dataclass
-class Column:
-    """One column's role, why, and what the config does with it."""
-
-    name: str
-    role: str
-    reason: str
-    action: str = ""
-    missing: int = 0
-    skewed: bool = False
-    # The load's dates: format: a strptime format, None (the first value's layout), or False
-    # for a column the file already holds as naive datetimes (nothing to parse).
-    date_format: str | None | bool = False
-    date_parts: list[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        return f"{self.name}: {self.role.replace('_', '-')} ({self.reason}) — {self.action}"
+# `init --auto`: one auto stage instead of the features stage and the models above.
+AUTO_TIME_LIMIT = "5m"
+AUTO_WHY = ("auto: a portfolio of boosted trees, forests, an MLP and a linear model, planned against time_limit "
+            "(each member screened on a holdout, those that earn weight bagged) and blended")
 
 
 @dataclass
@@ -132,9 +103,12 @@ class Scaffold:
 
 
 def draft_config(data: str | Path, target: str, *, task: str | None = None, positive: str | None = None,
-                 fmt: str | None = None, data_path: str | None = None, name: str | None = None) -> Scaffold:
+                 fmt: str | None = None, data_path: str | None = None, name: str | None = None,
+                 auto: bool = False) -> Scaffold:
     """The config for ``data`` predicting ``target``; ``data_path`` is how the config names the
-    file (default: ``data`` as given: the load reads it relative to the working directory)."""
+    file (default: ``data`` as given: the load reads it relative to the working directory).
+    ``auto``: one ``auto`` stage (a time-limited portfolio) instead of the features stage and
+    the chosen models; it leaves out the same columns by the same rule."""
     if task is not None and task not in TASK_KINDS:
         raise UsageError(f"--task must be one of {', '.join(TASK_KINDS)}, not {task!r}")
     sample = read_sample(data, fmt=fmt)
@@ -147,22 +121,30 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     choice = choose_task(frame[target], target, declared=task, positive=positive, sample=sample)
     choice.declared = task is not None or positive is not None
     columns = [classify(frame[c], str(c), n_rows=len(frame)) for c in frame.columns if str(c) != target]
-    _mark_leaks(columns, frame, target, choice)
+    mark_leaks(columns, frame, target, choice.kind)
     id_column = _pick_identifier(columns)
     features = [c for c in columns if c.role in ("numeric", "categorical", "high_cardinality", "date")]
     if not features:
         raise DataError(f"{sample.path}: no column is usable as a feature once the target and the columns to "
                         "exclude are set aside (" + "; ".join(c.line() for c in columns) + ")")
-    models, model_notes = choose_models(choice.kind)
+    if auto:
+        models, model_notes = [("auto", {"time_limit": AUTO_TIME_LIMIT}, AUTO_WHY)], []
+    else:
+        models, model_notes = choose_models(choice.kind)
     notes += model_notes
     if choice.missing:
         notes.append(_missing_target_note(target, choice.missing, len(frame)))
     ops = feature_ops(columns)
+    if auto:                            # what the auto stage does with each column, not the ops
+        for c in columns:
+            c.action = ("auto.id (written beside predictions, not a feature)" if c.name == id_column else
+                        "left out by auto" if c.role in LEFT_OUT_ROLES else "a feature (auto types it)")
     config_name = name or pipeline_name(Path(data))
     text = render(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens, target=target,
                   choice=choice, columns=columns, id_column=id_column, ops=ops, models=models, notes=notes)
     check_config_text(text)
-    check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
+    if not auto:
+        check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
     return Scaffold(text, config_name, [Column(target, "target", choice.reason, "split.target"), *columns],
                     choice, [m[0] for m in models], sample, notes)
 
@@ -174,7 +156,7 @@ def missing_tokens(frame: pd.DataFrame) -> list[str]:
     found: set[str] = set()
     for column in frame.columns:
         series = frame[column]
-        if not _is_text(series):
+        if not is_text(series):
             continue
         counts = series.dropna().astype(str).value_counts()      # each distinct value once
         if counts.empty:
@@ -220,7 +202,7 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
     if distinct == 1:
         only = counts.index[0]
         partial = "" if sample.complete else " (unless other rows differ: the sample saw one value)"
-        raise DataError(f"target column '{column}' has one value ({_plain(only)!r}) {where}: there is nothing to "
+        raise DataError(f"target column '{column}' has one value ({plain_value(only)!r}) {where}: there is nothing to "
                         f"predict{partial}; choose another --target")
     numeric = column_type(values) == "numeric"
     shown = _shown_counts(counts)
@@ -228,14 +210,14 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
         if declared not in (None, "binary"):
             raise UsageError(f"--positive applies to --task binary (that value against every other); with --task "
                              f"{declared} leave it out")
-        match = [v for v in counts.index if str(_plain(v)) == positive]
+        match = [v for v in counts.index if str(plain_value(v)) == positive]
         if not match:
-            close = difflib.get_close_matches(positive, [str(_plain(v)) for v in counts.index], n=1)
+            close = difflib.get_close_matches(positive, [str(plain_value(v)) for v in counts.index], n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise UsageError(f"--positive {positive!r} is not a value of target column '{column}'{hint} "
                              f"(values {where}: {shown})")
         return TaskChoice("binary", f"--positive {positive!r}: that value against every other ({shown})",
-                          _plain(match[0]), True, missing)
+                          plain_value(match[0]), True, missing)
     if declared == "regression":
         if not numeric:
             raise UsageError(f"--task regression needs a numeric target; '{column}' holds {values.dtype} values "
@@ -248,12 +230,12 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
             raise UsageError(f"--task binary: target column '{column}' has {distinct} values ({shown}); name the "
                              "one that means 1 with --positive VALUE (one against the rest), or use --task multiclass")
         given = " (given)" if declared else ""
-        if {str(_plain(v)) for v in counts.index} <= ZERO_ONE or pd.api.types.is_bool_dtype(values.dtype):
+        if {str(plain_value(v)) for v in counts.index} <= ZERO_ONE or pd.api.types.is_bool_dtype(values.dtype):
             return TaskChoice("binary", f"two values, 0/1 or true/false{given}: 1 is the positive class ({shown})",
                               missing=missing)
         chosen, why = _positive_of(counts, numeric)
-        return TaskChoice("binary", f"two values{given} ({shown}); positive: {_plain(chosen)!r}, {why}",
-                          _plain(chosen), True, missing)
+        return TaskChoice("binary", f"two values{given} ({shown}); positive: {plain_value(chosen)!r}, {why}",
+                          plain_value(chosen), True, missing)
     whole = numeric and bool(np.all(np.mod(values.to_numpy(dtype="float64"), 1) == 0))
     if numeric and not (whole and distinct <= INTEGER_CLASSES):
         return TaskChoice("regression", f"numbers with {distinct} distinct values; --task multiclass would "
@@ -279,7 +261,7 @@ def _positive_of(counts: pd.Series, numeric: bool) -> tuple[Any, str]:
 
 
 def _shown_counts(counts: pd.Series, limit: int = 6) -> str:
-    parts = [f"{_plain(v)!r}: {int(n):,}" for v, n in counts.iloc[:limit].items()]
+    parts = [f"{plain_value(v)!r}: {int(n):,}" for v, n in counts.iloc[:limit].items()]
     return ", ".join(parts) + (", ..." if len(counts) > limit else "")
 
 
@@ -292,125 +274,6 @@ def _missing_target_note(target: str, missing: int, rows: int) -> str:
 
 
 # ---------------------------------------------------------------- the columns
-def classify(series: pd.Series, name: str, *, n_rows: int) -> Column:
-    """One column's role from its sampled values (see ``ROLES`` and docs/guides/init.md)."""
-    values = series.dropna()
-    missing = int(series.isna().sum())
-    seen = len(values)
-    gaps = f", {missing:,} missing" if missing else ""
-    if seen == 0:
-        return Column(name, "constant", "no values in the sample", "dropped", missing)
-    distinct = int(values.nunique())
-    if distinct == 1:
-        return Column(name, "constant", f"one value, {_plain(values.iloc[0])!r}{gaps}", "dropped", missing)
-    hinted = bool(_ID_NAME.search(name)) or bool(_CAMEL_ID.search(name))
-    enough = n_rows >= MIN_ROWS_FOR_UNIQUENESS
-    unique_per_row = distinct == n_rows
-    # The basic type is the one column selectors use ({type: numeric}); the roles refine it.
-    basic = column_type(series)
-    if basic == "date":
-        # Naive datetimes need no parsing; zone-aware ones are read as UTC by the load (dates: null).
-        aware = isinstance(series.dtype, pd.DatetimeTZDtype)
-        return _date_column(name, values.dt.tz_convert(None) if aware else values, None if aware else False, missing)
-    if basic == "bool":
-        return Column(name, "categorical", f"true/false{gaps}", "one_hot", missing)
-    if basic == "numeric":
-        whole = bool(np.all(np.mod(values.to_numpy(dtype="float64"), 1) == 0))
-        if whole and unique_per_row and (hinted or (enough and series.is_monotonic_increasing)):
-            why = "unique per row" + (", named like an id" if hinted else ", counts up row by row")
-            return Column(name, "identifier", why, "not a feature", missing)
-        if whole and hinted and enough and distinct / seen >= NEAR_UNIQUE:
-            return Column(name, "leak", f"near-unique id: {distinct / seen:.0%} of values distinct{gaps}",
-                          "dropped", missing)
-        if whole and hinted:
-            role = "categorical" if distinct <= LOW_CARDINALITY else "high_cardinality"
-            return Column(name, role, f"{distinct:,} whole numbers named like an id: codes, not quantities{gaps}",
-                          "", missing)
-        finite = values.to_numpy(dtype="float64")
-        skew = float(pd.Series(finite).skew()) if distinct > 2 else 0.0
-        skewed = distinct > LOW_CARDINALITY // 2 and finite.min() >= 0 and math.isfinite(skew) and skew > SKEWED
-        what = f"numbers, {distinct:,} distinct{gaps}" + (f", skewed ({skew:.1f})" if skewed else "")
-        return Column(name, "numeric", what, "", missing, skewed=skewed)
-    text = values.astype(str)
-    fmt = date_format(text)
-    if fmt is not False:
-        return _date_column(name, pd.Series(pd.to_datetime(text, format=fmt or "ISO8601", errors="coerce")),
-                            fmt, missing)
-    words = float(text.head(2_000).str.split().str.len().mean())
-    if distinct / seen > 0.5 and words >= FREE_TEXT_WORDS:
-        return Column(name, "free_text", f"about {words:.0f} words per value, {distinct / seen:.0%} distinct",
-                      "dropped", missing)
-    if unique_per_row and (enough or hinted):
-        return Column(name, "identifier", "unique per row" + (", named like an id" if hinted else ""),
-                      "not a feature", missing)
-    if enough and distinct / seen >= NEAR_UNIQUE:
-        return Column(name, "leak", f"near-unique id: {distinct / seen:.0%} of values distinct{gaps}", "dropped",
-                      missing)
-    if distinct <= LOW_CARDINALITY:
-        return Column(name, "categorical", f"{distinct} values{gaps}", "one_hot", missing)
-    return Column(name, "high_cardinality", f"{distinct:,} values{gaps}", "categorify", missing)
-
-
-def date_format(text: pd.Series) -> str | None | bool:
-    """The strptime format every sampled value of ``text`` has, None for ISO 8601 layouts no
-    listed format covers (the load then reads the first value's layout), False: not dates."""
-    head = text.head(200)
-    if head.empty or not head.str.match(_DATE_TEXT).all():
-        return False
-    for fmt in DATE_FORMATS:
-        if pd.to_datetime(text, format=fmt, errors="coerce").notna().all():
-            return fmt
-    if pd.to_datetime(text, format="ISO8601", errors="coerce").notna().all():
-        return None
-    return False
-
-
-def _date_column(name: str, dates: pd.Series, fmt: str | None | bool, missing: int) -> Column:
-    stamps = pd.to_datetime(dates)
-    parts = ["year", "month", "day", "dayofweek"]
-    if (stamps.dt.hour != 0).any():
-        parts.append("hour")
-    span = f"{stamps.min():%Y-%m-%d} to {stamps.max():%Y-%m-%d}"
-    how = "datetimes" if fmt is False else f"format {fmt}" if fmt else "ISO 8601"
-    gaps = f", {missing:,} missing" if missing else ""
-    return Column(name, "date", f"{how}, {span}{gaps}", "date_parts", missing, date_format=fmt, date_parts=parts)
-
-
-def _mark_leaks(columns: list[Column], frame: pd.DataFrame, target: str, choice: TaskChoice) -> None:
-    """Columns the target can be read off in the sample: likely recorded after the outcome."""
-    known = frame[target].notna()
-    y = frame.loc[known, target]
-    if len(y) < MIN_ROWS_FOR_LEAKS:
-        return
-    for column in columns:
-        if column.role not in ("numeric", "categorical", "high_cardinality", "date"):
-            continue
-        x = frame.loc[known, column.name]
-        if choice.kind == "regression":
-            if column.role == "numeric":
-                corr = pd.to_numeric(x, errors="coerce").corr(y.astype("float64"))
-                if corr is not None and math.isfinite(corr) and abs(corr) >= LEAK_CORRELATION:
-                    _leak(column, f"moves with the target: correlation {corr:.3f}")
-            continue
-        baseline = float(y.value_counts(normalize=True).iloc[0])
-        if baseline > LEAK_MAX_BASELINE:
-            continue
-        if 0 < x.isna().mean() < 1 and _purity(x.isna(), y) >= LEAK_PURITY:
-            _leak(column, f"missing exactly when {target} is one value, in {_purity(x.isna(), y):.1%} of rows")
-        elif x.nunique(dropna=False) <= LEAK_MAX_LEVELS and _purity(x.astype(str), y) >= LEAK_PURITY:
-            _leak(column, f"{target} can be read off its value in {_purity(x.astype(str), y):.1%} of rows")
-
-
-def _purity(x: pd.Series, y: pd.Series) -> float:
-    """Share of rows whose target is the most common one for their value of ``x``."""
-    pairs = pd.DataFrame({"x": x.to_numpy(), "y": y.astype(str).to_numpy()}).value_counts()
-    return float(pairs.groupby(level=0).max().sum() / max(len(y), 1))
-
-
-def _leak(column: Column, why: str) -> None:
-    column.role, column.reason, column.action = "leak", why, "dropped"
-
-
 def _pick_identifier(columns: list[Column]) -> str | None:
     ids = [c for c in columns if c.role == "identifier"]
     if not ids:
@@ -522,7 +385,7 @@ _YAML_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
 
 def scalar(value: Any) -> str:
     """``value`` as a YAML flow scalar that reads back as the same value and type."""
-    value = _plain(value)
+    value = plain_value(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -651,6 +514,21 @@ def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], targ
         out.extend(_comment_lines(f"For out-of-time validation (train on the past, test on the newest rows): "
                                   f"order_by: {date_names[0]}", 4))
     add("")
+    if models and models[0][0] == "auto":
+        (model, params, why), = models
+        add("  auto:")
+        out.extend(_comment_lines(why, 4))
+        add("    # Columns (role: what was seen in the sample); auto leaves out the identifiers, constants,")
+        add("    # likely leaks and free text itself, by the same rule, and types the rest:")
+        for c in columns:
+            out.extend(_comment_lines(f"{c.name}: {c.role.replace('_', '-')} ({c.reason})", 4, width=120))
+        add("    kind: auto")
+        add("    inputs: [split]")
+        if id_column is not None:
+            add(f"    id: {scalar(id_column)}".ljust(31) + "# written beside predictions, not a feature")
+        add(f"    time_limit: {params['time_limit']}".ljust(31) + "# more time: more members, bagged on 5 folds")
+        names = [model]
+        return "\n".join(out + _evaluate_and_export(names)) + "\n"
     add("  features:")
     add("    kind: features")
     add("    inputs: [split]")
@@ -673,17 +551,20 @@ def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], targ
         add(f"    model: {model}")
         if params:
             add(f"    params: {flow(params)}")
-    add("")
-    add("  evaluate:")
-    add("    # Scores every model on the test split and ranks them; the report shows the best first.")
-    add("    kind: evaluate")
-    add(f"    inputs: {flow(names)}")
-    add("")
-    add("  export:")
-    add("    # Saves each model with its feature workflow: `pipeline predict` scores new rows with them.")
-    add("    kind: export")
-    add(f"    inputs: {flow(names)}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _evaluate_and_export(names)) + "\n"
+
+
+def _evaluate_and_export(names: list[str]) -> list[str]:
+    return ["",
+            "  evaluate:",
+            "    # Scores every model on the test split and ranks them; the report shows the best first.",
+            "    kind: evaluate",
+            f"    inputs: {flow(names)}",
+            "",
+            "  export:",
+            "    # Saves each model with its feature workflow: `pipeline predict` scores new rows with them.",
+            "    kind: export",
+            f"    inputs: {flow(names)}"]
 
 
 # ---------------------------------------------------------------- checks before writing
@@ -725,11 +606,3 @@ def _format_by_name(path: str) -> str | None:
         return format_of(Path(path))
     except DataError:
         return None
-
-
-def _is_text(series: pd.Series) -> bool:
-    return pd.api.types.is_string_dtype(series.dtype) or pd.api.types.is_object_dtype(series.dtype)
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value

@@ -52,10 +52,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from pipeline.backends import is_partitioned
 from pipeline.backends.headers import HeaderReader
 from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, DataError
 from pipeline.core.problems import Task
 from pipeline.core.sizes import parse_duration
+from pipeline.features.column_roles import ROLE_SAMPLE_ROWS, Column, left_out_columns
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN
 from pipeline.metrics import HIGHER_IS_BETTER, default_metric, task_metrics
@@ -607,6 +609,19 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def _left_out(source: SplitData, *, keep: tuple[str, ...], seed: int) -> list[Column]:
+    """The training split's identifiers, constants, likely leaks and free text, by the rule
+    ``init`` uses (``pipeline.features.column_roles``), read from a bounded sample of rows."""
+    frame = source.frames[TRAIN]
+    if is_partitioned(frame):
+        frame = frame.head(ROLE_SAMPLE_ROWS, npartitions=-1)
+    elif len(frame) > ROLE_SAMPLE_ROWS:
+        rows = np.random.default_rng(seed).choice(len(frame), ROLE_SAMPLE_ROWS, replace=False)
+        frame = source.backend.take(frame, np.sort(rows))
+    sample = source.backend.to_host(frame).sort_index(kind="stable").reset_index(drop=True)   # table order
+    return left_out_columns(sample, source.target, source.task.kind, keep=keep, seed=seed)
+
+
 def auto_uses(spec: AutoSpec) -> list[Any]:
     """The registry entries of the portfolio: their code is what the stage runs."""
     return [get_model_spec(m.model) for m in PORTFOLIO if m.model in MODELS]
@@ -619,9 +634,17 @@ def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> Tr
     if isinstance(source, SplitData):
         from pipeline.features.auto_ops import default_ops
 
+        left_out = _left_out(source, keep=(spec.id,) if spec.id else (), seed=ctx.seed)
+        for column in left_out:
+            ctx.logger.info("%s: left out %s: %s (%s)%s", ctx.stage, column.name, column.role.replace("_", " "),
+                            column.reason, "; set id: to write it beside predictions" if column.role == "identifier"
+                            else "")
         ops = default_ops(source.task.kind)
+        if left_out:
+            ops = [{"drop": {"columns": [c.name for c in left_out]}}, *ops]
         features = build_features(source, ops, id_column=spec.id)
         ctx.facts.update(features.facts())
+        ctx.facts["left_out"] = [{"column": c.name, "role": c.role, "reason": c.reason} for c in left_out]
         if ctx.artifacts_dir is not None:
             from pipeline.runs.store import atomic_write_json
 

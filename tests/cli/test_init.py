@@ -20,7 +20,8 @@ import yaml
 from tests.support.cli import run_cli as _pipeline
 from pipeline.config import load_config
 from pipeline.config.sampling import read_sample
-from pipeline.config.scaffold import classify, draft_config, scalar
+from pipeline.config.scaffold import draft_config, scalar
+from pipeline.features.column_roles import classify, left_out_columns
 from pipeline.core.errors import ExitCode
 
 ROWS = 600
@@ -170,6 +171,27 @@ def test_init_then_run_gives_a_report(tmp_path: Path, table: str) -> None:
     assert list((tmp_path / "runs").glob("*/*/manifest.json"))
     reports = list((tmp_path / "runs").glob("*/*/report.html"))
     assert reports, ran.stderr[-3000:]
+
+
+@pytest.mark.parametrize("table", ["binary_text", "id_constant"])
+def test_init_auto_writes_one_auto_stage_that_leaves_out_the_same_columns(tmp_path: Path, table: str) -> None:
+    """``--auto``: the auto stage instead of features and models; auto's own column rule (which
+    it applies at run time) leaves out exactly what init would have dropped."""
+    make, file, target, task, excluded, id_column = TABLES[table]
+    frame = make(np.random.default_rng(7))
+    write_table(frame, tmp_path / "data" / file)
+    made = cli("init", f"data/{file}", "--target", target, "--auto", "-o", "auto.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    config = yaml.safe_load((tmp_path / "auto.yaml").read_text())
+    assert [s["kind"] for s in config["stages"].values()] == ["load", "split", "auto", "evaluate", "export"]
+    assert config["stages"]["auto"] == {"kind": "auto", "inputs": ["split"], "time_limit": "5m",
+                                        **({"id": id_column} if id_column else {})}
+    assert config["stages"]["evaluate"]["inputs"] == config["stages"]["export"]["inputs"] == ["auto"]
+    actions = {c.name: c.action for c in draft_config(tmp_path / "data" / file, target, auto=True).columns}
+    assert {name for name, action in actions.items() if action == "left out by auto"} == excluded - {id_column}
+    assert cli("validate", "auto.yaml", cwd=tmp_path).returncode == 0
+    left_out = left_out_columns(frame, target, task, keep=(id_column,) if id_column else ())
+    assert {c.name for c in left_out} == excluded - {id_column}
 
 
 # ---------------------------------------------------------------- what each table gets

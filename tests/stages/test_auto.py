@@ -211,6 +211,13 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path):
     frame = table(n=700)
+    # Columns that are not features, by init's rule: auto leaves them out and says so.
+    words = np.array(["late", "payment", "called", "twice", "about", "the", "bill", "and", "router"])
+    rng = np.random.default_rng(3)
+    frame["row"] = np.arange(len(frame)) * 3 + 100                      # counts up row by row
+    frame["country"] = "NZ"
+    frame["surname"] = [f"name{i:04d}x" for i in rng.permutation(len(frame))]
+    frame["note"] = [" ".join(rng.choice(words, 6)) + f" {i}" for i in range(len(frame))]
     frame.to_csv(tmp_path / "rows.csv", index=False)
     (tmp_path / "auto.yaml").write_text(
         "name: auto_demo\nseed: 7\nstages:\n"
@@ -230,8 +237,11 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
     assert json.loads((run_dir / "auto" / "leaderboard.json").read_text()) == board
     assert board["mode"] == "planned" and [s["step"] for s in board["plan"]][:2] == ["screen", "screen"]
     assert board["plan"][-1]["step"] == "blend" and all("seconds" in s for s in board["plan"][:2])
+    left_out = {c["column"]: c["role"] for c in manifest["stages"]["auto"]["facts"]["left_out"]}
+    assert left_out == {"row": "identifier", "country": "constant", "surname": "identifier", "note": "free_text"}
     workflow = json.loads(next((run_dir / "export").rglob("workflow.json")).read_text())
     assert {"x1", "x2", "plan", "flag"} <= set(workflow["input_columns"])     # the selectors' names, recorded
+    assert not set(left_out) & set(workflow["output_columns"])
     # The exported blend scores new rows as the run scored its test rows.
     predictions = pd.read_parquet(run_dir / "export" / "predictions.parquet")
     rows = frame.set_index("id").loc[predictions["id"]].reset_index().drop(columns=["target"])
