@@ -97,3 +97,19 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], *, min_items: int =
     if error is not None:
         raise error
     return results
+
+
+def free_cores(busy_percent: Sequence[float] | None = None, *, sample_seconds: float = 0.1) -> int:
+    """The cores of ``available_cores`` that other work is not using now, at least 1: the
+    machine's busy share over ``sample_seconds`` (``busy_percent``: per-core percentages, to
+    reuse a sample), rounded to whole cores. A library that starts a thread per core on a busy
+    machine waits on the busy cores (OpenMP's boosters slowed about 20 times with other work
+    running); sized to the free ones it does not."""
+    cores = available_cores()
+    if busy_percent is None:
+        import psutil
+
+        busy_percent = psutil.cpu_percent(interval=sample_seconds, percpu=True)
+    busy = sum(busy_percent) / 100.0 * cores / max(len(busy_percent), 1)
+    return max(1, min(cores, cores - int(busy + 0.5)))
+

@@ -147,6 +147,9 @@ class ModelSpec:
     # The optional dependency group (pyproject extra) that installs the model's library, named
     # when it is missing; None: the machine's flavour (cpu, gpu) brings it.
     extra: str | None = None
+    # Its CPU estimator's thread-count parameter, where the library starts threads per core
+    # (``auto`` sizes it to the cores free at the fit); None: it has none that acts.
+    threads_param: str | None = None
 
     def fit_kwargs(self, inputs: FitInputs) -> dict[str, Any]:
         """What ``train`` passes to ``fit`` beside the training rows (see ``fit_arguments``)."""
@@ -475,6 +478,7 @@ MODELS: dict[str, ModelSpec] = {
                 dask_gpu="cuml.dask.ensemble:RandomForestRegressor",
             ),
             task_param_rules=_forest_task_rules,
+            threads_param="n_jobs",
         ),
         ModelSpec(
             name="extra_trees",
@@ -492,6 +496,7 @@ MODELS: dict[str, ModelSpec] = {
             tasks=("binary", "multiclass", "regression"),
             regression=EstimatorClasses(cpu="sklearn.ensemble:ExtraTreesRegressor"),
             task_param_rules=_forest_task_rules,
+            threads_param="n_jobs",
         ),
         ModelSpec(
             name="xgboost",
@@ -516,6 +521,7 @@ MODELS: dict[str, ModelSpec] = {
             task_param_rules=_xgboost_task_rules,
             explain=xgboost_importance,
             fit_steps=xgboost_rounds,
+            threads_param="n_jobs",
         ),
         ModelSpec(
             name="lightgbm",
@@ -538,6 +544,7 @@ MODELS: dict[str, ModelSpec] = {
             explain=lightgbm_importance,
             fit_steps=lightgbm_rounds,
             extra="lightgbm",
+            threads_param="n_jobs",
         ),
         ModelSpec(
             name="catboost",
@@ -560,6 +567,7 @@ MODELS: dict[str, ModelSpec] = {
             task_param_rules=_gbdt_task_rules,
             explain=catboost_importance,
             extra="catboost",
+            threads_param="thread_count",
         ),
         ModelSpec(
             name="ridge",

@@ -57,6 +57,7 @@ from pipeline.backends.headers import HeaderReader
 from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, DataError
 from pipeline.core.problems import Task
 from pipeline.core.sizes import parse_duration
+from pipeline.core.threads import available_cores, free_cores
 from pipeline.features.column_roles import ROLE_SAMPLE_ROWS, Column, left_out_columns
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN
@@ -225,6 +226,7 @@ class PlanStep:
     decision: str
     projected: float | None = None
     seconds: float | None = None
+    threads: int | None = None          # the library's threads: the cores free when it started
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"step": self.step, "model": self.model, "decision": self.decision}
@@ -232,6 +234,8 @@ class PlanStep:
             value = getattr(self, key)
             if value is not None:
                 out[f"{key}_seconds" if key == "projected" else key] = round(value, 3)
+        if self.threads is not None:
+            out["threads"] = self.threads
         return out
 
 
@@ -401,7 +405,8 @@ class _Run:
                     self.log(f"{member.model}: skipped ({reason})")
                     continue
             self.clock.start_member(exempt=not bags, seconds=FIRST_FIT_SHARE * self.time_limit)
-            bag = FoldBag(self.features, member.model, member.params_for(self.task.kind), k=PLANNED_FOLDS,
+            params, threads = self._params(member)
+            bag = FoldBag(self.features, member.model, params, k=PLANNED_FOLDS,
                           seed=self.seed, name=member.model, train=_timed(_TRAINERS[member.trainer], self.clock))
             seconds = self._fit_fold(bag, record)
             if seconds is None:
@@ -412,7 +417,7 @@ class _Run:
             bags[member.model] = bag
             held = bag.held_out(0)
             record.holdout = _metric(self.task, self.metric, self.labels[held], bag.oof[held])
-            self.plan.append(PlanStep("screen", member.model, "fitted on the holdout", projected, seconds))
+            self.plan.append(PlanStep("screen", member.model, "fitted on the holdout", projected, seconds, threads))
             self.log(f"{member.model}: {self.metric} {record.holdout:.5f} on the holdout ({seconds:.1f}s)")
         if not bags:
             self._none_fitted()
@@ -443,6 +448,21 @@ class _Run:
                 if record.weight <= 0:
                     record.reason = "weight 0 in the blend: left out of the model"
         return self._result(blended, "planned")
+
+    def _params(self, member: PortfolioMember) -> tuple[dict[str, Any], int | None]:
+        """``member``'s parameters, with its library's threads (the registry entry's
+        ``threads_param``) sized to the cores free now, on the CPU, unless the member's parameters
+        set them: re-planned for each member as the stage goes. The threads, or None."""
+        params = member.params_for(self.task.kind)
+        if self.features.backend.name != "cpu" or member.model not in MODELS:
+            return params, None
+        name = get_model_spec(member.model).threads_param
+        if name is None or name in params:
+            return params, None
+        threads = free_cores()
+        if threads < available_cores():
+            self.log(f"{member.model}: {threads} of {available_cores()} cores free: {threads} thread(s)")
+        return {**params, name: threads}, threads
 
     def _fit_fold(self, bag: FoldBag, record: MemberRecord) -> float | None:
         """Fit ``bag``'s next fold; its seconds, or None (the record says why) when the clock
@@ -517,7 +537,7 @@ class _Run:
             clock.start_member(exempt=not fitted)
             member_started = time.perf_counter()
             try:
-                trained = bag_model(self.features, member.model, member.params_for(self.task.kind), k=bag,
+                trained = bag_model(self.features, member.model, self._params(member)[0], k=bag,
                                     seed=self.seed, name=member.model, train=_timed(_TRAINERS[member.trainer], clock))
             except _OutOfTime as exc:
                 record.status, record.reason = "stopped", str(exc)

@@ -299,3 +299,18 @@ def test_a_reindex_on_two_keys_or_repeated_labels_matches_pandas():
     repeated.index = np.zeros(rows, dtype=int)                # pandas refuses; so does the backend, in its words
     with pytest.raises(ValueError, match="duplicate labels"):
         CpuBackend().reindex(repeated, pd.Index(np.arange(rows)))
+
+
+@pytest.mark.parametrize("busy, free", [([0.0, 0.0], 2), ([100.0, 0.0], 1), ([60.0, 50.0], 1), ([100.0, 100.0], 1),
+                                        ([30.0, 10.0], 2)])
+def test_free_cores_are_the_available_ones_less_the_busy_share_and_at_least_one(monkeypatch, busy, free):
+    from pipeline.core import threads
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    assert threads.free_cores(busy) == free
+
+
+def test_free_cores_samples_this_machine_when_given_no_sample():
+    from pipeline.core.threads import available_cores, free_cores
+
+    assert 1 <= free_cores(sample_seconds=0.05) <= available_cores()

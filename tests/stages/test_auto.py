@@ -307,3 +307,31 @@ def test_the_presets_and_the_models_key_choose_members_in_portfolio_order():
     full = [m.model for m in portfolio_for("multiclass", "auto")]
     assert full[:3] == ["lightgbm", "catboost", "xgboost"] and "ridge" not in full and "mlp" in full
     assert [m.model for m in portfolio_for("binary", "auto", ["mlp", "lightgbm"])] == ["mlp", "lightgbm"]
+
+
+def test_each_members_threads_are_the_cores_free_when_it_starts(monkeypatch):
+    """Re-planned per member: a library that takes a thread count gets the cores free at its
+    start (other work on the machine is measured, not assumed); the plan records them."""
+    from pipeline.stages import auto
+
+    free = iter([1, 2])
+    monkeypatch.setattr(auto, "free_cores", lambda: next(free))
+    monkeypatch.setattr(auto, "available_cores", lambda: 2)
+    models = ["lightgbm", "extra_trees", "logistic_regression"]      # the linear model starts no threads
+    given: dict[str, set] = {}
+    fit = auto._TRAINERS["registry"]
+
+    def recording(features, model, params=None, **kwargs):
+        given.setdefault(model, set()).add(params.get("n_jobs"))
+        return fit(features, model, params, **kwargs)
+
+    monkeypatch.setitem(auto._TRAINERS, "registry", recording)
+    lines: list[str] = []
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=120, models=models, log=lines.append)
+    assert given == {"lightgbm": {1}, "extra_trees": {2}, "logistic_regression": {None}}   # every fold of each
+    screens = {s.model: s for s in result.plan if s.step == "screen"}
+    assert (screens["lightgbm"].threads, screens["extra_trees"].threads) == (1, 2)
+    assert screens["lightgbm"].to_dict()["threads"] == 1 and "threads" not in screens["logistic_regression"].to_dict()
+    assert "lightgbm: 1 of 2 cores free: 1 thread(s)" in lines
+    assert not any(line.startswith("extra_trees: 2 of 2") for line in lines)
