@@ -141,7 +141,7 @@ def test_a_missing_library_is_a_plan_step_and_members_are_scored_on_the_valid_sp
 
 def test_with_no_time_left_the_first_member_alone_is_the_model_fitted_on_its_holdout():
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=0.01, models=["logistic_regression", "extra_trees"])
+    result = fit_auto(features, time_limit=1e-6, models=["logistic_regression", "extra_trees"])
     first = result.leaderboard[0]
     assert (first.model, first.status, first.folds) == ("logistic_regression", "fitted", 1)
     extra = next(r for r in result.leaderboard if r.model == "extra_trees")
@@ -156,7 +156,7 @@ def test_with_no_time_left_the_first_member_alone_is_the_model_fitted_on_its_hol
 
 def test_a_time_limit_keeps_the_first_member_and_stops_or_skips_the_rest():
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=0.01, models=["logistic_regression", "extra_trees", "random_forest"],
+    result = fit_auto(features, time_limit=1e-6, models=["logistic_regression", "extra_trees", "random_forest"],
                       bag=3)
     status = {r.model: r.status for r in result.leaderboard}
     assert status["logistic_regression"] == "fitted"          # the first member always finishes
