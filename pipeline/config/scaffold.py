@@ -127,26 +127,23 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     if not features:
         raise DataError(f"{sample.path}: no column is usable as a feature once the target and the columns to "
                         "exclude are set aside (" + "; ".join(c.line() for c in columns) + ")")
-    if auto:
-        models, model_notes = [("auto", {"time_limit": AUTO_TIME_LIMIT}, AUTO_WHY)], []
-    else:
-        models, model_notes = choose_models(choice.kind)
+    models, model_notes = ([], []) if auto else choose_models(choice.kind)
     notes += model_notes
     if choice.missing:
         notes.append(_missing_target_note(target, choice.missing, len(frame)))
-    ops = feature_ops(columns)
-    if auto:                            # what the auto stage does with each column, not the ops
+    ops = [] if auto else feature_ops(columns)
+    if auto:                            # what the auto stage does with each column
         for c in columns:
             c.action = ("auto.id (written beside predictions, not a feature)" if c.name == id_column else
                         "left out by auto" if c.role in LEFT_OUT_ROLES else "a feature (auto types it)")
     config_name = name or pipeline_name(Path(data))
     text = render(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens, target=target,
-                  choice=choice, columns=columns, id_column=id_column, ops=ops, models=models, notes=notes)
+                  choice=choice, columns=columns, id_column=id_column, ops=ops, models=models, notes=notes, auto=auto)
     check_config_text(text)
     if not auto:
         check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
     return Scaffold(text, config_name, [Column(target, "target", choice.reason, "split.target"), *columns],
-                    choice, [m[0] for m in models], sample, notes)
+                    choice, ["auto"] if auto else [m[0] for m in models], sample, notes)
 
 
 # ---------------------------------------------------------------- reading the sample
@@ -455,8 +452,9 @@ def render_op(op: Op, indent: int = 6) -> list[str]:
 
 def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], target: str, choice: TaskChoice,
            columns: list[Column], id_column: str | None, ops: list[Op], models: list[tuple[str, dict[str, Any], str]],
-           notes: list[str]) -> str:
-    """The config's YAML, every choice with its reason as a comment."""
+           notes: list[str], auto: bool = False) -> str:
+    """The config's YAML, every choice with its reason as a comment; ``auto``: one auto stage
+    after the split, in place of the features stage and ``models``."""
     out: list[str] = []
     add = out.append
     add(f"# Written by `pipeline init` for {data_path} (target: {target}) from {sample.describe()}.")
@@ -514,10 +512,9 @@ def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], targ
         out.extend(_comment_lines(f"For out-of-time validation (train on the past, test on the newest rows): "
                                   f"order_by: {date_names[0]}", 4))
     add("")
-    if models and models[0][0] == "auto":
-        (model, params, why), = models
+    if auto:
         add("  auto:")
-        out.extend(_comment_lines(why, 4))
+        out.extend(_comment_lines(AUTO_WHY, 4))
         add("    # Columns (role: what was seen in the sample); auto leaves out the identifiers, constants,")
         add("    # likely leaks and free text itself, by the same rule, and types the rest:")
         for c in columns:
@@ -526,9 +523,8 @@ def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], targ
         add("    inputs: [split]")
         if id_column is not None:
             add(f"    id: {scalar(id_column)}".ljust(31) + "# written beside predictions, not a feature")
-        add(f"    time_limit: {params['time_limit']}".ljust(31) + "# more time: more members, bagged on 5 folds")
-        names = [model]
-        return "\n".join(out + _evaluate_and_export(names)) + "\n"
+        add(f"    time_limit: {AUTO_TIME_LIMIT}".ljust(31) + "# more time: more members, bagged on 5 folds")
+        return "\n".join(out + _evaluate_and_export(["auto"])) + "\n"
     add("  features:")
     add("    kind: features")
     add("    inputs: [split]")

@@ -112,4 +112,3 @@ def free_cores(busy_percent: Sequence[float] | None = None, *, sample_seconds: f
         busy_percent = psutil.cpu_percent(interval=sample_seconds, percpu=True)
     busy = sum(busy_percent) / 100.0 * cores / max(len(busy_percent), 1)
     return max(1, min(cores, cores - int(busy + 0.5)))
-

@@ -6,8 +6,8 @@ PyTorch's) or a CUDA context can deadlock or crash. Where Dask's worker processe
 forkserver (``distributed.worker.multiprocessing-method``), the ranks do too: each is a fork
 of a server process that imported torch and the rank's code once, single-threaded and with no
 CUDA context, so a rank starts in milliseconds rather than seconds; the rank still gets this
-process's environment, working directory and ``sys.path``, as a spawned one would. Each runs ``target(rank, *args,
-progress=...)``; rank 0's progress lines reach the caller's progress. A rank's exception
+process's environment, working directory and ``sys.path``, as a spawned one would. Each runs
+``target(rank, *args, progress=...)``; rank 0's progress lines reach the caller's progress. A rank's exception
 comes back as itself where it pickles (a ``DataError`` stays one), its traceback kept as the
 cause. A rank that ends without a word (killed, out of memory, a crash in native code) ends
 the stage naming the rank and its process: the peers are stopped rather than left waiting in
@@ -64,7 +64,7 @@ class QueueProgress:
 
 def run_local_ranks(target: Callable[..., Any], per_rank: Sequence[tuple[Any, ...]], *, stage: str,
                     progress: Any = None, what: str = "distributed training") -> list[Any]:
-    """Run ``target(rank, *per_rank[rank], progress=...)`` in one spawned process per rank and
+    """Run ``target(rank, *per_rank[rank], progress=...)`` in one process per rank and
     return their results in rank order, once every rank has finished."""
     method = "forkserver" if worker_start_method() == "forkserver" else "spawn"
     refuse_unguarded_main_script(f"{len(per_rank)} local {what} processes", method=method)

@@ -48,6 +48,7 @@ _DATE_TEXT = re.compile(r"^\s*\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}(?:[ T]\d{1,2}:\d{2
 DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y/%m/%d",
                 "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%d-%m-%Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M")
 
+
 @dataclass
 class Column:
     """One column's role, why, and what the config does with it."""
@@ -186,14 +187,11 @@ def _leak(column: Column, why: str) -> None:
     column.role, column.reason, column.action = "leak", why, "dropped"
 
 
-def left_out_columns(frame: pd.DataFrame, target: str, task_kind: str, *, keep: tuple[str, ...] = (),
-                     seed: int = 0) -> list[Column]:
-    """The columns of ``frame`` (a pandas frame holding ``target``) that are not features by the
-    rule ``init`` uses, in file order: identifiers, constants, likely leaks and free text.
-    ``keep`` names columns the caller has already given a role (an id). Read from at most
-    ``ROLE_SAMPLE_ROWS`` rows, drawn at random and kept in table order."""
-    if len(frame) > ROLE_SAMPLE_ROWS:
-        frame = frame.sample(ROLE_SAMPLE_ROWS, random_state=seed).sort_index()
+def left_out_columns(frame: pd.DataFrame, target: str, task_kind: str, *, keep: tuple[str, ...] = ()) -> list[Column]:
+    """The columns of ``frame`` (a pandas sample holding ``target``, in table order: the caller
+    bounds it, to ``ROLE_SAMPLE_ROWS`` rows, before it leaves the device) that are not features
+    by the rule ``init`` uses, in file order: identifiers, constants, likely leaks and free text.
+    ``keep`` names columns the caller has already given a role (an id)."""
     columns = [classify(frame[c], str(c), n_rows=len(frame)) for c in frame.columns
                if str(c) != target and str(c) not in keep]
     mark_leaks(columns, frame, target, task_kind)

@@ -512,8 +512,8 @@ class _Run:
                weights: Mapping[str, float]) -> TrainedModel:
         scored = np.all([_has_score(bags[m].oof) for m in chosen], axis=0)
         total = sum(weights[m] for m in chosen)
-        blended = ensemble_model([models[m] for m in chosen], self.features, np.asarray([weights[m] / total for m in chosen]),
-                                 name=self.name, fitted_on="oof" if scored.all() else "holdout",
+        blended = ensemble_model([models[m] for m in chosen], self.features,
+                                 np.asarray([weights[m] / total for m in chosen]), name=self.name, fitted_on="oof" if scored.all() else "holdout",
                                  fit={"rows": int(scored.sum())})
         if blended.oof_scores is not None and not scored.all():
             # A partly bagged member has no out-of-fold score on some rows: a stage after this one
@@ -639,7 +639,7 @@ def _left_out(source: SplitData, *, keep: tuple[str, ...], seed: int) -> list[Co
         rows = np.random.default_rng(seed).choice(len(frame), ROLE_SAMPLE_ROWS, replace=False)
         frame = source.backend.take(frame, np.sort(rows))
     sample = source.backend.to_host(frame).sort_index(kind="stable").reset_index(drop=True)   # table order
-    return left_out_columns(sample, source.target, source.task.kind, keep=keep, seed=seed)
+    return left_out_columns(sample, source.target, source.task.kind, keep=keep)
 
 
 def auto_uses(spec: AutoSpec) -> list[Any]:

@@ -21,9 +21,10 @@ test split; the budget keeps 2,066 rows), down to ``MIN_SAMPLE_ROWS``, and past 
 features are permuted (ranked as below). A model that runs several fitted estimators per row
 (a bag, an ensemble, a stack: ``TrainedModel.scoring_cost``) gets the budget divided by their
 number, so its importance costs about what a single model's does (``model_budgets`` records
-it). SHAP (TreeSHAP costs about a tree walk per leaf and depth per row and output) runs on at most ``NATIVE_ROW_OUTPUTS`` row-outputs (1,000 rows of a
-binary model; 1,000 / 7 = 142 of a 7-class one, raised to ``MIN_SAMPLE_ROWS``, 200). importance.json records the
-rows each kind used and the rows scored (``rows``, ``native_rows``, ``scored_rows``), and the
+it). SHAP (TreeSHAP costs about a tree walk per leaf and depth per row and output) runs on at
+most ``NATIVE_ROW_OUTPUTS`` row-outputs (1,000 rows of a binary model; 1,000 / 7 = 142 of a
+7-class one, raised to ``MIN_SAMPLE_ROWS``, 200). importance.json records the rows each kind
+used and the rows scored (``rows``, ``native_rows``, ``scored_rows``), and the
 evaluate stage's facts repeat them (``explained``).
 
 Wide tables: every shuffle scores a full copy of the sample, so the work grows with rows x

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tests.support.cli import exit_status
+
 CONFIG = "configs/tiny.yaml"
 DATA = "data/tiny.csv"
 INCOMING = "incoming/new.csv"
@@ -192,15 +194,6 @@ class Finished:
     cpu_seconds: float
 
 
-def _exit_status(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
 def _apply_limits(env: dict[str, str]) -> None:
     import resource
 
@@ -235,7 +228,7 @@ def _forked_child(args: list[str], cwd: str, env: dict[str, str], out: str, err:
             main()
             code = 0
         except SystemExit as exc:
-            code = _exit_status(exc.code)
+            code = exit_status(exc.code, sys.stderr)
         except BaseException:  # noqa: BLE001 - what the interpreter would print and exit 1 on
             import traceback
 

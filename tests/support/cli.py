@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
@@ -101,18 +102,23 @@ def run_script(path: str | os.PathLike[str], *, cwd: str | os.PathLike[str],
         try:
             with redirect_stdout(out), redirect_stderr(err):
                 runpy.run_path(script, run_name="__main__")
-        except SystemExit as stop:              # as the interpreter ends: a code, or a message and 1
-            if stop.code is None or isinstance(stop.code, int):
-                code = stop.code or 0
-            else:
-                err.write(f"{stop.code}\n")
-                code = 1
+        except SystemExit as stop:
+            code = exit_status(stop.code, err)
         except Exception:  # noqa: BLE001 - a crashed script: its traceback, as python prints it
             err.write(traceback.format_exc())
             code = 1
         finally:
             sys.argv = saved_argv
     return subprocess.CompletedProcess(["python", script], code, out.getvalue(), err.getvalue())
+
+
+def exit_status(code: object, stderr: TextIO) -> int:
+    """The status the interpreter exits with on ``SystemExit(code)``: the code, 0 for None, or
+    1 with the message written to ``stderr``."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    stderr.write(f"{code}\n")
+    return 1
 
 
 @contextmanager
