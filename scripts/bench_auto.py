@@ -18,9 +18,12 @@ and accuracy (multiclass), RMSE (regression). The median over seeds is printed p
 ``--fixed 5`` also fits every member on 5 folds in portfolio order (the plan before it was
 made against the clock) on the same rows in the same invocation: the baseline of the plan.
 
-Tables: the project's configs (churn, contract, charges, cdnow, completejourney) and two
-generated ones (``synthetic_binary``, ``synthetic_regression``: numeric, categorical, missing
-values and noise, made here from a seed).
+Tables: the project's configs (churn, contract, charges, cdnow, completejourney), the public
+tables of ``bench-data/`` (adult: census, binary, mixed; amazon: 9 id-coded categoricals of up
+to 7,500 levels; california: housing regression; letter: 26 classes; ames: 1,460 rows of 79
+columns, regression) and generated ones (``synthetic_binary``, ``synthetic_regression``,
+``synthetic_multiclass``, and ``synthetic_highcard``: 100,000 rows with three more categoricals
+of 300 to 700 levels; numeric, categorical, missing values and noise, made here from a seed).
 """
 
 from __future__ import annotations
@@ -49,7 +52,18 @@ CONFIG_TABLES = {
     "cdnow": ("configs/cdnow_churn.yaml", "split", "features"),
     "completejourney": ("configs/completejourney.yaml", "split", "features"),
 }
-GENERATED = ("synthetic_binary", "synthetic_regression")
+GENERATED = ("synthetic_binary", "synthetic_regression", "synthetic_multiclass", "synthetic_highcard")
+# Public tables copied into bench-data/ (bench-data/SOURCE.md): file, target, task, positive class,
+# how pandas reads it (what a user's load stage would say: Adult's "?" and ", " separators; the
+# Amazon table's id-coded columns are categories, not quantities).
+PUBLIC = {
+    "adult": ("adult_train.csv", "income", "binary", ">50K", {"skipinitialspace": True, "na_values": ["?"]}),
+    "amazon": ("amazon_employee_access_train.csv", "ACTION", "binary", 1, {"dtype": "str"}),
+    "california": ("california_housing.csv", "median_house_value", "regression", None, {}),
+    "letter": ("letter_recognition.csv", "Letter", "multiclass", None, {}),
+    "ames": ("ames_house_prices_train.csv", "SalePrice", "regression", None, {"keep_default_na": False,
+                                                                               "na_values": [""]}),
+}
 MAIN = {"binary": ("roc_auc", True), "multiclass": ("log_loss", False), "regression": ("rmse", False)}
 
 AUTOGLUON_RUNNER = r"""
@@ -97,31 +111,64 @@ def merged(split: Any) -> Any:
     return dataclasses.replace(split, frames=frames, folds=None)
 
 
-def generated_split(name: str, seed: int) -> tuple[Any, str | None]:
-    """A public-style table made here: 8,000 rows, 12 numeric columns (some missing), 4 text
-    categoricals (one of 300 levels), a nonlinear target with noise."""
+def public_split(name: str, seed: int, valid: float = 0.0) -> tuple[Any, str | None]:
+    """A public table of bench-data/, split 75/25 (stratified for classes) with ``seed``; ``valid``
+    of the rows held out as a valid split (none: both tools bag)."""
+    from pipeline.stages.split import split_frame
+
+    file, target, task, positive, read = PUBLIC[name]
+    frame = pd.read_csv(ROOT / "bench-data" / file, **read)
+    if name == "amazon":
+        frame[target] = frame[target].astype(int)
+    if name == "ames":       # "NA" is a level there (no alley), blanks are missing; numbers read as numbers
+        frame = frame.apply(lambda c: pd.to_numeric(c) if c.name != target and _numeric(c) else c)
+        frame = frame.drop(columns=["Id"])
+    return split_frame(frame, target, test=0.25, valid=valid, seed=seed, backend="cpu", task=task,
+                       positive=positive), None
+
+
+def _numeric(column: pd.Series) -> bool:
+    try:
+        pd.to_numeric(column.dropna())
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def generated_split(name: str, seed: int, valid: float = 0.0) -> tuple[Any, str | None]:
+    """A public-style table made here: 8,000 rows (100,000 for ``synthetic_highcard``), 12 numeric
+    columns (some missing), 4 text categoricals (one of 300 levels; in ``synthetic_highcard``
+    three of 300 to 700 levels more), a nonlinear target with noise (binary, regression, or 5
+    classes)."""
     from pipeline.stages.split import split_frame
 
     rng = np.random.default_rng(seed)
-    rows = 8000
+    rows = 100_000 if name == "synthetic_highcard" else 8000
     numeric = rng.normal(size=(rows, 12))
     frame = pd.DataFrame(numeric, columns=[f"x{i}" for i in range(12)])
     frame.loc[rng.random(rows) < 0.1, "x3"] = np.nan
     levels = {"city": 300, "plan": 5, "channel": 8, "segment": 3}
+    if name == "synthetic_highcard":
+        levels |= {"store": 700, "product": 500, "agent": 300}
     effects = {}
     for column, count in levels.items():
         codes = rng.integers(0, count, size=rows)
         effects[column] = rng.normal(scale=0.7, size=count)[codes]
         frame[column] = [f"{column}_{c}" for c in codes]
     signal = (np.sin(numeric[:, 0] * 2) + numeric[:, 1] * numeric[:, 2] + np.abs(numeric[:, 4])
-              + effects["city"] + effects["plan"] + 0.5 * effects["channel"])
-    if name == "synthetic_binary":
+              + effects["city"] + effects["plan"] + 0.5 * effects["channel"]
+              + sum(effects.get(c, 0.0) for c in ("store", "product", "agent")))
+    if name in ("synthetic_binary", "synthetic_highcard"):
         frame["target"] = (signal + rng.normal(scale=1.0, size=rows) > np.median(signal)).astype(int)
         task = "binary"
+    elif name == "synthetic_multiclass":
+        noisy = signal + rng.normal(scale=0.7, size=rows)
+        frame["target"] = np.digitize(noisy, np.quantile(noisy, [0.2, 0.4, 0.6, 0.8])).astype(str)
+        task = "multiclass"
     else:
         frame["target"] = 10 * signal + rng.normal(scale=4.0, size=rows)
         task = "regression"
-    return split_frame(frame, "target", test=0.25, seed=seed, backend="cpu", task=task), None
+    return split_frame(frame, "target", test=0.25, valid=valid, seed=seed, backend="cpu", task=task), None
 
 
 def pipeline_side(split: Any, id_column: str | None, time_limit: float, seed: int,
@@ -183,7 +230,7 @@ def autogluon_side(split: Any, id_column: str | None, time_limit: float, python:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", nargs="+", default=[*CONFIG_TABLES, *GENERATED])
+    parser.add_argument("--tables", nargs="+", default=[*CONFIG_TABLES, *PUBLIC, *GENERATED])
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--time-limit", type=float, default=300.0)
     parser.add_argument("--autogluon-python", help="an interpreter with autogluon.tabular installed; none: "
@@ -201,6 +248,7 @@ def main() -> None:
                 work = Path(tmp) / f"{table}-{seed}"
                 work.mkdir()
                 split, id_column = (generated_split(table, seed) if table in GENERATED
+                                    else public_split(table, seed) if table in PUBLIC
                                     else config_split(table, seed, work / "runs"))
                 row: dict[str, Any] = {"table": table, "seed": seed, "task": split.task.kind,
                                        "rows": {k: int(len(v)) for k, v in split.frames.items()}}

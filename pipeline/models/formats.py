@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeline.core.errors import DataError
 from pipeline.core.problems import BINARY, Task
+from pipeline.models.linear_tables import LevelTable, fill_missing, table_offsets, tables_from_json, tables_to_json
 
 if TYPE_CHECKING:
     from pipeline.backends import Backend
@@ -195,31 +196,41 @@ class LinearPredictor:
     dtype: str = "float64"
     kind: str = "binary"
     task: Task = BINARY
+    # A model fitted on its own encoding (``pipeline.models.linear_tables``): what fills a
+    # missing value per column, and each categorical column's term per level.
+    fill: np.ndarray | None = None
+    tables: tuple[LevelTable, ...] = ()
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
         from pipeline.backends import backend_for
 
-        host = np.asarray(backend_for(X).to_host(X), dtype=self.dtype)
+        host = fill_missing(np.asarray(backend_for(X).to_host(X), dtype=self.dtype), self.fill)
+        offsets = table_offsets(host, self.tables)
         if self.kind == "regression":
             values = host @ np.asarray(self.coef, dtype=self.dtype) + np.asarray(self.intercept[0], dtype=self.dtype)
+            if offsets is not None:
+                values = values + offsets[:, 0]
             return np.asarray(values, dtype="float64")
         if self.kind == "multinomial":
-            return np.asarray(self._softmax(host), dtype="float64")
-        return self._logistic(host)
+            return np.asarray(self._softmax(host, offsets), dtype="float64")
+        return self._logistic(host, offsets)
 
-    def _logistic(self, host: np.ndarray) -> np.ndarray:
+    def _logistic(self, host: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
         from scipy.special import expit
 
         coef = np.asarray(self.coef, dtype=self.dtype).reshape(1, -1)
-        positive = expit((host @ coef.T + np.asarray(self.intercept, dtype=self.dtype)).ravel())
+        decision = host @ coef.T + np.asarray(self.intercept, dtype=self.dtype)
+        positive = expit((decision if offsets is None else decision + offsets).ravel())
         if self.task.kind == "multiclass":
             return np.asarray(np.stack([1 - positive, positive], axis=1), dtype="float64")
         return np.asarray(positive, dtype="float64")
 
-    def _softmax(self, host: np.ndarray) -> np.ndarray:
+    def _softmax(self, host: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
         """scikit-learn's ``softmax`` of the decision function: the row maximum subtracted
         before ``exp``, then each row divided by its sum, in place, in the model's dtype."""
         scores = host @ np.asarray(self.coef, dtype=self.dtype).T + np.asarray(self.intercept, dtype=self.dtype)
+        if offsets is not None:
+            scores = scores + offsets
         scores -= scores.max(axis=1).reshape(-1, 1)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=1).reshape(-1, 1)
@@ -463,11 +474,17 @@ class LinearCoefficientsFormat(ModelFormat):
                             "(the fit diverged); it is not exported")
         path = folder / self.filename
         values = coef.tolist() if kind == "multinomial" else coef.ravel().tolist()
-        body = {"coef": values, "intercept": intercept.tolist(), "dtype": dtype}
+        body: dict[str, Any] = {"coef": values, "intercept": intercept.tolist(), "dtype": dtype}
         if kind != "binary":
             body = {"kind": kind, **body}
+        meta = {"file": path.name, **body}
+        tables = getattr(estimator, "tables_", None)
+        if tables is not None:        # fitted on its own encoding: its fill values and level terms
+            body["fill"] = np.asarray(estimator.fill_, dtype="float64").tolist()
+            body["tables"] = tables_to_json(tables)
+            meta["tables"] = len(tables)      # model.json names them; the levels stay in the file
         atomic_write_json(path, body)
-        return [path], {"file": path.name, **body}
+        return [path], meta
 
     def load(self, folder: Path, meta: dict[str, Any], *, backend: Backend | None) -> Predictor:
         import json
@@ -493,7 +510,8 @@ class LinearCoefficientsFormat(ModelFormat):
         _check_coefficients(file, kind, coef, intercept)
         task = task_of(folder, meta)
         _check_linear_task(file, kind, coef, task)
-        return LinearPredictor(coef, intercept, dtype, kind, task)
+        fill, tables = _encoding(file, body, kind, coef)
+        return LinearPredictor(coef, intercept, dtype, kind, task, fill, tables)
 
 
 def _linear_kind(estimator: Any, coef: np.ndarray, intercept: np.ndarray) -> str:
@@ -511,6 +529,24 @@ def _linear_kind(estimator: Any, coef: np.ndarray, intercept: np.ndarray) -> str
         return "multinomial"
     raise DataError(f"export: {name} has coefficients of shape {coef.shape} and {intercept.size} intercept(s); the "
                     "linear-coefficients format holds a binary model (1 row) or a multinomial one (a row per class)")
+
+
+def _encoding(file: Path, body: dict[str, Any], kind: str,
+              coef: np.ndarray) -> tuple[np.ndarray | None, tuple[LevelTable, ...]]:
+    """A file's ``fill`` values and level ``tables`` (a model fitted on its own encoding),
+    checked against its coefficients; (None, ()) for a plain linear model."""
+    if "fill" not in body and "tables" not in body:
+        return None, ()
+    columns = coef.shape[-1]
+    outputs = coef.shape[0] if kind == "multinomial" else 1
+    try:
+        fill = np.asarray(body.get("fill"), dtype="float64")
+        if fill.shape != (columns,) or not np.isfinite(fill).all():
+            raise ValueError(f"fill must be {columns} finite numbers, one per column")
+        tables = tables_from_json(body.get("tables", []), columns=columns, outputs=outputs)
+    except (ValueError, TypeError) as exc:
+        raise DataError(f"{file}: not a readable coefficients file ({exc})") from None
+    return fill, tables
 
 
 def _check_coefficients(file: Path, kind: str, coef: np.ndarray, intercept: np.ndarray) -> None:

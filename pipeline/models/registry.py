@@ -311,6 +311,26 @@ def _sklearn_version() -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
+def linear_fit_arguments(inputs: FitInputs) -> dict[str, Any]:
+    """The categorical columns by position: the ``linear`` model encodes them itself."""
+    return {"categorical": list(inputs.categorical)}
+
+
+def _linear_param_rules(params: Mapping[str, Any]) -> list[str]:
+    value = params.get("one_hot_max", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return [f"one_hot_max must be a whole number of levels (0 or more), not {value!r}"]
+    return []
+
+
+def _linear_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    """C and class_weight belong to the classifier (logistic regression), alpha to the regressor (ridge)."""
+    wrong = ("alpha",) if task != "regression" else ("C", "class_weight")
+    right = "C" if task != "regression" else "alpha"
+    return [f"'{key}' does not apply to a {task} task (the linear model's penalty there is '{right}'): remove it"
+            for key in wrong if key in params]
+
+
 # Random forest criteria by task, in scikit-learn's names (what users write).
 _FOREST_CRITERIA = {
     "classification": ("gini", "entropy", "log_loss"),
@@ -582,6 +602,22 @@ MODELS: dict[str, ModelSpec] = {
             tasks=("regression",),
             description="ridge regression: least squares with an L2 penalty (alpha); cuML on GPU, "
                         "scikit-learn on CPU",
+        ),
+        ModelSpec(
+            name="linear",
+            cpu_class="pipeline.models.encoded_linear:LinearClassifier",
+            gpu_class="pipeline.models.encoded_linear:LinearClassifier",
+            params=_same("C", "alpha", "max_iter", "tol", "class_weight", "one_hot_max", "random_state"),
+            param_rules=_linear_param_rules,
+            task_param_rules=_linear_task_rules,
+            format=LINEAR_COEFFICIENTS,
+            tasks=("binary", "multiclass", "regression"),
+            regression=EstimatorClasses(cpu="pipeline.models.encoded_linear:LinearRegressor",
+                                        gpu="pipeline.models.encoded_linear:LinearRegressor"),
+            fit_arguments=linear_fit_arguments,
+            description="a linear model on its own encoding of the features: numbers standardised, categorical "
+                        "columns one-hot (at most one_hot_max levels) or target encoded; logistic regression "
+                        "(C) or ridge (alpha); exported as coefficients and a table per categorical column",
         ),
         ModelSpec(
             name="mlp",

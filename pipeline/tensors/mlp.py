@@ -31,13 +31,27 @@ class MLPArchitecture:
     batch_norm: bool = False
     # Outputs per row: 1 (a binary logit or a regression value) or K class logits.
     n_outputs: int = 1
+    # The continuous columns' training mean and standard deviation, which the network scales
+    # its input by (None: it takes them as they are, as networks saved before these did).
+    input_mean: list[float] | None = None
+    input_std: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input_mean", "input_std"):
+            values = getattr(self, name)
+            if values is not None and len(values) != len(self.continuous_index):
+                raise ValueError(f"{name} has {len(values)} values for {len(self.continuous_index)} continuous columns")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers for ``architecture.json``; a one-output network's file is written as
-        before ``n_outputs`` existed, so older readers still load it."""
+        before ``n_outputs`` existed, and one without input scaling as before it, so older
+        readers still load them."""
         data = {"format_version": 1, **asdict(self)}
         if self.n_outputs == 1:
             del data["n_outputs"]
+        for name in ("input_mean", "input_std"):
+            if data[name] is None:
+                del data[name]
         return data
 
     @classmethod
@@ -63,6 +77,12 @@ class TabularMLP(nn.Module):
         # Selecting every column would copy each batch for nothing.
         self.register_buffer("continuous_index", None if all_columns else
                              torch.tensor(arch.continuous_index, dtype=torch.long), persistent=False)
+        # Not in the state_dict: architecture.json holds them, so older model.pt files still load.
+        scaled = arch.input_mean is not None and arch.input_std is not None
+        self.register_buffer("input_mean", torch.tensor(arch.input_mean, dtype=torch.float32) if scaled else None,
+                             persistent=False)
+        self.register_buffer("input_std", torch.tensor(arch.input_std, dtype=torch.float32) if scaled else None,
+                             persistent=False)
         self.embeddings = nn.ModuleList(nn.Embedding(n, d) for n, d in zip(arch.cardinalities, arch.embedding_dims))
         width = len(arch.continuous_index) + sum(arch.embedding_dims)
         layers: list[nn.Module] = []
@@ -78,7 +98,10 @@ class TabularMLP(nn.Module):
         self.body = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor, codes: torch.Tensor | None = None) -> torch.Tensor:
-        parts = [x if self.continuous_index is None else x.index_select(1, self.continuous_index)]
+        continuous = x if self.continuous_index is None else x.index_select(1, self.continuous_index)
+        if self.input_mean is not None:
+            continuous = (continuous - self.input_mean) / self.input_std
+        parts = [continuous]
         if self.embeddings:
             if codes is None:
                 raise ValueError("this network embeds categorical columns: pass their codes")

@@ -39,7 +39,7 @@ CATEGORICAL = CHURN_CATEGORICAL
 OPS = churn_ops()
 COLUMNS = ["customerID", "Churn", "tenure", "MonthlyCharges", "TotalCharges", "gender", "Partner", "Dependents",
            "PhoneService", "PaperlessBilling", *CATEGORICAL]
-BUILT_IN = {"logistic_regression", "random_forest", "xgboost", "mlp"}
+BUILT_IN = {"logistic_regression", "linear", "random_forest", "xgboost", "mlp"}
 
 
 def _train(name: str, features: Any) -> Any:
@@ -87,6 +87,7 @@ def test_every_built_in_entry_is_covered_here_and_has_its_format():
     assert get_model_spec("xgboost").format == XGBOOST_JSON
     assert get_model_spec("mlp").format == TORCH_STATE_DICT
     assert get_model_spec("logistic_regression").format == LINEAR_COEFFICIENTS
+    assert get_model_spec("linear").format == LINEAR_COEFFICIENTS
     assert get_model_spec("random_forest").format == SKOPS
     assert JOBLIB is SKOPS                  # the old name, for plugins that used it
     # The MLP is an entry for its format, not something a train stage fits.
@@ -127,6 +128,7 @@ def test_each_format_round_trips_to_the_estimators_scores(name, features, tmp_pa
 
 @pytest.mark.parametrize("name,files,keys", [
     ("logistic_regression", ["coefficients.json"], {"coef", "intercept", "dtype"}),
+    ("linear", ["coefficients.json"], {"coef", "intercept", "dtype", "tables"}),
     ("random_forest", ["model.skops"], set()),
     ("xgboost", ["model.xgb.json"], set()),
     ("mlp", ["model.pt", "architecture.json"], {"architecture", "categorical_columns", "best_epoch"}),
@@ -315,7 +317,7 @@ def test_register_model_refuses_what_is_not_an_entry_or_a_format(registry):
 
 # ---------------------------------------------------------------- unknown models
 def test_train_offers_only_trainable_models_with_a_suggestion(features):
-    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: catboost, extra_trees, lightgbm, "
+    with pytest.raises(ValueError, match=r"unknown model 'xgbost' \(known: catboost, extra_trees, lightgbm, linear, "
                                          r"logistic_regression, "
                                          r"random_forest, ridge, xgboost\); did you mean 'xgboost'\?"):
         TrainSpec(kind="train", model="xgbost")

@@ -121,7 +121,8 @@ def _raw_test_rows(features: Any) -> pd.DataFrame:
     return frame.set_index("customerID").loc[features.ids["test"]].reset_index()
 
 
-@pytest.mark.parametrize("name", ["logistic_regression", "mlp", "random_forest", "xgboost", "lightgbm", "catboost"])
+@pytest.mark.parametrize("name", ["logistic_regression", "linear", "mlp", "random_forest", "xgboost", "lightgbm",
+                                  "catboost"])
 def test_every_registry_model_scores_identically_after_a_round_trip(name, trained, features, tmp_path):
     model = trained[name]
     save_model(model, tmp_path / name)
@@ -136,7 +137,7 @@ def test_every_registry_model_scores_identically_after_a_round_trip(name, traine
 def test_the_registry_round_trip_covers_every_built_in_model():
     # ridge (regression only), extra_trees, ensemble, bagged and stacked round-trip in
     # test_task_estimators / test_auto / test_ensemble / test_bagging_stacking.
-    assert {"logistic_regression", "mlp", "random_forest", "extra_trees", "xgboost", "lightgbm", "catboost", "ridge",
+    assert {"logistic_regression", "linear", "mlp", "random_forest", "extra_trees", "xgboost", "lightgbm", "catboost", "ridge",
             "ensemble", "bagged", "stacked"} == set(MODELS)
 
 

@@ -30,8 +30,8 @@ CASES = [
     ("binary", "logistic_regression"), ("binary", "random_forest"), ("binary", "xgboost"),
     ("multiclass", "logistic_regression"), ("multiclass", "random_forest"), ("multiclass", "xgboost"),
     ("regression", "ridge"), ("regression", "random_forest"), ("regression", "xgboost"),
-    *((task, model) for model in ("catboost", "extra_trees", "lightgbm") for task in ("binary", "multiclass",
-                                                                                    "regression")),
+    *((task, model) for model in ("catboost", "extra_trees", "lightgbm", "linear") for task in (
+        "binary", "multiclass", "regression")),
 ]
 SMALL = {"random_forest": {"n_estimators": 30, "max_depth": 6}, "extra_trees": {"n_estimators": 30, "max_depth": 6}, "xgboost": {"n_estimators": 30, "max_depth": 3},
          "lightgbm": {"n_estimators": 30, "num_leaves": 8}, "catboost": {"iterations": 30, "depth": 4}}
@@ -146,7 +146,8 @@ def _round_trip(model_format, estimator, task: Task, backend, tmp_path):
     return model_format.load(tmp_path, meta, backend=backend), meta
 
 
-LINEAR_CASES = [("binary", "logistic_regression"), ("multiclass", "logistic_regression"), ("regression", "ridge")]
+LINEAR_CASES = [("binary", "logistic_regression"), ("multiclass", "logistic_regression"), ("regression", "ridge"),
+                ("binary", "linear"), ("multiclass", "linear"), ("regression", "linear")]
 
 
 @pytest.mark.parametrize(("task", "model"), LINEAR_CASES, ids=[t for t, _ in LINEAR_CASES])

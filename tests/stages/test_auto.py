@@ -48,10 +48,9 @@ def features_of(frame: pd.DataFrame, task: str):
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
 def test_every_task_gets_a_blend_that_is_scored_out_of_fold(task):
     features = features_of(table(task=task), task)
-    linear = "ridge" if task == "regression" else "logistic_regression"
-    result = fit_auto(features, time_limit=120, models=[linear, "extra_trees"], bag=3, seed=3)
+    result = fit_auto(features, time_limit=120, models=["linear", "extra_trees"], bag=3, seed=3)
     fitted = [r for r in result.leaderboard if r.status == "fitted"]
-    assert [r.model for r in fitted] and {r.model for r in fitted} == {linear, "extra_trees"}
+    assert [r.model for r in fitted] and {r.model for r in fitted} == {"linear", "extra_trees"}
     labels = np.asarray(features.labels("train"))
     for record, member in ((r, next(m for m in result.model.members if m.name == r.model)) for r in fitted):
         # The leaderboard's score is the member's out-of-fold score, one per training row.
@@ -70,7 +69,7 @@ def test_every_task_gets_a_blend_that_is_scored_out_of_fold(task):
 # ------------------------------------------------------------------ the plan (no bag: given)
 def test_the_plan_screens_every_member_on_the_holdout_then_bags_those_that_earn_weight():
     features = features_of(table(), "binary")
-    models = ["logistic_regression", "extra_trees", "random_forest"]
+    models = ["linear", "extra_trees", "random_forest"]
     result = fit_auto(features, time_limit=300, models=models, seed=3)
     assert result.mode == "planned"
     screens = [s for s in result.plan if s.step == "screen"]
@@ -101,12 +100,12 @@ def test_a_member_projected_past_the_time_left_is_skipped_with_its_projection(mo
     heavy = [dataclasses.replace(m, cost=1e6) if m.model == "random_forest" else m for m in auto.PORTFOLIO]
     monkeypatch.setattr(auto, "PORTFOLIO", tuple(heavy))
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=60, models=["logistic_regression", "random_forest"])
+    result = fit_auto(features, time_limit=60, models=["linear", "random_forest"])
     forest = next(r for r in result.leaderboard if r.model == "random_forest")
     assert forest.status == "skipped" and "projected at" in forest.reason
     step = next(s for s in result.plan if s.model == "random_forest")
     assert step.projected > 60 and step.seconds is None
-    assert list(result.model.weights) == ["logistic_regression"]
+    assert list(result.model.weights) == ["linear"]
 
 
 def test_a_member_projected_past_a_quarter_of_the_limit_is_skipped_however_much_time_is_left(monkeypatch):
@@ -114,7 +113,7 @@ def test_a_member_projected_past_a_quarter_of_the_limit_is_skipped_however_much_
 
     monkeypatch.setattr(auto, "FIRST_FIT_SHARE", 1e-9)      # any projection is past the share
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=600, models=["logistic_regression", "extra_trees"])
+    result = fit_auto(features, time_limit=600, models=["linear", "extra_trees"])
     extra = next(r for r in result.leaderboard if r.model == "extra_trees")
     assert extra.status == "skipped" and "past a quarter of the 600s limit" in extra.reason
 
@@ -128,22 +127,22 @@ def test_a_missing_library_is_a_plan_step_and_members_are_scored_on_the_valid_sp
     frame = table()
     split = split_frame(frame, "target", test=0.2, valid=0.2, seed=1, backend="cpu", task="binary", positive="yes")
     features = build_features(split, default_ops("binary"), id_column="id")
-    result = fit_auto(features, time_limit=120, models=["xgboost", "logistic_regression"], bag=bag)
+    result = fit_auto(features, time_limit=120, models=["xgboost", "linear"], bag=bag)
     xgb = next(r for r in result.leaderboard if r.model == "xgboost")
     assert xgb.status == "skipped" and "not installed" in xgb.reason
     if bag is None:
         assert next(s for s in result.plan if s.model == "xgboost").decision == f"skipped: {xgb.reason}"
-    logistic = next(r for r in result.leaderboard if r.model == "logistic_regression")
+    logistic = next(r for r in result.leaderboard if r.model == "linear")
     labels = np.asarray(features.labels("valid"))
-    scores = next(m for m in result.model.members if m.name == "logistic_regression").scores["valid"]
+    scores = next(m for m in result.model.members if m.name == "linear").scores["valid"]
     assert logistic.valid == pytest.approx(task_metrics(features.task, labels, scores)["roc_auc"])
 
 
 def test_with_no_time_left_the_first_member_alone_is_the_model_fitted_on_its_holdout():
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=1e-6, models=["logistic_regression", "extra_trees"])
+    result = fit_auto(features, time_limit=1e-6, models=["linear", "extra_trees"])
     first = result.leaderboard[0]
-    assert (first.model, first.status, first.folds) == ("logistic_regression", "fitted", 1)
+    assert (first.model, first.status, first.folds) == ("linear", "fitted", 1)
     extra = next(r for r in result.leaderboard if r.model == "extra_trees")
     assert extra.status == "skipped" and extra.reason
     bag = next(s for s in result.plan if s.step == "bag")
@@ -156,13 +155,13 @@ def test_with_no_time_left_the_first_member_alone_is_the_model_fitted_on_its_hol
 
 def test_a_time_limit_keeps_the_first_member_and_stops_or_skips_the_rest():
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=1e-6, models=["logistic_regression", "extra_trees", "random_forest"],
+    result = fit_auto(features, time_limit=1e-6, models=["linear", "extra_trees", "random_forest"],
                       bag=3)
     status = {r.model: r.status for r in result.leaderboard}
-    assert status["logistic_regression"] == "fitted"          # the first member always finishes
+    assert status["linear"] == "fitted"          # the first member always finishes
     assert status["extra_trees"] in ("stopped", "skipped") and status["random_forest"] in ("stopped", "skipped")
     assert all(r.reason for r in result.leaderboard if r.status != "fitted")
-    assert list(result.model.weights) == ["logistic_regression"]
+    assert list(result.model.weights) == ["linear"]
 
 
 def test_a_member_without_its_library_is_skipped_with_the_reason(monkeypatch):
@@ -171,15 +170,15 @@ def test_a_member_without_its_library_is_skipped_with_the_reason(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xgboost" else real(name, *a))
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=60, models=["xgboost", "logistic_regression"], bag=2)
+    result = fit_auto(features, time_limit=60, models=["xgboost", "linear"], bag=2)
     xgb = next(r for r in result.leaderboard if r.model == "xgboost")
     assert xgb.status == "skipped" and "xgboost" in xgb.reason and "not installed" in xgb.reason
-    assert list(result.model.weights) == ["logistic_regression"]
+    assert list(result.model.weights) == ["linear"]
 
 
 def test_the_stack_option_fits_a_meta_model_on_the_members_out_of_fold_scores():
     features = features_of(table(), "binary")
-    result = fit_auto(features, time_limit=120, models=["logistic_regression", "extra_trees"], bag=3,
+    result = fit_auto(features, time_limit=120, models=["linear", "extra_trees"], bag=3,
                       ensemble="stack")
     assert result.model.model == "stacked"
     assert result.model.oof_scores is not None and len(result.model.oof_scores) == features.rows()["train"]
@@ -224,7 +223,7 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
         "  raw: {kind: load, path: rows.csv}\n"
         "  split: {kind: split, inputs: [raw], target: target, positive: 'yes', test: 0.25}\n"
         "  auto: {kind: auto, inputs: [split], id: id, time_limit: 2m,\n"
-        "         models: [logistic_regression, lightgbm]}\n"
+        "         models: [linear, lightgbm]}\n"
         "  evaluate: {kind: evaluate, inputs: [auto]}\n"
         "  export: {kind: export, inputs: [auto]}\n")
     proc = run_cli("run", "auto.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
@@ -232,7 +231,7 @@ def test_a_config_with_no_column_and_no_model_runs_exports_and_predicts(tmp_path
     run_dir = (tmp_path / "runs" / "auto_demo" / "latest").resolve()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     board = manifest["stages"]["auto"]["facts"]["leaderboard"]
-    assert board["metric"] == "roc_auc" and {m["model"] for m in board["members"]} == {"logistic_regression",
+    assert board["metric"] == "roc_auc" and {m["model"] for m in board["members"]} == {"linear",
                                                                                        "lightgbm"}
     assert json.loads((run_dir / "auto" / "leaderboard.json").read_text()) == board
     assert board["mode"] == "planned" and [s["step"] for s in board["plan"]][:2] == ["screen", "screen"]
@@ -286,8 +285,8 @@ def test_a_bagged_mlp_scores_new_rows_with_its_category_codes(tmp_path):
 
     frame = table()
     features = features_of(frame, "binary")
-    result = fit_auto(features, time_limit=300, models=["mlp", "logistic_regression"], bag=2)
-    assert {r.model for r in result.leaderboard if r.status == "fitted"} == {"mlp", "logistic_regression"}
+    result = fit_auto(features, time_limit=300, models=["mlp", "linear"], bag=2)
+    assert {r.model for r in result.leaderboard if r.status == "fitted"} == {"mlp", "linear"}
     mlp = next(m for m in result.model.members if m.name == "mlp")
     assert mlp.export_meta()["categorical_columns"] == features.categorical_columns
     test = np.asarray(mlp.scores["test"])
@@ -302,10 +301,10 @@ def test_the_presets_and_the_models_key_choose_members_in_portfolio_order():
     from pipeline.stages.auto import portfolio_for
 
     assert [m.model for m in portfolio_for("binary", "quick")] == ["lightgbm", "xgboost", "random_forest",
-                                                                   "logistic_regression"]
-    assert [m.model for m in portfolio_for("regression", "quick")][-1] == "ridge"
+                                                                   "linear"]
+    assert [m.model for m in portfolio_for("regression", "quick")][-1] == "linear"      # one member, every task
     full = [m.model for m in portfolio_for("multiclass", "auto")]
-    assert full[:3] == ["lightgbm", "catboost", "xgboost"] and "ridge" not in full and "mlp" in full
+    assert full[:3] == ["lightgbm", "catboost", "xgboost"] and full[-2:] == ["mlp", "linear"]
     assert [m.model for m in portfolio_for("binary", "auto", ["mlp", "lightgbm"])] == ["mlp", "lightgbm"]
 
 
@@ -317,7 +316,7 @@ def test_each_members_threads_are_the_cores_free_when_it_starts(monkeypatch):
     free = iter([1, 2])
     monkeypatch.setattr(auto, "free_cores", lambda: next(free))
     monkeypatch.setattr(auto, "available_cores", lambda: 2)
-    models = ["lightgbm", "extra_trees", "logistic_regression"]      # the linear model starts no threads
+    models = ["lightgbm", "extra_trees", "linear"]      # the linear model starts no threads
     given: dict[str, set] = {}
     fit = auto._TRAINERS["registry"]
 
@@ -329,9 +328,9 @@ def test_each_members_threads_are_the_cores_free_when_it_starts(monkeypatch):
     lines: list[str] = []
     features = features_of(table(), "binary")
     result = fit_auto(features, time_limit=120, models=models, log=lines.append)
-    assert given == {"lightgbm": {1}, "extra_trees": {2}, "logistic_regression": {None}}   # every fold of each
+    assert given == {"lightgbm": {1}, "extra_trees": {2}, "linear": {None}}   # every fold of each
     screens = {s.model: s for s in result.plan if s.step == "screen"}
     assert (screens["lightgbm"].threads, screens["extra_trees"].threads) == (1, 2)
-    assert screens["lightgbm"].to_dict()["threads"] == 1 and "threads" not in screens["logistic_regression"].to_dict()
+    assert screens["lightgbm"].to_dict()["threads"] == 1 and "threads" not in screens["linear"].to_dict()
     assert "lightgbm: 1 of 2 cores free: 1 thread(s)" in lines
     assert not any(line.startswith("extra_trees: 2 of 2") for line in lines)
