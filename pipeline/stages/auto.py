@@ -24,14 +24,18 @@ Time: ``time_limit`` is the stage's whole budget, spent by a plan made against t
    bagged on the other four folds, heaviest first, fold by fold while each fold's projection
    (its own first fit's time) fits the time left. A member's first fit is its fold 0: no fit
    is thrown away.
-3. **Blend.** Weights are fitted again on the rows every member scored out of fold (every
+3. **Spend what is left.** The second configurations (``extra`` members: a larger LightGBM, a
+   LightGBM with randomised split points, a deeper XGBoost), the best model's first, are each
+   tried while all five of their fits are projected to fit the time left: fitted on the
+   holdout, blended there with the members bagged before, and bagged if they earn weight.
+4. **Blend.** Weights are fitted again on the rows every member scored out of fold (every
    training row where all were bagged on five folds); members with weight 0 are left out of the
    model, so scoring it (``evaluate``, ``predict``) costs only what earns its place.
 
 The plan's decisions, each with its projected and actual seconds, are the leaderboard's
 ``plan``. ``bag: k`` (or ``ensemble: stack``) fits every member on k folds in portfolio order
-instead, as earlier versions did; a member whose remaining folds would end past the limit is
-stopped. A member that cannot start (its library is not installed, or it has no estimator on
+instead, as earlier versions did (without the second configurations, unless ``models:`` names
+them); a member whose remaining folds would end past the limit is stopped. A member that cannot start (its library is not installed, or it has no estimator on
 this device) is recorded as skipped with the reason. Every member uses every core (its
 library's own threads) or the run's GPU where its library has a GPU build.
 
@@ -87,6 +91,16 @@ class PortfolioMember:
     # One fit's seconds relative to the first member's on the same rows (measured: see
     # docs/benchmarks.md); the plan projects a member's first fit from the first member's.
     cost: float = 1.0
+    # The member's name in the leaderboard and the blend, where it is a second configuration of
+    # a model already in the portfolio (None: the model's name).
+    name: str | None = None
+    # A second configuration, fitted only with the time the others left (planned mode): after
+    # every member that earned weight is bagged, in the order of its model's holdout score.
+    extra: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
 
     def params_for(self, task: str) -> dict[str, Any]:
         return {**self.params.get("*", {}), **self.params.get(task, {})}
@@ -119,6 +133,17 @@ PORTFOLIO: tuple[PortfolioMember, ...] = (
     # standardised, few levels one-hot, many target encoded); logistic regression or ridge.
     PortfolioMember("linear", {"binary": {"C": 1.0, "max_iter": 300}, "multiclass": {"C": 1.0, "max_iter": 300},
                                "regression": {"alpha": 1.0}}, cost=0.3),
+    # Second configurations, for the time the members above leave (AutoGluon's second LightGBM
+    # configurations: bigger trees at a lower rate; randomised split points), and a deeper XGBoost.
+    PortfolioMember("lightgbm", {"*": {"n_estimators": 3000, "learning_rate": 0.03, "num_leaves": 128,
+                                       "min_child_samples": 3, "colsample_bytree": 0.9,
+                                       "early_stopping_rounds": 50}}, name="lightgbm_large", extra=True, cost=3.0),
+    PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
+                                       "extra_trees": True, "colsample_bytree": 0.9,
+                                       "early_stopping_rounds": 50}}, name="lightgbm_xt", extra=True, cost=1.0),
+    PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.03, "max_depth": 8,
+                                      "min_child_weight": 3, "subsample": 0.8, "colsample_bytree": 0.7,
+                                      "early_stopping_rounds": 50}}, name="xgboost_deep", extra=True, cost=2.5),
 )
 # The quick preset: two boosted models, a forest and a linear baseline (smoke runs, first looks).
 QUICK_MODELS = ("linear", "lightgbm", "xgboost", "random_forest")
@@ -157,7 +182,7 @@ class AutoSpec(StageSpec):
     def _known_members(cls, models: list[str] | None) -> list[str] | None:
         if models is None:
             return models
-        known = [m.model for m in PORTFOLIO]
+        known = [m.label for m in PORTFOLIO]
         unknown = [m for m in models if m not in known]
         if unknown:
             raise ValueError(f"not in the portfolio: {', '.join(unknown)} (portfolio: {', '.join(known)})")
@@ -217,8 +242,9 @@ class AutoResult:
 
 @dataclass
 class PlanStep:
-    """One decision of the plan: a member's first fit (``screen``), its other folds (``bag``),
-    the blend; with the seconds it was projected to take and the seconds it took."""
+    """One decision of the plan: a member's first fit (``screen``; ``extra`` for a second
+    configuration tried with the time left), its other folds (``bag``), the blend; with the
+    seconds it was projected to take and the seconds it took."""
 
     step: str
     model: str
@@ -317,10 +343,10 @@ def portfolio_for(task: str, preset: str, models: Sequence[str] | None = None) -
     """The members to fit for ``task``, in fitting order."""
     chosen = [m for m in PORTFOLIO if task in m.tasks and m.model in MODELS]
     if models is not None:
-        by_name = {m.model: m for m in chosen}
-        chosen = [by_name[name] for name in models if name in by_name]
-    elif preset == "quick":
-        chosen = [m for m in chosen if m.model in QUICK_MODELS]
+        by_name = {m.label: m for m in chosen}
+        return [dataclasses.replace(by_name[name], extra=False) for name in models if name in by_name]
+    if preset == "quick":
+        return [m for m in chosen if m.label in QUICK_MODELS]
     return chosen
 
 
@@ -337,8 +363,8 @@ def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "
     if not members:
         raise ConfigError([ConfigIssue(f"stages.{name}.models",
                                        f"no portfolio member serves a {features.task.kind} task")])
-    run = _Run(features, members, time_limit=time_limit, seed=seed, name=name, log=log or (lambda _: None),
-               started=started)
+    run = _Run(features, [m for m in members if not m.extra], time_limit=time_limit, seed=seed, name=name,
+               log=log or (lambda _: None), started=started, extras=[m for m in members if m.extra])
     if bag is not None or ensemble == "stack":
         return run.fixed(bag or PLANNED_FOLDS, ensemble)
     return run.planned()
@@ -366,6 +392,7 @@ class _Run:
     started: float
     board: list[MemberRecord] = field(default_factory=list)
     plan: list[PlanStep] = field(default_factory=list)
+    extras: list[PortfolioMember] = field(default_factory=list)     # planned mode, with the time left
 
     def __post_init__(self) -> None:
         self.task: Task = self.features.task
@@ -378,46 +405,16 @@ class _Run:
     def planned(self) -> AutoResult:
         """Fit each member once on fold 0 (the holdout), in portfolio order, while its projected
         fit fits the time left; blend on the holdout; bag the members with weight, heaviest
-        first, fold by fold while time is left; re-blend on the rows every member scored out of
-        fold; leave weight-0 members out of the model."""
+        first, fold by fold while time is left; try the second configurations with the time
+        left; re-blend on the rows every member scored out of fold; leave weight-0 members out
+        of the model."""
         bags: dict[str, FoldBag] = {}
         speeds: list[float] = []            # seconds per unit of cost, one per fit so far
         reserve = RESERVE * self.time_limit
         for member in self.members:
-            record = self._record(member)
-            if record.status != "fitted":
-                self.plan.append(PlanStep("screen", member.model, f"skipped: {record.reason}"))
-                continue
-            # The median: one member whose relative cost is off on this table moves it little.
-            projected = statistics.median(speeds) * member.cost if speeds else None
-            if projected is not None:
-                left = self.clock.left() - reserve
-                reason = None
-                if projected > left:
-                    reason = f"its first fit was projected at {projected:.1f}s with {max(left, 0.0):.1f}s left"
-                elif projected > FIRST_FIT_SHARE * self.time_limit:
-                    reason = (f"its first fit was projected at {projected:.1f}s, past a quarter of the "
-                              f"{self.time_limit:g}s limit")
-                if reason:
-                    record.status, record.reason = "skipped", reason
-                    self.plan.append(PlanStep("screen", member.model, f"skipped: {reason}", projected))
-                    self.log(f"{member.model}: skipped ({reason})")
-                    continue
-            self.clock.start_member(exempt=not bags, seconds=FIRST_FIT_SHARE * self.time_limit)
-            params, threads = self._params(member)
-            bag = FoldBag(self.features, member.model, params, k=PLANNED_FOLDS,
-                          seed=self.seed, name=member.model, train=_timed(_TRAINERS[member.trainer], self.clock))
-            seconds = self._fit_fold(bag, record)
-            if seconds is None:
-                self.plan.append(PlanStep("screen", member.model, f"{record.status}: {record.reason}", projected,
-                                          record.seconds))
-                continue
-            speeds.append(seconds / member.cost)     # re-planned: the machine as it is now
-            bags[member.model] = bag
-            held = bag.held_out(0)
-            record.holdout = _metric(self.task, self.metric, self.labels[held], bag.oof[held])
-            self.plan.append(PlanStep("screen", member.model, "fitted on the holdout", projected, seconds, threads))
-            self.log(f"{member.model}: {self.metric} {record.holdout:.5f} on the holdout ({seconds:.1f}s)")
+            bag = self._screen(member, speeds, reserve, first=not bags)
+            if bag is not None:
+                bags[member.label] = bag
         if not bags:
             self._none_fitted()
         first = self._weights(bags, list(bags))
@@ -427,6 +424,7 @@ class _Run:
                 self.plan.append(PlanStep("bag", model, "not bagged: weight 0 in the holdout blend"))
         for model in earning:
             self._bag(model, bags[model], reserve)
+        earning += self._spend_time_left(bags, earning, speeds, reserve)
         final = self._weights(bags, earning)
         chosen = [m for m in bags if final.get(m, 0.0) > 0]        # in portfolio order
         models = {m: bag.model() for m, bag in bags.items()}
@@ -448,6 +446,76 @@ class _Run:
                     record.reason = "weight 0 in the blend: left out of the model"
         return self._result(blended, "planned")
 
+    def _screen(self, member: PortfolioMember, speeds: list[float], reserve: float, *, first: bool = False,
+                step: str = "screen", folds: int = 1) -> FoldBag | None:
+        """``member``'s first fit, on fold 0 (the holdout), if its projection (``folds`` fits of
+        it: the plan counts what it would spend) fits the time left and a first fit stays within a
+        quarter of the limit; its FoldBag, or None (the leaderboard and the plan say why). The
+        ``first`` member always finishes. Its measured speed joins ``speeds``."""
+        record = self._record(member)
+        if record.status != "fitted":
+            self.plan.append(PlanStep(step, member.label, f"skipped: {record.reason}"))
+            return None
+        # The median: one member whose relative cost is off on this table moves it little.
+        projected = statistics.median(speeds) * member.cost if speeds else None
+        if projected is not None:
+            left = self.clock.left() - reserve
+            reason = None
+            if projected * folds > left:
+                reason = (f"its first fit was projected at {projected:.1f}s with {max(left, 0.0):.1f}s left"
+                          if folds == 1 else f"its {folds} fits were projected at {projected * folds:.1f}s with "
+                                             f"{max(left, 0.0):.1f}s left")
+            elif projected > FIRST_FIT_SHARE * self.time_limit:
+                reason = (f"its first fit was projected at {projected:.1f}s, past a quarter of the "
+                          f"{self.time_limit:g}s limit")
+            if reason:
+                record.status, record.reason = "skipped", reason
+                self.plan.append(PlanStep(step, member.label, f"skipped: {reason}", projected))
+                self.log(f"{member.label}: skipped ({reason})")
+                return None
+        self.clock.start_member(exempt=first, seconds=FIRST_FIT_SHARE * self.time_limit)
+        params, threads = self._params(member)
+        bag = FoldBag(self.features, member.model, params, k=PLANNED_FOLDS,
+                      seed=self.seed, name=member.label, train=_timed(_TRAINERS[member.trainer], self.clock))
+        seconds = self._fit_fold(bag, record)
+        if seconds is None:
+            self.plan.append(PlanStep(step, member.label, f"{record.status}: {record.reason}", projected,
+                                      record.seconds))
+            return None
+        speeds.append(seconds / member.cost)     # re-planned: the machine as it is now
+        held = bag.held_out(0)
+        record.holdout = _metric(self.task, self.metric, self.labels[held], bag.oof[held])
+        self.plan.append(PlanStep(step, member.label, "fitted on the holdout", projected, seconds, threads))
+        self.log(f"{member.label}: {self.metric} {record.holdout:.5f} on the holdout ({seconds:.1f}s)")
+        return bag
+
+    def _spend_time_left(self, bags: dict[str, FoldBag], earning: list[str], speeds: list[float],
+                         reserve: float) -> list[str]:
+        """The second configurations (``extras``), best model's first, each tried while its five
+        fits are projected to fit the time left: fitted on the holdout, blended there with the
+        members that earned weight, and bagged if it earns weight too. The ones bagged."""
+        holdout = {r.model: r.holdout for r in self.board if r.holdout is not None}
+        better = HIGHER_IS_BETTER[self.metric]
+
+        def rank(member: PortfolioMember) -> float:
+            score = holdout.get(member.model)
+            return math.inf if score is None else -score if better else score
+
+        added: list[str] = []
+        for member in sorted(self.extras, key=rank):       # stable: portfolio order among equals
+            bag = self._screen(member, speeds, reserve, step="extra", folds=PLANNED_FOLDS)
+            if bag is None:
+                continue
+            bags[member.label] = bag
+            weights = self._weights(bags, [*earning, *added, member.label])
+            if weights[member.label] <= 0:
+                self.plan.append(PlanStep("bag", member.label, "not bagged: weight 0 in the holdout blend with the "
+                                                               "members bagged before it"))
+                continue
+            self._bag(member.label, bag, reserve)
+            added.append(member.label)
+        return added
+
     def _params(self, member: PortfolioMember) -> tuple[dict[str, Any], int | None]:
         """``member``'s parameters, with its library's threads (the registry entry's
         ``threads_param``) sized to the cores free now, on the CPU, unless the member's parameters
@@ -460,7 +528,7 @@ class _Run:
             return params, None
         threads = free_cores()
         if threads < available_cores():
-            self.log(f"{member.model}: {threads} of {available_cores()} cores free: {threads} thread(s)")
+            self.log(f"{member.label}: {threads} of {available_cores()} cores free: {threads} thread(s)")
         return {**params, name: threads}, threads
 
     def _fit_fold(self, bag: FoldBag, record: MemberRecord) -> float | None:
@@ -537,15 +605,15 @@ class _Run:
             member_started = time.perf_counter()
             try:
                 trained = bag_model(self.features, member.model, self._params(member)[0], k=bag,
-                                    seed=self.seed, name=member.model, train=_timed(_TRAINERS[member.trainer], clock))
+                                    seed=self.seed, name=member.label, train=_timed(_TRAINERS[member.trainer], clock))
             except _OutOfTime as exc:
                 record.status, record.reason = "stopped", str(exc)
                 record.seconds = time.perf_counter() - member_started
-                self.log(f"{member.model}: stopped ({exc})")
+                self.log(f"{member.label}: stopped ({exc})")
                 continue
             except BackendUnavailable as exc:
                 record.status, record.reason = "skipped", _first_line(exc)
-                self.log(f"{member.model}: skipped ({record.reason})")
+                self.log(f"{member.label}: skipped ({record.reason})")
                 continue
             record.seconds = time.perf_counter() - member_started
             record.folds = bag
@@ -554,7 +622,7 @@ class _Run:
                 record.valid = _metric(self.task, self.metric, np.asarray(self.features.labels(VALID)),
                                        trained.scores[VALID])
             fitted.append(trained)
-            self.log(f"{member.model}: {self.metric} {record.oof:.5f} out of fold ({record.seconds:.1f}s)")
+            self.log(f"{member.label}: {self.metric} {record.oof:.5f} out of fold ({record.seconds:.1f}s)")
         if not fitted:
             self._none_fitted()
         if ensemble == "stack":
@@ -572,12 +640,12 @@ class _Run:
     # ---------------------------------------------------------------- shared
     def _record(self, member: PortfolioMember) -> MemberRecord:
         """The member's leaderboard row: skipped with the reason where it cannot be fitted here."""
-        record = MemberRecord(member.model, "fitted", params=member.params_for(self.task.kind))
+        record = MemberRecord(member.label, "fitted", params=member.params_for(self.task.kind))
         self.board.append(record)
         problem = _cannot_fit(member.model, self.features)
         if problem:
             record.status, record.reason = "skipped", problem
-            self.log(f"{member.model}: skipped ({problem})")
+            self.log(f"{member.label}: skipped ({problem})")
         return record
 
     def _none_fitted(self) -> None:

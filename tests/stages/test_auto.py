@@ -108,6 +108,45 @@ def test_a_member_projected_past_the_time_left_is_skipped_with_its_projection(mo
     assert list(result.model.weights) == ["linear"]
 
 
+def test_the_time_left_goes_to_second_configurations_of_the_best_model_first(monkeypatch):
+    """After the bags, each second configuration is tried (best base model's first) while its
+    five fits are projected to fit; one that earns weight beside the bagged members is bagged."""
+    import dataclasses
+
+    from pipeline.stages import auto
+
+    base = [m for m in auto.PORTFOLIO if m.label in ("linear", "extra_trees")]
+    extras = [auto.PortfolioMember("linear", {"*": {"C": 0.05}}, name="linear_tight", extra=True, cost=0.3),
+              auto.PortfolioMember("extra_trees", {"*": {"n_estimators": 50, "max_features": 1.0}},
+                                   name="extra_trees_all", extra=True, cost=1.0),
+              auto.PortfolioMember("extra_trees", {"*": {"n_estimators": 50}}, name="extra_trees_huge", extra=True,
+                                   cost=1e6)]
+    monkeypatch.setattr(auto, "PORTFOLIO", (*base, *extras))
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=300, seed=3)
+    board = {r.model: r for r in result.leaderboard}
+    tried = [s.model for s in result.plan if s.step == "extra"]
+    better_first = ["extra_trees_all", "linear_tight"] if board["extra_trees"].holdout > board["linear"].holdout \
+        else ["linear_tight", "extra_trees_all"]
+    assert [m for m in tried if m != "extra_trees_huge"] == better_first
+    huge = next(s for s in result.plan if s.model == "extra_trees_huge")
+    assert huge.decision.startswith("skipped: its 5 fits were projected at") and huge.seconds is None
+    assert board["extra_trees_huge"].status == "skipped"
+    screens = [s.model for s in result.plan if s.step == "screen"]
+    assert screens == [m.label for m in base]             # the extras only after the bags
+    for name in ("linear_tight", "extra_trees_all"):
+        bagged = next(s.decision for s in result.plan if s.step == "bag" and s.model == name)
+        assert board[name].folds == (1 if bagged.startswith("not bagged") else 5), bagged
+        assert board[name].params == next(m for m in extras if m.label == name).params["*"]
+    assert set(result.model.weights) <= {"linear", "extra_trees", "linear_tight", "extra_trees_all"}
+    # Fixed mode fits the portfolio without them; naming one fits it as any member.
+    fixed = fit_auto(features, time_limit=300, bag=2, seed=3)
+    assert {r.model for r in fixed.leaderboard} == {"linear", "extra_trees"}
+    named = fit_auto(features, time_limit=300, models=["linear_tight", "linear"], seed=3)
+    assert [s.model for s in named.plan if s.step == "screen"] == ["linear_tight", "linear"]
+    assert dataclasses.replace(extras[0], extra=False) in auto.portfolio_for("binary", "auto", ["linear_tight"])
+
+
 def test_a_member_projected_past_a_quarter_of_the_limit_is_skipped_however_much_time_is_left(monkeypatch):
     from pipeline.stages import auto
 
@@ -303,8 +342,11 @@ def test_the_presets_and_the_models_key_choose_members_in_portfolio_order():
     assert [m.model for m in portfolio_for("binary", "quick")] == ["lightgbm", "xgboost", "random_forest",
                                                                    "linear"]
     assert [m.model for m in portfolio_for("regression", "quick")][-1] == "linear"      # one member, every task
-    full = [m.model for m in portfolio_for("multiclass", "auto")]
+    full = [m.label for m in portfolio_for("multiclass", "auto") if not m.extra]
     assert full[:3] == ["lightgbm", "catboost", "xgboost"] and full[-2:] == ["mlp", "linear"]
+    extras = [m for m in portfolio_for("multiclass", "auto") if m.extra]
+    assert [m.label for m in extras] == ["lightgbm_large", "lightgbm_xt", "xgboost_deep"]
+    assert not any(m.extra for m in portfolio_for("binary", "quick"))
     assert [m.model for m in portfolio_for("binary", "auto", ["mlp", "lightgbm"])] == ["mlp", "lightgbm"]
 
 
