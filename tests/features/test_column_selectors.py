@@ -92,6 +92,23 @@ def test_keys_combine_as_an_intersection():
     assert select_columns(selector, table()) == ["amount_paid"]
 
 
+def test_level_bounds_select_by_distinct_values_in_the_training_split():
+    frame = table(300)
+    frame["store"] = [f"s{i % 150}" for i in range(300)]
+    frame.loc[[1, 2], "store"] = None                  # missing values are not a level (s1, s2 stay: rows 151, 152)
+    many = ColumnSelector.model_validate({"type": "categorical", "min_levels": 100})
+    assert select_columns(many, frame) == ["customer_id", "store"]
+    few = ColumnSelector.model_validate({"type": "categorical", "max_levels": 3})
+    assert select_columns(few, frame) == ["plan"]
+    exact = ColumnSelector.model_validate({"min_levels": 150, "max_levels": 150})
+    assert select_columns(exact, frame) == ["store"]
+    from pipeline.features.ops.column_selector import describe_selector
+
+    assert describe_selector(many) == "columns of type categorical with at least 100 levels"
+    with pytest.raises(ValueError, match=r"min_levels \(9\) is above max_levels \(3\)"):
+        ColumnSelector.model_validate({"min_levels": 9, "max_levels": 3})
+
+
 def test_remaining_leaves_out_explicit_names_and_earlier_selections():
     wf = fitted([
         {"fill_missing": {"columns": {"type": "numeric"}, "strategy": "median"}},
@@ -257,7 +274,7 @@ def test_a_config_that_names_no_column_runs_and_scores(tmp_path):
     # The CSV's dates are read as text (no dates: on the load): categorical, so date_parts is skipped.
     assert recorded == {"fill_missing": ["amount_paid", "amount_due", "tenure"],
                         "categorify": ["customer_id", "plan", "active", "signup"]}
-    assert [s["op"] for s in saved["selections"] if s["skipped"]] == ["date_parts"]
+    assert [s["op"] for s in saved["selections"] if s["skipped"]] == ["date_parts", "target_encode"]
     model = load_model(workflow_file.parent, device="cpu")
     scores = model.score(pd.read_csv(tmp_path / "data.csv").head(5))
     assert scores.shape[0] == 5
@@ -279,6 +296,24 @@ def test_default_ops_make_a_numeric_matrix_of_any_table(task):
     assert [op.op for op in numbers_only.ops] == ["fill_missing"]
     with pytest.raises(ValueError, match="task kind"):
         default_ops("ranking")
+
+
+def test_default_ops_target_encode_a_column_of_many_levels_out_of_fold():
+    rng = np.random.default_rng(3)
+    frame = table(600)
+    frame["store"] = [f"s{i}" for i in rng.integers(0, 150, 600)]
+    effect = {f"s{i}": v for i, v in enumerate(rng.normal(size=150))}
+    frame["target"] = (frame["store"].map(effect) + rng.normal(size=600) > 0).astype(int)
+    wf = FeatureWorkflow(default_ops("binary"), backend="cpu")
+    out = wf.fit_transform(frame.drop(columns="target"), frame["target"])
+    recorded = names(wf)
+    assert recorded["target_encode"] == ["customer_id", "store"]           # 600 and 150 levels
+    assert "store" not in recorded["categorify"] and "plan" in recorded["categorify"]
+    # A rate, not a code; on the training rows out of fold (each row by the other folds' rows), so
+    # not the whole split's means that scoring the same rows gives.
+    assert out["store"].between(0, 1).all()
+    scored = wf.transform(frame.drop(columns="target"))
+    assert (out["store"] != scored["store"]).mean() > 0.9
 
 
 @pytest.mark.gpu

@@ -12,7 +12,10 @@ intersection (a column must pass every key given):
   list of globs (any one matches);
 - ``except``: names left out;
 - ``remaining: true``: the columns that no other op of the list names explicitly and no
-  earlier selector took.
+  earlier selector took;
+- ``min_levels`` / ``max_levels``: the columns with at least / at most that many distinct
+  values in the training split (missing values not counted): ``{type: categorical,
+  min_levels: 100}`` is the high-cardinality columns.
 
 A selector is resolved once, on the training split's frame as it reaches the op, by the
 workflow's fit (``pipeline.features.selection``): the op becomes a copy holding the names, and
@@ -45,6 +48,10 @@ class ColumnSelector(BaseModel):
     except_: list[str] = Field(default_factory=list, alias="except", description="Column names left out.")
     remaining: Literal[True] | None = Field(
         None, description="Only the columns no other op names explicitly and no earlier selector took.")
+    min_levels: int | None = Field(
+        None, ge=1, description="Only columns with at least this many distinct values in the training split.")
+    max_levels: int | None = Field(
+        None, ge=1, description="Only columns with at most this many distinct values in the training split.")
 
     @field_validator("type", mode="before")
     @classmethod
@@ -79,8 +86,13 @@ class ColumnSelector(BaseModel):
 
     @model_validator(mode="after")
     def _says_something(self) -> ColumnSelector:
-        if self.type is None and self.matching is None and not self.except_ and self.remaining is None:
-            raise ValueError("a column selector needs at least one of: type, matching, except, remaining")
+        if (self.type is None and self.matching is None and not self.except_ and self.remaining is None
+                and self.min_levels is None and self.max_levels is None):
+            raise ValueError("a column selector needs at least one of: type, matching, except, remaining, "
+                             "min_levels, max_levels")
+        if self.min_levels is not None and self.max_levels is not None and self.min_levels > self.max_levels:
+            raise ValueError(f"min_levels ({self.min_levels}) is above max_levels ({self.max_levels}): no column "
+                             "can match")
         return self
 
     @property
@@ -124,8 +136,19 @@ def select_columns(selector: ColumnSelector, frame: Any, backend: Backend | None
             continue
         if types and column_type(frame[name], backend) not in types:
             continue
+        if (selector.min_levels is not None or selector.max_levels is not None) and not _levels_within(
+                frame[name], selector.min_levels, selector.max_levels):
+            continue
         out.append(name)
     return out
+
+
+def _levels_within(column: Any, least: int | None, most: int | None) -> bool:
+    """Whether ``column``'s distinct values (missing ones not counted) are within the bounds; a
+    lazy (Dask) column's count is computed, one pass over it."""
+    count = column.nunique()
+    count = int(count.compute() if hasattr(count, "compute") else count)
+    return (least is None or count >= least) and (most is None or count <= most)
 
 
 def describe_selector(selector: ColumnSelector) -> str:
@@ -136,6 +159,10 @@ def describe_selector(selector: ColumnSelector) -> str:
         parts.append("of type " + " or ".join(selector.types))
     if selector.patterns:
         parts.append("matching " + " or ".join(selector.patterns))
+    if selector.min_levels is not None:
+        parts.append(f"with at least {selector.min_levels} levels")
+    if selector.max_levels is not None:
+        parts.append(f"with at most {selector.max_levels} levels")
     if selector.except_:
         parts.append("except " + ", ".join(selector.except_))
     return " ".join(parts)
