@@ -127,6 +127,18 @@ def public_split(name: str, seed: int, valid: float = 0.0) -> tuple[Any, str | N
                        positive=positive), None
 
 
+def bench_split(table: str, seed: int, runs_dir: Path | None = None, valid: float = 0.0) -> tuple[Any, str | None]:
+    """Any table's split by name: generated, public (bench-data/) or a project config's (run up
+    to its split stage in ``runs_dir``)."""
+    if table in GENERATED:
+        return generated_split(table, seed, valid=valid)
+    if table in PUBLIC:
+        return public_split(table, seed, valid=valid)
+    if runs_dir is None:
+        raise ValueError(f"{table}: a config's table needs a runs folder")
+    return config_split(table, seed, runs_dir)
+
+
 def _numeric(column: pd.Series) -> bool:
     try:
         pd.to_numeric(column.dropna())
@@ -247,9 +259,7 @@ def main() -> None:
             for seed in args.seeds:
                 work = Path(tmp) / f"{table}-{seed}"
                 work.mkdir()
-                split, id_column = (generated_split(table, seed) if table in GENERATED
-                                    else public_split(table, seed) if table in PUBLIC
-                                    else config_split(table, seed, work / "runs"))
+                split, id_column = bench_split(table, seed, work / "runs")
                 row: dict[str, Any] = {"table": table, "seed": seed, "task": split.task.kind,
                                        "rows": {k: int(len(v)) for k, v in split.frames.items()}}
                 row["pipeline"] = pipeline_side(split, id_column, args.time_limit, seed)

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_auto import GENERATED, MAIN, PUBLIC, generated_split, public_split  # noqa: E402
+from bench_auto import GENERATED, MAIN, PUBLIC, bench_split  # noqa: E402
 
 
 def members(task: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -71,8 +71,7 @@ def main() -> None:
     print("| table | task | rows (train/valid/test) | metric | model | score | fit s |")
     print("|---|---|---|---|---|--:|--:|")
     for table in args.tables:
-        split, id_column = (generated_split(table, args.seed, valid=0.1) if table in GENERATED
-                            else public_split(table, args.seed, valid=0.1))
+        split, id_column = bench_split(table, args.seed, valid=0.1)
         features = build_features(split, default_ops(split.task.kind), id_column=id_column)
         metric, _ = MAIN[split.task.kind]
         labels = np.asarray(features.labels("test"))

@@ -18,8 +18,8 @@ Time: ``time_limit`` is the stage's whole budget, spent by a plan made against t
    measured relative ``cost`` times the median seconds per unit over the fits so far,
    re-estimated after each fit (the machine as it is, busy or idle). A member projected past
    the time left, or past a quarter of the limit, is skipped with the projection as its
-   reason, and an MLP that reaches a quarter of the limit while it trains is stopped. The
-   first member always finishes.
+   reason, and an MLP whose next epoch is projected past a quarter of the limit (or past the
+   limit) ends there with its best epoch's weights. The first member always finishes.
 2. **Bag what earns weight.** Weights are fitted on the holdout; the members with weight are
    bagged on the other four folds, heaviest first, fold by fold while each fold's projection
    (its own first fit's time) fits the time left. A member's first fit is its fold 0: no fit
@@ -278,6 +278,7 @@ class _Clock:
     started: float = 0.0
     done: int = 0
     cap: float = math.inf             # the member's own deadline (planned: a quarter of the limit)
+    fold_started: float = 0.0
 
     def start_member(self, exempt: bool, seconds: float = math.inf) -> None:
         self.exempt, self.started, self.done = exempt, time.perf_counter(), 0
@@ -285,6 +286,7 @@ class _Clock:
 
     def before_fold(self) -> None:
         now = time.perf_counter()
+        self.fold_started = now
         if self.exempt:
             return
         if now >= self.deadline:
@@ -298,12 +300,22 @@ class _Clock:
     def after_fold(self) -> None:
         self.done += 1
 
-    def during_fold(self) -> None:
-        """For trainers that report as they go (the MLP, per epoch): stop a fold that reaches
-        the limit instead of letting it run on."""
-        if not self.exempt and time.perf_counter() >= min(self.deadline, self.cap):
-            raise _OutOfTime("the time limit was reached while it trained" if time.perf_counter() >= self.deadline
-                             else "its fit reached a quarter of the time limit")
+    def after_epoch(self, epoch: int) -> None:
+        """For trainers that report as they go (the MLP, after each epoch): a fold past the
+        stage's limit is stopped and dropped (``_OutOfTime``); one whose next epoch is projected
+        (its epochs so far, on average) to end past the limit or past the member's own cap (a
+        quarter of the limit) ends there, keeping its best epoch (``StopTraining``)."""
+        if self.exempt:
+            return
+        from pipeline.tensors.fit_loop import StopTraining
+
+        now = time.perf_counter()
+        if now >= self.deadline:
+            raise _OutOfTime("the time limit was reached while it trained")
+        per_epoch = (now - self.fold_started) / max(epoch, 1)
+        if now + per_epoch > min(self.deadline, self.cap):
+            which = "the time limit" if self.deadline <= self.cap else "a quarter of the time limit"
+            raise StopTraining(f"its next epoch (about {per_epoch:.1f}s) would end past {which}")
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -319,7 +331,7 @@ def _torch_trainer(features: FeatureSet, model: str, params: dict[str, Any] | No
                    **_: Any) -> TrainedModel:
     from pipeline.stages.torch_mlp import train_torch
 
-    on_epoch = (lambda epoch, row: clock.during_fold()) if clock is not None else None
+    on_epoch = (lambda epoch, row: clock.after_epoch(epoch)) if clock is not None else None
     return train_torch(features, name=name or model, seed=42 if seed is None else seed, on_epoch=on_epoch,
                        **(params or {}))
 

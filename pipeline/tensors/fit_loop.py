@@ -134,6 +134,12 @@ def mixed_precision(precision: Precision, device: torch.device) -> tuple[torch.d
     return dtype, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
+class StopTraining(Exception):
+    """Raised by an ``on_epoch`` callback to end training after that epoch as early stopping
+    does: the best epoch's weights are kept, and the message goes into the result's notes (a
+    caller with a clock whose next epoch would end past its limit)."""
+
+
 def fit(
     module: nn.Module,
     train: Split,
@@ -149,7 +155,8 @@ def fit(
     """Train ``module`` in place on ``train``; early-stop on ``valid`` and keep its best weights.
 
     ``objective`` says the task (binary when None); ``on_epoch(epoch, row)`` is called after
-    each epoch with its history row, and an exception it raises (a tuner's pruning) ends the
+    each epoch with its history row; ``StopTraining`` from it ends the training after that
+    epoch, keeping the best weights, and any other exception (a tuner's pruning) ends the
     training and propagates. Under DDP (``ranks`` a process group) ``train`` and ``valid``
     are this rank's shards; the history's numbers are over every rank's rows.
     """
@@ -207,9 +214,17 @@ def fit(
         report_metrics = getattr(progress, "metrics", None)      # a caller's own progress may lack it
         if report_metrics is not None:
             report_metrics(epoch, {k: v for k, v in row.items() if k != "epoch"})
+        halt = None
         if on_epoch is not None:
-            on_epoch(epoch, dict(row))
+            try:
+                on_epoch(epoch, dict(row))
+            except StopTraining as why:
+                halt = f"stopped after epoch {epoch}: {why}"
         if monitor is None:
+            if halt:
+                notes.append(halt)
+                stopped_early = True
+                break
             continue
         value = row[monitor]
         improved = value > best_value + options.min_delta if higher_is_better else value < best_value - options.min_delta
@@ -222,9 +237,11 @@ def fit(
             best_state = copy.deepcopy(module.state_dict())
         else:
             waited += 1
-            if stop:
-                stopped_early = True
-                break
+        if stop or halt:
+            stopped_early = True
+            if halt:
+                notes.append(halt)
+            break
     if best_state is not None:
         module.load_state_dict(best_state)
     else:

@@ -306,13 +306,35 @@ def test_an_mlp_fold_that_reaches_the_limit_is_stopped_while_it_trains():
     features = features_of(table(), "binary")
     epochs: list[int] = []
     clock = _Clock(deadline=time.perf_counter() - 1, folds=3)
-    clock.during_fold = lambda: (epochs.append(1), _Clock.during_fold(clock))  # type: ignore[method-assign]
+    clock.after_epoch = lambda epoch: (epochs.append(epoch), _Clock.after_epoch(clock, epoch))  # type: ignore
     with pytest.raises(_OutOfTime, match="while it trained"):
         _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 30}, seed=1, clock=clock)
     assert epochs == [1]                                   # stopped after its first epoch of 30
     exempt = _Clock(deadline=time.perf_counter() - 1, folds=3, exempt=True)
     trained = _torch_trainer(features, "mlp", {"hidden": [8], "epochs": 2}, seed=1, clock=exempt)
     assert trained.scores["test"].shape[0] == features.rows()["test"]     # the first member runs to the end
+
+
+def test_an_mlp_whose_next_epoch_would_pass_its_cap_ends_there_with_its_best_weights():
+    """Its time per epoch is projected: a fold whose next epoch would end past the member's cap
+    (a quarter of the limit) stops after the epoch it is in and keeps its best epoch."""
+    import time
+
+    from pipeline.stages.auto import _Clock, _timed, _torch_trainer
+
+    features = features_of(table(), "binary")
+    clock = _Clock(deadline=time.perf_counter() + 600, folds=1)
+    clock.start_member(exempt=False, seconds=0.0)          # the cap is already here: one epoch, then stop
+    trained = _timed(_torch_trainer, clock)(features, "mlp", {"hidden": [8], "epochs": 30}, seed=1)
+    assert len(trained.history) == 1 and trained.fit_result["stopped_early"]
+    (note,) = [n for n in trained.fit_result["notes"] if n.startswith("stopped after epoch 1")]
+    assert "would end past a quarter of the time limit" in note
+    assert np.isfinite(trained.scores["test"]).all()
+    # With room for every epoch, every epoch runs (early stopping permitting).
+    roomy = _Clock(deadline=time.perf_counter() + 600, folds=1)
+    roomy.start_member(exempt=False, seconds=600)
+    full = _timed(_torch_trainer, roomy)(features, "mlp", {"hidden": [8], "epochs": 3}, seed=1)
+    assert len(full.history) == 3
 
 
 def test_a_bagged_mlp_scores_new_rows_with_its_category_codes(tmp_path):

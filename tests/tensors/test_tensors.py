@@ -186,6 +186,50 @@ def test_early_stopping_keeps_the_best_epoch_weights():
     assert restored == pytest.approx(best, rel=1e-5)
 
 
+def test_a_callback_can_end_training_after_an_epoch_keeping_the_best_weights():
+    from pipeline.tensors.fit_loop import StopTraining
+
+    x, codes, y = _problem()
+    seen: list[int] = []
+
+    def stop_at_three(epoch, row):
+        seen.append(epoch)
+        if epoch == 3:
+            raise StopTraining("the next epoch would end past the limit")
+
+    torch.manual_seed(0)
+    module = _arch().build()
+    result = fit(module, Split(x[:900], codes[:900], y[:900]), Split(x[900:], codes[900:], y[900:]),
+                 FitOptions(epochs=20, batch_size=64, patience=20), on_epoch=stop_at_three)
+    assert seen == [1, 2, 3] and len(result.history) == 3 and result.stopped_early
+    assert result.notes == ["stopped after epoch 3: the next epoch would end past the limit"]
+    best = min(h["val_loss"] for h in result.history)
+    assert result.history[result.best_epoch - 1]["val_loss"] == best      # the best of the three, restored
+
+
+def test_the_network_scales_its_inputs_by_the_saved_moments_and_old_files_still_load(tmp_path):
+    x, codes, _ = _problem()
+    plain = _arch()
+    scaled = _arch(input_mean=[10.0] * 5, input_std=[2.0] * 5)
+    torch.manual_seed(0)
+    module = scaled.build()
+    twin = plain.build()
+    twin.load_state_dict(module.state_dict())            # the same weights: no scaling keys in the state
+    shifted = x.clone()
+    shifted[:, :5] = x[:, :5] * 2.0 + 10.0
+    with torch.no_grad():
+        torch.testing.assert_close(module.eval()(shifted, codes), twin.eval()(x, codes))
+    assert "input_mean" not in plain.to_dict() and scaled.to_dict()["input_std"] == [2.0] * 5
+    with pytest.raises(ValueError, match="input_mean has 2 values for 5 continuous columns"):
+        _arch(input_mean=[0.0, 0.0], input_std=[1.0, 1.0])
+    classifier = MLPClassifier(module)
+    classifier.save(tmp_path)
+    again = MLPClassifier.load(tmp_path, device="cpu")
+    assert again.arch == scaled
+    np.testing.assert_array_equal(again.predict_proba(shifted.numpy(), codes.numpy()),
+                                  classifier.predict_proba(shifted.numpy(), codes.numpy()))
+
+
 def test_val_auc_can_be_the_monitor():
     _, result = _fit(options=FitOptions(epochs=6, batch_size=64, monitor="val_auc", patience=2))
     assert result.monitor == "val_auc"
