@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.dask_collections import cluster_client
 from pipeline.backends.dates import missing_date_columns, parse_dates, partition_dates
 from pipeline.backends.estimators import (
@@ -56,8 +57,10 @@ class Backend(ABC):
         na_values: Sequence[str] | None = None,
         filters: Sequence[Filter] | None = None,
         dates: Mapping[str, str | None] | None = None,
+        dialect: CsvDialect = DEFAULT_DIALECT,
     ) -> Any:
-        """Read a CSV or Parquet file into a frame of this backend.
+        """Read a CSV or Parquet file into a frame of this backend (a CSV file as ``dialect``
+        says it is written: separator, encoding, decimal mark, thousands separator).
 
         Filters go to the Parquet reader (row-group pruning) and are applied after the read
         for CSV, so both formats give the same rows. ``dates`` (column -> strptime format, None
@@ -68,13 +71,13 @@ class Backend(ABC):
         if not path.exists():
             raise input_not_found(path)
         fmt = (format or infer_format(path)).lower()
-        check_source(path, fmt)
+        check_source(path, fmt, dialect)
         if fmt == "csv" and columns and not self.csv_checks_row_widths:
-            check_row_widths(path)
+            check_row_widths(path, dialect)
         try:
             if fmt == "csv":
-                types = text_dates(dtypes, dates, read_header(path, fmt)) if dates else dtypes
-                frame = self._read_csv(path, columns=columns, dtypes=types, na_values=na_values)
+                types = text_dates(dtypes, dates, read_header(path, fmt, dialect)) if dates else dtypes
+                frame = self._read_csv(path, columns=columns, dtypes=types, na_values=na_values, dialect=dialect)
             elif fmt == "parquet":
                 frame = self._read_parquet(path, columns=columns, filters=pushed_filters(filters, dates))
                 if dtypes:
@@ -106,6 +109,7 @@ class Backend(ABC):
         filters: Sequence[Filter] | None = None,
         blocksize: str | int | None = "64MiB",
         dates: Mapping[str, str | None] | None = None,
+        dialect: CsvDialect = DEFAULT_DIALECT,
     ) -> Any:
         """A Dask DataFrame over a Parquet folder/file or CSV file(s) (a glob or a list works).
 
@@ -120,7 +124,7 @@ class Backend(ABC):
         first = partitioned_sources(text)[0]
         fmt = (format or infer_format(first)).lower()
         if first.exists():                  # a local file or folder (a remote URL is the reader's)
-            check_source(first, fmt)
+            check_source(first, fmt, dialect)
         try:
             with dask.config.set({"dataframe.backend": self.dask_backend}):
                 if fmt == "parquet":
@@ -128,10 +132,12 @@ class Backend(ABC):
                     frame = dd.read_parquet(text, columns=list(columns) if columns else None,
                                             filters=[tuple(f) for f in pushed] if pushed else None)
                 elif fmt == "csv":
-                    types = text_dates(dtypes, dates, read_header(first, fmt) if dates and first.is_file() else None)
+                    types = text_dates(dtypes, dates,
+                                       read_header(first, fmt, dialect) if dates and first.is_file() else None)
                     frame = dd.read_csv(text, usecols=list(columns) if columns else None,
                                         dtype=dict(types) if types else None,
-                                        na_values=list(na_values) if na_values else None, blocksize=blocksize)
+                                        na_values=list(na_values) if na_values else None, blocksize=blocksize,
+                                        **self.partitioned_csv_options(dialect))
                 else:
                     raise DataError(f"{text}: unknown format '{fmt}' (expected csv or parquet)")
         except DataError:
@@ -166,8 +172,12 @@ class Backend(ABC):
         parsed = self.frame.to_datetime(text, format=fmt, errors="coerce")
         return parsed, parsed.isna() & text.notna()
 
+    def partitioned_csv_options(self, dialect: CsvDialect) -> dict[str, Any]:
+        """What Dask's ``read_csv`` (pandas' on each partition here) takes for ``dialect``."""
+        return dialect.reader_options()
+
     @abstractmethod
-    def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> Any: ...
+    def _read_csv(self, path: Path, *, columns, dtypes, na_values, dialect: CsvDialect = DEFAULT_DIALECT) -> Any: ...
 
     @abstractmethod
     def _read_parquet(self, path: Path, *, columns, filters) -> Any: ...

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.contract import Backend
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.csv_reader import read_csv_frame
 from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
@@ -59,9 +60,9 @@ class CpuBackend(Backend):
         cached result of one engine is not taken for the other's)."""
         return {**super().versions(), "table_engine": self.table_engine_name}
 
-    def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> pd.DataFrame:
+    def _read_csv(self, path: Path, *, columns, dtypes, na_values, dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
         # pyarrow's reader on every core, giving the C parser's frame (backends.csv_reader).
-        return read_csv_frame(path, columns=columns, dtypes=dtypes, na_values=na_values)
+        return read_csv_frame(path, columns=columns, dtypes=dtypes, na_values=na_values, dialect=dialect)
 
     def _read_parquet(self, path: Path, *, columns, filters) -> pd.DataFrame:
         frame = pd.read_parquet(

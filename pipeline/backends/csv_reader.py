@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.input_files import check_row_widths, one_line, read_header, row_width_error
 
 log = logging.getLogger("pipeline")
@@ -75,16 +76,20 @@ class CParserNeeded(Exception):
 
 
 def read_csv_frame(path: Path, *, columns: Sequence[str] | None = None, dtypes: Mapping[str, str] | None = None,
-                   na_values: Sequence[str] | None = None) -> pd.DataFrame:
+                   na_values: Sequence[str] | None = None, dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
     """``path`` as the frame pandas' C parser gives (see the module's docstring), read by pyarrow
     on every core where it can give it. A row wider than the header is refused whatever is read
-    (``input_files.row_width_error``); the C parser's own errors are raised as they are."""
+    (``input_files.row_width_error``); the C parser's own errors are raised as they are. A file
+    of another dialect than the default (a separator, encoding, decimal mark or thousands
+    separator of its own) is the C parser's: its options are the ones users know from pandas."""
     try:
+        if not dialect.is_default:
+            raise CParserNeeded(f"the CSV dialect ({dialect.describe()})")
         return read_with_arrow(path, columns=columns, dtypes=dtypes, na_values=na_values)
     except CParserNeeded as why:
         reason = str(why)
         if columns:                            # the C parser drops the extra fields of the rows it reads
-            check_row_widths(path)
+            check_row_widths(path, dialect)
     except pa.ArrowException as exc:
         if columns:                            # the C parser drops the extra fields of the rows it reads
             wide = row_width_error(path, exc)
@@ -92,14 +97,16 @@ def read_csv_frame(path: Path, *, columns: Sequence[str] | None = None, dtypes: 
                 raise wide from None
         reason = f"pyarrow: {one_line(exc)}"
     log.debug("%s: read with pandas' C parser (%s)", path, reason)
-    return read_with_c_parser(path, columns=columns, dtypes=dtypes, na_values=na_values)
+    return read_with_c_parser(path, columns=columns, dtypes=dtypes, na_values=na_values, dialect=dialect)
 
 
 def read_with_c_parser(path: Path, *, columns: Sequence[str] | None = None, dtypes: Mapping[str, str] | None = None,
-                       na_values: Sequence[str] | None = None) -> pd.DataFrame:
+                       na_values: Sequence[str] | None = None,
+                       dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
     """pandas' C parser on one core, floats correctly rounded as pyarrow reads them."""
     return pd.read_csv(path, usecols=list(columns) if columns else None, dtype=dict(dtypes) if dtypes else None,
-                       na_values=list(na_values) if na_values else None, float_precision="round_trip")
+                       na_values=list(na_values) if na_values else None, float_precision="round_trip",
+                       **dialect.reader_options())
 
 
 def read_with_arrow(path: Path, *, columns: Sequence[str] | None = None, dtypes: Mapping[str, str] | None = None,

@@ -20,6 +20,7 @@ import cupy as cp
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.contract import Backend
 from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
@@ -45,13 +46,27 @@ class GpuBackend(Backend):
     bool_dtype = "bool"            # cuDF's bool columns hold nulls already
     _distributions = ("cudf", "cuml", "cupy", "dask_cuda", "pandas", "pyarrow", "xgboost", "lightgbm", "catboost")
 
-    def _read_csv(self, path: Path, *, columns, dtypes, na_values) -> cudf.DataFrame:
+    def _read_csv(self, path: Path, *, columns, dtypes, na_values, dialect: CsvDialect = DEFAULT_DIALECT) -> cudf.DataFrame:
+        if not dialect.utf8:
+            # cuDF reads UTF-8 only: another encoding is decoded by pandas' C parser on the host.
+            from pipeline.backends.csv_reader import read_with_c_parser
+
+            return cudf.from_pandas(read_with_c_parser(path, columns=columns, dtypes=dtypes, na_values=na_values,
+                                                       dialect=dialect))
         return cudf.read_csv(
             str(path),
             usecols=list(columns) if columns else None,
             dtype=dict(dtypes) if dtypes else None,
             na_values=list(na_values) if na_values else None,
+            **dialect.reader_options(),
         )
+
+    def partitioned_csv_options(self, dialect: CsvDialect) -> dict[str, Any]:
+        """dask_cudf's ``read_csv`` reads UTF-8 only: another encoding is refused by name."""
+        if not dialect.utf8:
+            raise DataError(f"a partitioned read on the GPU takes UTF-8 CSV files only (encoding: {dialect.encoding}); "
+                            "convert the files (iconv -f ... -t utf-8), or read them with device: cpu")
+        return dialect.reader_options()
 
     def _read_parquet(self, path: Path, *, columns, filters) -> cudf.DataFrame:
         return cudf.read_parquet(

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.input_files import (
-    check_header_names, infer_format, one_line, partitioned_sources, read_errors, read_header,
+    check_header_names, check_separator, infer_format, one_line, partitioned_sources, read_errors, read_header,
 )
 from pipeline.core.errors import DataError, input_not_found
 
@@ -91,23 +92,26 @@ class HeaderReader:
 
     def __init__(self, *, before_run: bool = False) -> None:
         self.before_run = before_run
-        self._seen: dict[tuple[str, str | None, bool], ColumnSet | None] = {}
+        self._seen: dict[tuple[str, str | None, bool, CsvDialect], ColumnSet | None] = {}
 
-    def columns(self, path: str, *, format: str | None = None, partitioned: bool = False) -> ColumnSet | None:
-        """The columns the table at ``path`` has, as a load reads it; None when they cannot be
-        known without reading data (a remote URL, a pipe with ``before_run``). A file that
-        is missing or unreadable is a ``DataError``, as it is when the load runs."""
-        key = (path, format, partitioned)
+    def columns(self, path: str, *, format: str | None = None, partitioned: bool = False,
+                dialect: CsvDialect = DEFAULT_DIALECT) -> ColumnSet | None:
+        """The columns the table at ``path`` has, as a load reads it (a CSV file with
+        ``dialect``); None when they cannot be known without reading data (a remote URL, a pipe
+        with ``before_run``). A file that is missing or unreadable is a ``DataError``, as it is
+        when the load runs; so is a CSV header that ``dialect``'s separator leaves as one column
+        holding another separator."""
+        key = (path, format, partitioned, dialect)
         if key not in self._seen:
             try:
-                self._seen[key] = self._read(path, format, partitioned)
+                self._seen[key] = self._read(path, format, partitioned, dialect)
             except DataError:
                 if not self.before_run:
                     raise
                 self._seen[key] = None
         return self._seen[key]
 
-    def _read(self, path: str, format: str | None, partitioned: bool) -> ColumnSet | None:
+    def _read(self, path: str, format: str | None, partitioned: bool, dialect: CsvDialect) -> ColumnSet | None:
         if partitioned:
             if "://" in path:
                 return None
@@ -124,7 +128,9 @@ class HeaderReader:
         if first.is_dir():
             names = _dataset_columns(first, fmt)
         else:
-            names = read_header(first, fmt)
+            names = read_header(first, fmt, dialect)
+            if fmt == "csv":
+                check_separator(first, names, dialect)
             check_header_names(first, names)
             if fmt == "csv":
                 names = _pandas_names(names)

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, one_column_header, show
 from pipeline.core.errors import DataError, input_not_found
 
 
@@ -33,7 +34,7 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
 
 
-def check_source(path: Path, fmt: str) -> None:
+def check_source(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> None:
     """Refuse what the readers accept quietly or report without naming the file.
 
     A folder without data files reads as a table with no columns; a CSV header that names
@@ -52,7 +53,22 @@ def check_source(path: Path, fmt: str) -> None:
                     f"{path}/*.csv") if csvs else ""
             raise DataError(f"no .parquet files in {path}{hint}")
         path = files[0]
-    check_header_names(path, read_header(path, fmt))
+    names = read_header(path, fmt, dialect)
+    if fmt == "csv":
+        check_separator(path, names, dialect)
+    check_header_names(path, names)
+
+
+def check_separator(path: Path, names: Sequence[str], dialect: CsvDialect = DEFAULT_DIALECT) -> None:
+    """Refuse a header that ``dialect``'s separator left as one column holding another likely
+    one (a ``;``-separated file read as comma-separated), naming the key to set, once, instead
+    of every column the config names being reported missing."""
+    found = one_column_header(list(names), dialect)
+    if found is not None:
+        shown = names[0] if len(names[0]) <= 80 else names[0][:77] + "..."
+        raise DataError(f"{path}: the header reads as one column, {shown!r}, with the separator "
+                        f"{show(dialect.sep)}; the file looks {show(found)}-separated: set sep: {show(found)} on "
+                        "the load stage that reads it")
 
 
 def check_header_names(path: Path, names: Sequence[str]) -> None:
@@ -66,7 +82,7 @@ def check_header_names(path: Path, names: Sequence[str]) -> None:
 _WIDTH_ERROR = re.compile(r"Expected (\d+) columns, got (\d+): ?(.*)", re.S)
 
 
-def check_row_widths(path: Path) -> None:
+def check_row_widths(path: Path, dialect: CsvDialect = DEFAULT_DIALECT) -> None:
     """Refuse a CSV row with more fields than the header when only some columns are read.
 
     Reading every column, pandas and cuDF refuse such a row themselves; reading some
@@ -80,7 +96,8 @@ def check_row_widths(path: Path) -> None:
 
     try:
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=True,
-                                                                     block_size=1 << 24),
+                                                                     block_size=1 << 24, encoding=dialect.encoding),
+                                parse_options=pacsv.ParseOptions(delimiter=dialect.sep),
                                 convert_options=pacsv.ConvertOptions(include_columns=["f0"],
                                                                      column_types={"f0": pa.string()}))
         for _ in reader:
@@ -111,9 +128,10 @@ def parquet_files(folder: Path) -> list[Path]:
                   and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts))
 
 
-def read_header(path: Path, fmt: str) -> list[str]:
+def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:
     """Column names exactly as the file holds them (pandas renames a repeated name; this does
-    not): the first non-blank line of a CSV, the schema of a Parquet file."""
+    not): the first non-blank line of a CSV (read with ``dialect``'s separator and encoding),
+    the schema of a Parquet file."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -122,10 +140,13 @@ def read_header(path: Path, fmt: str) -> list[str]:
         except read_errors() as exc:
             raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            row = next((r for r in csv.reader(fh) if r), None)
+        with open(path, newline="", encoding=dialect.text_encoding) as fh:
+            row = next((r for r in csv.reader(fh, delimiter=dialect.sep) if r), None)
     except (csv.Error, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not a text CSV file ({one_line(exc)})") from exc
+        text_like = isinstance(exc, UnicodeDecodeError) and b"\x00" not in bytes(exc.object[:4096])
+        hint = "" if not text_like or not dialect.utf8 else (
+            "; if it was written by an older Windows program, set encoding: cp1252 (or latin-1) on its load stage")
+        raise DataError(f"{path} is not a text CSV file in {dialect.encoding} ({one_line(exc)}){hint}") from exc
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if row is None:

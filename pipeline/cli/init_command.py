@@ -107,6 +107,8 @@ def _summary(draft: Scaffold, console: Console) -> None:
     """What was read, the task and why, each column's role and what the config does with it."""
     sample = draft.sample
     console.print(Text(f"{sample.path}: read {sample.describe()}, {len(sample.frame.columns)} columns"))
+    if sample.notes:                   # what the sniffer found: the load's sep, encoding, decimal
+        console.print(Text(f"read as: {'; '.join(sample.notes)} ({sample.dialect.describe()})"))
     console.print(Text(f"task: {draft.task.kind} ({draft.task.reason})"))
     table = Table(title="columns", title_justify="left")
     for heading in ("column", "role", "seen in the sample", "in the config"):

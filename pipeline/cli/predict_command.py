@@ -29,6 +29,12 @@ _DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
 @click.option("--na-values", multiple=True, metavar="TEXT",
               help="Strings read as missing in CSV input (repeatable). Default: those the run's load stage "
                    "read as missing (its na_values); given here, they replace them.")
+@click.option("--sep", metavar="CHAR", help="CSV input's field separator (a tab: '\\t' or tab). Default: the "
+                                          "run's load stage's (its sep), else a comma.")
+@click.option("--encoding", metavar="CODEC", help="CSV input's text encoding (utf-8, cp1252, latin-1...). Default: "
+                                                 "the run's load stage's.")
+@click.option("--decimal", metavar="CHAR", help="CSV input's decimal mark ('.' or ','). Default: the run's.")
+@click.option("--thousands", metavar="CHAR", help="CSV input's thousands separator. Default: the run's (none).")
 @click.option("--partitioned", is_flag=True,
               help="Score partition by partition with Dask into a Parquet folder: input larger than memory.")
 @click.option("--scheduler", metavar="ADDRESS",
@@ -41,6 +47,7 @@ _DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
 @handle_errors
 def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str, pipeline_name: str | None,
             device: str, threshold: float | None, drift_threshold: float | None, na_values: tuple[str, ...],
+            sep: str | None, encoding: str | None, decimal: str | None, thousands: str | None,
             partitioned: bool, scheduler: str | None, as_of: str | None, log_format: str) -> None:
     """Score the rows of --input with a model of --run and write --output.
 
@@ -67,7 +74,8 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
                            device=device, threshold=threshold, na_values=list(na_values) or None,
                            partitioned=partitioned, scheduler=scheduler, as_of=as_of,
-                           drift_threshold=drift_threshold)
+                           drift_threshold=drift_threshold,
+                           csv_options={"sep": sep, "encoding": encoding, "decimal": decimal, "thousands": thousands})
     how = f"threshold {result.threshold:g}" if result.threshold is not None else result.task
     line = (f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
             f"{how}) -> {result.output} in {result.seconds:.2f}s")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, SNIFF_BYTES, CsvDialect, sniff
 from pipeline.backends.input_files import check_source, infer_format, one_line, parquet_files, read_errors, read_header
 from pipeline.core.errors import DataError
 
@@ -42,6 +43,8 @@ class Sample:
     complete: bool
     total_exact: bool = True
     notes: list[str] = field(default_factory=list)
+    # How the CSV file is written, as sniffed from its first bytes (the default for Parquet).
+    dialect: CsvDialect = DEFAULT_DIALECT
 
     def describe(self) -> str:
         """``all 7,043 rows`` or ``20,000 of about 1,200,000 rows``."""
@@ -63,9 +66,11 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
     if not path.exists():
         raise DataError(f"{path}: no such file or folder (looked in {Path.cwd()})")
     fmt = format_of(path, fmt)
-    check_source(path, fmt)            # an empty folder, a header naming a column twice
+    dialect, notes = sniff_file(path) if fmt == "csv" else (DEFAULT_DIALECT, [])
+    check_source(path, fmt, dialect)   # an empty folder, a header naming a column twice
     if fmt == "csv":
-        sample = _csv_sample(path, na_values, max_rows, max_bytes)
+        sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)
+        sample.dialect, sample.notes = dialect, [*notes, *sample.notes]
     else:
         sample = _parquet_sample(path, max_rows)
     if not len(sample.frame.columns):
@@ -81,19 +86,30 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
     return sample
 
 
-def _csv_sample(path: Path, na_values: list[str] | None, max_rows: int, max_bytes: int) -> Sample:
+def sniff_file(path: Path) -> tuple[CsvDialect, list[str]]:
+    """The dialect of a CSV file's first bytes (``csv_dialect.sniff``), and what was found."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return sniff(head)
+
+
+def _csv_sample(path: Path, na_values: list[str] | None, max_rows: int, max_bytes: int,
+                dialect: CsvDialect = DEFAULT_DIALECT) -> Sample:
     size = path.stat().st_size
-    read_header(path, "csv")           # an empty file: "is empty: a CSV file needs a header line"
+    read_header(path, "csv", dialect)  # an empty file: "is empty: a CSV file needs a header line"
     if size <= max_bytes:
-        frame = _parse_csv(path, path, na_values)
+        frame = _parse_csv(path, path, na_values, dialect=dialect)
         return Sample(frame, path, "csv", total_rows=len(frame), complete=True)
     data, parsed_bytes = _csv_windows(path, size, max_bytes)
     try:
-        frame = _parse_csv(io.BytesIO(data), path, na_values)
+        frame = _parse_csv(io.BytesIO(data), path, na_values, dialect=dialect)
     except DataError:
         # A window began inside a quoted field that spans lines: the head alone is whole lines.
         data, parsed_bytes = _csv_windows(path, size, max_bytes, windows=1)
-        frame = _parse_csv(io.BytesIO(data), path, na_values)
+        frame = _parse_csv(io.BytesIO(data), path, na_values, dialect=dialect)
     per_row = parsed_bytes / max(len(frame), 1)
     total = max(len(frame), int(round(size / per_row))) if per_row else len(frame)
     return Sample(frame, path, "csv", total_rows=total, complete=False, total_exact=False)
@@ -117,10 +133,12 @@ def _csv_windows(path: Path, size: int, max_bytes: int, *, windows: int = WINDOW
     return data, len(data)
 
 
-def _parse_csv(source: Any, path: Path, na_values: list[str] | None, nrows: int | None = None) -> pd.DataFrame:
+def _parse_csv(source: Any, path: Path, na_values: list[str] | None, nrows: int | None = None, *,
+               dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
     try:
         # low_memory=False: types from the whole (bounded) sample, without pandas' mixed-type warning.
-        return pd.read_csv(source, na_values=list(na_values) if na_values else None, nrows=nrows, low_memory=False)
+        return pd.read_csv(source, na_values=list(na_values) if na_values else None, nrows=nrows, low_memory=False,
+                           **dialect.reader_options())
     except read_errors() as exc:
         raise DataError(f"cannot read {path} as csv: {one_line(exc)}") from exc
 

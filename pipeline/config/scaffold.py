@@ -450,6 +450,18 @@ def render_op(op: Op, indent: int = 6) -> list[str]:
     return lines
 
 
+# Why init writes each CSV dialect key (the sniffer found the file written so).
+_DIALECT_WHY = {"sep": "the fields are separated by this, not a comma",
+                "encoding": "the bytes are not UTF-8: this reads them",
+                "decimal": "numbers are written with a decimal comma",
+                "thousands": "and with this between thousands"}
+
+
+def _quoted(value: str) -> str:
+    """A YAML scalar for one character or a codec name: a tab as "\\t", the rest single-quoted."""
+    return '"\\t"' if value == "\t" else "'" + value.replace("'", "''") + "'"
+
+
 def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], target: str, choice: TaskChoice,
            columns: list[Column], id_column: str | None, ops: list[Op], models: list[tuple[str, dict[str, Any], str]],
            notes: list[str], auto: bool = False) -> str:
@@ -475,6 +487,8 @@ def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], targ
     add(f"    path: {scalar(data_path)}")
     if _format_by_name(data_path) != sample.format:
         add(f"    format: {sample.format}         # the file's name does not say")
+    for key, value in sample.dialect.to_config().items():
+        add(f"    {key}: {_quoted(value)}" + f"   # {_DIALECT_WHY[key]}")
     if tokens:
         add(f"    na_values: {flow(tokens)}" + "   # read as missing: placeholders seen in the sample")
     dates = load_dates(columns)

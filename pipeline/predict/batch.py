@@ -28,6 +28,7 @@ passes the device name on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -38,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.runs import layout
 from pipeline.core.errors import DataError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
@@ -94,13 +96,16 @@ def predict_batch(
     scheduler: str | None = None,
     as_of: str | None = None,
     drift_threshold: float | None = None,
+    csv_options: Mapping[str, str | None] | None = None,
 ) -> PredictResult:
     """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
 
     ``run`` is a run id, a run folder or ``"latest"`` (under ``runs_dir``/``pipeline``);
     ``na_values`` defaults to the strings the run's load read as missing (and the run's
     ``dtypes`` always apply): new rows are read as the training rows were (a given list, even
-    an empty one, replaces the run's).
+    an empty one, replaces the run's). CSV input is read in the run's load's dialect
+    (separator, encoding, decimal mark, thousands separator); ``csv_options`` (``sep``,
+    ``encoding``, ``decimal``, ``thousands``) replace the ones given.
     ``model`` defaults to the run's best model; ``device`` is ``cpu``, ``gpu`` or ``auto``
     (None: auto); ``threshold`` (binary models only; a ``UsageError`` for any other) defaults
     to the threshold of the run's reported evaluation, else 0.5.
@@ -148,16 +153,17 @@ def predict_batch(
     read, backend, saved = opened.read, opened.backend, opened.saved
     if na_values is None:                                # the run's own unless the caller says otherwise
         na_values = read["na_values"] or None
+    dialect = input_dialect(read["dialect"], csv_options)
     id_column = saved.meta.get("id_column")
     if partitioned:
         rows, counts = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values,
-                                            scheduler, dates=read["dates"])
+                                            scheduler, dates=read["dates"], dialect=dialect)
     else:
         if as_of is not None:
             frame = rebuilt_input(run_dir, name, files, as_of, saved, backend)
         else:
             frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column,
-                               na_values=na_values, dtypes=read["dtypes"], dates=read["dates"])
+                               na_values=na_values, dtypes=read["dtypes"], dates=read["dates"], dialect=dialect)
         table, counts = scores_with_counts(frame, saved, name, threshold, backend)
         rows = len(table)
         write_table(table, output, out_format)
@@ -247,19 +253,53 @@ def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any
 def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,
                          threshold: float | None, id_column: str | None, na_values: Sequence[str] | None,
                          scheduler: str | None, *,
-                         dates: Mapping[str, str | None] | None = None) -> tuple[int, Counts | None]:
+                         dates: Mapping[str, str | None] | None = None,
+                         dialect: CsvDialect = DEFAULT_DIALECT) -> tuple[int, Counts | None]:
     """The same header and type checks as in memory, on each file's header and Dask's meta;
     returns the rows and their drift counts."""
     from pipeline.predict.partition_scoring import score_partitioned
 
     fitted = saved.workflow.input_columns_
-    needed = check_headers(files, fitted, id_column)
+    needed = check_headers(files, fitted, id_column, dialect)
     text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
     return score_partitioned(saved, name, files, output, backend=backend, threshold=threshold, needed=needed,
                              text_columns=text_columns, na_values=na_values, scheduler=scheduler,
-                             dates={c: f for c, f in (dates or {}).items() if c in needed} or None,
+                             dates={c: f for c, f in (dates or {}).items() if c in needed} or None, dialect=dialect,
                              check=lambda meta, source, fmt: check_types(meta, fitted, backend, source=source,
                                                                          fmt=fmt))
+
+
+def input_dialect(run: CsvDialect, options: Mapping[str, str | None] | None) -> CsvDialect:
+    """The run's CSV dialect with the caller's ``sep``, ``encoding``, ``decimal`` and
+    ``thousands`` in place of its own; a bad one is a ``UsageError`` naming the option."""
+    if not options:
+        return run
+    import codecs
+
+    from pipeline.backends.csv_dialect import normalize_separator
+
+    given: dict[str, Any] = {key: value for key, value in options.items() if value is not None}
+    unknown = sorted(set(given) - {"sep", "encoding", "decimal", "thousands"})
+    if unknown:
+        raise UsageError(f"unknown CSV option(s) {unknown}: sep, encoding, decimal and thousands are known")
+    if "sep" in given:
+        given["sep"] = normalize_separator(str(given["sep"]))
+    if given.get("thousands") == "":                   # --thousands '': numbers have none
+        given["thousands"] = None
+    for key in ("sep", "decimal", "thousands"):
+        if given.get(key) is not None and len(str(given[key])) != 1:
+            raise UsageError(f"--{key} must be one character, not {given[key]!r}")
+    if "encoding" in given:
+        try:
+            codecs.lookup(str(given["encoding"]))
+        except LookupError:
+            raise UsageError(f"--encoding {given['encoding']!r} is not a known text encoding (utf-8, cp1252, "
+                             "latin-1...)") from None
+    dialect = dataclasses.replace(run, **given)
+    marks = [m for m in (dialect.sep, dialect.decimal, dialect.thousands) if m]
+    if len(set(marks)) != len(marks):
+        raise UsageError(f"the CSV separator, decimal mark and thousands separator must differ ({dialect.describe()})")
+    return dialect
 
 
 # ------------------------------------------------------------------ output

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.core.errors import DataError, UsageError
 from pipeline.metrics.drift import Counts, sum_counts
 
@@ -35,7 +36,8 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
                       backend: Any, threshold: float | None, needed: list[str], text_columns: list[str],
                       na_values: Sequence[str] | None, scheduler: str | None,
                       check: Callable[[Any, Path, str], Any],
-                      dates: Mapping[str, str | None] | None = None) -> tuple[int, Counts | None]:
+                      dates: Mapping[str, str | None] | None = None,
+                      dialect: CsvDialect = DEFAULT_DIALECT) -> tuple[int, Counts | None]:
     """Score every row of ``files`` into the Parquet folder ``output``; returns the row count
     and the drift counts of all rows (None when the model has no reference profile).
 
@@ -57,7 +59,7 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
     dtypes = {c: "str" for c in text_columns} if fmt == "csv" else None
     frame = backend.read_partitioned([str(path) for path, _ in files], format=fmt, columns=needed,
                                      dtypes=dtypes, na_values=list(na_values) if na_values else None,
-                                     dates=dict(dates) if dates else None)
+                                     dates=dict(dates) if dates else None, dialect=dialect)
     source = files[0][0].parent if len(files) > 1 else files[0][0]
     check(frame._meta_nonempty, source, fmt)
     # One task per partition (its read fused in) gives its table and its counts: the tables

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.runs import layout
 from pipeline.runs.record import RunManifest
@@ -48,16 +49,18 @@ def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
 
 def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,
                id_column: str | None = None, na_values: Sequence[str] | None = None,
-               dtypes: Mapping[str, str] | None = None, dates: Mapping[str, str | None] | None = None) -> Any:
+               dtypes: Mapping[str, str] | None = None, dates: Mapping[str, str | None] | None = None,
+               dialect: CsvDialect = DEFAULT_DIALECT) -> Any:
     """Read and check every file, then concatenate them (in order).
 
     All headers are checked before any file is read in full, then each file's types, so a
     schema problem is reported before any scoring and names the file. Only the columns the
     workflow needs (and the id) are read; extra columns are ignored. ``dtypes``: the run's
     load dtypes (those of columns read here apply); ``dates``: the run's load date formats (the
-    same: new rows' dates parse as the training rows' did).
+    same: new rows' dates parse as the training rows' did); ``dialect``: how the CSV files are
+    written (the run's load's, unless the caller was told otherwise).
     """
-    needed = check_headers(files, fitted, id_column)
+    needed = check_headers(files, fitted, id_column, dialect)
     text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
     run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
     run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
@@ -67,18 +70,20 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
         # otherwise become numbers and silently match no category.
         types = {**run_dtypes, **({c: "str" for c in text_columns} if fmt == "csv" else {})} or None
         frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
-                             na_values=list(na_values) if na_values else None, dates=run_dates)
+                             na_values=list(na_values) if na_values else None, dates=run_dates, dialect=dialect)
         frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
     if len(frames) == 1:
         return frames[0]
     return backend.frame.concat(frames, ignore_index=True)
 
 
-def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_column: str | None) -> list[str]:
-    """The columns to read; every file must have them (the first file missing any is named)."""
+def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_column: str | None,
+                  dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:
+    """The columns to read; every file must have them (the first file missing any is named; a
+    CSV header that ``dialect``'s separator leaves as one column says which separator to set)."""
     needed = list(fitted) + ([id_column] if id_column and id_column not in fitted else [])
     for path, fmt in files:
-        present = set(_header(path, fmt))
+        present = set(_header(path, fmt, dialect))
         missing = [c for c in needed if c not in present]
         if missing:
             raise DataError(f"{path}: missing column(s) {missing} that the model needs"
@@ -86,11 +91,14 @@ def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_colu
     return needed
 
 
-def _header(path: Path, fmt: str) -> list[str]:
+def _header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:
     """The names as the file has them (a repeated name is refused when the file is read)."""
-    from pipeline.backends.input_files import read_header
+    from pipeline.backends.input_files import check_separator, read_header
 
-    return read_header(path, fmt)
+    names = read_header(path, fmt, dialect)
+    if fmt == "csv":
+        check_separator(path, names, dialect)
+    return names
 
 
 def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Path, fmt: str) -> Any:
@@ -139,11 +147,13 @@ def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> d
     na_values: list[str] = []
     dtypes: dict[str, str] = {}
     dates: dict[str, str | None] = {}
+    dialects: set[CsvDialect] = set()
     for stage in sorted(upstream):
         record_ = manifest.stages.get(stage)
         options = record_.facts.get("read_options") if record_ is not None else None
         if not isinstance(options, dict):
             continue
+        dialects.add(_recorded_dialect(options))
         values = options.get("na_values")
         na_values += [v for v in values if isinstance(v, str) and v not in na_values] if isinstance(values, list) else []
         types = options.get("dtypes")
@@ -152,7 +162,24 @@ def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> d
         formats = options.get("dates")
         if isinstance(formats, dict):
             dates.update({k: v for k, v in formats.items() if isinstance(k, str) and (v is None or isinstance(v, str))})
-    return {"na_values": na_values, "dtypes": dtypes, "dates": dates}
+    # One CSV dialect among the reads upstream is the one new rows are read with; reads of
+    # different dialects leave the default (the caller's options say which).
+    dialect = dialects.pop() if len(dialects) == 1 else DEFAULT_DIALECT
+    return {"na_values": na_values, "dtypes": dtypes, "dates": dates, "dialect": dialect}
+
+
+def _recorded_dialect(options: Mapping[str, Any]) -> CsvDialect:
+    """The CSV dialect a load recorded in its read options (keys left out: the default's; a
+    value of the wrong type or an unknown encoding is ignored, as the rest of the record)."""
+    import codecs
+
+    given = {key: options[key] for key in ("sep", "encoding", "decimal", "thousands")
+             if isinstance(options.get(key), str) and len(options[key]) >= 1}
+    try:
+        codecs.lookup(given.get("encoding", "utf-8"))
+    except LookupError:
+        given.pop("encoding")
+    return CsvDialect(**given)
 
 
 def _upstream_stages(run_dir: Path, stage: str) -> set[str]:

@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
+from pipeline.backends.csv_dialect import CsvDialect, normalize_separator
 from pipeline.backends.dates import check_date_format
 from pipeline.core.errors import DataError
 from pipeline.core.fingerprints import files_fingerprint
@@ -23,6 +24,12 @@ class LoadSpec(StageSpec):
     columns: list[str] | None = Field(None, description="Read only these columns.")
     dtypes: dict[str, str] | None = Field(None, description="Column dtypes, e.g. {customerID: str}.")
     na_values: list[str] | None = Field(None, description='Extra strings read as missing, e.g. [" "].')
+    sep: str = Field(",", description="CSV field separator: ',' (the default), ';', '|', or a tab (\"\\t\" or tab).")
+    encoding: str = Field("utf-8", description="CSV text encoding (a Python codec name): utf-8 (the default; a byte "
+                                               "order mark is skipped), cp1252, latin-1, utf-16...")
+    decimal: str = Field(".", description="CSV decimal mark: '.' (the default) or ',' (12,5).")
+    thousands: str | None = Field(None, description="CSV thousands separator in numbers, e.g. '.' for 1.234,5 "
+                                                    "(with decimal: ','); default: none.")
     filters: list[tuple[str, str, Any]] | None = Field(
         None, description='Row filters [column, op, value], all must hold: [[tenure, ">", 0]].'
     )
@@ -41,6 +48,57 @@ class LoadSpec(StageSpec):
         if self.sample is not None and self.partitioned:
             raise ValueError("sample applies to in-memory reads; a partitioned read is not sampled")
         return self
+
+    @field_validator("sep", mode="before")
+    @classmethod
+    def _one_separator(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = normalize_separator(value)
+            if len(value) != 1 or value in ('"', "\n", "\r"):
+                raise ValueError(f"sep must be one character such as ';', '|' or a tab (\"\\t\"), not {value!r}")
+        return value
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        import codecs
+
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}; give a Python codec name such as utf-8, cp1252 or "
+                             "latin-1") from None
+        return value
+
+    @field_validator("decimal", "thousands")
+    @classmethod
+    def _one_mark(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """One punctuation or space character, unlike the separator and each other (checked at
+        the later key: a number could not be told from its neighbours)."""
+        if value is None:
+            return value
+        if len(value) != 1 or value.isalnum() or value in "\n\r\"":
+            raise ValueError(f"{info.field_name} must be one punctuation or space character, not {value!r}")
+        for other in ("sep", "decimal"):
+            if other != info.field_name and info.data.get(other) == value:
+                raise ValueError(f"{info.field_name} and {other} are both {value!r}: a number could not be told "
+                                 "from its neighbours; set one of them to another character")
+        return value
+
+    @model_validator(mode="after")
+    def _csv_options_on_csv(self) -> LoadSpec:
+        fmt = self.format or ("parquet" if self.path.lower().endswith((".parquet", ".pq")) else None)
+        if fmt == "parquet" and not self.dialect.is_default:
+            keys = list(self.dialect.to_config())
+            raise ValueError(f"{', '.join(keys)} {'describe' if len(keys) > 1 else 'describes'} a CSV file; "
+                             f"{self.path} is Parquet, which records its own types: remove "
+                             f"{'them' if len(keys) > 1 else 'it'}")
+        return self
+
+    @property
+    def dialect(self) -> CsvDialect:
+        """How the CSV file is written (separator, encoding, decimal mark, thousands separator)."""
+        return CsvDialect(sep=self.sep, encoding=self.encoding, decimal=self.decimal, thousands=self.thousands)
 
     @field_validator("dates")
     @classmethod
@@ -73,7 +131,7 @@ class LoadSpec(StageSpec):
 
     def source_columns(self, headers: HeaderReader) -> ColumnSet | None:
         """The columns of the file as its header or schema names them (None: unknown)."""
-        return headers.columns(self.path, format=self.format, partitioned=self.partitioned)
+        return headers.columns(self.path, format=self.format, partitioned=self.partitioned, dialect=self.dialect)
 
     def preview(self, stage: str, inputs: Any, headers: HeaderReader) -> Preview:
         found = self.source_columns(headers)
@@ -107,11 +165,17 @@ def load_table(
     na_values: list[str] | None = None,
     filters: list[tuple[str, str, Any]] | None = None,
     dates: dict[str, str | None] | None = None,
+    sep: str = ",",
+    encoding: str = "utf-8",
+    decimal: str = ".",
+    thousands: str | None = None,
 ) -> Any:
-    """Read a table as a pandas (cpu) or cuDF (gpu) frame; ``dates`` columns as naive datetimes."""
+    """Read a table as a pandas (cpu) or cuDF (gpu) frame; ``dates`` columns as naive datetimes;
+    a CSV file written with ``sep``, ``encoding``, ``decimal`` and ``thousands``."""
     backend = get_backend(backend) if isinstance(backend, str) else backend
+    dialect = CsvDialect(sep=normalize_separator(sep), encoding=encoding, decimal=decimal, thousands=thousands)
     return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters,
-                        dates=dates)
+                        dates=dates, dialect=dialect)
 
 
 def load_fingerprint(spec: LoadSpec) -> dict[str, Any] | None:
@@ -126,6 +190,7 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         frame = ctx.backend.read_partitioned(
             spec.path, format=spec.format, columns=spec.columns, dtypes=spec.dtypes,
             na_values=spec.na_values, filters=spec.filters, blocksize=spec.blocksize, dates=spec.dates,
+            dialect=spec.dialect,
         )
         # Lazy: counting rows would read everything once more; partitions are known now.
         ctx.facts["partitions"] = int(frame.npartitions)
@@ -133,6 +198,7 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         frame = load_table(
             spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
             dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
+            **spec.dialect.to_config(),
         )
         if spec.sample is not None and len(frame) > spec.sample:
             rng = np.random.default_rng(ctx.seed)
@@ -163,5 +229,6 @@ def read_options(spec: LoadSpec) -> dict[str, Any]:
     """How this stage read its input, for the run record: ``pipeline predict`` reads new rows
     the same way (placeholders such as " " as missing, the same dtypes and date formats) unless
     told otherwise."""
-    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns, "dates": spec.dates}
+    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns, "dates": spec.dates,
+               **spec.dialect.to_config()}
     return {key: value for key, value in options.items() if value is not None}

@@ -1,0 +1,164 @@
+"""How a CSV file is written: its field separator, text encoding, decimal mark and thousands
+separator (``load``'s ``sep``, ``encoding``, ``decimal``, ``thousands``).
+
+A European spreadsheet export is ``;``-separated with ``,`` decimals; a database dump may be
+tab- or ``|``-separated; an older Windows export is cp1252 or Latin-1. Every reader of a CSV
+file (the header check, the row-width check, pandas, cuDF, Dask, the sampler of ``init``)
+takes one ``CsvDialect``, so a file is read the same way everywhere.
+
+``sniff`` guesses the dialect from a file's first bytes (``pipeline init`` writes what it
+found), and ``one_column_header`` recognises a header that the separator given did not split,
+so the message names the separator the file seems to use instead of every column as missing.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CsvDialect", "DEFAULT_DIALECT", "LIKELY_SEPARATORS", "normalize_separator", "one_column_header",
+           "sniff"]
+
+# Separators a header that reads as one column is searched for, most common first.
+LIKELY_SEPARATORS = (";", "\t", "|", ",")
+# How a tab may be written in YAML without a double-quoted escape.
+_TAB_SPELLINGS = {"\\t": "\t", "tab": "\t", "TAB": "\t"}
+# Bytes of a file the sniffer reads.
+SNIFF_BYTES = 64 * 1024
+
+
+def normalize_separator(sep: str) -> str:
+    """``sep`` as one character: ``\\t`` and ``tab`` (as a YAML file may hold them) are a tab."""
+    return _TAB_SPELLINGS.get(sep, sep)
+
+
+def show(char: str) -> str:
+    """A separator as a YAML user writes it: ``'\\t'`` for a tab, ``';'`` otherwise."""
+    return '"\\t"' if char == "\t" else repr(char)
+
+
+@dataclass(frozen=True)
+class CsvDialect:
+    """Field separator, text encoding (a Python codec name), decimal mark and thousands
+    separator (None: numbers have none) of a CSV file."""
+
+    sep: str = ","
+    encoding: str = "utf-8"
+    decimal: str = "."
+    thousands: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.reader_options() == {}
+
+    @property
+    def utf8(self) -> bool:
+        return codecs.lookup(self.encoding).name == "utf-8"
+
+    @property
+    def text_encoding(self) -> str:
+        """The codec Python's own readers open the file with (a UTF-8 byte order mark skipped)."""
+        return "utf-8-sig" if self.utf8 else self.encoding
+
+    def reader_options(self) -> dict[str, Any]:
+        """``read_csv`` keyword arguments (pandas, Dask; cuDF without ``encoding``) for what
+        differs from the default dialect."""
+        options: dict[str, Any] = {}
+        if self.sep != ",":
+            options["sep"] = self.sep
+        if not self.utf8:
+            options["encoding"] = self.encoding
+        if self.decimal != ".":
+            options["decimal"] = self.decimal
+        if self.thousands:
+            options["thousands"] = self.thousands
+        return options
+
+    def to_config(self) -> dict[str, Any]:
+        """The ``load`` keys that say this dialect (the default ones left out)."""
+        options = self.reader_options()
+        if "encoding" in options:
+            options["encoding"] = self.encoding
+        return options
+
+    def describe(self) -> str:
+        parts = [f"sep {show(self.sep)}", f"encoding {self.encoding}", f"decimal {self.decimal!r}"]
+        if self.thousands:
+            parts.append(f"thousands {self.thousands!r}")
+        return ", ".join(parts)
+
+
+DEFAULT_DIALECT = CsvDialect()
+
+
+def one_column_header(names: list[str], dialect: CsvDialect) -> str | None:
+    """The separator a header seems to use when it read as one column holding one (a
+    ``;``-separated file read with ``sep: ','``); None otherwise."""
+    if len(names) != 1:
+        return None
+    for char in LIKELY_SEPARATORS:
+        if char != dialect.sep and len(names[0].split(char)) > 1:
+            return char
+    return None
+
+
+def sniff(head: bytes) -> tuple[CsvDialect, list[str]]:
+    """The dialect a file's first bytes suggest, and notes on what was decided and why.
+
+    Encoding: UTF-8 when the bytes decode as UTF-8, else cp1252 (which reads Latin-1's letters
+    the same, and a Windows export's quotes and euro sign too). Separator: the one of
+    ``LIKELY_SEPARATORS`` that splits the first lines into the most fields, the same number on
+    each. Decimal mark: ``,`` when the separator is not a comma and numbers are written
+    ``12,5``; thousands: ``.`` (or a space) when they are written ``1.234,5``."""
+    notes: list[str] = []
+    try:
+        text, encoding = head.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":        # the sample ends inside a character
+            text, encoding = head[:exc.start].decode("utf-8"), "utf-8"
+        else:
+            text, encoding = head.decode("cp1252", errors="replace"), "cp1252"
+            notes.append(f"the bytes are not UTF-8 (byte {exc.start}): read as cp1252")
+    text = text.lstrip("\ufeff")
+    lines = [line for line in text.splitlines()[:50] if line.strip()]
+    if len(lines) > 1 and not text.endswith(("\n", "\r")):
+        lines = lines[:-1]                   # the last line of a sample may be cut short
+    sep = _separator(lines)
+    if sep != ",":
+        notes.append(f"fields are separated by {show(sep)}")
+    decimal, thousands = _number_marks(lines[1:], sep)
+    if decimal == ",":
+        notes.append("numbers are written with a decimal comma" + (f" and {thousands!r} between thousands"
+                                                                   if thousands else ""))
+    return CsvDialect(sep=sep, encoding=encoding, decimal=decimal, thousands=thousands), notes
+
+
+def _separator(lines: list[str]) -> str:
+    """The likely separator giving the most fields, the same number on every line read."""
+    best, fields = ",", 1
+    for char in LIKELY_SEPARATORS:
+        counts = {len(row) for row in csv.reader(lines, delimiter=char)}
+        if len(counts) == 1 and (count := counts.pop()) > fields:
+            best, fields = char, count
+    return best
+
+
+_DECIMAL_COMMA = re.compile(r"^[+-]?\d{1,3}(?:([. ])\d{3})*,\d+$|^[+-]?\d+,\d+$")
+
+
+def _number_marks(rows: list[str], sep: str) -> tuple[str, str | None]:
+    """(decimal mark, thousands separator) of the numbers in ``rows``: a decimal comma only
+    where the separator is not a comma and at least one value in ten that looks like a number
+    is written with one."""
+    if sep == "," or not rows:
+        return ".", None
+    values = [v.strip().strip('"') for row in csv.reader(rows, delimiter=sep) for v in row]
+    numeric = [v for v in values if re.fullmatch(r"[+-]?[\d., ]*\d[\d., ]*", v)]
+    comma = [v for v in numeric if _DECIMAL_COMMA.match(v)]
+    if not numeric or len(comma) * 10 < len(numeric):
+        return ".", None
+    grouped = {m.group(1) for v in comma if (m := _DECIMAL_COMMA.match(v)) and m.group(1)}
+    return ",", (grouped.pop() if len(grouped) == 1 else None)
