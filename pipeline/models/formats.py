@@ -395,11 +395,17 @@ def objective_serves(task: Task, family: str, classes: int) -> bool:
     return family == "binary"
 
 
+def xgboost_family(objective: str) -> str:
+    """An XGBoost objective (``binary:logistic``, ``multi:softprob``, ``reg:squarederror``) as
+    ``objective_serves`` reads it: binary, multiclass or value."""
+    return {"binary": "binary", "multi": "multiclass"}.get(objective.split(":")[0], "value")
+
+
 def _check_xgboost_objective(model: Any, task: Task, file: Path) -> None:
     """The booster's objective must give the task's scores: probabilities of one class
     (``binary:``) or of each class of the task (``multi:``), a value for regression."""
     objective = str(model.objective or "")
-    family = {"binary": "binary", "multi": "multiclass"}.get(objective.split(":")[0], "value")
+    family = xgboost_family(objective)
     if not objective_serves(task, family, model.n_classes_ if family == "multiclass" else 0):
         classes = f" of {model.n_classes_} classes" if family == "multiclass" else ""
         raise DataError(f"{file}: holds an XGBoost model with objective {objective!r}{classes} but model.json says "

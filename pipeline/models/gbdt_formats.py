@@ -58,6 +58,16 @@ def _host_matrix(X: Any, backend: Any) -> np.ndarray:
     return np.asarray(backend_for(X, backend).to_host(X))
 
 
+def lightgbm_family(objective: str) -> str:
+    """A LightGBM objective as ``objective_serves`` reads it: binary, multiclass or value."""
+    return _family(objective, _LIGHTGBM_BINARY, _LIGHTGBM_MULTICLASS)
+
+
+def catboost_family(loss_function: str) -> str:
+    """A CatBoost loss function (``MultiClass``, ``Logloss:border=0.5``) as ``objective_serves`` reads it."""
+    return _family(loss_function.split(":")[0], _CATBOOST_BINARY, _CATBOOST_MULTICLASS)
+
+
 def _family(objective: str, binary: set[str] | frozenset[str], multiclass: set[str] | frozenset[str]) -> str:
     """A library's objective name as ``objective_serves`` reads it."""
     return "binary" if objective in binary else "multiclass" if objective in multiclass else "value"

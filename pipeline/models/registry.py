@@ -25,8 +25,10 @@ from typing import Any
 
 from pipeline.models.blending import BaggedFormat, EnsembleFormat, StackFormat
 from pipeline.models.explainers import Explainer, catboost_importance, lightgbm_importance, xgboost_importance
-from pipeline.models.formats import LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat
-from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT
+from pipeline.models.formats import (
+    LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat, xgboost_family,
+)
+from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT, catboost_family, lightgbm_family
 from pipeline.models.steps import StepsOf, lightgbm_rounds, xgboost_rounds
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
@@ -391,9 +393,41 @@ def _ridge_for_device(device: str, kwargs: dict[str, Any], params: Mapping[str, 
 
 
 def _xgboost_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    problems = _objective_problems(params, task, "objective", xgboost_family)
     if "scale_pos_weight" in params and task != "binary":
-        return [f"scale_pos_weight weighs a binary task's positive class; a {task} task ignores it: remove it"]
-    return []
+        problems.append(f"scale_pos_weight weighs a binary task's positive class; a {task} task ignores it: "
+                        "remove it")
+    return problems
+
+
+# What each family of objective gives, for the messages.
+_FAMILY_GIVES = {"binary": "one class's probability", "multiclass": "each class's probability", "value": "a value"}
+
+
+def _objective_problems(params: Mapping[str, Any], task: str, key: str, family_of: Callable[[str], str]) -> list[str]:
+    """An objective (or loss function) in ``params[key]`` that cannot give ``task``'s scores: a
+    regression objective for classes, a classifier's for a regression, a multiclass one for a
+    binary task. (A binary objective on a multiclass task is left to the library: a task of
+    two classes takes it.) Caught here, such a run would train, succeed and leave a model that
+    ``predict`` refuses."""
+    value = params.get(key)
+    if not isinstance(value, str) or not value:
+        return []
+    family = family_of(value)
+    fits = {"regression": family == "value", "binary": family == "binary",
+            "multiclass": family in ("binary", "multiclass")}.get(task, True)
+    if fits:
+        return []
+    return [f"{key} {value!r} gives {_FAMILY_GIVES[family]}, and the split's task is {task}: remove {key} (the "
+            "library then chooses the task's own) or give one for the task"]
+
+
+def _lightgbm_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    return _objective_problems(params, task, "objective", lightgbm_family) + _gbdt_task_rules(params, task)
+
+
+def _catboost_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
+    return _objective_problems(params, task, "loss_function", catboost_family) + _gbdt_task_rules(params, task)
 
 
 # XGBoost's sklearn API is the same on both devices; only `device` differs.
@@ -560,7 +594,7 @@ MODELS: dict[str, ModelSpec] = {
                 cpu="pipeline.models.lightgbm_estimators:LightGBMRegressor",
                 gpu="pipeline.models.lightgbm_estimators:LightGBMRegressor",
             ),
-            task_param_rules=_gbdt_task_rules,
+            task_param_rules=_lightgbm_task_rules,
             explain=lightgbm_importance,
             fit_steps=lightgbm_rounds,
             extra="lightgbm",
@@ -584,7 +618,7 @@ MODELS: dict[str, ModelSpec] = {
                 cpu="pipeline.models.catboost_estimators:CatBoostRegressor",
                 gpu="pipeline.models.catboost_estimators:CatBoostRegressor",
             ),
-            task_param_rules=_gbdt_task_rules,
+            task_param_rules=_catboost_task_rules,
             explain=catboost_importance,
             extra="catboost",
             threads_param="thread_count",

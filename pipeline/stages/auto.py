@@ -69,7 +69,9 @@ from pipeline.metrics import HIGHER_IS_BETTER, default_metric, task_metrics
 from pipeline.models import MODELS, get_model_spec
 from pipeline.stages.ensemble import ensemble_model, fit_ensemble, fit_weights
 from pipeline.stages.features import build_features
-from pipeline.stages.spec import Preview, StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.spec import (
+    ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage,
+)
 from pipeline.stages.split import SplitData
 from pipeline.stages.train import TrainedModel, train_model
 from pipeline.stages.training.bagging import FoldBag, bag_model
@@ -188,7 +190,24 @@ class AutoSpec(StageSpec):
             raise ValueError(f"not in the portfolio: {', '.join(unknown)} (portfolio: {', '.join(known)})")
         if not models:
             raise ValueError("models must name at least one portfolio member (or be left out)")
+        twice = sorted({m for m in models if models.count(m) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(twice)} more than once; each member is fitted once: list it once")
         return models
+
+    def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
+        """Listed members that cannot serve the split's task, and a list of which none can."""
+        if self.models is None:
+            return []
+        serving = {m.label for m in portfolio_for(task, self.preset, self.models)}
+        problems: list[tuple[KeyPath, str]] = [
+            (("models", i), f"{name} cannot serve a {task} task" + ("" if serving else " (and no member listed can)"))
+            for i, name in enumerate(self.models) if name not in serving]
+        return problems
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """``id``, in the split's table (a features input names its own id: refused at ``id``)."""
+        return [ColumnRef(("id",), self.id, "id column")] if self.id is not None else []
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (source,) = inputs.values() if len(inputs) == 1 else (Preview(),)

@@ -103,12 +103,27 @@ class StackSpec(StageSpec):
     @field_validator("params")
     @classmethod
     def _known_params(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        return checked_params(info.data.get("model"), params)
+        """The named meta-model's params; with ``model`` left out, params that neither default
+        has are refused now (which default applies is checked once the task is known)."""
+        model = info.data.get("model")
+        if model is not None or "model" not in info.data:
+            return checked_params(model, params)
+        defaults = [get_model_spec(default_meta_model(task)) for task in ("binary", "regression")]
+        unknown = [key for key in params if not any(key in spec.params for spec in defaults)]
+        if unknown:
+            raise ValueError("; ".join(problem for problem in defaults[0].check_params({k: params[k] for k in unknown}))
+                             + " (model left out: the default meta-model is logistic_regression, or ridge for "
+                               "regression)")
+        return params
 
     def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
-        """A meta-model that cannot serve the split's task (a classifier for regression)."""
+        """A meta-model that cannot serve the split's task (a classifier for regression), and
+        params the task's default meta-model does not have (``model`` left out: known once the
+        task is, so here and not in the field's own check)."""
         if self.model is None:
-            return []
+            default = get_model_spec(default_meta_model(task))
+            return [(("params",), f"{problem} (the {task} task's default meta-model; set model: to choose "
+                                  "another)") for problem in default.check_params(self.params)]
         spec = get_model_spec(self.model)
         where = ("model",) if not spec.serves(task) else ("params",)
         return [(where, problem) for problem in spec.task_problems(task, self.params)]

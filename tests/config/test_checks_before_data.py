@@ -1,0 +1,115 @@
+"""Checks that ran only after training now fail ``pipeline validate`` (exit 2, the key path and
+its line): an auto stage's id that is not a column, a member listed twice or one that cannot
+serve the task, a stack's meta-model params its default model does not have, and a boosting
+objective that contradicts the split's task (a run that used to succeed and leave a model
+``predict`` refused)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.core.errors import ConfigError
+from tests.conftest import TELCO
+from tests.support.cli import run_cli
+
+HEAD = f"""\
+name: checks
+device: cpu
+stages:
+  raw:
+    kind: load
+    path: {TELCO}
+    na_values: [" "]
+  split:
+    kind: split
+    inputs: [raw]
+    target: Churn
+    task: binary
+    positive: "Yes"
+"""
+FEATURES = """\
+  features:
+    kind: features
+    inputs: [split]
+    id: customerID
+    ops:
+      - fill_missing: {columns: {type: numeric}}
+      - categorify: {columns: {type: categorical}}
+"""
+
+
+def issues(tmp_path: Path, text: str) -> list:
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "c.yaml", check_data=True)
+    return caught.value.issues
+
+
+def test_an_auto_id_that_is_not_a_column_names_the_key(tmp_path):
+    (issue,) = issues(tmp_path, HEAD + "  auto:\n    kind: auto\n    inputs: [split]\n    id: customerId\n")
+    assert issue.path == "stages.auto.id" and "customerId" in issue.message and "customerID" in issue.message
+    assert issue.line == 17
+
+
+def test_an_auto_member_listed_twice_is_refused(tmp_path):
+    (issue,) = issues(tmp_path, HEAD + "  auto:\n    kind: auto\n    inputs: [split]\n"
+                                      "    models: [lightgbm, linear, lightgbm]\n")
+    assert issue.path == "stages.auto.models" and "names lightgbm more than once" in issue.message
+
+
+def test_an_auto_member_that_cannot_serve_the_task_is_named(monkeypatch):
+    import dataclasses
+
+    from pipeline.stages import auto
+
+    only_binary = [dataclasses.replace(m, tasks=("binary",)) if m.label == "linear" else m for m in auto.PORTFOLIO]
+    monkeypatch.setattr(auto, "PORTFOLIO", tuple(only_binary))
+    spec = auto.AutoSpec(kind="auto", inputs=["split"], models=["linear", "lightgbm"])
+    assert spec.task_problems("regression") == [(("models", 0), "linear cannot serve a regression task")]
+    alone = auto.AutoSpec(kind="auto", inputs=["split"], models=["linear"])
+    assert alone.task_problems("regression")[0][1].endswith("(and no member listed can)")
+    assert spec.task_problems("binary") == []
+
+
+STACK = FEATURES + """\
+  a:
+    kind: train
+    inputs: [features]
+    model: logistic_regression
+    bag: 3
+  b:
+    kind: train
+    inputs: [features]
+    model: random_forest
+    bag: 3
+    params: {n_estimators: 10}
+  stack:
+    kind: stack
+    inputs: [a, b]
+"""
+
+
+def test_stack_params_that_its_default_meta_model_lacks_fail_before_training(tmp_path):
+    (issue,) = issues(tmp_path, HEAD + STACK + "    params: {alpha: 2.0}\n")
+    assert issue.path == "stages.stack.params"
+    assert "unknown parameter 'alpha' for model 'logistic_regression'" in issue.message
+    assert "the binary task's default meta-model" in issue.message
+    (typo,) = issues(tmp_path, HEAD + STACK + "    params: {Cx: 2.0}\n")
+    assert typo.path == "stages.stack.params" and "did you mean 'C'" in typo.message
+
+
+@pytest.mark.parametrize("model, params, words", [
+    ("lightgbm", "{objective: regression}", "objective 'regression' gives a value, and the split's task is binary"),
+    ("xgboost", "{objective: 'multi:softprob'}", "objective 'multi:softprob' gives each class's probability"),
+    ("catboost", "{loss_function: RMSE}", "loss_function 'RMSE' gives a value"),
+])
+def test_an_objective_that_contradicts_the_task_fails_validate(tmp_path, model, params, words):
+    text = HEAD + FEATURES + f"  model:\n    kind: train\n    inputs: [features]\n    model: {model}\n" \
+                             f"    params: {params}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    proc = run_cli("validate", "c.yaml", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "stages.model.params" in proc.stderr and words in proc.stderr and "Traceback" not in proc.stderr
