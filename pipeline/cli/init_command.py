@@ -85,6 +85,9 @@ def init(data: str, target: str, task: str | None, positive: str | None, output:
     if target_file is not None:
         if target_file.is_dir():
             raise UsageError(f"--output {target_file} is a folder; name a file such as {target_file / 'config.yaml'}")
+        if target_file.exists() and _same_file(target_file, Path(data)):
+            raise UsageError(f"--output {target_file} is the data file the config reads; --force never overwrites "
+                             "it: name another file, such as " + f"{pipeline_name(Path(data))}.yaml")
         if target_file.exists() and not force:
             raise UsageError(f"{target_file} exists; pass --force to overwrite it, or -o to write another file")
     draft = draft_config(data, target, task=task, positive=positive, fmt=fmt, data_path=config_data_path(data),
@@ -101,6 +104,14 @@ def init(data: str, target: str, task: str | None, positive: str | None, output:
         console.print(Text(f"run it from {Path.cwd()}: the data path in it is relative to the folder you run "
                            "pipeline in"))
     console.print(Text(f"next: pipeline run {target_file}"))
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    """Whether two paths name one file (a link or another spelling of it included)."""
+    try:
+        return one.samefile(other)
+    except OSError:
+        return False
 
 
 def _summary(draft: Scaffold, console: Console) -> None:

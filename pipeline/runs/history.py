@@ -24,7 +24,7 @@ from typing import Any
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError, StorageError, UsageError
 from pipeline.runs.layout import ALIASES, CONFIG, DELETING_PREFIX, LATEST, LOCK_FILE, MANIFEST, is_run_id, started_from_run_id
 from pipeline.runs.record import ManifestError, RunManifest, as_number, read_manifest
-from pipeline.runs.store import LockState, host_name, probe_lock
+from pipeline.runs.store import LockState, host_name, not_a_link, probe_lock
 
 FINISHED = ("succeeded", "failed", "interrupted")
 UNREADABLE = "unreadable"
@@ -81,18 +81,27 @@ def latest_target(pipeline_dir: Path) -> str | None:
 
 
 def alias_target(pipeline_dir: Path, alias: str) -> str | None:
-    """Name of the run folder ``alias`` points to, or None (it was never set)."""
+    """Name of the run folder ``alias`` points to, or None (it was never set). Something that
+    is there but is not a link (a file or folder someone put in its place) is a ``DataError``
+    naming it: read as "not set", a promotion would replace it and lose what it held."""
+    path = pipeline_dir / alias
     try:
-        return Path(os.readlink(pipeline_dir / alias)).name
+        return Path(os.readlink(path)).name
     except OSError:
+        if os.path.lexists(path):
+            raise DataError(not_a_link(path)) from None
         return None
 
 
 def aliases_of(pipeline_dir: Path) -> dict[str, str]:
-    """Run id -> the aliases pointing to it, joined (one readlink per alias)."""
+    """Run id -> the aliases pointing to it, joined (one readlink per alias; an alias that is
+    not a link points to no run here, and is refused where it is used)."""
     found: dict[str, list[str]] = {}
     for alias in ALIASES:
-        target = alias_target(pipeline_dir, alias)
+        try:
+            target = alias_target(pipeline_dir, alias)
+        except DataError:
+            continue
         if target is not None:
             found.setdefault(target, []).append(alias)
     return {run_id: ",".join(names) for run_id, names in found.items()}

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import StorageError
+from pipeline.core.errors import DataError, StorageError
 from pipeline.runs.layout import LATEST, PipelineLayout, RunLayout, format_run_id
 
 
@@ -319,6 +319,8 @@ class RunStore:
         a reader resolving it (``pipeline serve champion`` polling it) sees the old run or the
         new one, never a missing link."""
         link = self.layout.alias_link(alias)
+        if os.path.lexists(link) and not link.is_symlink():
+            raise DataError(not_a_link(link))     # never replaced: it holds something of someone's
         name = run.path.name if isinstance(run, RunDir) else Path(run).name
         tmp = self.pipeline_dir / f".{alias}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
@@ -328,6 +330,14 @@ class RunStore:
         except OSError as exc:
             _discard(tmp)
             raise cannot_write(link, exc, verb="update") from exc
+
+
+def not_a_link(path: Path) -> str:
+    """The message for an alias that is a plain file or folder: what it is, and what to do."""
+    kind = "a folder" if path.is_dir() else "a plain file"
+    return (f"'{path}' is {kind}, not a link to a run folder, so the run it means cannot be told; the pipeline "
+            f"leaves it untouched. Move it away (mv '{path}' '{path}.bak'), then promote a run again or point "
+            f"the alias with `pipeline runs promote RUN`")
 
 
 class RunDir:

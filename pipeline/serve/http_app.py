@@ -336,7 +336,13 @@ async def watch_champion(app: FastAPI, state: ServeState) -> None:
     while True:
         await asyncio.sleep(settings.reload_seconds)
         pipeline_dir = state.model.opened.run_dir.parent
-        target = await loop.run_in_executor(None, alias_target, pipeline_dir, CHAMPION)
+        try:
+            target = await loop.run_in_executor(None, alias_target, pipeline_dir, CHAMPION)
+        except DataError as exc:                          # not a link: say so once, keep serving
+            if state.failed_target != CHAMPION:
+                state.failed_target = CHAMPION
+                log.warning("serve: %s; still serving run %s", exc, state.model.run_id)
+            continue
         if target is None or target == state.model.run_id or target == state.failed_target:
             continue
         try:

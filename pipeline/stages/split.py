@@ -411,6 +411,10 @@ def _drop_missing_target(frame: Any, target: str, backend: Backend, facts: dict[
         facts["dropped_missing_target"] = dropped
     if not dropped:
         return frame
+    if dropped == len(frame):
+        raise DataError(f"missing_target: drop left no row to split: the target '{target}' is missing in all "
+                        f"{dropped:,} rows of the input; check that the target column holds the labels (a "
+                        "na_values entry or a join may have blanked them)")
     return backend.take(frame, np.flatnonzero(np.asarray(backend.to_host(present))))
 
 

@@ -322,6 +322,17 @@ def test_never_overwrites_without_force(tmp_path: Path) -> None:
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".flowers.yaml")]   # no temporary left
 
 
+def test_force_never_overwrites_the_data_file_itself(tmp_path: Path) -> None:
+    write_table(multiclass(np.random.default_rng(1)), tmp_path / "flowers.csv")
+    before = (tmp_path / "flowers.csv").read_bytes()
+    (tmp_path / "link.csv").symlink_to(tmp_path / "flowers.csv")
+    for output in ("flowers.csv", "./flowers.csv", "link.csv"):
+        refused = cli("init", "flowers.csv", "--target", "species", "-o", output, "--force", cwd=tmp_path)
+        assert refused.returncode == ExitCode.CONFIG, output
+        assert "is the data file the config reads; --force never overwrites it" in refused.stderr
+    assert (tmp_path / "flowers.csv").read_bytes() == before
+
+
 def test_output_dash_prints_the_config(tmp_path: Path) -> None:
     write_table(multiclass(np.random.default_rng(1)), tmp_path / "flowers.csv")
     printed = cli("init", "flowers.csv", "--target", "species", "-o", "-", cwd=tmp_path)

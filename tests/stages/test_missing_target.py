@@ -49,6 +49,13 @@ def test_drop_splits_the_other_rows_and_counts_the_dropped(task, positive):
     assert set(kept["x"].round(12)) == set(frame.loc[frame["y"].notna(), "x"].round(12))
 
 
+def test_drop_with_every_target_missing_says_so_with_the_count():
+    frame = frame_with_gaps("binary").assign(y=None)
+    with pytest.raises(DataError, match="missing_target: drop left no row to split: the target 'y' is missing in "
+                                        "all 60 rows of the input"):
+        split_frame(frame, "y", positive="Yes", seed=1, missing_target="drop")
+
+
 def test_drop_counts_zero_when_nothing_is_missing():
     frame = frame_with_gaps("binary").dropna()
     facts: dict = {}

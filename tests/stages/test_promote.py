@@ -309,3 +309,22 @@ def test_the_runner_points_the_aliases_a_stage_lists_and_ignores_other_names(tmp
 ])
 def test_the_decision_follows_the_metric_direction(metric, new, champion, rule, decision):
     assert decide_promotion(metric, new, champion, **rule)[0] == decision
+
+
+def test_a_champion_that_is_a_plain_file_is_refused_named_and_left_untouched(tmp_path):
+    """Read as "no champion yet", a plain file in the alias's place was promoted over and lost."""
+    from pipeline.core.errors import DataError
+    from pipeline.runs.store import RunStore
+
+    config = project(tmp_path)
+    pipeline_dir = tmp_path / "runs" / "nightly"
+    pipeline_dir.mkdir(parents=True)
+    (pipeline_dir / "champion").write_text("run-2026-11-30 # chosen by hand\n")
+    with pytest.raises(DataError, match=r"champion' is a plain file, not a link to a run folder.*mv .*champion\.bak"):
+        run(config)
+    assert (pipeline_dir / "champion").read_text() == "run-2026-11-30 # chosen by hand\n"
+    finished = next(p for p in pipeline_dir.iterdir() if p.is_dir() and not p.is_symlink()
+                    and not p.name.startswith("."))
+    with pytest.raises(DataError, match="is a plain file"):        # nor replaced by a direct move
+        RunStore(pipeline_dir.parent, "nightly").mark_alias(finished, "champion")
+    assert (pipeline_dir / "champion").read_text() == "run-2026-11-30 # chosen by hand\n"
