@@ -271,9 +271,10 @@ class FeatureWorkflow:
         become infinity there); narrower dtypes always do."""
         wide = [c for c in frame.columns if str(frame[c].dtype) == "float64"]
         for column in _beyond(frame, wide, backend, FLOAT32_MAX):
+            row, value = first_row_beyond(frame[column], backend, FLOAT32_MAX)
             raise DataError(f"column '{column}' reaches values beyond the float32 range (about ±3.4e38) in the "
-                            f"{what} after the feature ops, and the models read float32; scale it with "
-                            "standardize or log1p")
+                            f"{what} after the feature ops (first at row {row}: {value:g}), and the models read "
+                            "float32; scale it with standardize or log1p")
 
     @staticmethod
     def _check_no_missing(frame: Any, backend: Backend, what: str) -> None:
@@ -322,6 +323,15 @@ def infinite_columns(frame: Any, columns: Sequence[Any], backend: Backend) -> li
     """The float ``columns`` of ``frame`` holding +-infinity (other dtypes cannot)."""
     floats = [c for c in columns if pd.api.types.is_float_dtype(frame[c].dtype)]
     return _beyond(frame, floats, backend, math.inf)
+
+
+def first_row_beyond(series: Any, backend: Backend, limit: float) -> tuple[int, float]:
+    """1-based position and value of the first value of magnitude ``limit`` or more (infinity
+    included; only asked once one is known to be there)."""
+    values = backend.to_host(series).to_numpy(dtype="float64", na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        hits = np.flatnonzero(np.abs(values) >= limit)
+    return (int(hits[0]) + 1, float(values[hits[0]])) if len(hits) else (0, math.nan)
 
 
 def first_infinite_row(series: Any, backend: Backend) -> int:

@@ -187,6 +187,14 @@ def build_app(state: ServeState) -> FastAPI:
             body["errors"] = exc.errors
         return JSONResponse(body, status_code=exc.status)
 
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        path = request.url.path
+        state.metrics.client_disconnects.labels(path if path in _ENDPOINTS else "other").inc()
+        log.info("serve: %s %s: %s", request.method, path, exc)
+        # 499, nginx's "client closed request": no one reads it, the request metrics record it.
+        return Response(status_code=499)
+
     @app.exception_handler(DataError)
     async def data_error(request: Request, exc: DataError) -> Response:
         # Raised while scoring: the rows cannot be scored as given (predict would exit 3 on them).
@@ -247,13 +255,27 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"the body is {int(declared)} bytes, over the limit of {limit} (--max-body-bytes)")
+    from starlette.requests import ClientDisconnect
+
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"the body is over the limit of {limit} bytes (--max-body-bytes)")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"the body is over the limit of {limit} bytes (--max-body-bytes)")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone(size) from None
     return b"".join(chunks)
+
+
+class ClientGone(Exception):
+    """The client hung up before its body was read: nobody is left to answer, and nothing
+    failed here (counted in ``/metrics``, not logged as an error)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"the client hung up after {received} bytes of its body")
+        self.received = received
 
 
 def decode_table(body: bytes, fmt: str) -> Any:

@@ -42,6 +42,9 @@ class ServeMetrics:
         self.model_info = Gauge("pipeline_serve_model_info", "The model being served (1).", ["run_id", "model"],
                                 registry=r)
         self.reloads = Counter("pipeline_serve_reloads", "Champion swaps, by outcome.", ["outcome"], registry=r)
+        self.client_disconnects = Counter("pipeline_serve_client_disconnects",
+                                          "Requests whose client hung up before its body was read, by endpoint.",
+                                          ["endpoint"], registry=r)
         self.drift_psi = Gauge("pipeline_serve_drift_psi",
                                "PSI per feature of the last full window of scored rows against the training rows.",
                                ["feature"], registry=r)

@@ -414,6 +414,28 @@ def test_metrics_count_requests_and_show_batches_of_several_rows(made):
     assert 'pipeline_serve_request_seconds_bucket{endpoint="/predict"' in text
 
 
+def test_a_client_that_hangs_up_mid_body_is_counted_not_logged_as_an_error(made):
+    import socket
+
+    server = made["servers"]["champion"]
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 5000\r\n\r\n{\"rows\": [")
+        time.sleep(0.2)                     # the server reads the half body, then the hang-up
+    deadline = time.monotonic() + 20
+    while True:
+        text = server.request("GET", "/metrics")[1].decode()
+        counted = [line for line in text.splitlines()
+                   if line.startswith('pipeline_serve_client_disconnects_total{endpoint="/predict"}')]
+        if counted and float(counted[0].rsplit(" ", 1)[1]) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert counted and float(counted[0].rsplit(" ", 1)[1]) >= 2, text
+    assert "ClientDisconnect" not in server.stderr() and "Traceback" not in server.stderr()
+    assert server.post_json({"rows": []})[0] in (200, 422)           # still serving
+
+
 # ---------------------------------------------------------------- champion swap, drain
 def test_the_champion_swaps_under_load_without_dropping_a_request(made):
     server, store = made["servers"]["champion"], made["store"]

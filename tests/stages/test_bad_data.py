@@ -241,9 +241,12 @@ def test_infinity_in_a_dropped_column_is_not_read():
 
 def test_values_beyond_float32_reaching_the_matrix_are_named():
     frame = pd.DataFrame({"x": [1.0, 1e200, 3.0]})
-    with pytest.raises(DataError, match=r"'x'.*float32.*standardize or log1p"):
+    with pytest.raises(DataError, match=r"'x'.*float32.*\(first at row 2: 1e\+200\).*standardize or log1p"):
         FeatureWorkflow([]).fit(frame)
     FeatureWorkflow([Log1p(columns=["x"])]).fit(frame)                # within range after the op
+    scored = FeatureWorkflow([]).fit(frame.assign(x=[1.0, 2.0, 3.0]))
+    with pytest.raises(DataError, match=r"'x'.*in the input after the feature ops \(first at row 3: -1e\+300\)"):
+        scored.transform(pd.DataFrame({"x": [1.0, 2.0, -1e300]}))
 
 
 def test_log1p_of_values_at_or_below_minus_one_at_transform_names_the_column():
