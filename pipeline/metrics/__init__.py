@@ -79,6 +79,15 @@ def known_metric(name: str | None) -> str | None:
     return name
 
 
+def metric_task_problem(name: str | None, task_kind: str) -> str | None:
+    """Why ``name`` cannot rank or compare models of a ``task_kind`` task (it is another task's
+    metric), or None: for the ``task_problems`` of the stages that name a metric."""
+    if name is None or name not in ALL_METRICS or name in METRIC_NAMES[task_kind]:
+        return None
+    return (f"'{name}' is not a metric of a {task_kind} task; its metrics are "
+            f"{', '.join(METRIC_NAMES[task_kind])}")
+
+
 def metric_names(task_kind: str) -> tuple[str, ...]:
     """The metrics ``task_metrics`` returns for a task kind, in table order."""
     return METRIC_NAMES[task_kind]

@@ -22,9 +22,10 @@ from pydantic import Field, field_validator
 
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, class_table, confusion_matrix,
-                              default_metric, is_better, known_metric, metric_names, task_metrics)
+                              default_metric, is_better, known_metric, metric_names, metric_task_problem,
+                              task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
-from pipeline.stages.spec import StageContext, StageSpec, register_stage
+from pipeline.stages.spec import KeyPath, StageContext, StageSpec, register_stage
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, SAMPLE, SCORED_ROWS, explain_models, strided_sample
 from pipeline.stages.split import SPLITS
@@ -137,8 +138,13 @@ class EvaluateSpec(StageSpec):
     @field_validator("rank_by")
     @classmethod
     def _known_metric(cls, rank_by: str | None) -> str | None:
-        """Any task's metric passes here; whether it fits the models' task is known at run time."""
+        """Any task's metric passes here; whether it fits the models' task is checked once the
+        task is known (``task_problems``: a split that declares it)."""
         return known_metric(rank_by)
+
+    def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
+        problem = metric_task_problem(self.rank_by, task)
+        return [(("rank_by",), problem)] if problem else []
 
 
 def shared_task(models: list[TrainedModel]) -> Task:

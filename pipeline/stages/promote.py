@@ -34,7 +34,7 @@ the champion points when it runs, which no cache key of its inputs covers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -42,9 +42,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from pipeline.core.errors import ConfigError, ConfigIssue, DataError, PipelineError
+from pipeline.backends.headers import HeaderReader
+from pipeline.core.errors import ConfigError, ConfigIssue, DataError, PipelineError, input_not_found
 from pipeline.core.problems import Task
-from pipeline.metrics import ALL_METRICS, HIGHER_IS_BETTER, known_metric, task_metrics
+from pipeline.metrics import ALL_METRICS, HIGHER_IS_BETTER, known_metric, metric_task_problem, task_metrics
 from pipeline.runs.history import alias_target
 from pipeline.runs.layout import CHAMPION, MODEL_DESCRIPTION, MODELS_DIR, RunLayout
 from pipeline.scoring.input_rows import input_files, read_input, training_read_options
@@ -52,7 +53,7 @@ from pipeline.scoring.model_folder import SavedModel, load_model
 from pipeline.scoring.run_models import RunModel, open_run_model
 from pipeline.stages.evaluate import Evaluation, resolve_rank_by
 from pipeline.stages.export import ExportedFiles
-from pipeline.stages.spec import StageContext, StageSpec, register_stage
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.stages.split import SplitData, task_labels
 
 __all__ = ["PROMOTION_FILE", "Promotion", "PromoteSpec", "decide_promotion", "wiring_problems"]
@@ -94,6 +95,26 @@ class PromoteSpec(StageSpec):
         if max_regression is not None and info.data.get("min_improvement") is not None:
             raise ValueError("min_improvement and max_regression are two rules for one decision: set one of them")
         return max_regression
+
+    def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
+        """A ``metric`` of another task than the split's (known when the split declares it)."""
+        problem = metric_task_problem(self.metric, task)
+        return [(("metric",), problem)] if problem else []
+
+    def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
+        """The ``holdout`` file must exist (a missing one is a ``DataError`` naming it, exit 3, as
+        a load's) and hold the split's target, checked against its header when it is one file."""
+        if self.holdout is None:
+            return []
+        path = Path(self.holdout)
+        if not path.exists():
+            raise input_not_found(path)
+        target = next((p.target for p in inputs.values() if p.target is not None), None)
+        if path.is_dir() or target is None or not path.is_file() or path.suffix.lower() not in (".csv", ".parquet",
+                                                                                                ".pq"):
+            return []
+        found = headers.columns(self.holdout)
+        return [ColumnRef(("holdout",), target, "holdout's target column", among=found)] if found is not None else []
 
     def input_problems(self, produced: Sequence[type]) -> list[str]:
         """The wiring, checked before any data is read (unknown outputs, a ``python`` stage's,

@@ -113,3 +113,38 @@ def test_an_objective_that_contradicts_the_task_fails_validate(tmp_path, model, 
     proc = run_cli("validate", "c.yaml", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "stages.model.params" in proc.stderr and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+EVALUATE = FEATURES + """\
+  model:
+    kind: train
+    inputs: [features]
+    model: logistic_regression
+  evaluate:
+    kind: evaluate
+    inputs: [model]
+  export:
+    kind: export
+    inputs: [model]
+"""
+
+
+def test_a_metric_of_another_task_is_refused_at_its_key(tmp_path):
+    (issue,) = issues(tmp_path, HEAD + EVALUATE + "  promote:\n    kind: promote\n    inputs: [split, evaluate, "
+                                                  "export]\n    metric: rmse\n")
+    assert issue.path == "stages.promote.metric"
+    assert issue.message.startswith("'rmse' is not a metric of a binary task; its metrics are roc_auc")
+    (ranked,) = issues(tmp_path, (HEAD + EVALUATE).replace("    inputs: [model]\n  export",
+                                                           "    inputs: [model]\n    rank_by: r2\n  export"))
+    assert ranked.path == "stages.evaluate.rank_by" and "'r2' is not a metric of a binary task" in ranked.message
+
+
+def test_a_promote_holdout_that_is_missing_fails_validate_naming_it(tmp_path):
+    promote = "  promote:\n    kind: promote\n    inputs: [split, evaluate, export]\n    holdout: {}\n"
+    (tmp_path / "c.yaml").write_text(HEAD + EVALUATE + promote.format("holdout.csv"))
+    proc = run_cli("validate", "c.yaml", cwd=tmp_path)
+    assert proc.returncode == 3 and "holdout.csv" in proc.stderr and "Traceback" not in proc.stderr
+    # With the split among the inputs its target is known, and the holdout's header must have it.
+    (tmp_path / "holdout.csv").write_text("customerID,tenure,churn\nx,1,Yes\n")
+    (issue,) = issues(tmp_path, HEAD + EVALUATE + promote.format(tmp_path / "holdout.csv"))
+    assert issue.path == "stages.promote.holdout" and "'Churn'" in issue.message and "'churn'" in issue.message
