@@ -401,3 +401,41 @@ def test_binary_of_several_values_needs_the_positive_one(tmp_path: Path) -> None
     assert config["stages"]["split"]["task"] == "binary" and config["stages"]["split"]["positive"] == "setosa"
     with pytest.raises(Exception, match="did you mean 'setosa'"):
         draft_config(tmp_path / "flowers.csv", "species", positive="setoza")
+
+
+# ---------------------------------------------------------------- real-world files
+def test_a_semicolon_latin1_table_with_markers_gets_a_config_that_runs_first_time(tmp_path: Path) -> None:
+    """A European export: ';' between fields, decimal commas, cp1252 text, '?' for unknown in
+    text columns (one almost all '?'), -999 for unknown in a numeric one."""
+    rng = np.random.default_rng(11)
+    n = 600
+    spend = rng.normal(800, 300, n).round(2)
+    frame = pd.DataFrame({
+        "kunde": [f"K{i:05d}" for i in range(n)],
+        "stadt": rng.choice(["Zürich", "Genève", "Köln", "Malmö"], n),
+        "umsatz": [f"{v:.2f}".replace(".", ",") for v in spend],
+        "alter": np.where(rng.random(n) < 0.06, -999, rng.integers(18, 80, n)),
+        "beruf": np.where(rng.random(n) < 0.45, "?", rng.choice(["Arzt", "Lehrer", "Bäcker"], n)),
+        "notiz": np.where(rng.random(n) < 0.97, "?", rng.choice(list("abcdefghij"), n)),
+    })
+    frame["churn"] = np.where(spend + rng.normal(0, 150, n) < 750, "ja", "nein")
+    frame.to_csv(tmp_path / "kunden.csv", sep=";", index=False, encoding="cp1252")
+    made = cli("init", "kunden.csv", "--target", "churn", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    config = yaml.safe_load((tmp_path / "kunden.yaml").read_text())
+    raw = config["stages"]["raw"]
+    assert (raw["sep"], raw["encoding"], raw["decimal"]) == (";", "cp1252", ",")
+    assert set(raw["na_values"]) >= {"?", "-999"}
+    import re
+
+    with_cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        reasons = {c.name: c.reason for c in draft_config("kunden.csv", "churn").columns}
+    finally:
+        os.chdir(with_cwd)
+    assert re.search(r"read as missing: '\?' \(9\d% of rows\)", reasons["notiz"]), reasons["notiz"]
+    assert re.search(r"read as missing: '\?' \(4\d% of rows\)", reasons["beruf"]), reasons["beruf"]
+    assert re.search(r"read as missing: '-999' \(\d% of rows\)", reasons["alter"]), reasons["alter"]
+    ran = cli("run", "kunden.yaml", "--device", "cpu", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
