@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
+from pipeline.backends.streams import STDIN
 from pipeline.backends.input_files import (
     check_header_names, check_separator, infer_format, one_line, partitioned_sources, read_errors, read_header,
 )
@@ -112,6 +113,8 @@ class HeaderReader:
         return self._seen[key]
 
     def _read(self, path: str, format: str | None, partitioned: bool, dialect: CsvDialect) -> ColumnSet | None:
+        if path == STDIN:                  # standard input is the run's to read: never a check's
+            return None
         if partitioned:
             if "://" in path:
                 return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -11,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pipeline.backends import FILTER_OPS, Backend, get_backend
 from pipeline.backends.csv_dialect import CsvDialect, normalize_separator
 from pipeline.backends.dates import check_date_format
+from pipeline.backends.streams import STREAM_TIMEOUT, is_stream, spool
 from pipeline.core.errors import DataError
 from pipeline.core.fingerprints import files_fingerprint
 from pipeline.backends.headers import ColumnSet, HeaderReader
@@ -30,6 +32,9 @@ class LoadSpec(StageSpec):
     decimal: str = Field(".", description="CSV decimal mark: '.' (the default) or ',' (12,5).")
     thousands: str | None = Field(None, description="CSV thousands separator in numbers, e.g. '.' for 1.234,5 "
                                                     "(with decimal: ','); default: none.")
+    stream_timeout: float = Field(STREAM_TIMEOUT, gt=0, allow_inf_nan=False, description=(
+        "path is a named pipe, /dev/fd/N or - (standard input): seconds it may stay silent, before its first "
+        "byte or between two, before the stage fails naming it (its bytes are read once into the run)."))
     filters: list[tuple[str, str, Any]] | None = Field(
         None, description='Row filters [column, op, value], all must hold: [[tenure, ">", 0]].'
     )
@@ -180,12 +185,16 @@ def load_table(
 
 def load_fingerprint(spec: LoadSpec) -> dict[str, Any] | None:
     """The bytes of every file read (not size and mtime: a file rewritten in place within the
-    same second keeps both). Partitioned reads are never cached: their output is a lazy view."""
-    return None if spec.partitioned else {"files": files_fingerprint(spec.path)}
+    same second keeps both). Partitioned reads are never cached: their output is a lazy view;
+    nor are pipes, whose bytes can be read only once (hashing them would consume them)."""
+    return None if spec.partitioned or is_stream(spec.path) else {"files": files_fingerprint(spec.path)}
 
 
 @register_stage("load", LoadSpec, produces=Table, fingerprint=load_fingerprint)
 def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
+    if spec.partitioned and is_stream(spec.path):
+        raise DataError(f"{spec.path} is a pipe, read once into memory; partitioned: true reads files (a glob or "
+                        "a Parquet folder): write the data to files, or remove partitioned")
     if spec.partitioned:
         frame = ctx.backend.read_partitioned(
             spec.path, format=spec.format, columns=spec.columns, dtypes=spec.dtypes,
@@ -195,7 +204,7 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         # Lazy: counting rows would read everything once more; partitions are known now.
         ctx.facts["partitions"] = int(frame.npartitions)
     else:
-        frame = load_table(
+        frame = _load_stream(spec, ctx) if is_stream(spec.path) else load_table(
             spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
             dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
             **spec.dialect.to_config(),
@@ -214,6 +223,28 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
     ctx.facts["columns"] = int(len(frame.columns))
     ctx.facts["read_options"] = read_options(spec)
     return frame
+
+
+def _load_stream(spec: LoadSpec, ctx: StageContext) -> Any:
+    """A pipe, ``/dev/fd/N`` or standard input, read once: its bytes spooled into a file beside
+    the stage's artifacts (a temporary folder without them), read as a file (CSV unless
+    ``format`` or the name says Parquet), then deleted."""
+    import shutil
+    import tempfile
+
+    folder = ctx.artifacts_dir if ctx.artifacts_dir is not None else Path(tempfile.mkdtemp(prefix="pipeline-stream-"))
+    spooled = spool(spec.path, folder, timeout=spec.stream_timeout)
+    fmt = spec.format or ("parquet" if spec.path.lower().endswith((".parquet", ".pq")) else "csv")
+    try:
+        return load_table(spooled, backend=ctx.backend, format=fmt, columns=spec.columns, dtypes=spec.dtypes,
+                          na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
+                          **spec.dialect.to_config())
+    except DataError as exc:           # the spooled copy's name means nothing to the user: theirs does
+        raise DataError(str(exc).replace(str(spooled), spec.path)) from None
+    finally:
+        spooled.unlink(missing_ok=True)
+        if ctx.artifacts_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def column_summary(frame: Any, backend: Backend) -> dict[str, Any]:
