@@ -99,6 +99,8 @@ class PortfolioMember:
     # A second configuration, fitted only with the time the others left (planned mode): after
     # every member that earned weight is bagged, in the order of its model's holdout score.
     extra: bool = False
+    # Its fit grows with the classes of a multiclass task (a booster's tree per class per round).
+    per_class: bool = False
 
     @property
     def label(self) -> str:
@@ -117,12 +119,12 @@ class PortfolioMember:
 PORTFOLIO: tuple[PortfolioMember, ...] = (
     PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
                                        "min_child_samples": 20, "colsample_bytree": 0.9,
-                                       "early_stopping_rounds": 50}}),
+                                       "early_stopping_rounds": 50}}, per_class=True),
     PortfolioMember("catboost", {"*": {"iterations": 2000, "learning_rate": 0.08, "depth": 6,
-                                       "early_stopping_rounds": 50}}, cost=8.0),
+                                       "early_stopping_rounds": 50}}, cost=8.0, per_class=True),
     PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "max_depth": 6,
                                       "min_child_weight": 1, "colsample_bytree": 0.9,
-                                      "early_stopping_rounds": 50}}, cost=1.2),
+                                      "early_stopping_rounds": 50}}, cost=1.2, per_class=True),
     PortfolioMember("extra_trees", {"*": {"n_estimators": 300, "min_samples_leaf": 2, "max_features": "sqrt"},
                                     "regression": {"max_features": 0.5}}, cost=4.0),
     PortfolioMember("random_forest", {"*": {"n_estimators": 300, "min_samples_leaf": 2, "max_features": "sqrt"},
@@ -139,13 +141,16 @@ PORTFOLIO: tuple[PortfolioMember, ...] = (
     # configurations: bigger trees at a lower rate; randomised split points), and a deeper XGBoost.
     PortfolioMember("lightgbm", {"*": {"n_estimators": 3000, "learning_rate": 0.03, "num_leaves": 128,
                                        "min_child_samples": 3, "colsample_bytree": 0.9,
-                                       "early_stopping_rounds": 50}}, name="lightgbm_large", extra=True, cost=3.0),
+                                       "early_stopping_rounds": 50}}, name="lightgbm_large", extra=True, cost=3.0,
+                    per_class=True),
     PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
                                        "extra_trees": True, "colsample_bytree": 0.9,
-                                       "early_stopping_rounds": 50}}, name="lightgbm_xt", extra=True, cost=1.0),
+                                       "early_stopping_rounds": 50}}, name="lightgbm_xt", extra=True, cost=1.0,
+                    per_class=True),
     PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.03, "max_depth": 8,
                                       "min_child_weight": 3, "subsample": 0.8, "colsample_bytree": 0.7,
-                                      "early_stopping_rounds": 50}}, name="xgboost_deep", extra=True, cost=2.5),
+                                      "early_stopping_rounds": 50}}, name="xgboost_deep", extra=True, cost=2.5,
+                    per_class=True),
 )
 # The quick preset: two boosted models, a forest and a linear baseline (smoke runs, first looks).
 QUICK_MODELS = ("linear", "lightgbm", "xgboost", "random_forest")
@@ -488,7 +493,8 @@ class _Run:
             self.plan.append(PlanStep(step, member.label, f"skipped: {record.reason}"))
             return None
         # The median: one member whose relative cost is off on this table moves it little.
-        projected = statistics.median(speeds) * member.cost if speeds else None
+        units = self._units(member)
+        projected = statistics.median(speeds) * units if speeds else None
         if projected is not None:
             left = self.clock.left() - reserve
             reason = None
@@ -513,12 +519,19 @@ class _Run:
             self.plan.append(PlanStep(step, member.label, f"{record.status}: {record.reason}", projected,
                                       record.seconds))
             return None
-        speeds.append(seconds / member.cost)     # re-planned: the machine as it is now
+        speeds.append(seconds / units)           # re-planned: the machine as it is now
         held = bag.held_out(0)
         record.holdout = _metric(self.task, self.metric, self.labels[held], bag.oof[held])
         self.plan.append(PlanStep(step, member.label, "fitted on the holdout", projected, seconds, threads))
         self.log(f"{member.label}: {self.metric} {record.holdout:.5f} on the holdout ({seconds:.1f}s)")
         return bag
+
+    def _units(self, member: PortfolioMember) -> float:
+        """``member``'s fit in units of the plan's speeds: its relative cost, times the classes
+        for a booster of a multiclass task (it grows a tree per class each round; the forests,
+        the MLP and the linear model fit all classes at once)."""
+        classes = self.task.n_outputs if self.task.kind == "multiclass" and member.per_class else 1
+        return member.cost * classes
 
     def _spend_time_left(self, bags: dict[str, FoldBag], earning: list[str], speeds: list[float],
                          reserve: float) -> list[str]:

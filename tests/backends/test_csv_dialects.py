@@ -134,7 +134,6 @@ def test_dialect_keys_on_a_parquet_file_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- init, run, predict
-@pytest.mark.slow
 def test_init_writes_the_dialect_the_run_reads_it_and_predict_reads_new_rows_alike(tmp_path):
     frame = table(400)
     european(frame, tmp_path / "kunden.csv")
