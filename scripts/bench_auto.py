@@ -19,7 +19,7 @@ and accuracy (multiclass), RMSE (regression). The median over seeds is printed p
 made against the clock) on the same rows in the same invocation: the baseline of the plan.
 
 Tables: the project's configs (churn, contract, charges, cdnow, completejourney), the public
-tables of ``bench-data/`` (adult: census, binary, mixed; amazon: 9 id-coded categoricals of up
+tables of ``data/public/`` (adult: census, binary, mixed; amazon: 9 id-coded categoricals of up
 to 7,500 levels; california: housing regression; letter: 26 classes; ames: 1,460 rows of 79
 columns, regression) and generated ones (``synthetic_binary``, ``synthetic_regression``,
 ``synthetic_multiclass``, and ``synthetic_highcard``: 100,000 rows with three more categoricals
@@ -53,7 +53,7 @@ CONFIG_TABLES = {
     "completejourney": ("configs/completejourney.yaml", "split", "features"),
 }
 GENERATED = ("synthetic_binary", "synthetic_regression", "synthetic_multiclass", "synthetic_highcard")
-# Public tables copied into bench-data/ (bench-data/SOURCE.md): file, target, task, positive class,
+# Public tables copied into data/public/ (data/public/SOURCE.md): file, target, task, positive class,
 # how pandas reads it (what a user's load stage would say: Adult's "?" and ", " separators; the
 # Amazon table's id-coded columns are categories, not quantities).
 PUBLIC = {
@@ -112,12 +112,12 @@ def merged(split: Any) -> Any:
 
 
 def public_split(name: str, seed: int, valid: float = 0.0) -> tuple[Any, str | None]:
-    """A public table of bench-data/, split 75/25 (stratified for classes) with ``seed``; ``valid``
+    """A public table of data/public/, split 75/25 (stratified for classes) with ``seed``; ``valid``
     of the rows held out as a valid split (none: both tools bag)."""
     from pipeline.stages.split import split_frame
 
     file, target, task, positive, read = PUBLIC[name]
-    frame = pd.read_csv(ROOT / "bench-data" / file, **read)
+    frame = pd.read_csv(ROOT / "data" / "public" / file, **read)
     if name == "amazon":
         frame[target] = frame[target].astype(int)
     if name == "ames":       # "NA" is a level there (no alley), blanks are missing; numbers read as numbers
@@ -128,7 +128,7 @@ def public_split(name: str, seed: int, valid: float = 0.0) -> tuple[Any, str | N
 
 
 def bench_split(table: str, seed: int, runs_dir: Path | None = None, valid: float = 0.0) -> tuple[Any, str | None]:
-    """Any table's split by name: generated, public (bench-data/) or a project config's (run up
+    """Any table's split by name: generated, public (data/public/) or a project config's (run up
     to its split stage in ``runs_dir``)."""
     if table in GENERATED:
         return generated_split(table, seed, valid=valid)

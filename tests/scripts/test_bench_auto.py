@@ -1,5 +1,5 @@
 """The benchmark tables of scripts/bench_auto.py (and the scripts built on them): every public
-table of bench-data/ reads as the task it is declared, with its SOURCE note; the generated ones
+table of data/public/ reads as the task it is declared, with its SOURCE note; the generated ones
 have the shapes the docs describe; the high-cardinality comparison's baseline has no target
 encoding of its own."""
 
@@ -22,7 +22,7 @@ def test_each_public_table_reads_as_its_declared_task_with_its_source_note(table
     assert split.task.kind == task and split.target == target and id_column is None
     rows = {name: len(frame) for name, frame in split.frames.items()}
     assert rows["valid"] > 0 and rows["test"] > rows["valid"] and rows["train"] > rows["test"]
-    assert f"{file}" in (ROOT / "bench-data" / "SOURCE.md").read_text()
+    assert f"{file}" in (ROOT / "data" / "public" / "SOURCE.md").read_text()
     if table == "adult":                   # ", " separators and "?" for missing, read as a user's load would
         train = split.frames["train"]
         assert not train["workclass"].str.startswith(" ").any() and train["workclass"].isna().any()
@@ -43,3 +43,14 @@ def test_the_generated_tables_and_the_high_cardinality_columns():
         many = script.high_cardinality(highcard, 100)
         assert sorted(many) == ["agent", "city", "product", "store"]
         assert len(script.high_cardinality(amazon, 100)) == 8          # ROLE_FAMILY has 67 levels
+
+
+def test_each_public_file_is_the_byte_exact_copy_its_source_note_hashes():
+    import hashlib
+
+    folder = ROOT / "data" / "public"
+    note = (folder / "SOURCE.md").read_text()
+    files = sorted(p for p in folder.iterdir() if p.suffix == ".csv")
+    assert len(files) == 5
+    for path in files:
+        assert hashlib.sha256(path.read_bytes()).hexdigest() in note, path.name
