@@ -39,11 +39,11 @@ TIGHT = {"cat_smooth": 50.0, "min_data_per_group": 200, "max_cat_threshold": 16}
 
 def high_cardinality(split: Any, levels: int) -> list[str]:
     """Categorical (text) columns of the training split with more than ``levels`` distinct values."""
-    from pipeline.features.column_types import column_type
+    from pipeline.features import ColumnSelector
+    from pipeline.features.ops import select_columns
 
-    frame = split.backend.to_host(split.frames["train"])
-    return [c for c in frame.columns if c != split.target and column_type(frame[c]) in ("categorical",)
-            and frame[c].nunique() > levels]
+    frame = split.backend.to_host(split.frames["train"]).drop(columns=[split.target])
+    return select_columns(ColumnSelector(type="categorical", min_levels=levels + 1), frame)
 
 
 def main() -> None:

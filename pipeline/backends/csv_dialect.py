@@ -16,11 +16,11 @@ from __future__ import annotations
 import codecs
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["CsvDialect", "DEFAULT_DIALECT", "LIKELY_SEPARATORS", "normalize_separator", "one_column_header",
-           "sniff"]
+__all__ = ["CsvDialect", "DEFAULT_DIALECT", "LIKELY_SEPARATORS", "checked_encoding", "checked_mark",
+           "checked_separator", "dialect_of", "normalize_separator", "one_column_header", "show", "sniff"]
 
 # Separators a header that reads as one column is searched for, most common first.
 LIKELY_SEPARATORS = (";", "\t", "|", ",")
@@ -64,8 +64,8 @@ class CsvDialect:
         return "utf-8-sig" if self.utf8 else self.encoding
 
     def reader_options(self) -> dict[str, Any]:
-        """``read_csv`` keyword arguments (pandas, Dask; cuDF without ``encoding``) for what
-        differs from the default dialect."""
+        """What differs from the default dialect: ``read_csv`` keyword arguments (pandas, Dask;
+        cuDF without ``encoding``), and the same names as the ``load`` keys that say it."""
         options: dict[str, Any] = {}
         if self.sep != ",":
             options["sep"] = self.sep
@@ -77,13 +77,6 @@ class CsvDialect:
             options["thousands"] = self.thousands
         return options
 
-    def to_config(self) -> dict[str, Any]:
-        """The ``load`` keys that say this dialect (the default ones left out)."""
-        options = self.reader_options()
-        if "encoding" in options:
-            options["encoding"] = self.encoding
-        return options
-
     def describe(self) -> str:
         parts = [f"sep {show(self.sep)}", f"encoding {self.encoding}", f"decimal {self.decimal!r}"]
         if self.thousands:
@@ -92,6 +85,59 @@ class CsvDialect:
 
 
 DEFAULT_DIALECT = CsvDialect()
+
+_KEYS = ("sep", "encoding", "decimal", "thousands")
+
+
+def checked_separator(value: str) -> str:
+    """``value`` as a separator (``\\t`` and ``tab`` are a tab); a ValueError unless one character."""
+    sep = normalize_separator(value)
+    if len(sep) != 1 or sep in ('"', "\n", "\r"):
+        raise ValueError(f"sep must be one character such as ';', '|' or a tab (\"\\t\"), not {value!r}")
+    return sep
+
+
+def checked_encoding(value: str) -> str:
+    """``value`` if Python has a codec of that name; a ValueError otherwise."""
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        raise ValueError(f"encoding {value!r} is not a known text encoding (Python has no codec of that name: "
+                         f"unknown encoding {value!r}); give one such as utf-8, cp1252 or latin-1") from None
+    return value
+
+
+def checked_mark(key: str, value: str, taken: dict[str, str | None]) -> str:
+    """``value`` as the decimal mark or thousands separator (``key``): one punctuation or space
+    character, unlike the marks already in ``taken`` (key -> character)."""
+    if len(value) != 1 or value.isalnum() or value in "\n\r\"":
+        raise ValueError(f"{key} must be one punctuation or space character, not {value!r}")
+    for other, char in taken.items():
+        if other != key and char == value:
+            raise ValueError(f"{key} and {other} are both {value!r}: a number could not be told from its "
+                             "neighbours; set one of them to another character")
+    return value
+
+
+def dialect_of(options: dict[str, str | None], base: CsvDialect = DEFAULT_DIALECT) -> CsvDialect:
+    """``base`` with the given ``sep``, ``encoding``, ``decimal`` and ``thousands`` (None: keep
+    ``base``'s; ``thousands: ''``: none), each checked as the ``load`` keys are: a ValueError
+    whose message starts with the key."""
+    unknown = sorted(set(options) - set(_KEYS))
+    if unknown:
+        raise ValueError(f"unknown CSV option(s) {unknown}: {', '.join(_KEYS)} are known")
+    given = {key: value for key, value in options.items() if value is not None}
+    if "sep" in given:
+        given["sep"] = checked_separator(given["sep"])
+    if "encoding" in given:
+        checked_encoding(given["encoding"])
+    if given.get("thousands") == "":
+        given["thousands"] = None
+    merged = replace(base, **given)
+    checked_mark("decimal", merged.decimal, {"sep": merged.sep})
+    if merged.thousands is not None:
+        checked_mark("thousands", merged.thousands, {"sep": merged.sep, "decimal": merged.decimal})
+    return merged
 
 
 def one_column_header(names: list[str], dialect: CsvDialect) -> str | None:

@@ -60,13 +60,17 @@ def format_of(path: Path, given: str | None = None) -> str:
 
 
 def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str] | None = None,
-                max_rows: int = SAMPLE_ROWS, max_bytes: int = SAMPLE_BYTES) -> Sample:
-    """A seeded sample of at most ``max_rows`` rows, reading at most ``max_bytes`` of a CSV file."""
+                max_rows: int = SAMPLE_ROWS, max_bytes: int = SAMPLE_BYTES,
+                dialect: CsvDialect | None = None) -> Sample:
+    """A seeded sample of at most ``max_rows`` rows, reading at most ``max_bytes`` of a CSV file,
+    written in ``dialect`` (None: sniffed from its first bytes, the sample's ``notes`` say what)."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file or folder (looked in {Path.cwd()})")
     fmt = format_of(path, fmt)
-    dialect, notes = sniff_file(path) if fmt == "csv" else (DEFAULT_DIALECT, [])
+    notes: list[str] = []
+    if dialect is None:
+        dialect, notes = sniff_file(path) if fmt == "csv" else (DEFAULT_DIALECT, [])
     check_source(path, fmt, dialect)   # an empty folder, a header naming a column twice
     if fmt == "csv":
         sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)

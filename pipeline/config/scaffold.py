@@ -15,6 +15,7 @@ the sample missed: the comments say what was seen, for the user to correct.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import json
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.csv_dialect import show
 from pipeline.config.loader import load_config
 from pipeline.config.sampling import Sample, format_of, read_sample
 from pipeline.config.schema import NAME_MAX_LENGTH
@@ -114,8 +116,9 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     sample = read_sample(data, fmt=fmt)
     markers = missing_markers(sample.frame)
     tokens = sorted(markers) if sample.format == "csv" else []
-    if tokens:
-        sample = read_sample(data, fmt=sample.format, na_values=tokens)
+    if tokens:                          # read again with them, in the dialect already found
+        sample = dataclasses.replace(read_sample(data, fmt=sample.format, na_values=tokens, dialect=sample.dialect),
+                                     notes=sample.notes)
     frame = sample.frame
     _check_target(frame, target, sample.path)
     notes: list[str] = []
@@ -509,11 +512,6 @@ _DIALECT_WHY = {"sep": "the fields are separated by this, not a comma",
                 "thousands": "and with this between thousands"}
 
 
-def _quoted(value: str) -> str:
-    """A YAML scalar for one character or a codec name: a tab as "\\t", the rest single-quoted."""
-    return '"\\t"' if value == "\t" else "'" + value.replace("'", "''") + "'"
-
-
 def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], target: str, choice: TaskChoice,
            columns: list[Column], id_column: str | None, ops: list[Op], models: list[tuple[str, dict[str, Any], str]],
            notes: list[str], auto: bool = False) -> str:
@@ -539,8 +537,8 @@ def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], targ
     add(f"    path: {scalar(data_path)}")
     if _format_by_name(data_path) != sample.format:
         add(f"    format: {sample.format}         # the file's name does not say")
-    for key, value in sample.dialect.to_config().items():
-        add(f"    {key}: {_quoted(value)}" + f"   # {_DIALECT_WHY[key]}")
+    for key, value in sample.dialect.reader_options().items():
+        add(f"    {key}: {show(value)}" + f"   # {_DIALECT_WHY[key]}")
     if tokens:
         add(f"    na_values: {flow(tokens)}" + "   # read as missing: placeholders seen in the sample")
     dates = load_dates(columns)

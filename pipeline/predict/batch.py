@@ -28,7 +28,6 @@ passes the device name on.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -39,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, dialect_of
 from pipeline.runs import layout
 from pipeline.core.errors import DataError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
@@ -271,35 +270,14 @@ def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], o
 
 def input_dialect(run: CsvDialect, options: Mapping[str, str | None] | None) -> CsvDialect:
     """The run's CSV dialect with the caller's ``sep``, ``encoding``, ``decimal`` and
-    ``thousands`` in place of its own; a bad one is a ``UsageError`` naming the option."""
+    ``thousands`` in place of its own (checked as the load's keys are); a bad one is a
+    ``UsageError`` naming the option."""
     if not options:
         return run
-    import codecs
-
-    from pipeline.backends.csv_dialect import normalize_separator
-
-    given: dict[str, Any] = {key: value for key, value in options.items() if value is not None}
-    unknown = sorted(set(given) - {"sep", "encoding", "decimal", "thousands"})
-    if unknown:
-        raise UsageError(f"unknown CSV option(s) {unknown}: sep, encoding, decimal and thousands are known")
-    if "sep" in given:
-        given["sep"] = normalize_separator(str(given["sep"]))
-    if given.get("thousands") == "":                   # --thousands '': numbers have none
-        given["thousands"] = None
-    for key in ("sep", "decimal", "thousands"):
-        if given.get(key) is not None and len(str(given[key])) != 1:
-            raise UsageError(f"--{key} must be one character, not {given[key]!r}")
-    if "encoding" in given:
-        try:
-            codecs.lookup(str(given["encoding"]))
-        except LookupError:
-            raise UsageError(f"--encoding {given['encoding']!r} is not a known text encoding (utf-8, cp1252, "
-                             "latin-1...)") from None
-    dialect = dataclasses.replace(run, **given)
-    marks = [m for m in (dialect.sep, dialect.decimal, dialect.thousands) if m]
-    if len(set(marks)) != len(marks):
-        raise UsageError(f"the CSV separator, decimal mark and thousands separator must differ ({dialect.describe()})")
-    return dialect
+    try:
+        return dialect_of(dict(options), run)
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
 
 
 # ------------------------------------------------------------------ output

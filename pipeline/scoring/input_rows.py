@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
+from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, dialect_of
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.runs import layout
 from pipeline.runs.record import RunManifest
@@ -169,17 +169,13 @@ def training_read_options(run_dir: Path, manifest: RunManifest, model: str) -> d
 
 
 def _recorded_dialect(options: Mapping[str, Any]) -> CsvDialect:
-    """The CSV dialect a load recorded in its read options (keys left out: the default's; a
-    value of the wrong type or an unknown encoding is ignored, as the rest of the record)."""
-    import codecs
-
-    given = {key: options[key] for key in ("sep", "encoding", "decimal", "thousands")
-             if isinstance(options.get(key), str) and len(options[key]) >= 1}
+    """The CSV dialect a load recorded in its read options (keys left out: the default's); a
+    record that does not check out is ignored, as the rest of a record of the wrong type."""
+    given = {key: options[key] for key in ("sep", "encoding", "decimal", "thousands") if isinstance(options.get(key), str)}
     try:
-        codecs.lookup(given.get("encoding", "utf-8"))
-    except LookupError:
-        given.pop("encoding")
-    return CsvDialect(**given)
+        return dialect_of(given)
+    except ValueError:
+        return DEFAULT_DIALECT
 
 
 def _upstream_stages(run_dir: Path, stage: str) -> set[str]:

@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from pipeline.core.errors import DataError
 from pipeline.runs.layout import CHAMPION
@@ -255,8 +256,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"the body is {int(declared)} bytes, over the limit of {limit} (--max-body-bytes)")
-    from starlette.requests import ClientDisconnect
-
     chunks, size = [], 0
     try:
         async for chunk in request.stream():

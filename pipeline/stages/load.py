@@ -10,7 +10,9 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pipeline.backends import FILTER_OPS, Backend, get_backend
-from pipeline.backends.csv_dialect import CsvDialect, normalize_separator
+from pipeline.backends.csv_dialect import (
+    CsvDialect, checked_encoding, checked_mark, checked_separator, normalize_separator,
+)
 from pipeline.backends.dates import check_date_format
 from pipeline.backends.streams import STREAM_TIMEOUT, is_stream, spool
 from pipeline.core.errors import DataError
@@ -57,23 +59,12 @@ class LoadSpec(StageSpec):
     @field_validator("sep", mode="before")
     @classmethod
     def _one_separator(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = normalize_separator(value)
-            if len(value) != 1 or value in ('"', "\n", "\r"):
-                raise ValueError(f"sep must be one character such as ';', '|' or a tab (\"\\t\"), not {value!r}")
-        return value
+        return checked_separator(value) if isinstance(value, str) else value
 
     @field_validator("encoding")
     @classmethod
     def _known_encoding(cls, value: str) -> str:
-        import codecs
-
-        try:
-            codecs.lookup(value)
-        except LookupError:
-            raise ValueError(f"unknown encoding {value!r}; give a Python codec name such as utf-8, cp1252 or "
-                             "latin-1") from None
-        return value
+        return checked_encoding(value)
 
     @field_validator("decimal", "thousands")
     @classmethod
@@ -82,19 +73,13 @@ class LoadSpec(StageSpec):
         the later key: a number could not be told from its neighbours)."""
         if value is None:
             return value
-        if len(value) != 1 or value.isalnum() or value in "\n\r\"":
-            raise ValueError(f"{info.field_name} must be one punctuation or space character, not {value!r}")
-        for other in ("sep", "decimal"):
-            if other != info.field_name and info.data.get(other) == value:
-                raise ValueError(f"{info.field_name} and {other} are both {value!r}: a number could not be told "
-                                 "from its neighbours; set one of them to another character")
-        return value
+        return checked_mark(str(info.field_name), value, {k: info.data.get(k) for k in ("sep", "decimal")})
 
     @model_validator(mode="after")
     def _csv_options_on_csv(self) -> LoadSpec:
         fmt = self.format or ("parquet" if self.path.lower().endswith((".parquet", ".pq")) else None)
         if fmt == "parquet" and not self.dialect.is_default:
-            keys = list(self.dialect.to_config())
+            keys = list(self.dialect.reader_options())
             raise ValueError(f"{', '.join(keys)} {'describe' if len(keys) > 1 else 'describes'} a CSV file; "
                              f"{self.path} is Parquet, which records its own types: remove "
                              f"{'them' if len(keys) > 1 else 'it'}")
@@ -207,7 +192,7 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         frame = _load_stream(spec, ctx) if is_stream(spec.path) else load_table(
             spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
             dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
-            **spec.dialect.to_config(),
+            **spec.dialect.reader_options(),
         )
         if spec.sample is not None and len(frame) > spec.sample:
             rng = np.random.default_rng(ctx.seed)
@@ -238,7 +223,7 @@ def _load_stream(spec: LoadSpec, ctx: StageContext) -> Any:
     try:
         return load_table(spooled, backend=ctx.backend, format=fmt, columns=spec.columns, dtypes=spec.dtypes,
                           na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
-                          **spec.dialect.to_config())
+                          **spec.dialect.reader_options())
     except DataError as exc:           # the spooled copy's name means nothing to the user: theirs does
         raise DataError(str(exc).replace(str(spooled), spec.path)) from None
     finally:
@@ -261,5 +246,5 @@ def read_options(spec: LoadSpec) -> dict[str, Any]:
     the same way (placeholders such as " " as missing, the same dtypes and date formats) unless
     told otherwise."""
     options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns, "dates": spec.dates,
-               **spec.dialect.to_config()}
+               **spec.dialect.reader_options()}
     return {key: value for key, value in options.items() if value is not None}
