@@ -75,6 +75,24 @@ class FeatureSet(ABC):
     def rows(self) -> dict[str, int]:
         """Rows per split, without computing anything lazy."""
 
+    # ------------------------------------------------------------ column views
+    def view(self, names: Sequence[str]) -> FeatureSet:
+        """These features with only the columns ``names`` (in that order) on the same rows: what
+        a model that reads part of the matrix (``auto``'s CatBoost reads categories as codes, the
+        others as their encodings) is trained and scored on. Its ``whole`` is these features."""
+        raise DataError("a model that reads some of the feature columns needs the features in memory; "
+                        "load the data without partitioned: true")
+
+    def matching(self, names: Sequence[str]) -> FeatureSet:
+        """These features as a model trained on the columns ``names`` reads them: themselves
+        when those are all their columns, else a ``view``."""
+        return self if list(names) == self.feature_names else self.whole.view(names)
+
+    @property
+    def whole(self) -> FeatureSet:
+        """The features this is a view of; these features themselves when not a view."""
+        return self
+
     def continuous_index(self) -> list[int]:
         """Positions in ``X`` of the columns that are not categorical codes."""
         categorical = set(self.categorical_columns)

@@ -7,6 +7,7 @@ buffer (estimators fit on it, PyTorch takes it through DLPack), so the copies li
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,12 +47,40 @@ class InMemoryFeatures(FeatureSet):
     task: Task = BINARY
     # ``folds: k`` of the split: what building each fold's features needs (None without folds).
     folds: Any = None
+    # The features this is a ``view`` of (some of their columns); None for whole features.
+    view_of: InMemoryFeatures | None = None
 
     def rows(self) -> dict[str, int]:
         return {name: int(x.shape[0]) for name, x in self.X.items()}
 
     def in_memory(self, refusal: str) -> InMemoryFeatures:
         return self
+
+    @property
+    def whole(self) -> InMemoryFeatures:
+        return self.view_of or self
+
+    def view(self, names: Sequence[str]) -> InMemoryFeatures:
+        """The columns ``names`` of every split's matrix (and of the code matrix, the categorical
+        ones among them), copied: a model reads a contiguous matrix. The same rows, labels, ids,
+        workflow and ``uid`` (an ensemble blends its members on the same rows); no split folds."""
+        names = list(names)
+        if names == self.feature_names:
+            return self
+        index = {name: i for i, name in enumerate(self.feature_names)}
+        unknown = [name for name in names if name not in index]
+        if unknown or not names:
+            raise DataError(f"a view of the features names column(s) they do not have: {unknown or 'none'}")
+        xp = self.backend.array
+        positions = xp.asarray(np.asarray([index[name] for name in names], dtype="int64"))
+        categorical = [name for name in names if name in set(self.categorical_columns)]
+        code_index = {name: i for i, name in enumerate(self.categorical_columns)}
+        code_positions = xp.asarray(np.asarray([code_index[name] for name in categorical], dtype="int64"))
+        codes = {split: matrix[:, code_positions] for split, matrix in self.codes.items()} if categorical else {}
+        return dataclasses.replace(
+            self, X={split: matrix[:, positions] for split, matrix in self.X.items()}, feature_names=names,
+            categorical_columns=categorical, codes=codes, handoffs=[], folds=None, view_of=self.whole,
+        )
 
     def host_sample(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Every k-th row, k the smallest step that keeps at most ``rows``: strided views on

@@ -93,6 +93,38 @@ class EnsemblePredictor:
         return blend([predictor(X, codes) for predictor, _ in used], [weight for _, weight in used])
 
 
+@dataclass
+class ColumnsPredictor:
+    """A member that reads some of its ensemble's columns (``auto`` gives CatBoost a category
+    column's codes and the other members its target encoding): its columns of the matrix, and
+    its categorical ones of the code matrix, in the order it was trained on."""
+
+    predictor: Predictor
+    columns: list[int]
+    code_columns: list[int]
+
+    def __call__(self, X: Any, codes: Any) -> np.ndarray:
+        mine = codes[:, self.code_columns] if codes is not None and self.code_columns else None
+        return self.predictor(X[:, self.columns], mine)
+
+
+def member_columns(member: dict[str, Any], whole: dict[str, Any], where: Path) -> tuple[list[int], list[int]] | None:
+    """Where a member's columns (its model.json ``features`` and ``categorical_columns``) are in
+    its ensemble's (``whole``); None when it reads them all, as they are. A ``DataError``
+    naming ``where`` when it names a column the ensemble does not have."""
+    mine, columns = member.get("features"), whole.get("features")
+    if not mine or not columns or list(mine) == list(columns):
+        return None
+    index = {str(name): i for i, name in enumerate(columns)}
+    codes = {str(name): i for i, name in enumerate(whole.get("categorical_columns") or [])}
+    my_codes = [str(name) for name in member.get("categorical_columns") or []]
+    unknown = [name for name in mine if str(name) not in index] + [name for name in my_codes if name not in codes]
+    if unknown:
+        raise DataError(f"{where}: the member reads column(s) {unknown} that its ensemble's model.json does not "
+                        "list; it was not loaded")
+    return [index[str(name)] for name in mine], [codes[name] for name in my_codes]
+
+
 class EnsembleFormat(ModelFormat):
     """``ensemble.json`` (members, weights, task) and each member's own files under
     ``members/<name>/``; ``format_of(model)`` is the registry entry's format of a member."""
@@ -133,7 +165,8 @@ class EnsembleFormat(ModelFormat):
         listed = set(self.files(meta))
         # Members the fit gave no weight are not read at all (predict verifies their files all the same).
         used = [entry for entry in self._read_members(self.main_file(folder, meta)) if entry["weight"] > 0]
-        predictors = [self._load_member(folder, f"{MEMBERS_DIR}/{entry['name']}", listed, backend) for entry in used]
+        predictors = [self._load_member(folder, f"{MEMBERS_DIR}/{entry['name']}", listed, backend, within=meta)
+                      for entry in used]
         return EnsemblePredictor(predictors, [entry["weight"] for entry in used])
 
     def _read_members(self, file: Path) -> list[dict[str, Any]]:
@@ -151,9 +184,12 @@ class EnsembleFormat(ModelFormat):
                             f"(got {weights.tolist()})")
         return members
 
-    def _load_member(self, folder: Path, relative: str, listed: set[str], backend: Backend | None) -> Predictor:
+    def _load_member(self, folder: Path, relative: str, listed: set[str], backend: Backend | None,
+                     within: dict[str, Any] | None = None) -> Predictor:
         """The predictor of the member saved in ``folder``/``relative``, once every file it names
-        is one the ensemble lists (so ``predict`` verified it against the run's checksums)."""
+        is one the ensemble lists (so ``predict`` verified it against the run's checksums);
+        reading its own columns of the matrix of ``within`` (the ensemble's model.json) when
+        given (a meta-model reads the members' scores instead)."""
         name = relative
         meta_path = folder / relative / "model.json"
         if f"{relative}/model.json" not in listed:
@@ -168,7 +204,9 @@ class EnsembleFormat(ModelFormat):
         if unlisted:
             raise DataError(f"{folder}: member '{name}' names file(s) {unlisted} that the ensemble does not list; "
                             "it was not loaded")
-        return model_format.load(folder / relative, meta, backend=backend)
+        predictor = model_format.load(folder / relative, meta, backend=backend)
+        columns = member_columns(meta, within, meta_path) if within is not None else None
+        return predictor if columns is None else ColumnsPredictor(predictor, *columns)
 
     def _member_format(self, model: str, member: str) -> ModelFormat:
         try:
@@ -287,7 +325,8 @@ class StackFormat(EnsembleFormat):
             raise DataError(f"{file}: a stack needs at least one member")
         from pipeline.models.formats import task_of
 
-        predictors = [self._load_member(folder, f"{MEMBERS_DIR}/{name}", listed, backend) for name in names]
+        predictors = [self._load_member(folder, f"{MEMBERS_DIR}/{name}", listed, backend, within=meta)
+                      for name in names]
         return StackPredictor(predictors, self._load_member(folder, META_DIR, listed, backend), passthrough,
                               task_of(folder, meta))
 

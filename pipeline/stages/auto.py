@@ -39,6 +39,11 @@ them); a member whose remaining folds would end past the limit is stopped. A mem
 this device) is recorded as skipped with the reason. Every member uses every core (its
 library's own threads) or the run's GPU where its library has a GPU build.
 
+Columns: a categorical column of many levels is in the matrix twice (``default_ops``), as its
+target encoding and as its codes; each member reads one of the two (``PortfolioMember.reads``:
+CatBoost the codes, with ordered statistics of its own; the others the encoding), trained and
+scored on a view of those columns, and the exported ensemble records each member's columns.
+
 The portfolio is data (``PORTFOLIO``): registry model names with default parameters per task;
 no model name decides anything in the code below.
 """
@@ -62,6 +67,7 @@ from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, D
 from pipeline.core.problems import Task
 from pipeline.core.sizes import parse_duration
 from pipeline.core.threads import available_cores, free_cores
+from pipeline.features.auto_ops import CODES, ENCODED, default_ops, member_views
 from pipeline.features.column_roles import ROLE_SAMPLE_ROWS, Column, left_out_columns
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN
@@ -101,6 +107,9 @@ class PortfolioMember:
     extra: bool = False
     # Its fit grows with the classes of a multiclass task (a booster's tree per class per round).
     per_class: bool = False
+    # What it reads of a categorical column of many levels (``pipeline.features.auto_ops``):
+    # the column's target encoding, or its codes (a model with category statistics of its own).
+    reads: str = ENCODED
 
     @property
     def label(self) -> str:
@@ -121,7 +130,7 @@ PORTFOLIO: tuple[PortfolioMember, ...] = (
                                        "min_child_samples": 20, "colsample_bytree": 0.9,
                                        "early_stopping_rounds": 50}}, per_class=True),
     PortfolioMember("catboost", {"*": {"iterations": 2000, "learning_rate": 0.08, "depth": 6,
-                                       "early_stopping_rounds": 50}}, cost=8.0, per_class=True),
+                                       "early_stopping_rounds": 50}}, cost=8.0, per_class=True, reads=CODES),
     PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "max_depth": 6,
                                       "min_child_weight": 1, "colsample_bytree": 0.9,
                                       "early_stopping_rounds": 50}}, cost=1.2, per_class=True),
@@ -436,6 +445,11 @@ class _Run:
         self.labels = np.asarray(self.features.labels(TRAIN))
         self.has_valid = bool(self.features.rows().get(VALID))
         self.clock = _Clock(deadline=self.started + self.time_limit, folds=1)
+        self.views = member_views(self.features.feature_names, self.features.categorical_columns)
+
+    def _features(self, member: PortfolioMember) -> FeatureSet:
+        """The columns ``member`` reads (a column of many levels as its encoding or its codes)."""
+        return self.features.matching(self.views[member.reads])
 
     # ---------------------------------------------------------------- planned
     def planned(self) -> AutoResult:
@@ -512,7 +526,7 @@ class _Run:
                 return None
         self.clock.start_member(exempt=first, seconds=FIRST_FIT_SHARE * self.time_limit)
         params, threads = self._params(member)
-        bag = FoldBag(self.features, member.model, params, k=PLANNED_FOLDS,
+        bag = FoldBag(self._features(member), member.model, params, k=PLANNED_FOLDS,
                       seed=self.seed, name=member.label, train=_timed(_TRAINERS[member.trainer], self.clock))
         seconds = self._fit_fold(bag, record)
         if seconds is None:
@@ -648,7 +662,7 @@ class _Run:
             clock.start_member(exempt=not fitted)
             member_started = time.perf_counter()
             try:
-                trained = bag_model(self.features, member.model, self._params(member)[0], k=bag,
+                trained = bag_model(self._features(member), member.model, self._params(member)[0], k=bag,
                                     seed=self.seed, name=member.label, train=_timed(_TRAINERS[member.trainer], clock))
             except _OutOfTime as exc:
                 record.status, record.reason = "stopped", str(exc)
@@ -763,8 +777,6 @@ def auto_uses(spec: AutoSpec) -> list[Any]:
 def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> TrainedModel:
     source = only_input(inputs)
     if isinstance(source, SplitData):
-        from pipeline.features.auto_ops import default_ops
-
         left_out = _left_out(source, keep=(spec.id,) if spec.id else (), seed=ctx.seed)
         for column in left_out:
             ctx.logger.info("%s: left out %s: %s (%s)%s", ctx.stage, column.name, column.role.replace("_", " "),

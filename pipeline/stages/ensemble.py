@@ -145,11 +145,7 @@ class EnsembleModel(TrainedModel):
         """The weights, and what scoring the members needs (an MLP's categorical columns)."""
         meta: dict[str, Any] = {"members": [m.name for m in self.members], "weights": self.weights,
                                 "fitted_on": self.fitted_on}
-        categorical = next((m.export_meta().get("categorical_columns") for m in self.members
-                            if m.export_meta().get("categorical_columns")), None)
-        if categorical:
-            meta["categorical_columns"] = list(categorical)
-        return meta
+        return {**meta, **members_codes(self.members, self.features)}
 
     def scorer_for(self, features: FeatureSet) -> Any:
         return EnsembleScorer(self.members, list(self.weights.values()),
@@ -199,6 +195,16 @@ def ensemble_model(models: list[TrainedModel], features: FeatureSet, chosen: np.
     )
 
 
+def members_codes(members: Sequence[TrainedModel], features: FeatureSet) -> dict[str, Any]:
+    """model.json's ``categorical_columns`` of a model of ``members`` on ``features``: the code
+    matrix scoring builds beside the matrix when a member reads codes (an MLP's embeddings),
+    all of the features' categorical columns (a member that reads some of the columns takes
+    its own from them); nothing when none does."""
+    if any(m.export_meta().get("categorical_columns") for m in members):
+        return {"categorical_columns": list(features.categorical_columns)}
+    return {}
+
+
 def one_features(models: list[TrainedModel], kind: str = "ensemble") -> FeatureSet:
     """The one feature set every member was trained on: blending or stacking scores needs the
     same rows (``kind`` names the stage kind in messages)."""
@@ -209,7 +215,7 @@ def one_features(models: list[TrainedModel], kind: str = "ensemble") -> FeatureS
     mixed = mixed_features({m.name: m.features.uid for m in models})
     if mixed:
         raise DataError(kind + mixed.removeprefix("ensemble"))
-    return models[0].features
+    return models[0].features.whole         # a member may read some of the columns (a view)
 
 
 def _fixed_weights(models: list[TrainedModel], weights: Mapping[str, float]) -> np.ndarray:

@@ -33,7 +33,7 @@ from pipeline.featuresets.feature_set import TRAIN, Scorer
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.models import checked_params, get_model_spec, trainable_model_named, trainable_models
 from pipeline.models.blending import EnsembleMember, Stacked, blend, stack_columns, stack_matrix
-from pipeline.stages.ensemble import mixed_features, one_features
+from pipeline.stages.ensemble import members_codes, mixed_features, one_features
 from pipeline.stages.spec import KeyPath, Preview, StageContext, StageProgress, StageSpec, register_stage
 from pipeline.stages.train import SplitScores, TrainedModel
 from pipeline.stages.training.bagging import BaggedModel, bag_model
@@ -164,11 +164,7 @@ class StackedModel(TrainedModel):
         categorical columns)."""
         meta: dict[str, Any] = {"members": [m.name for m in self.members], "passthrough": self.passthrough,
                                 "meta_model": self.meta_model.base_model if self.meta_model else None}
-        categorical = next((m.export_meta().get("categorical_columns") for m in self.members
-                            if m.export_meta().get("categorical_columns")), None)
-        if categorical:
-            meta["categorical_columns"] = list(categorical)
-        return meta
+        return {**meta, **members_codes(self.members, self.features)}
 
     def scoring_cost(self) -> int:
         """The members, then the meta-model's bag."""

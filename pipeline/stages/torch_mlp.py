@@ -151,7 +151,8 @@ class TorchTrainedModel(TrainedModel):
                 "best_epoch": self.fit_result.get("best_epoch")}
 
     def scorer_for(self, features: FeatureSet) -> Any:
-        return TorchScorer(self.estimator, features.in_memory("the MLP scores matrices in memory"))
+        return TorchScorer(self.estimator, features.in_memory("the MLP scores matrices in memory")
+                           .matching(self.features.feature_names))
 
 
 def train_torch(

@@ -115,6 +115,48 @@ def test_target_encode_multiclass_gives_a_column_per_class_and_regression_the_me
     np.testing.assert_allclose(reg.transform(frame)["c"], [2, 2, 20, 20, 20, 5])
 
 
+def test_target_encode_keep_adds_the_encoding_after_the_columns_and_leaves_the_column_as_it_was():
+    frame = pd.DataFrame({"c": ["a", "a", "b", "b", "b", "c"], "k": [1.0] * 6})
+    kept = FeatureWorkflow([TargetEncode(columns=["c"], smoothing=0.0, keep=True), Categorify(columns=["c"])])
+    kept.fit(frame, np.array([1.0, 3.0, 10.0, 20.0, 30.0, 5.0]))
+    assert kept.output_columns_ == ["c", "k", "c=te"]
+    out = kept.transform(frame)
+    np.testing.assert_allclose(out["c=te"], [2, 2, 20, 20, 20, 5])
+    assert out["c"].tolist() == [2, 2, 1, 1, 1, 3]               # coded by the next op, by frequency
+    task = Task("multiclass", classes=("lo", "mid", "hi"))
+    per_class = FeatureWorkflow([TargetEncode(columns=["c"], smoothing=0.0, keep=True), Categorify(columns=["c"])])
+    per_class.fit(frame, np.array([0, 1, 2, 2, 2, 0]), task=task)
+    assert per_class.output_columns_ == ["c", "k", "c=te_lo", "c=te_mid", "c=te_hi"]
+    assert per_class.transform(frame)["c"].tolist() == [2, 2, 1, 1, 1, 3]
+    # Out of fold on the training rows as without keep: the same values under the new name.
+    frame_ids, y = ids_with_random_labels(300)
+    alone = FeatureWorkflow([TargetEncode(columns=["id"])]).fit_transform(frame_ids, y)
+    beside = FeatureWorkflow([TargetEncode(columns=["id"], keep=True), Categorify(columns=["id"])]).fit_transform(
+        frame_ids, y)
+    np.testing.assert_array_equal(beside["id=te"], alone["id"])
+    assert sorted(beside["id"].tolist()) == list(range(1, 301))          # each id its own code
+
+
+def test_a_view_of_the_features_reads_its_columns_and_codes_on_the_same_rows():
+    frame = pd.DataFrame({"c": list("aabbbcaabc") * 30, "d": list("xyxyxyxyzz") * 30,
+                          "k": np.arange(300, dtype=float)})
+    frame["label"] = (np.arange(300) % 3 == 0).astype("int8")
+    data = SplitData(frames={"train": frame.iloc[:200].reset_index(drop=True),
+                             "test": frame.iloc[200:].reset_index(drop=True)}, target="label", positive=1, backend=CPU)
+    features = build_in_memory(data, [TargetEncode(columns=["c"], keep=True), Categorify(columns=["c", "d"])])
+    assert features.feature_names == ["c", "d", "k", "c=te"] and features.categorical_columns == ["c", "d"]
+    view = features.view(["d", "k", "c=te"])
+    assert view.whole is features and view.uid == features.uid and view.categorical_columns == ["d"]
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(view.X[split], features.X[split][:, [1, 2, 3]])
+        np.testing.assert_array_equal(view.codes[split], features.codes[split][:, [1]])
+        np.testing.assert_array_equal(view.y[split], features.y[split])
+    assert features.matching(features.feature_names) is features
+    np.testing.assert_array_equal(view.matching(["c", "k"]).X["test"], features.X["test"][:, [0, 2]])
+    with pytest.raises(DataError, match=r"column\(s\) they do not have: \['nope'\]"):
+        features.view(["k", "nope"])
+
+
 def test_ops_after_target_encode_are_fitted_on_the_out_of_fold_values():
     frame, y = ids_with_random_labels(500)
     wf = FeatureWorkflow([TargetEncode(columns=["id"], smoothing=1.0), Standardize(columns=["id"])])

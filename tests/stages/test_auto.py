@@ -416,3 +416,65 @@ def test_each_members_threads_are_the_cores_free_when_it_starts(monkeypatch):
     assert screens["lightgbm"].to_dict()["threads"] == 1 and "threads" not in screens["linear"].to_dict()
     assert "lightgbm: 1 of 2 cores free: 1 thread(s)" in lines
     assert not any(line.startswith("extra_trees: 2 of 2") for line in lines)
+
+
+# ------------------------------------------------------------------ columns of many levels
+def shops(n: int = 1200, seed: int = 0) -> pd.DataFrame:
+    """``table`` with a column of 150 shops, each with its own rate: a column ``default_ops``
+    keeps twice (its target encoding and its codes)."""
+    frame = table(n=n, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    rate = rng.normal(scale=1.5, size=150)
+    shop = rng.integers(0, 150, n)
+    frame["shop"] = [f"s{i:03d}" for i in shop]
+    signal = rate[shop] + frame.x1 + rng.normal(scale=0.8, size=n)
+    frame["target"] = np.where(signal > 0.3, "yes", "no")
+    return frame
+
+
+@pytest.mark.slow
+def test_catboost_reads_a_column_of_many_levels_as_codes_and_the_others_as_its_encoding(tmp_path):
+    """Each member is trained and scored on its own columns of the one matrix, in the run and
+    from the exported blend (each member's model.json names its columns)."""
+    from pipeline.core.errors import DataError
+    from pipeline.scoring.model_folder import load_model
+    from pipeline.stages import save_model
+
+    frame = shops()
+    features = features_of(frame, "binary")
+    assert {"shop", "shop=te"} <= set(features.feature_names) and "shop" in features.categorical_columns
+    result = fit_auto(features, time_limit=300, models=["catboost", "lightgbm", "mlp"], bag=2, seed=2)
+    members = {m.name: m for m in result.model.members}
+    assert set(members) == {"catboost", "lightgbm", "mlp"}
+    catboost, lightgbm, mlp = members["catboost"].features, members["lightgbm"].features, members["mlp"].features
+    assert "shop" in catboost.feature_names and "shop=te" not in catboost.feature_names
+    assert "shop" in catboost.categorical_columns
+    for view in (lightgbm, mlp):
+        assert "shop=te" in view.feature_names and "shop" not in view.feature_names
+        assert "shop" not in view.categorical_columns
+    assert {"x1", "x2", "plan", "flag"} <= set(catboost.feature_names) & set(lightgbm.feature_names)
+    assert result.model.features is features            # the blend reads the whole matrix
+    # Scored again from the whole matrix (what permutation importance does), each member reads its columns.
+    np.testing.assert_allclose(result.model.scorer_for(features)("test"), result.model.scores["test"], atol=1e-9)
+    save_model(result.model, tmp_path / "auto")
+    raw = frame.set_index("id").loc[features.host_ids("test")].reset_index()
+    np.testing.assert_allclose(load_model(tmp_path / "auto").score(raw), result.model.scores["test"], rtol=0,
+                               atol=1e-6)
+    # A member that names a column its ensemble lacks is refused, with its file named.
+    meta_path = tmp_path / "auto" / "members" / "catboost" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["features"] = [*meta["features"], "nowhere"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"catboost/model.json: the member reads column\(s\) \['nowhere'\]"):
+        load_model(tmp_path / "auto", verify_signature=False).score(raw)
+
+
+def test_member_views_split_a_column_kept_beside_its_encoding_and_leave_the_rest_to_both():
+    from pipeline.features.auto_ops import CODES, ENCODED, member_views
+
+    names = ["x", "shop", "plan", "shop=te_a", "shop=te_b"]
+    views = member_views(names, ["shop", "plan"])
+    assert views == {ENCODED: ["x", "plan", "shop=te_a", "shop=te_b"], CODES: ["x", "shop", "plan"]}
+    # Without a kept column (a user's op list), every member reads every column.
+    assert member_views(["x", "shop", "plan"], ["shop", "plan"]) == {ENCODED: ["x", "shop", "plan"],
+                                                                       CODES: ["x", "shop", "plan"]}

@@ -5,7 +5,11 @@ The smoothed mean of a category with ``count`` training rows whose labels sum to
 ``(sum + m * prior) / (count + m)`` (``m``: ``smoothing``; ``prior``: the training split's
 mean label), so a category seen a few times stays near the prior. Missing and unseen values
 get the prior. By task: binary, one column, the positive rate; regression, one column, the
-mean value; multiclass, one column per class, ``<col>=te_<class>``, each class's share.
+mean value; multiclass, one column per class, ``<col>=te_<class>``, each class's share. With
+``keep: true`` the category column stays as it was and its encoding is added after the other
+columns (``<col>=te``, or the per-class columns), so a later op can also code the categories for
+a model that reads them natively (the ``auto`` stage gives CatBoost the codes and the other
+models the encoding).
 
 A category's mean includes the label of every training row that holds it, so on the training
 rows themselves it leaks their labels: a column of unique ids would predict the training
@@ -60,6 +64,8 @@ class TargetEncode(FeatureOp):
                              description="Weight m of the prior: a category's value is (sum + m*prior) / (count + m).")
     folds: int = Field(5, ge=2, description="Folds the training rows are encoded out of (each row by the others).")
     seed: int = Field(0, ge=0, description="Seed of the assignment of training rows to folds.")
+    keep: bool = Field(False, description="Keep each category column as it is and add its encoding after the "
+                                          "other columns (<col>=te; multiclass <col>=te_<class>).")
 
     # ------------------------------------------------------------------ fitting
     def target_statistics(self, frame: Any, backend: Backend, target: Target) -> dict[str, Any]:
@@ -137,23 +143,28 @@ class TargetEncode(FeatureOp):
                 for k, cls in enumerate(state.classes):
                     new[f"{col}=te_{cls}"] = backend.array.ascontiguousarray(per_row[:, k])
             else:
-                new[col] = backend.array.ascontiguousarray(per_row[:, 0])
-        out = replace_columns(frame, backend, new, list(self.columns))
+                new[f"{col}=te" if self.keep else col] = backend.array.ascontiguousarray(per_row[:, 0])
+        out = replace_columns(frame, backend, new, [] if self.keep else list(self.columns))
         return out[self.output_columns([str(c) for c in frame.columns], state)]
 
     # ------------------------------------------------------------------ names
     def output_columns(self, columns: list[str], state: TargetEncodeState) -> list[str]:
         """Binary and regression: each column keeps its name and place; multiclass: it becomes
-        ``<col>=te_<class>`` columns at the end."""
-        if state.task != "multiclass":
+        ``<col>=te_<class>`` columns at the end. With ``keep``: every column stays and the
+        encodings (``<col>=te``, or the per-class columns) follow them."""
+        if state.task == "multiclass":
+            encoded = [f"{col}=te_{cls}" for col in self.columns for cls in state.classes]
+        elif self.keep:
+            encoded = [f"{col}=te" for col in self.columns]
+        else:
             return columns
-        out = [c for c in columns if c not in self.columns]
-        return out + [f"{col}=te_{cls}" for col in self.columns for cls in state.classes]
+        return [c for c in columns if self.keep or c not in self.columns] + encoded
 
     def columns_after(self, columns: ColumnSet, why: str) -> ColumnSet:
         """The columns stay (binary, regression) or become ``<col>=te_<class>`` (multiclass):
-        which one is known from the task, when fitting."""
-        return columns.plus(patterns=[f"{c}=te_" for c in self.columns])
+        which one is known from the task, when fitting. With ``keep`` they stay, and ``<col>=te``
+        columns follow."""
+        return columns.plus(patterns=[f"{c}=te" if self.keep else f"{c}=te_" for c in self.columns])
 
 
 def label_matrix(target: Target, backend: Backend) -> Any:

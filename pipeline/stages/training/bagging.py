@@ -94,6 +94,7 @@ class BaggedModel(TrainedModel):
     def scorer_for(self, features: FeatureSet) -> Scorer:
         if self.fitted:
             return BaggedScorer([member.scorer_for(features) for member in self.fitted])
+        features = features.matching(self.features.feature_names)
         return BaggedScorer([features.scorer(member.estimator) for member in self.estimator.members])
 
 

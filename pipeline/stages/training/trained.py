@@ -91,8 +91,9 @@ class TrainedModel:
 
     def scorer_for(self, features: FeatureSet) -> Scorer:
         """How this model scores other rows of its features' layout (a sample, a shuffled
-        column): the features' own scorer of the estimator; models of other stages say theirs."""
-        return features.scorer(self.estimator)
+        column): the features' own scorer of the estimator, on the columns it was trained on;
+        models of other stages say theirs."""
+        return features.matching(self.features.feature_names).scorer(self.estimator)
 
     def scoring_cost(self) -> int:
         """Fitted estimators one scoring of a row runs (1; a bag or an ensemble, its members'):
