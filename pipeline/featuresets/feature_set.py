@@ -85,8 +85,18 @@ class FeatureSet(ABC):
 
     def matching(self, names: Sequence[str]) -> FeatureSet:
         """These features as a model trained on the columns ``names`` reads them: themselves
-        when those are all their columns, else a ``view``."""
-        return self if list(names) == self.feature_names else self.whole.view(names)
+        when those are all their columns, else a ``view`` of them, or of the features they are
+        a view of (on the same rows: a sample of a view has other rows than its whole)."""
+        names = list(names)
+        if names == self.feature_names:
+            return self
+        if set(names) <= set(self.feature_names):
+            return self.view(names)
+        whole = self.whole
+        if whole.rows() != self.rows():
+            raise DataError(f"these features lack column(s) {sorted(set(names) - set(self.feature_names))} that "
+                            "the model was trained on")
+        return whole.view(names)
 
     @property
     def whole(self) -> FeatureSet:
