@@ -35,6 +35,7 @@ log = logging.getLogger("pipeline")
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet")
+CSV_TYPE = "text/csv"
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _ENDPOINTS = {"/predict", "/predict/batch", "/health", "/ready", "/metadata", "/metrics"}
 
@@ -142,22 +143,33 @@ def build_app(state: ServeState) -> FastAPI:
                    "predictions": predictions}
         return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
-    @app.post("/predict/batch", summary="Score an Arrow IPC stream or a Parquet file",
+    @app.post("/predict/batch", summary="Score an Arrow IPC stream, a Parquet file or a CSV file",
               openapi_extra={"requestBody": {"required": True, "content": {
                   ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
-                  PARQUET_TYPES[0]: {"schema": {"type": "string", "format": "binary"}}}}})
+                  PARQUET_TYPES[0]: {"schema": {"type": "string", "format": "binary"}},
+                  CSV_TYPE: {"schema": {"type": "string"}}}},
+                  "parameters": [{"name": key, "in": "query", "required": False, "schema": {"type": "string"},
+                                  "description": f"CSV bodies: the {key} (default: the run's load's)"}
+                                 for key in ("sep", "encoding", "decimal", "thousands")]})
     async def predict_batch(request: Request) -> Response:
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != ARROW_STREAM and content_type not in PARQUET_TYPES:
-            raise RequestError(415, f"POST /predict/batch takes {ARROW_STREAM} or {PARQUET_TYPES[0]} "
-                                    f"({PARQUET_TYPES[1]}), not {content_type or 'no content type'}")
+        media_type, parameters = content_type_of(request.headers.get("content-type", ""))
+        if media_type not in (ARROW_STREAM, CSV_TYPE, *PARQUET_TYPES):
+            raise RequestError(415, f"POST /predict/batch takes {ARROW_STREAM}, {PARQUET_TYPES[0]} "
+                                    f"({PARQUET_TYPES[1]}) or {CSV_TYPE}, not {media_type or 'no content type'}")
         body = await read_body(request, state.settings.max_body_bytes)
         served = state.model
-        fmt = "arrow" if content_type == ARROW_STREAM else "parquet"
+        if media_type == CSV_TYPE:
+            dialect = served.csv_dialect({**({"encoding": parameters["charset"]} if "charset" in parameters else {}),
+                                          **dict(request.query_params)})
+            frame = await asyncio.to_thread(served.frame_of_csv, body, dialect)
+            table = await state.batcher.submit(Job(model=served, rows=len(frame), frame=frame))
+            answer = table.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal).encode("utf-8")
+            return Response(answer, media_type=f"{CSV_TYPE}; charset=utf-8")
+        fmt = "arrow" if media_type == ARROW_STREAM else "parquet"
         frame = decode_table(body, fmt)
         frame = served.frame_of_table(frame, source=f"the {fmt} body")
         table = await state.batcher.submit(Job(model=served, rows=len(frame), frame=frame))
-        return Response(encode_table(table, fmt), media_type=content_type)
+        return Response(encode_table(table, fmt), media_type=media_type)
 
     @app.get("/health", summary="200 while the process lives")
     async def health() -> Response:
@@ -275,6 +287,17 @@ class ClientGone(Exception):
     def __init__(self, received: int) -> None:
         super().__init__(f"the client hung up after {received} bytes of its body")
         self.received = received
+
+
+def content_type_of(header: str) -> tuple[str, dict[str, str]]:
+    """A Content-Type header's media type (lower case) and its parameters (``charset``...)."""
+    media_type, *rest = header.split(";")
+    parameters = {}
+    for part in rest:
+        key, _, value = part.partition("=")
+        if key.strip():
+            parameters[key.strip().lower()] = value.strip().strip('"')
+    return media_type.strip().lower(), parameters
 
 
 def decode_table(body: bytes, fmt: str) -> Any:

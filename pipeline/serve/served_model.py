@@ -15,6 +15,9 @@ it), so the numbers are the same; only the way rows arrive differs:
   reader would type it so); one with a missing value stays ``float64``, as in a CSV.
 - Arrow and Parquet bodies are typed already and are checked like predict's input files
   (``check_types``, ``check_finite``).
+- A CSV body is a file to predict: it is read by predict's own reader (``read_input``: the
+  run's missing-value strings, dtypes and date formats, text columns as text) in the run's
+  load's dialect, or the one the request gives (``?sep=;&decimal=,``, ``charset=``).
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ import numpy as np
 import pandas as pd
 from pydantic import AllowInfNan, Field, Strict, TypeAdapter, ValidationError, with_config
 
+from pipeline.backends.csv_dialect import CsvDialect, dialect_of
 from pipeline.core.errors import DataError
 from pipeline.metrics.drift import Counts
 from pipeline.predict.batch import OpenedModel, check_types, numeric_dtype_name, open_model
+from pipeline.scoring.input_rows import read_input
 from pipeline.scoring.model_folder import scores_with_counts
 
 log = logging.getLogger("pipeline")
@@ -154,6 +159,37 @@ class ServedModel:
                                fmt="table")
         except DataError as exc:
             raise RequestError(422, str(exc)) from None
+
+    def csv_dialect(self, options: Mapping[str, str]) -> CsvDialect:
+        """The run's CSV dialect with the request's ``sep``, ``encoding``, ``decimal`` and
+        ``thousands`` (query parameters; the encoding also from the content type's charset); a
+        400 naming the parameter when one is not a valid value or not one of those."""
+        try:
+            return dialect_of(dict(options), self.opened.read["dialect"])
+        except ValueError as exc:
+            raise RequestError(400, f"query parameter {exc}") from None
+
+    def frame_of_csv(self, body: bytes, dialect: CsvDialect) -> Any:
+        """A CSV body's columns the model needs, read and checked as ``pipeline predict`` reads
+        a CSV file (through a temporary file: the same reader, on either engine)."""
+        import tempfile
+
+        if not body:
+            raise RequestError(400, "the csv body is empty")
+        read = self.opened.read
+        with tempfile.TemporaryDirectory(prefix="pipeline-serve-") as folder:
+            path = Path(folder) / "body.csv"
+            path.write_bytes(body)
+            try:
+                frame = read_input([(path, "csv")], self.input_columns, self.opened.backend,
+                                   id_column=self.id_column, na_values=read["na_values"] or None,
+                                   dtypes=read["dtypes"], dates=read["dates"], dialect=dialect)
+            except (DataError, ValueError, UnicodeError) as exc:
+                message = str(exc).replace(str(path), "the csv body")
+                raise RequestError(422, f"{message} (as {dialect.describe()})") from None
+        if len(frame) == 0:
+            raise RequestError(422, "the csv body: an empty batch (no rows to score)")
+        return frame[list(self.fields)].reset_index(drop=True)
 
     # ------------------------------------------------------------------ scoring
     def score_frame(self, frame: Any) -> tuple[pd.DataFrame, Counts | None]:

@@ -308,12 +308,15 @@ def test_default_ops_target_encode_a_column_of_many_levels_out_of_fold():
     out = wf.fit_transform(frame.drop(columns="target"), frame["target"])
     recorded = names(wf)
     assert recorded["target_encode"] == ["customer_id", "store"]           # 600 and 150 levels
-    assert "store" not in recorded["categorify"] and "plan" in recorded["categorify"]
+    # Kept beside its encoding and coded too (CatBoost reads the codes, the others the encoding).
+    assert {"store", "plan"} <= set(recorded["categorify"])
+    assert wf.output_columns_[-2:] == ["customer_id=te", "store=te"]
+    assert out["store"].dtype.kind == "u" and out["store"].max() <= 150
     # A rate, not a code; on the training rows out of fold (each row by the other folds' rows), so
     # not the whole split's means that scoring the same rows gives.
-    assert out["store"].between(0, 1).all()
+    assert out["store=te"].between(0, 1).all()
     scored = wf.transform(frame.drop(columns="target"))
-    assert (out["store"] != scored["store"]).mean() > 0.9
+    assert (out["store=te"] != scored["store=te"]).mean() > 0.9
 
 
 @pytest.mark.gpu

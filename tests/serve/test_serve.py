@@ -240,6 +240,31 @@ def test_batch_endpoint_answers_in_the_requests_format(made, fmt, tmp_path):
     assert_same(served.drop(columns=["model"]), expected)
 
 
+def test_batch_endpoint_reads_a_csv_body_in_the_requests_dialect_as_predict_reads_a_file(made, tmp_path):
+    server = made["servers"]["multiclass"]
+    frame = csv_rows(made["project"], seed=4)
+    frame.loc[0, "PaymentMethod"] = "Chèque électronique"          # a level never seen, in Latin-1
+    expected = predicted(made["runs"]["multiclass"], frame, tmp_path)
+    body = frame.to_csv(index=False, sep=";", decimal=",").encode("latin-1")
+    status, answer, headers = server.request("POST", "/predict/batch?sep=%3B&decimal=%2C", body,
+                                             content_type="text/csv; charset=latin-1")
+    assert status == 200, answer
+    assert headers["content-type"] == "text/csv; charset=utf-8"
+    served = pd.read_csv(io.BytesIO(answer), sep=";", decimal=",")     # answered in the request's dialect
+    assert served["model"].tolist() == expected["model"].tolist()
+    assert_same(served.drop(columns=["model"]), expected)
+    # The default dialect (the run's: commas) on a ;-separated body names the separator to set.
+    status, answer, _ = server.request("POST", "/predict/batch", body, content_type="text/csv; charset=latin-1")
+    assert status == 422 and "';'" in json.loads(answer)["detail"], answer
+    status, answer, _ = server.request("POST", "/predict/batch?sep=%3B%3B", body, content_type="text/csv")
+    assert status == 400 and json.loads(answer)["detail"].startswith("query parameter sep must be one character")
+    status, answer, _ = server.request("POST", "/predict/batch?delimiter=%3B", body, content_type="text/csv")
+    assert status == 400 and "delimiter" in json.loads(answer)["detail"]
+    header_only = frame.head(0).to_csv(index=False).encode()
+    status, answer, _ = server.request("POST", "/predict/batch", header_only, content_type="text/csv")
+    assert status == 422 and "empty batch" in json.loads(answer)["detail"]
+
+
 def test_an_events_built_model_scores_rebuilt_feature_rows_as_predict_as_of(made, tmp_path):
     """Serving takes the model's input columns (the rows as ``--as-of`` rebuilds them); the
     scores of those rows equal ``pipeline predict --as-of``'s."""
@@ -305,7 +330,8 @@ def malformed(good: dict, fields: dict[str, str]) -> list[tuple[bytes, str, str]
         (b"garbage", "application/vnd.apache.arrow.stream", "Arrow"),
         (b"", "application/vnd.apache.arrow.stream", "empty"),
         (b"PAR1garbagePAR1", "application/vnd.apache.parquet", "Parquet"),
-        (b"a,b\n1,2\n", "text/csv", "arrow"),
+        (b"a,b\n1,2\n", "text/csv", "missing column"),
+        (b"a,b\n1,2\n", "application/xml", "text/csv"),
     ]
     return cases
 
@@ -320,7 +346,7 @@ def test_a_hundred_malformed_requests_each_get_a_4xx_naming_the_field(made):
     assert len(cases) >= 100
     for body, content_type, word in cases:
         path = "/predict/batch" if "arrow" in content_type or "parquet" in content_type else "/predict"
-        if content_type == "text/csv" and word == "arrow":
+        if content_type in ("text/csv", "application/xml") and word != "application/json":
             path = "/predict/batch"
         status, answer, _ = server.request("POST", path, body, content_type=content_type)
         assert 400 <= status < 500, (status, answer[:300], body[:200])
