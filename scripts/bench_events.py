@@ -22,6 +22,9 @@ Engines, each run as its own child process (``--child``) so its peak memory is i
                 reference engine, one core);
   polars        one lazy query (a group-by with a filtered aggregate per window), collected;
   duckdb        one SQL query (``FILTER`` clauses per window), fetched as an Arrow table;
+  pipeline-fast the same functions as ``pipeline`` with ``PIPELINE_REDUCTIONS=fast`` (Polars' own float sums,
+                which differ in the last bits from run to run; ``pipeline`` adds floats exactly, the same bits
+                every run): what the repeatable default costs; only asked for by name (``--engines``);
   pipeline-gpu  the same functions as ``pipeline`` on the GPU backend (cuDF group-bys and reindexes on the
                 device), the result brought to the host; only asked for by name (``--engines``), since it
                 needs a GPU with RAPIDS;
@@ -99,10 +102,11 @@ ZERO_WHEN_EMPTY = ("orders", "spend")            # count and sum of an empty win
 TARGET = "churn"
 ATTRIBUTES = ("region", "channel", "age")
 GPU_ENGINE = "pipeline-gpu"                      # the same functions on cuDF: only where a GPU and RAPIDS are
-IN_PROCESS = ("pandas", "pipeline", "polars", "duckdb", GPU_ENGINE)
+FAST_ENGINE = "pipeline-fast"                    # the pipeline with Polars' own (not repeatable) float sums
+IN_PROCESS = ("pandas", "pipeline", FAST_ENGINE, "polars", "duckdb", GPU_ENGINE)
 DASK = "pipeline-dask"
 ENGINES = (*IN_PROCESS, DASK)
-DEFAULT_ENGINES = tuple(e for e in ENGINES if e != GPU_ENGINE)
+DEFAULT_ENGINES = tuple(e for e in ENGINES if e not in (GPU_ENGINE, FAST_ENGINE))
 BASELINE = "pandas"
 TIME_TARGET = 1.10
 MEMORY_TARGET = 1.25
@@ -286,14 +290,16 @@ IMPORTS = {
     "pandas": ("pandas", "pyarrow.parquet"),
     "pipeline": ("pandas", "pyarrow.parquet", "polars", "pipeline.backends", "pipeline.events",
                  "pipeline.stages.join"),
+    FAST_ENGINE: ("pandas", "pyarrow.parquet", "polars", "pipeline.backends", "pipeline.events",
+                  "pipeline.stages.join"),
     "polars": ("polars",),
     "duckdb": ("duckdb", "pyarrow"),
     GPU_ENGINE: ("pandas", "pyarrow.parquet", "cudf", "pipeline.backends", "pipeline.events", "pipeline.stages.join"),
     DASK: ("pandas", "pyarrow.parquet", "polars", "distributed", "dask.dataframe", "pipeline.backends",
            "pipeline.events", "pipeline.stages.join"),
 }
-WORK = {"pandas": pandas_work, "pipeline": pipeline_work, "polars": polars_work, "duckdb": duckdb_work,
-        GPU_ENGINE: pipeline_gpu_work}
+WORK = {"pandas": pandas_work, "pipeline": pipeline_work, FAST_ENGINE: pipeline_work, "polars": polars_work,
+        "duckdb": duckdb_work, GPU_ENGINE: pipeline_gpu_work}
 
 
 def save_result(result: Any, path: Path) -> None:
@@ -429,6 +435,8 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--memory-limit", type=int, default=0)
     parser.add_argument("--stall", type=float, default=300)
     args = parser.parse_args(argv)
+    if args.child == FAST_ENGINE:
+        os.environ["PIPELINE_REDUCTIONS"] = "fast"
     for module in IMPORTS[args.child]:
         importlib.import_module(module)
     info: dict[str, Any] = {"engine": args.child, "rss_before_work_bytes": _rss_now()}
@@ -754,7 +762,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="rounds of the in-process engines (default 2)")
     parser.add_argument("--engines", type=engine_list, default=list(DEFAULT_ENGINES),
                         help=f"engines to run (default {','.join(DEFAULT_ENGINES)}; {GPU_ENGINE}, the same "
-                             "functions on cuDF, needs a GPU with RAPIDS)")
+                             f"functions on cuDF, needs a GPU with RAPIDS; {FAST_ENGINE}, the same with Polars' "
+                             "own float sums)")
     parser.add_argument("--dask-sizes", type=size_list, help="sizes the Dask engine runs at (default: the largest)")
     parser.add_argument("--dask-workers", type=int, default=2, help="local Dask workers (default 2)")
     parser.add_argument("--dask-memory-limit", default="auto",

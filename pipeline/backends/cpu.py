@@ -23,6 +23,10 @@ from pipeline.core.threads import map_in_threads, thread_count
 # core) or pandas (the reference, one core). Read on each use, so a test or a caller can switch.
 CPU_ENGINE_VARIABLE = "PIPELINE_CPU_ENGINE"
 CPU_ENGINES = ("polars", "pandas")
+# How the Polars engine adds floats: repeatable (the same bits every run: exact sums) or fast
+# (its threads' partial sums in the order they finish). The pandas engine is always repeatable.
+REDUCTIONS_VARIABLE = "PIPELINE_REDUCTIONS"
+REDUCTIONS = ("repeatable", "fast")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -53,12 +57,22 @@ class CpuBackend(Backend):
         """The Polars engine unless ``$PIPELINE_CPU_ENGINE`` says pandas."""
         if self.table_engine_name == "pandas":
             return None
-        return _polars_engine()
+        return _polars_engine(self.reductions == "repeatable")
+
+    @property
+    def reductions(self) -> str:
+        """``repeatable`` unless ``$PIPELINE_REDUCTIONS`` says ``fast`` (and the engine is
+        Polars: pandas' sums are in row order); anything else is refused."""
+        choice = os.environ.get(REDUCTIONS_VARIABLE, "").strip().lower() or "repeatable"
+        if choice not in REDUCTIONS:
+            raise ConfigError(f"${REDUCTIONS_VARIABLE} is {choice!r}: use repeatable (the default: the same bits on "
+                              "every run) or fast (Polars' own float sums, which differ in the last bits run to run)")
+        return "repeatable" if self.table_engine_name == "pandas" else choice
 
     def versions(self) -> dict[str, str]:
-        """The libraries, and the table engine the run used (the run record says which, and a
-        cached result of one engine is not taken for the other's)."""
-        return {**super().versions(), "table_engine": self.table_engine_name}
+        """The libraries, the table engine the run used and how it adds floats (the run record
+        says which, and a cached result of one is not taken for another's)."""
+        return {**super().versions(), "table_engine": self.table_engine_name, "reductions": self.reductions}
 
     def _read_csv(self, path: Path, *, columns, dtypes, na_values, dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
         # pyarrow's reader on every core, giving the C parser's frame (backends.csv_reader).
@@ -252,11 +266,11 @@ def _new_category_index(categories: Sequence[Any], dtype: Any) -> pd.Index:
 
 
 @functools.cache
-def _polars_engine() -> Any:
-    """The one (stateless) Polars engine of this process; Polars is imported on first use."""
+def _polars_engine(repeatable: bool = True) -> Any:
+    """The (stateless) Polars engine of this process for a mode; Polars is imported on first use."""
     from pipeline.backends.polars_engine import PolarsTableEngine
 
-    return PolarsTableEngine()
+    return PolarsTableEngine(repeatable)
 
 
 def arrow_string_positions(series: pd.Series, index: pd.Index) -> np.ndarray | None:

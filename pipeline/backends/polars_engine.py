@@ -16,12 +16,25 @@ nulls never match in a join and are skipped by every aggregate except ``first`` 
 (the value at the earliest / latest row, missing or not); ties in time go to the earlier input
 row (a stable sort, or the ``order`` column on Dask); days are integer time differences divided
 in float64, as pandas divides timedelta64 values.
+
+**Repeatable to the bit** (``repeatable``, the default): Polars' streaming group-by adds its
+threads' partial float sums in the order they finish, so two runs on the same events differed
+in the last bits of up to 12% of the sums. Here a float column's ``sum`` and ``mean`` are exact
+instead: each value becomes a 128-bit integer at a fixed scale from the column's largest
+magnitude (``_Limbs``), the integers are summed per group (integer addition has no order) and
+the sum is scaled back in float64. The result is the same in every run
+and within an ulp or two of the true sum (pandas' own sum is within its rounding). ``std`` of a
+float column has no such split here: a query with one runs on Polars' in-memory engine, which
+adds each group's rows in row order. ``repeatable=False`` runs the streaming engine's own float
+sums (``PIPELINE_REDUCTIONS=fast``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -35,10 +48,81 @@ _NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 WindowAggregate = tuple[str, str, "str | None", "pd.Timedelta | None"]
 
 
+# A float column's values as 128-bit integers in units of 2**(e - 96), ``e`` the exponent of its
+# largest magnitude: each below 2**96, so up to 2**31 of them sum without overflow.
+_FIXED_BITS = 96
+_MOST_ROWS = 2**31
+
+
+class _Limbs:
+    """Exact sums of float columns (see the module): each value ``x`` of a column whose largest
+    magnitude is below ``2**e`` becomes the 128-bit integer ``trunc(x * 2**(96-e))`` (an exact
+    scaling by a power of 2; only bits below ``2**(e-96)`` are cut, the same in every run), and
+    a group's sum is the sum of those integers, scaled back in float64."""
+
+    def __init__(self, frame: Any, columns: Sequence[str]) -> None:
+        import polars as pl
+
+        self.exponent: dict[str, int] = {}
+        self.infinite: set[str] = set()           # columns holding an infinity
+        if frame.height >= _MOST_ROWS:            # a group's integer sum could overflow: Polars' own
+            return
+        for column in columns:
+            values = pl.col(column)
+            largest, infinite = frame.select(values.filter(values.is_finite()).abs().max().alias("largest"),
+                                             values.is_infinite().any().alias("infinite")).row(0)
+            self.exponent[column] = math.frexp(largest or 0.0)[1]
+            if infinite:
+                self.infinite.add(column)
+
+    def __contains__(self, column: object) -> bool:
+        return column in self.exponent
+
+    @staticmethod
+    def name(column: str) -> str:
+        return f"__engine_fixed_{column}"
+
+    def columns(self) -> list[Any]:
+        """The integer column of every exact column."""
+        import polars as pl
+
+        return [pl.when(pl.col(column).is_finite()).then(pl.col(column) * (2.0 ** (_FIXED_BITS - exponent)))
+                .cast(pl.Int128).alias(self.name(column)) for column, exponent in self.exponent.items()]
+
+    def sum(self, column: str, masked: Callable[[str], Any]) -> Any:
+        """The exact sum of ``column`` over a group's rows (``masked`` keeps a window's)."""
+        import polars as pl
+
+        total = masked(self.name(column)).sum().cast(pl.Float64) * (2.0 ** (self.exponent[column] - _FIXED_BITS))
+        if column in self.infinite:         # with an infinity the sum is inf (or NaN) in any order
+            values = masked(column)
+            total = pl.when(values.is_infinite().any()).then(values.sum()).otherwise(total)
+        return total
+
+
+def _collect(query: Any, *, in_order: bool) -> Any:
+    """``query`` collected; on the in-memory engine where ``in_order`` (each group's rows
+    aggregated in row order: repeatable std), else on Polars' default engine."""
+    return query.collect(engine="in-memory") if in_order else query.collect()
+
+
 class PolarsTableEngine:
-    """Table work for ``CpuBackend`` on Polars; stateless, one per process."""
+    """Table work for ``CpuBackend`` on Polars; stateless, one per process and mode:
+    ``repeatable`` gives the same bits on every run (see the module)."""
 
     name = "polars"
+
+    def __init__(self, repeatable: bool = True) -> None:
+        self.repeatable = repeatable
+
+    def _exact(self, frame: Any, sums: Sequence[str], spreads: Sequence[str]) -> tuple[_Limbs | None, bool]:
+        """The exact sums of the float columns in ``sums`` (summed or averaged), and whether
+        the query runs in row order (a float column in ``spreads``: std); nothing in fast mode."""
+        if not self.repeatable:
+            return None, False
+        floats = {name for name, dtype in frame.schema.items() if dtype.is_float()}
+        limbs = _Limbs(frame, [c for c in dict.fromkeys(sums) if c in floats])
+        return (limbs if limbs.exponent else None), any(c in floats for c in spreads)
 
     # ------------------------------------------------------------------ windows
     def aggregate_windows(self, events: pd.DataFrame, *, keys: Sequence[str], time: str,
@@ -58,19 +142,21 @@ class PolarsTableEngine:
         if frame is None:
             return None
         unit = frame.schema[time].time_unit          # Polars' own (datetime64[s] arrives as ms)
-        lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME))
+        limbs, in_order = self._exact(frame, [a[2] for a in aggregates if a[1] in ("sum", "mean") and a[2]],
+                                      [a[2] for a in aggregates if a[1] == "std" and a[2]])
+        lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME), *(limbs.columns() if limbs else ()))
         if any(a[1] in ("first", "last") for a in aggregates):
             lazy = (lazy.sort([_TIME, order]) if order else lazy.sort(_TIME, maintain_order=True))
-        queries = [self._snapshot(lazy, keys, _in_unit(cutoff, unit), unit, aggregates, cutoff_column)
+        queries = [self._snapshot(lazy, keys, _in_unit(cutoff, unit), unit, aggregates, cutoff_column, limbs)
                    for cutoff in cutoffs]
-        result = pl.concat(queries, how="vertical").collect()
+        result = _collect(pl.concat(queries, how="vertical"), in_order=in_order)
         order = _key_order(result, keys, cutoff_column)
         out = _with_times(_to_pandas(result, order), cutoff_column, events[time].dtype, unit)
         return _like_source(out, events, {name: column for name, agg, column, _ in aggregates
                                           if agg in ("min", "max", "first", "last")}, keys)
 
     def _snapshot(self, lazy: Any, keys: Sequence[str], cutoff: int, unit: str,
-                  aggregates: Sequence[WindowAggregate], cutoff_column: str) -> Any:
+                  aggregates: Sequence[WindowAggregate], cutoff_column: str, limbs: _Limbs | None = None) -> Any:
         """One cut-off: one group-by of the statistics every output needs (each (statistic,
         column, window) once: recency, tenure and interval_mean share a window's count and time
         range), then the outputs derived from them.
@@ -101,6 +187,10 @@ class PolarsTableEngine:
                     expr = values.n_unique() - (values.null_count() > 0).cast(pl.UInt32)
                 elif func == "std":
                     expr = masked(column, window).std(ddof=1)
+                elif func in ("sum", "mean") and limbs is not None and column in limbs:
+                    expr = limbs.sum(column, lambda name: masked(name, window))
+                    if func == "mean":                           # NaN where the window is empty
+                        expr = expr / masked(column, window).count().cast(pl.Float64)
                 elif func == "first" and window is not None:     # the earliest row inside the window
                     expr = pl.col(column).filter(pl.col(_TIME) >= window).first()
                 elif func == "max" and column == _TIME and window is not None:
@@ -156,10 +246,18 @@ class PolarsTableEngine:
             return None
         unit = frame.schema[time].time_unit          # Polars' own (datetime64[s] arrives as ms)
         lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME))
+        limbs, in_order = self._exact(frame, [column] if column and aggregate in ("sum", "mean") else [],
+                                      [column] if column and aggregate == "std" else [])
+        if limbs is not None:
+            lazy = lazy.with_columns(limbs.columns())
         if column is None:
             expr = pl.len().cast(pl.Int64)
         elif aggregate == "nunique":
             expr = pl.col(column).drop_nulls().n_unique().cast(pl.Int64)
+        elif limbs is not None and column in limbs:
+            expr = limbs.sum(column, pl.col)
+            if aggregate == "mean":
+                expr = expr / pl.col(column).count().cast(pl.Float64)
         else:
             expr = getattr(pl.col(column), aggregate)()
         queries = []
@@ -168,8 +266,8 @@ class PolarsTableEngine:
             end = start + _in_unit(horizon, unit)
             queries.append(lazy.filter((pl.col(_TIME) >= start) & (pl.col(_TIME) < end)).group_by(list(keys))
                            .agg(expr.alias(output)).with_columns(pl.lit(start).alias(cutoff_column)))
-        out = _with_times(_to_pandas(pl.concat(queries, how="vertical").collect()), cutoff_column,
-                          events[time].dtype, unit)
+        out = _with_times(_to_pandas(_collect(pl.concat(queries, how="vertical"), in_order=in_order)),
+                          cutoff_column, events[time].dtype, unit)
         kept = {output: column} if column is not None and aggregate in ("min", "max") else {}
         return _like_source(out, events, kept, keys)
 

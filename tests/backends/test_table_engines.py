@@ -8,6 +8,7 @@ and windows, entities without events in a window, text / date / bool columns, ev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -255,3 +256,64 @@ def test_every_time_unit_agrees(monkeypatch, unit):
     assert_same(on_each_engine(monkeypatch, lambda: label_events(
         events, events[["k"]].drop_duplicates(), by="k", time="t", as_of="2020-02-15", horizon="10d",
         target={"y": {"max": "t"}})))
+
+
+# ---------------------------------------------------------------- the same bits on every run
+def purchases(n: int = 400_000, seed: int = 5) -> pd.DataFrame:
+    """Many events of a few thousand entities, float values of many magnitudes: enough rows that
+    Polars' streaming group-by splits each sum over its threads."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"k": rng.integers(0, 3000, n),
+                         "t": START + pd.to_timedelta(rng.integers(0, 365 * 24, n), unit="h"),
+                         "v": rng.lognormal(2, 2, n) * rng.choice([-1.0, 1.0], n)})
+
+
+def test_the_polars_engine_gives_the_same_bits_on_every_run_by_default(monkeypatch):
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    monkeypatch.delenv("PIPELINE_REDUCTIONS", raising=False)
+    events = purchases()
+    spec = dict(by="k", time="t", as_of=["2020-06-01", "2020-12-31"], windows=["30d", "all"],
+                features={"s": {"sum": "v"}, "m": {"mean": "v"}, "sd": {"std": "v"}})
+    first = aggregate_events(events, **spec)
+    for _ in range(3):
+        pd.testing.assert_frame_equal(aggregate_events(events, **spec), first, check_exact=True)
+    entities = first.loc[first.as_of == pd.Timestamp("2020-06-01"), ["k"]]
+    labels = [label_events(events, entities, by="k", time="t", as_of="2020-06-01", horizon="90d",
+                           target={"y": {"sum": "v"}})
+              for _ in range(3)]
+    for again in labels[1:]:
+        pd.testing.assert_frame_equal(again, labels[0], check_exact=True)
+    # Exact sums: each within an ulp of the correctly rounded sum (pandas' own is within its rounding).
+    before = events[events.t < pd.Timestamp("2020-12-31")]
+    exact = before.groupby("k")["v"].agg(math.fsum)
+    got = first[first.as_of == pd.Timestamp("2020-12-31")].set_index("k")["s_all"]
+    np.testing.assert_allclose(got.loc[exact.index], exact, rtol=2.3e-16, atol=0)
+
+
+def test_exact_sums_survive_cancellation_and_an_infinity_sums_as_pandas_does(monkeypatch):
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    events = pd.DataFrame({"k": [1, 1, 1, 2, 2, 3], "t": [START] * 6,
+                           "v": [1e16, 1.0, -1e16, np.inf, 2.0, np.nan]})
+    out = aggregate_events(events, by="k", time="t", as_of="2020-01-02", features={"s": {"sum": "v"}, "m": {"mean": "v"}})
+    assert out["s_all"].tolist()[0] == 1.0 and out["m_all"].tolist()[0] == pytest.approx(1 / 3, rel=1e-15)
+    assert out["s_all"].tolist()[1] == np.inf and out["s_all"].tolist()[2] == 0.0
+
+
+def test_fast_reductions_are_an_option_the_run_record_names(monkeypatch):
+    backend = get_backend("cpu")
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    monkeypatch.delenv("PIPELINE_REDUCTIONS", raising=False)
+    assert backend.versions()["reductions"] == "repeatable" and backend.table_engine.repeatable
+    monkeypatch.setenv("PIPELINE_REDUCTIONS", "fast")
+    assert backend.versions()["reductions"] == "fast" and not backend.table_engine.repeatable
+    events = purchases(20_000)
+    fast = aggregate_events(events, by="k", time="t", as_of="2020-12-31", features={"s": {"sum": "v"}})
+    monkeypatch.delenv("PIPELINE_REDUCTIONS")
+    exact = aggregate_events(events, by="k", time="t", as_of="2020-12-31", features={"s": {"sum": "v"}})
+    np.testing.assert_allclose(fast["s_all"], exact["s_all"], rtol=1e-12)
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "pandas")              # one core, row order: always repeatable
+    monkeypatch.setenv("PIPELINE_REDUCTIONS", "fast")
+    assert backend.versions()["reductions"] == "repeatable"
+    monkeypatch.setenv("PIPELINE_REDUCTIONS", "quick")
+    with pytest.raises(ConfigError, match=r"\$PIPELINE_REDUCTIONS is 'quick'"):
+        backend.versions()
