@@ -61,11 +61,15 @@ def data_issues(config: PipelineConfig, issue_at: IssueAt, *, before_run: bool =
 
 def missing_column(ref: ColumnRef, among: ColumnSet | None) -> str | None:
     """Why ``ref`` cannot name a column of ``among`` (with the column it most likely means), or
-    None when it can, or when the columns there are not known."""
-    if among is None or among.may_have(ref.column):
+    None when it can, or when the columns there are not known. A column removed on the way
+    (``gone``) is reported even where other columns may have been added (an op whose outputs
+    are known only at fit): no op adds a column back under a name it removed."""
+    if among is None:
         return None
-    if ref.column in among.gone:
+    if ref.column in among.gone and ref.column not in among.names:
         return f"{ref.what} '{ref.column}' {among.gone[ref.column]}"
+    if among.may_have(ref.column):
+        return None
     close = closest_column(ref.column, among.names)
     hint = f"; did you mean '{close}'?" if close else f" (columns: {_shown(among.names)})"
     return f"{ref.what} '{ref.column}' is not a column of {among.source}{hint}"

@@ -69,9 +69,9 @@ class FeaturesSpec(StageSpec):
             columns = columns.without([split.target], "is the split's target: the ops never see the label")
         if self.id is not None:
             columns = columns.without([self.id], "is the id column: kept out of the features")
-        table = columns
+        unseen = {name for name in (split.target, self.id) if name is not None}
         for k, op in enumerate(self.build_ops()):
-            among = columns if op.selector is None else _except_among(columns, table, split.columns)
+            among = columns if op.selector is None else _except_among(columns, split.columns, unseen)
             refs += [ColumnRef(("ops", k, op.op, *where), column, f"{op.op} column", among=among)
                      for where, column in op.named_columns()]
             columns = op.known_columns_after(columns, f"is removed by ops[{k}] ({op.op}) before this op")
@@ -88,12 +88,15 @@ class FeaturesSpec(StageSpec):
         return Preview(features=stage, valid=split.valid, folds=split.folds, target=split.target)
 
 
-def _except_among(columns: ColumnSet, table: ColumnSet, split: ColumnSet) -> ColumnSet:
-    """What a selector's ``except`` names may be: any column known at the op or in the table
-    the ops start from, the id and the target included (leaving them out is harmless). An
-    earlier selector op leaves the names open (which it takes is known only at fit), so
-    they are checked against every name seen, open only where the split's table is."""
-    return replace(split.plus([*table.names, *columns.names], patterns=columns.patterns), open=split.open)
+def _except_among(columns: ColumnSet, split: ColumnSet, unseen: set[str]) -> ColumnSet:
+    """What a selector's ``except`` names may be: any column of the split's table or known at
+    the op, the target and the id included (the ops never see them: leaving them out is
+    harmless), but not one an earlier op removed (it would leave out nothing). An earlier
+    selector op leaves the names open (which it takes is known only at fit), so they are
+    checked against every name seen, open only where the split's table is."""
+    gone = {name: why for name, why in columns.gone.items() if name not in unseen}
+    names = [name for name in dict.fromkeys([*split.names, *columns.names]) if name not in gone]
+    return replace(split, names=tuple(names), patterns=(*split.patterns, *columns.patterns), gone=gone)
 
 
 _BY_OPS: dict[tuple[type[FeaturesSpec], tuple[tuple[str, int], ...]], type[FeaturesSpec]] = {}

@@ -244,6 +244,21 @@ def test_except_names_are_checked_before_data_is_read(tmp_path, monkeypatch):
     assert "'plna'" in issue.message and "did you mean 'plan'" in issue.message
 
 
+def test_an_except_name_an_earlier_op_removed_is_refused_at_its_key(tmp_path, monkeypatch):
+    """``except`` may name the target and the id (the ops never see them), not a column an earlier
+    op removed: it would leave out nothing. The fill_missing selector between them (whose
+    outputs are known only at fit) does not hide the removal; nor for a list of names."""
+    monkeypatch.chdir(tmp_path)
+    config = project(tmp_path, ["drop: {columns: [plan]}", "fill_missing: {columns: {type: numeric}}",
+                                "categorify: {columns: {type: categorical, except: [customer_id, churned, plan]}}",
+                                "standardize: {columns: [plan]}"])
+    with pytest.raises(ConfigError) as caught:
+        load_config(config, check_data=True)
+    assert [issue.path for issue in caught.value.issues] == ["stages.features.ops[2].categorify.columns.except[2]",
+                                                             "stages.features.ops[3].standardize.columns[0]"]
+    assert all("'plan' is removed by ops[0] (drop) before this op" in issue.message for issue in caught.value.issues)
+
+
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return _pipeline(*args, cwd=cwd, env={"PYTHONPATH": str(ROOT), "COLUMNS": "200"})
 
