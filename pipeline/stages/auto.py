@@ -446,10 +446,14 @@ class _Run:
         self.has_valid = bool(self.features.rows().get(VALID))
         self.clock = _Clock(deadline=self.started + self.time_limit, folds=1)
         self.views = member_views(self.features.feature_names, self.features.categorical_columns)
+        self._viewed: dict[str, FeatureSet] = {}
 
     def _features(self, member: PortfolioMember) -> FeatureSet:
-        """The columns ``member`` reads (a column of many levels as its encoding or its codes)."""
-        return self.features.matching(self.views[member.reads])
+        """The columns ``member`` reads (a column of many levels as its encoding or its codes):
+        one view per kind, made once, so the members of a kind share one copy of the matrix."""
+        if member.reads not in self._viewed:
+            self._viewed[member.reads] = self.features.matching(self.views[member.reads])
+        return self._viewed[member.reads]
 
     # ---------------------------------------------------------------- planned
     def planned(self) -> AutoResult:

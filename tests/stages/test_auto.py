@@ -453,6 +453,8 @@ def test_catboost_reads_a_column_of_many_levels_as_codes_and_the_others_as_its_e
         assert "shop=te" in view.feature_names and "shop" not in view.feature_names
         assert "shop" not in view.categorical_columns
     assert {"x1", "x2", "plan", "flag"} <= set(catboost.feature_names) & set(lightgbm.feature_names)
+    # The members of a kind share one view (one copy of the matrix), whatever their number.
+    assert lightgbm.X["train"] is mlp.X["train"] and lightgbm.X["train"] is not catboost.X["train"]
     assert result.model.features is features            # the blend reads the whole matrix
     # Scored again from the whole matrix (what permutation importance does), each member reads its columns.
     np.testing.assert_allclose(result.model.scorer_for(features)("test"), result.model.scores["test"], atol=1e-9)
