@@ -265,11 +265,47 @@ class RunHook:
         return None
 
 
+# The events a hook answers: RunHook's public methods, the names HookList calls.
+HOOK_EVENTS = frozenset(name for name, value in vars(RunHook).items() if callable(value) and not name.startswith("_"))
+# A public method named like an event (these prefixes, or a name close to an event's) must be
+# one: the runner looks events up by name, so a misspelt one would never be called. Other
+# public methods (a hook's own helpers) are left alone, as pluggy leaves unprefixed ones.
+EVENT_PREFIXES = ("run_", "stage_", "cluster_", "on_")
+
+
+def unknown_events(hook: object) -> list[str]:
+    """The public methods of ``hook``'s class (or of ``hook``, a class) named like an event that
+    no event has, each with the event it most likely means."""
+    import difflib
+
+    cls = hook if isinstance(hook, type) else type(hook)
+    found = []
+    for name in sorted(dir(cls)):
+        if name.startswith("_") or name in HOOK_EVENTS or not callable(getattr(cls, name, None)):
+            continue
+        close = difflib.get_close_matches(name, sorted(HOOK_EVENTS), n=1, cutoff=0.8)
+        if close or name.startswith(EVENT_PREFIXES):
+            found.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return found
+
+
+def check_hook(hook: object) -> None:
+    """A ``TypeError`` naming each method of ``hook`` that looks like an event but is none."""
+    unknown = unknown_events(hook)
+    if unknown:
+        name = (hook if isinstance(hook, type) else type(hook)).__name__
+        raise TypeError(f"run hook {name}: {', '.join(unknown)} answer(s) no hook event, so the run "
+                        f"would never call them; the events are {', '.join(sorted(HOOK_EVENTS))}")
+
+
 class HookList(RunHook):
-    """Calls every hook in order; a hook that raises is logged and skipped (unless ``critical``)."""
+    """Calls every hook in order; a hook that raises is logged and skipped (unless ``critical``).
+    A hook with a method named like an event that is none is refused here (``check_hook``)."""
 
     def __init__(self, hooks: Sequence[RunHook] = ()) -> None:
         self.hooks = list(hooks)
+        for hook in self.hooks:
+            check_hook(hook)
 
     def _each(self, method: str, *args: Any) -> None:
         for hook in self.hooks:

@@ -119,3 +119,18 @@ def test_the_extensions_are_validated_and_listed_like_built_ins(project: Path):
     assert schema.returncode == 0, schema.stderr
     for name in NAMES:
         assert name in schema.stdout
+
+
+def test_the_example_hook_passes_the_conformance_kit(monkeypatch):
+    """The plugin example's hook, checked as a plugin's own test would check it."""
+    import importlib.util
+
+    from pipeline.testing import check_hook
+
+    spec = importlib.util.spec_from_file_location("stamp_plugin_checked", PLUGINS / "stamp_plugin.py")
+    module = importlib.util.module_from_spec(spec)
+    from pipeline.hooks import hook_registry
+
+    monkeypatch.setattr(hook_registry, "HOOKS", dict(hook_registry.HOOKS))     # its registration stays here
+    spec.loader.exec_module(module)
+    check_hook(module.StampHook)

@@ -430,3 +430,33 @@ def test_the_dataset_is_deterministic_and_has_every_class():
         again = tiny_dataset(task)
         assert np.array_equal(X, again[0]) and np.array_equal(y, again[1])
         assert set(y[:60]) == set(y[60:]) == set(range(max(2, len(task.classes))))
+
+
+# ---------------------------------------------------------------- run hooks
+def test_check_hook_names_a_misspelt_event_and_wrong_arguments_and_passes_every_built_in_hook():
+    from pipeline.hooks.progress import ConsoleHook, LogHook
+    from pipeline.hooks.protocol import HookList, RunHook
+    from pipeline.hooks.signature_hook import SigningHook
+    from pipeline.testing import check_hook
+    from pipeline.testing.failures import ConformanceFailure
+
+    class Misspelt(RunHook):
+        def stage_finshed(self, event):            # never called by the runner
+            pass
+
+        def summary(self) -> str:                  # a helper of its own: not an event, left alone
+            return ""
+
+    class TooFew:
+        def stage_finished(self):
+            pass
+
+    with pytest.raises(ConformanceFailure, match=r"'event names'.*'stage_finshed' \(did you mean 'stage_finished'\?\)"):
+        check_hook(Misspelt)
+    with pytest.raises(ConformanceFailure, match=r"'event arguments'.*stage_finished must take 1 argument"):
+        check_hook(TooFew())
+    # The runner refuses the misspelt one when its hook list is built (before the run starts).
+    with pytest.raises(TypeError, match=r"run hook Misspelt: 'stage_finshed' \(did you mean 'stage_finished'\?\)"):
+        HookList([Misspelt()])
+    for hook in (ConsoleHook, LogHook, SigningHook, HookList):
+        check_hook(hook)
