@@ -26,7 +26,8 @@ the sum is scaled back in float64. The result is the same in every run
 and within an ulp or two of the true sum (pandas' own sum is within its rounding). ``std`` of a
 float column has no such split here: a query with one runs on Polars' in-memory engine, which
 adds each group's rows in row order. ``repeatable=False`` runs the streaming engine's own float
-sums (``PIPELINE_REDUCTIONS=fast``).
+sums (``PIPELINE_REDUCTIONS=fast``). Polars before 2.0 collects on its in-memory engine by
+default, which repeats itself: there the sums are Polars' own in both modes.
 """
 
 from __future__ import annotations
@@ -100,6 +101,15 @@ class _Limbs:
         return total
 
 
+def _streams_by_default() -> bool:
+    """Whether ``collect()`` runs Polars' streaming engine (Polars 2 and later), whose group-by
+    adds partial sums in thread order; before 2.0 it ran the in-memory engine, which adds each
+    group's rows in row order and needs no exact sums to repeat itself."""
+    import polars as pl
+
+    return int(pl.__version__.split(".")[0]) >= 2
+
+
 def _collect(query: Any, *, in_order: bool) -> Any:
     """``query`` collected; on the in-memory engine where ``in_order`` (each group's rows
     aggregated in row order: repeatable std), else on Polars' default engine."""
@@ -118,7 +128,7 @@ class PolarsTableEngine:
     def _exact(self, frame: Any, sums: Sequence[str], spreads: Sequence[str]) -> tuple[_Limbs | None, bool]:
         """The exact sums of the float columns in ``sums`` (summed or averaged), and whether
         the query runs in row order (a float column in ``spreads``: std); nothing in fast mode."""
-        if not self.repeatable:
+        if not self.repeatable or not _streams_by_default():
             return None, False
         floats = {name for name, dtype in frame.schema.items() if dtype.is_float()}
         limbs = _Limbs(frame, [c for c in dict.fromkeys(sums) if c in floats])
