@@ -21,7 +21,7 @@ in float64, as pandas divides timedelta64 values.
 threads' partial float sums in the order they finish, so two runs on the same events differed
 in the last bits of up to 12% of the sums. Here a float column's ``sum`` and ``mean`` are exact
 instead: each value becomes a 128-bit integer at a fixed scale from the column's largest
-magnitude (``_Limbs``), the integers are summed per group (integer addition has no order) and
+magnitude (``_FixedSums``), the integers are summed per group (integer addition has no order) and
 the sum is scaled back in float64. The result is the same in every run
 and within an ulp or two of the true sum (pandas' own sum is within its rounding). ``std`` of a
 float column has no such split here: a query with one runs on Polars' in-memory engine, which
@@ -55,7 +55,7 @@ _FIXED_BITS = 96
 _MOST_ROWS = 2**31
 
 
-class _Limbs:
+class _FixedSums:
     """Exact sums of float columns (see the module): each value ``x`` of a column whose largest
     magnitude is below ``2**e`` becomes the 128-bit integer ``trunc(x * 2**(96-e))`` (an exact
     scaling by a power of 2; only bits below ``2**(e-96)`` are cut, the same in every run), and
@@ -68,12 +68,15 @@ class _Limbs:
         self.infinite: set[str] = set()           # columns holding an infinity
         if frame.height >= _MOST_ROWS:            # a group's integer sum could overflow: Polars' own
             return
-        for column in columns:
-            values = pl.col(column)
-            largest, infinite = frame.select(values.filter(values.is_finite()).abs().max().alias("largest"),
-                                             values.is_infinite().any().alias("infinite")).row(0)
-            self.exponent[column] = math.frexp(largest or 0.0)[1]
-            if infinite:
+        if not columns:
+            return
+        # One pass for every column: each one's largest finite magnitude, and whether it holds an infinity.
+        found = frame.select(*(pl.col(c).filter(pl.col(c).is_finite()).abs().max().alias(f"largest {i}")
+                               for i, c in enumerate(columns)),
+                             *(pl.col(c).is_infinite().any().alias(f"infinite {i}") for i, c in enumerate(columns))).row(0)
+        for i, column in enumerate(columns):
+            self.exponent[column] = math.frexp(found[i] or 0.0)[1]
+            if found[len(columns) + i]:
                 self.infinite.add(column)
 
     def __contains__(self, column: object) -> bool:
@@ -125,14 +128,14 @@ class PolarsTableEngine:
     def __init__(self, repeatable: bool = True) -> None:
         self.repeatable = repeatable
 
-    def _exact(self, frame: Any, sums: Sequence[str], spreads: Sequence[str]) -> tuple[_Limbs | None, bool]:
+    def _exact(self, frame: Any, sums: Sequence[str], spreads: Sequence[str]) -> tuple[_FixedSums | None, bool]:
         """The exact sums of the float columns in ``sums`` (summed or averaged), and whether
         the query runs in row order (a float column in ``spreads``: std); nothing in fast mode."""
         if not self.repeatable or not _streams_by_default():
             return None, False
         floats = {name for name, dtype in frame.schema.items() if dtype.is_float()}
-        limbs = _Limbs(frame, [c for c in dict.fromkeys(sums) if c in floats])
-        return (limbs if limbs.exponent else None), any(c in floats for c in spreads)
+        fixed = _FixedSums(frame, [c for c in dict.fromkeys(sums) if c in floats])
+        return (fixed if fixed.exponent else None), any(c in floats for c in spreads)
 
     # ------------------------------------------------------------------ windows
     def aggregate_windows(self, events: pd.DataFrame, *, keys: Sequence[str], time: str,
@@ -152,12 +155,12 @@ class PolarsTableEngine:
         if frame is None:
             return None
         unit = frame.schema[time].time_unit          # Polars' own (datetime64[s] arrives as ms)
-        limbs, in_order = self._exact(frame, [a[2] for a in aggregates if a[1] in ("sum", "mean") and a[2]],
+        fixed, in_order = self._exact(frame, [a[2] for a in aggregates if a[1] in ("sum", "mean") and a[2]],
                                       [a[2] for a in aggregates if a[1] == "std" and a[2]])
-        lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME), *(limbs.columns() if limbs else ()))
+        lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME), *(fixed.columns() if fixed else ()))
         if any(a[1] in ("first", "last") for a in aggregates):
             lazy = (lazy.sort([_TIME, order]) if order else lazy.sort(_TIME, maintain_order=True))
-        queries = [self._snapshot(lazy, keys, _in_unit(cutoff, unit), unit, aggregates, cutoff_column, limbs)
+        queries = [self._snapshot(lazy, keys, _in_unit(cutoff, unit), unit, aggregates, cutoff_column, fixed)
                    for cutoff in cutoffs]
         result = _collect(pl.concat(queries, how="vertical"), in_order=in_order)
         order = _key_order(result, keys, cutoff_column)
@@ -166,7 +169,7 @@ class PolarsTableEngine:
                                           if agg in ("min", "max", "first", "last")}, keys)
 
     def _snapshot(self, lazy: Any, keys: Sequence[str], cutoff: int, unit: str,
-                  aggregates: Sequence[WindowAggregate], cutoff_column: str, limbs: _Limbs | None = None) -> Any:
+                  aggregates: Sequence[WindowAggregate], cutoff_column: str, fixed: _FixedSums | None = None) -> Any:
         """One cut-off: one group-by of the statistics every output needs (each (statistic,
         column, window) once: recency, tenure and interval_mean share a window's count and time
         range), then the outputs derived from them.
@@ -197,8 +200,8 @@ class PolarsTableEngine:
                     expr = values.n_unique() - (values.null_count() > 0).cast(pl.UInt32)
                 elif func == "std":
                     expr = masked(column, window).std(ddof=1)
-                elif func in ("sum", "mean") and limbs is not None and column in limbs:
-                    expr = limbs.sum(column, lambda name: masked(name, window))
+                elif func in ("sum", "mean") and fixed is not None and column in fixed:
+                    expr = fixed.sum(column, lambda name: masked(name, window))
                     if func == "mean":                           # NaN where the window is empty
                         expr = expr / masked(column, window).count().cast(pl.Float64)
                 elif func == "first" and window is not None:     # the earliest row inside the window
@@ -256,16 +259,16 @@ class PolarsTableEngine:
             return None
         unit = frame.schema[time].time_unit          # Polars' own (datetime64[s] arrives as ms)
         lazy = frame.lazy().with_columns(pl.col(time).cast(pl.Int64).alias(_TIME))
-        limbs, in_order = self._exact(frame, [column] if column and aggregate in ("sum", "mean") else [],
+        fixed, in_order = self._exact(frame, [column] if column and aggregate in ("sum", "mean") else [],
                                       [column] if column and aggregate == "std" else [])
-        if limbs is not None:
-            lazy = lazy.with_columns(limbs.columns())
+        if fixed is not None:
+            lazy = lazy.with_columns(fixed.columns())
         if column is None:
             expr = pl.len().cast(pl.Int64)
         elif aggregate == "nunique":
             expr = pl.col(column).drop_nulls().n_unique().cast(pl.Int64)
-        elif limbs is not None and column in limbs:
-            expr = limbs.sum(column, pl.col)
+        elif fixed is not None and column in fixed:
+            expr = fixed.sum(column, pl.col)
             if aggregate == "mean":
                 expr = expr / pl.col(column).count().cast(pl.Float64)
         else:

@@ -127,7 +127,7 @@ def build_app(state: ServeState) -> FastAPI:
                   "schema": {"$ref": "#/components/schemas/PredictRequest"}}}}})
     async def predict(request: Request) -> Response:
         content_type = request.headers.get("content-type", "application/json")
-        if not content_type.split(";")[0].strip().lower() in ("application/json", ""):
+        if content_type_of(content_type)[0] not in ("application/json", ""):
             raise RequestError(415, f"POST /predict takes application/json, not {content_type}; Arrow and "
                                     "Parquet bodies go to POST /predict/batch")
         body = await read_body(request, state.settings.max_body_bytes)
