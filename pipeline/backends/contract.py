@@ -28,6 +28,7 @@ from pipeline.backends.filters import Filter, apply_filters, late_filters, pushe
 from pipeline.backends.input_files import (
     check_row_widths, check_source, infer_format, one_line, partitioned_sources, read_errors, read_header,
 )
+from pipeline.core.dtypes import dtype_kind, is_number_or_bool
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.core.problems import BINARY, Task
 
@@ -259,13 +260,13 @@ class Backend(ABC):
         """
 
     def is_numeric(self, series: Any) -> bool:
-        return pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+        return is_number_or_bool(series.dtype)
 
     def is_integral(self, series: Any) -> bool:
         """Integer or boolean dtype, nullable ones included (pandas ``Int64``, any cuDF int):
         such a column refuses a fill value with a fraction, where NumPy-backed pandas has
         already turned it into float64 if it had a gap."""
-        return pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+        return dtype_kind(series.dtype) in ("integer", "bool")
 
     @property
     def table_engine(self) -> Any | None:

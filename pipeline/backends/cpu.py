@@ -16,6 +16,7 @@ from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.csv_reader import read_csv_frame
 from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import ConfigError
 from pipeline.core.threads import map_in_threads, thread_count
 
@@ -289,7 +290,7 @@ def arrow_string_positions(series: pd.Series, index: pd.Index) -> np.ndarray | N
 
 def _arrow_strings(array: Any) -> Any:
     """The Arrow (chunked) array behind a pandas text array, or None when it is not one."""
-    if not (isinstance(array, pd.arrays.ArrowExtensionArray) and pd.api.types.is_string_dtype(array.dtype)):
+    if not (isinstance(array, pd.arrays.ArrowExtensionArray) and dtype_kind(array.dtype) == "text"):
         return None
     import pyarrow as pa
 

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 
 # Text parsed into dates comes out in this unit (pandas 3's and cuDF's own for text); a
@@ -95,13 +96,14 @@ def to_dates(backend: DateBackend, series: Any, fmt: str | None = None, *, colum
     """``series`` as naive datetimes: datetimes as they are (an aware one converted to UTC),
     text and integers parsed with ``fmt`` (see the module's rules)."""
     dtype = series.dtype
-    if pd.api.types.is_datetime64_any_dtype(dtype):
+    kind = dtype_kind(dtype)
+    if kind == "date":
         return naive_utc(series)
-    if pd.api.types.is_bool_dtype(dtype):
+    if kind == "bool":
         raise DataError(f"{source}: column '{column}' is {dtype}, not dates")
     if backend.is_numeric(series):
         text = integer_text(series)
-    elif pd.api.types.is_string_dtype(dtype):
+    elif kind == "text":
         text = series if str(dtype) != "object" else series.astype("str")
     else:
         raise DataError(f"{source}: column '{column}' is {dtype}, not dates or text holding dates")
@@ -121,7 +123,7 @@ def integer_text(series: Any) -> Any:
     present = series.notna()
     whole = series.fillna(0)
     digits = whole.astype("int64").astype("str")
-    if pd.api.types.is_float_dtype(series.dtype):
+    if dtype_kind(series.dtype) == "float":
         digits = digits.where(whole % 1 == 0, series.astype("str"))
     return digits.where(present)
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.input_files import one_line
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 
 # Row filters, in the pyarrow form [column, op, value]; see ``apply_filters``.
@@ -58,7 +59,7 @@ def apply_filters(frame: Any, filters: Sequence[Filter], *, source: str = "") ->
 def _filter_condition(col: Any, op: str, value: Any) -> Any:
     """The row mask of one ``[column, op, value]`` filter; on a date column the value is a
     date (``"1997-06-01"``, or 19970601 as its digits)."""
-    if pd.api.types.is_datetime64_any_dtype(col.dtype):
+    if dtype_kind(col.dtype) == "date":
         value = [_as_date(v) for v in value] if op in ("in", "not in") else _as_date(value)
     if op == "in":
         return col.isin(list(value))

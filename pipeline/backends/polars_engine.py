@@ -40,6 +40,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from pipeline.core.dtypes import is_number_or_bool
+
 _TIME = "__engine_time"        # the time column as Int64 in its own unit
 _INSIDE = "__engine_inside"    # stands for "1 where the row is in the window" in a window's columns
 _LEFT, _RIGHT = "__engine_left_row", "__engine_right_row"
@@ -390,7 +392,7 @@ def _like_source(out: pd.DataFrame, source: pd.DataFrame, kept: dict[str, str], 
     date's unit, text's dtype); numbers and bools there are left to the caller's output casts."""
     for name, column in [*((k, k) for k in keys), *kept.items()]:
         dtype = source[column].dtype
-        if out[name].dtype == dtype or (name not in keys and _number_or_bool(dtype)):
+        if out[name].dtype == dtype or (name not in keys and is_number_or_bool(dtype)):
             continue
         out[name] = out[name].astype(dtype)
     return out
@@ -400,11 +402,6 @@ def _with_times(out: pd.DataFrame, column: str, dtype: Any, unit: str) -> pd.Dat
     """The cut-off column (integers in ``unit``) as date-times of the time column's dtype."""
     out[column] = pd.Series(out[column].to_numpy(dtype=np.int64).view(f"M8[{unit}]"), index=out.index).astype(dtype)
     return out
-
-
-def _number_or_bool(dtype: Any) -> bool:
-    return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) and \
-        not pd.api.types.is_datetime64_any_dtype(dtype)
 
 
 def _in_unit(value: pd.Timestamp | pd.Timedelta, unit: str) -> int:

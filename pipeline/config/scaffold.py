@@ -32,14 +32,23 @@ from pipeline.backends.csv_dialect import show
 from pipeline.config.loader import load_config
 from pipeline.config.sampling import Sample, format_of, read_sample
 from pipeline.config.schema import NAME_MAX_LENGTH
+from pipeline.core.dtypes import dtype_kind, is_number
 from pipeline.core.errors import ConfigError, DataError, PipelineError, UsageError
+from pipeline.core.problems import MAX_INFERRED_CLASSES, TASK_KINDS
 from pipeline.features import OPS, FeatureWorkflow
-from pipeline.features.column_roles import (FREE_TEXT_WORDS, LEFT_OUT_ROLES, LOW_CARDINALITY, Column, classify, is_text,
-                                            mark_leaks, plain_value)
+from pipeline.features.column_roles import (
+    FREE_TEXT_WORDS,
+    LEFT_OUT_ROLES,
+    LOW_CARDINALITY,
+    Column,
+    classify,
+    is_text,
+    mark_leaks,
+    plain_value,
+)
 from pipeline.features.column_types import column_type
 from pipeline.models.registry import get_model_spec, models_for
 from pipeline.stages.split import ZERO_ONE, SplitSpec
-from pipeline.core.problems import MAX_INFERRED_CLASSES, TASK_KINDS
 
 # ---------------------------------------------------------------- the rules' thresholds
 # (the column roles' own are in pipeline.features.column_roles)
@@ -180,7 +189,7 @@ def missing_markers(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
 
     for column in frame.columns:
         series = frame[column]
-        if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+        if is_number(series.dtype):
             _numeric_sentinels(series, lambda token, rows, c=column: add(token, c, rows))
             continue
         if not is_text(series):
@@ -282,7 +291,7 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
             raise UsageError(f"--task binary: target column '{column}' has {distinct} values ({shown}); name the "
                              "one that means 1 with --positive VALUE (one against the rest), or use --task multiclass")
         given = " (given)" if declared else ""
-        if {str(plain_value(v)) for v in counts.index} <= ZERO_ONE or pd.api.types.is_bool_dtype(values.dtype):
+        if {str(plain_value(v)) for v in counts.index} <= ZERO_ONE or dtype_kind(values.dtype) == "bool":
             return TaskChoice("binary", f"two values, 0/1 or true/false{given}: 1 is the positive class ({shown})",
                               missing=missing)
         chosen, why = _positive_of(counts, numeric)

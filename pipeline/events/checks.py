@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.core.dtypes import dtype_kind, is_number_or_bool
 from pipeline.core.errors import DataError
 
 
@@ -30,7 +31,7 @@ def check_time_column(frame: Any, time: str, *, table: str = "events") -> None:
     if isinstance(dtype, pd.DatetimeTZDtype):
         raise DataError(f"time column {time!r} has a time zone ({dtype}); cut-offs are timezone-naive: convert the "
                         "times to UTC and drop the zone (a load stage with dates: does this)")
-    if not pd.api.types.is_datetime64_any_dtype(dtype):
+    if dtype_kind(dtype) != "date":
         raise DataError(f"time column {time!r} is {dtype}, not a date-time: add `dates: {{{time}: FORMAT}}` to the "
                         f"load stage that reads the {table} (for example dates: {{{time}: \"%Y%m%d\"}}; "
                         "an empty format reads ISO 8601)")
@@ -46,7 +47,7 @@ def check_value_columns(frame: Any, uses: Sequence[tuple[str, str, str]], *, num
         if column not in have:
             raise DataError(f"{what} {name!r} reads column {column!r} ({aggregate}), which the events do not have")
         dtype = frame[column].dtype
-        if aggregate in numeric and not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+        if aggregate in numeric and not is_number_or_bool(dtype):
             raise DataError(f"{what} {name!r} takes the {aggregate} of column {column!r}, which holds {dtype}, not "
                             "numbers (give the load stage dtypes: for it, or use min/max/first/last/nunique)")
 
@@ -64,20 +65,16 @@ def check_key_kinds(left: Any, right: Any, keys: Sequence[str], *, left_name: st
 def key_kind(dtype: Any) -> str:
     """What a key holds, for telling keys that can match from keys that cannot: number, text,
     date, duration, bool (a category counts as what its categories hold)."""
+    kind = dtype_kind(dtype)
     categories = getattr(dtype, "categories", None)
-    if str(dtype) == "category" and categories is not None:
+    if kind == "category" and categories is not None:
         return key_kind(categories.dtype)
-    if pd.api.types.is_bool_dtype(dtype):
-        return "bool"
-    if pd.api.types.is_datetime64_any_dtype(dtype):
-        return "date"
-    if pd.api.types.is_timedelta64_dtype(dtype):
-        return "duration"
-    if pd.api.types.is_numeric_dtype(dtype):
-        return "number"
-    if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
-        return "text"
-    return str(dtype)
+    return _KEY_KIND.get(kind, str(dtype))
+
+
+# What a key holds, by the kind of its dtype (``pipeline.core.dtypes``); any other is its dtype's name.
+_KEY_KIND = {"bool": "bool", "date": "date", "duration": "duration", "integer": "number", "float": "number",
+             "text": "text"}
 
 
 def count_missing(series: Any) -> int:

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from pipeline.backends import Backend
+from pipeline.core.dtypes import dtype_kind, is_number_or_bool
 
 # Input row position (partition number * 2**40 + row within it on Dask): the tie-breaker that
 # keeps "ties in row order" true after a sort that is not stable or a shuffle that reorders.
@@ -172,12 +172,9 @@ def cast_output(series: Any, aggregate: str, *, zero_when_missing: bool, source_
         return series.astype("int64")
     if aggregate in _FLOAT_AGGREGATES:
         return series.astype("float64")
-    if source_dtype is not None and pd.api.types.is_bool_dtype(source_dtype):
+    if source_dtype is not None and dtype_kind(source_dtype) == "bool":
         return series.astype(bool_dtype)
-    if _is_number(series.dtype):
+    if is_number_or_bool(series.dtype):
         return series.astype("float64")
     return series
 
-
-def _is_number(dtype: Any) -> bool:
-    return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)

@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
+from pipeline.core.dtypes import is_number_or_bool
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.events.checks import (
     check_has_columns, check_key_kinds, check_no_missing_times, check_time_column, check_value_columns,
@@ -317,7 +318,7 @@ def finish_labels(merged: Any, plan: LabelPlan, *, facts: dict[str, Any] | None 
     elif target.aggregate == "nunique":
         out[target.name] = value.fillna(0).astype("int64")
     else:
-        out[target.name] = value.astype("float64") if _numeric(value.dtype) else value
+        out[target.name] = value.astype("float64") if is_number_or_bool(value.dtype) else value
     out = out.drop(columns=[_VALUE])
     if not target.drops_unlabelled:
         return out
@@ -327,6 +328,3 @@ def finish_labels(merged: Any, plan: LabelPlan, *, facts: dict[str, Any] | None 
         facts["unlabeled"] = int(facts.get("unlabeled", 0)) + dropped
     return out[~missing].reset_index(drop=True) if dropped else out
 
-
-def _numeric(dtype: Any) -> bool:
-    return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)

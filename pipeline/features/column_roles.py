@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.core.dtypes import dtype_kind
 from pipeline.features.column_types import column_type
 
 __all__ = ["Column", "LEFT_OUT_ROLES", "classify", "date_format", "is_text", "left_out_columns", "mark_leaks",
@@ -200,7 +201,7 @@ def left_out_columns(frame: pd.DataFrame, target: str, task_kind: str, *, keep: 
 
 def is_text(series: pd.Series) -> bool:
     """Whether ``series`` holds text (strings or Python objects), as pandas reads a CSV's text."""
-    return pd.api.types.is_string_dtype(series.dtype) or pd.api.types.is_object_dtype(series.dtype)
+    return dtype_kind(series.dtype) == "text"
 
 
 def plain_value(value: Any) -> Any:

@@ -26,13 +26,14 @@ import pandas as pd
 from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 from pipeline.core.problems import Task
 from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
-from pipeline.features.selection import resolve_selectors
 from pipeline.features.ops.op_base import Target
 from pipeline.features.ops.op_support import per_column
+from pipeline.features.selection import resolve_selectors
 
 FORMAT_VERSION = 1
 # The models read one float32 matrix: a float64 value beyond this becomes infinity there.
@@ -156,7 +157,7 @@ class FeatureWorkflow:
             raise DataError(f"columns {repeated} appear more than once after the feature ops; rename or drop "
                             "the input column that an op's output collides with")
         non_numeric = [str(c) for c in frame.columns if not backend.is_numeric(frame[c])]
-        dates = [c for c in non_numeric if pd.api.types.is_datetime64_any_dtype(frame[c].dtype)]
+        dates = [c for c in non_numeric if dtype_kind(frame[c].dtype) == "date"]
         text = [c for c in non_numeric if c not in dates]
         problems = []
         if dates:
@@ -321,7 +322,7 @@ def _as_float(value: Any) -> float:
 
 def infinite_columns(frame: Any, columns: Sequence[Any], backend: Backend) -> list[Any]:
     """The float ``columns`` of ``frame`` holding +-infinity (other dtypes cannot)."""
-    floats = [c for c in columns if pd.api.types.is_float_dtype(frame[c].dtype)]
+    floats = [c for c in columns if dtype_kind(frame[c].dtype) == "float"]
     return _beyond(frame, floats, backend, math.inf)
 
 

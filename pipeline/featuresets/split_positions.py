@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 
 # Why folds refuse partitioned data: the split stage says it, and so do the folds' features.
@@ -147,8 +148,7 @@ def time_key(times: pd.Series, name: str | None) -> np.ndarray:
     missing = int(times.isna().sum())
     if missing:
         raise DataError(f"order_by column '{name}' has {missing} missing value(s); every row needs a time")
-    if pd.api.types.is_bool_dtype(times) or not (pd.api.types.is_numeric_dtype(times)
-                                                  or pd.api.types.is_datetime64_any_dtype(times)):
+    if dtype_kind(times.dtype) not in ("integer", "float", "date"):
         try:
             times = pd.to_datetime(times.astype(str), format="mixed")
         except (ValueError, TypeError, OverflowError) as exc:

@@ -45,10 +45,11 @@ from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
 from pipeline.config.plugins import load_run_plugins
 from pipeline.scoring.model_folder import scores_with_counts
 from pipeline.runs.record import RunManifest  # noqa: F401 - predict's record type, as callers import it
+from pipeline.core.dtypes import is_number_or_bool
 from pipeline.core.problems import Task
 # What predict shares with serving and the promotion gate, kept importable from here.
 from pipeline.scoring.input_rows import (  # noqa: F401
-    INPUT_SUFFIXES, check_finite, check_headers, check_types, input_files, numeric_dtype_name, read_input,
+    INPUT_SUFFIXES, check_finite, check_headers, check_types, input_files, read_input,
     training_read_options,
 )
 from pipeline.scoring.run_models import (  # noqa: F401
@@ -260,7 +261,7 @@ def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], o
 
     fitted = saved.workflow.input_columns_
     needed = check_headers(files, fitted, id_column, dialect)
-    text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
+    text_columns = [c for c, dtype in fitted.items() if not is_number_or_bool(dtype)]
     return score_partitioned(saved, name, files, output, backend=backend, threshold=threshold, needed=needed,
                              text_columns=text_columns, na_values=na_values, scheduler=scheduler,
                              dates={c: f for c, f in (dates or {}).items() if c in needed} or None, dialect=dialect,

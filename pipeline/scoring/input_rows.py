@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, dialect_of
+from pipeline.core.dtypes import is_number_or_bool
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.runs import layout
 from pipeline.runs.record import RunManifest
@@ -24,7 +24,7 @@ from pipeline.runs.record import RunManifest
 INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 
 __all__ = [
-    "INPUT_SUFFIXES", "check_finite", "check_headers", "check_types", "input_files", "numeric_dtype_name",
+    "INPUT_SUFFIXES", "check_finite", "check_headers", "check_types", "input_files",
     "read_input", "training_read_options",
 ]
 
@@ -61,7 +61,7 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
     written (the run's load's, unless the caller was told otherwise).
     """
     needed = check_headers(files, fitted, id_column, dialect)
-    text_columns = [c for c, dtype in fitted.items() if not numeric_dtype_name(dtype)]
+    text_columns = [c for c, dtype in fitted.items() if not is_number_or_bool(dtype)]
     run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
     run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
     frames = []
@@ -111,8 +111,8 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
         if int(backend.to_host(series.notna().sum())) == 0:
             # No values at all (an empty file, a column left blank): nothing can mismatch; give
             # it the fit-time kind so the ops see the type they were fitted on.
-            frame[column] = series.astype("float64" if numeric_dtype_name(fit_dtype) else "str")
-        elif numeric_dtype_name(fit_dtype):
+            frame[column] = series.astype("float64" if is_number_or_bool(fit_dtype) else "str")
+        elif is_number_or_bool(fit_dtype):
             if not numeric_now:
                 problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit")
                 text_now = True
@@ -122,7 +122,7 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
         hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
                 if text_now and fmt == "csv" else "")
         raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
-    check_finite(frame, [c for c, dtype in fitted.items() if numeric_dtype_name(dtype)], backend, source=source)
+    check_finite(frame, [c for c, dtype in fitted.items() if is_number_or_bool(dtype)], backend, source=source)
     return frame
 
 
@@ -201,10 +201,3 @@ def _upstream_stages(run_dir: Path, stage: str) -> set[str]:
         todo += [i for i in inputs if isinstance(i, str)] if isinstance(inputs, list) else []
     return seen
 
-
-def numeric_dtype_name(name: str) -> bool:
-    try:
-        dtype = pd.api.types.pandas_dtype(name)
-    except TypeError:
-        return False
-    return bool(pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))

@@ -39,9 +39,10 @@ import pandas as pd
 from pydantic import AllowInfNan, Field, Strict, TypeAdapter, ValidationError, with_config
 
 from pipeline.backends.csv_dialect import CsvDialect, dialect_of
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 from pipeline.metrics.drift import Counts
-from pipeline.predict.batch import OpenedModel, check_types, numeric_dtype_name, open_model
+from pipeline.predict.batch import OpenedModel, check_types, open_model
 from pipeline.scoring.input_rows import read_input
 from pipeline.scoring.model_folder import scores_with_counts
 
@@ -273,19 +274,12 @@ def request_fields(fitted: Mapping[str, str], id_column: str | None) -> dict[str
 
 
 def field_kind(dtype: str) -> str:
-    try:
-        resolved = pd.api.types.pandas_dtype(dtype)
-    except TypeError:
-        return TEXT
-    if pd.api.types.is_bool_dtype(resolved):
-        return BOOLEAN
-    if pd.api.types.is_integer_dtype(resolved):
-        return INTEGER
-    if numeric_dtype_name(dtype):
-        return NUMBER
-    if pd.api.types.is_datetime64_any_dtype(resolved):
-        return DATETIME
-    return TEXT
+    """The request field's kind of a column fitted as ``dtype`` (the package's one dtype rule,
+    ``pipeline.core.dtypes``): anything that is not a bool, number or date is sent as text."""
+    return _FIELD_KIND.get(dtype_kind(dtype), TEXT)
+
+
+_FIELD_KIND = {"bool": BOOLEAN, "integer": INTEGER, "float": NUMBER, "date": DATETIME}
 
 
 _FINITE = Annotated[float, Strict(), AllowInfNan(False)]

@@ -13,11 +13,20 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
-from pipeline.core.errors import ConfigError, DataError
 from pipeline.backends.headers import HeaderReader
-from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY, shuffled_split
-from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
+from pipeline.core.dtypes import dtype_kind, is_number
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
+from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY, shuffled_split
+from pipeline.stages.spec import (
+    ColumnRef,
+    Preview,
+    StageContext,
+    StageSpec,
+    Table,
+    only_input,
+    register_stage,
+)
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_TEST = 0.2
@@ -227,16 +236,12 @@ def _inferred_task(series: Any, backend: Backend, *, column: str) -> Task:
 
 
 def _is_bool(series: Any) -> bool:
-    import pandas as pd
-
-    return pd.api.types.is_bool_dtype(series.dtype)
+    return dtype_kind(series.dtype) == "bool"
 
 
 def check_numeric_target(series: Any, *, column: str) -> None:
     """A regression target holds numbers (bools are a binary task's)."""
-    import pandas as pd
-
-    if _is_bool(series) or not pd.api.types.is_numeric_dtype(series.dtype):
+    if not is_number(series.dtype):
         raise DataError(f"target column '{column}' is {series.dtype}; task: regression needs numbers (a text or "
                         "yes/no target is task: multiclass or binary)")
 

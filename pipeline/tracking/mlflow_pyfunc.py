@@ -51,6 +51,7 @@ from mlflow.pyfunc import PythonModel
 from mlflow.types.schema import AnyType, ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
 from pipeline.backends import backend_for
+from pipeline.core.dtypes import dtype_kind
 from pipeline.scoring.model_folder import SavedModel, load_model, model_format_of, scores_table
 from pipeline.version import __version__
 
@@ -120,19 +121,12 @@ def column_type(dtype: str) -> DataType:
     """MLflow's type of a column the workflow was fitted on as ``dtype`` (a pandas dtype name):
     floats double (a float32 column accepts float64 rows, as ``pipeline predict`` does), ints
     long, booleans boolean, dates datetime, anything else text."""
-    try:
-        kind = pd.api.types.pandas_dtype(dtype)
-    except TypeError:
-        return DataType.string
-    if pd.api.types.is_bool_dtype(kind):
-        return DataType.boolean
-    if pd.api.types.is_integer_dtype(kind):
-        return DataType.long
-    if pd.api.types.is_float_dtype(kind):
-        return DataType.double
-    if pd.api.types.is_datetime64_any_dtype(kind):
-        return DataType.datetime
-    return DataType.string
+    return _MLFLOW_TYPE.get(dtype_kind(dtype), DataType.string)
+
+
+# MLflow's type of each kind of dtype (``pipeline.core.dtypes``); any other is text.
+_MLFLOW_TYPE = {"bool": DataType.boolean, "integer": DataType.long, "float": DataType.double,
+                "date": DataType.datetime}
 
 
 def input_schema(saved: SavedModel) -> Schema:

@@ -14,14 +14,26 @@ import pandas as pd
 from pydantic import Field
 
 from pipeline.backends import Backend
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 from pipeline.features.ops.encoding import code_dtype
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
-    count_pairs, lookup, merged, missing_value, per_column, plain, replace_in_place,
+    count_pairs,
+    lookup,
+    merged,
+    missing_value,
+    per_column,
+    plain,
+    replace_in_place,
 )
-from pipeline.features.ops.rare import RARE, MinFrequency, frequent_levels, rare_statistics
+from pipeline.features.ops.rare import (
+    RARE,
+    MinFrequency,
+    frequent_levels,
+    rare_statistics,
+)
 
 
 class FrequencyEncodeState(OpState):
@@ -175,6 +187,5 @@ class GroupRare(FeatureOp):
 
 def is_text(series: Any) -> bool:
     """A column of strings (pandas object or string dtype, cuDF's string columns)."""
-    dtype = series.dtype
-    return pd.api.types.is_string_dtype(dtype) and not isinstance(dtype, pd.CategoricalDtype)
+    return dtype_kind(series.dtype) == "text"
 

@@ -28,6 +28,7 @@ from pydantic import Field, field_validator
 from pipeline.backends import Backend
 from pipeline.backends.dates import to_dates
 from pipeline.backends.headers import ColumnSet
+from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
@@ -158,9 +159,9 @@ def op_dates(series: Any, backend: Backend, *, op: str, column: str) -> Any:
     if isinstance(dtype, pd.DatetimeTZDtype):
         raise DataError(f"feature op '{op}': column '{column}' is timezone-aware ({dtype}); parse it in the load "
                         f"(dates: {{{column}: null}}), which converts it to UTC and drops the zone")
-    if pd.api.types.is_datetime64_dtype(dtype):
+    if dtype_kind(dtype) == "date":
         return series
-    if backend.is_numeric(series) or not pd.api.types.is_string_dtype(dtype):
+    if dtype_kind(dtype) != "text":
         raise DataError(f"feature op '{op}': column '{column}' is {dtype}, not a date; read it as one in the load, "
                         f"e.g. dates: {{{column}: '%Y%m%d'}} for 19970101")
     return to_dates(backend, series, None, column=column, source=f"feature op '{op}'")
