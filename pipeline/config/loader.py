@@ -55,7 +55,14 @@ def load_config(
     the files the config loads, and the rules across stages (``pipeline.config.data_checks``),
     without reading a data row; paths are relative to the working directory, as in a run.
     ``before_run``: a run follows, so named pipes are left unread and a file that cannot be
-    read is left to its load stage, whose failure the run records."""
+    read is left to its load stage, whose failure the run records.
+
+    Examples:
+        >>> from pipeline import load_config
+        >>> config = load_config("configs/churn.yaml", overrides=["stages.xgb.params.max_depth=6"])
+        >>> config.name, config.stages["xgb"].params["max_depth"]
+        ('churn', 6)
+    """
     source = str(path) if path is not None else "<string>"
     if text is None:
         if path is None:

@@ -235,7 +235,16 @@ _BUILT_IN_SECTIONS = [h for h in config_sections() if h.factory.__module__ in ru
 class PipelineConfig(create_model("PipelineConfig", __base__=PipelineCore, __module__=__name__,
                                   **section_fields(_BUILT_IN_SECTIONS))):
     """A pipeline: a name, where it runs, and its stages (a DAG through their ``inputs``), with the
-    sections of the package's run-level outputs (report, cost, tracking, budget)."""
+    sections of the package's run-level outputs (report, cost, tracking, budget).
+
+    Examples:
+        >>> from pipeline import PipelineConfig
+        >>> config = PipelineConfig.model_validate({"name": "demo", "stages": {
+        ...     "raw": {"kind": "load", "path": "data/telco_customer_churn.csv"},
+        ...     "split": {"kind": "split", "inputs": ["raw"], "target": "Churn", "positive": "Yes"}}})
+        >>> config.device, list(config.stages)
+        ('auto', ['raw', 'split'])
+    """
 
 
 _models: dict[tuple[Any, ...], type[PipelineConfig]] = {}

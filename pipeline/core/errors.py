@@ -12,7 +12,13 @@ from pathlib import Path
 
 
 class ExitCode:
-    """Process exit codes of the ``pipeline`` command (documented in the README)."""
+    """Process exit codes of the ``pipeline`` command (documented in the README).
+
+    Examples:
+        >>> from pipeline import ExitCode
+        >>> ExitCode.CONFIG, ExitCode.DATA, ExitCode.TERMINATED
+        (2, 3, 143)
+    """
 
     OK = 0
     INTERNAL = 1          # a bug: an exception that is not a PipelineError
@@ -31,7 +37,16 @@ class ExitCode:
 
 
 class PipelineError(Exception):
-    """Base of every error the package raises on purpose."""
+    """Base of every error the package raises on purpose.
+
+    Examples:
+        >>> from pipeline import ConfigError, PipelineError, load_config
+        >>> try:
+        ...     load_config("configs/no-such-config.yaml")
+        ... except PipelineError as error:
+        ...     print(type(error).__name__, error.exit_code)
+        ConfigError 2
+    """
 
     exit_code: int = ExitCode.INTERNAL
 
@@ -75,6 +90,14 @@ class ConfigError(PipelineError):
     """The config (or a --set override, or a command-line option) is invalid.
 
     Holds every issue found, so the user fixes them all in one round.
+
+    Examples:
+        >>> from pipeline import ConfigError, load_config
+        >>> try:
+        ...     load_config("configs/churn.yaml", overrides=["stages.split.test=2"])
+        ... except ConfigError as error:
+        ...     print(error.exit_code, "stages.split.test" in str(error))
+        2 True
     """
 
     exit_code = ExitCode.CONFIG
@@ -103,7 +126,17 @@ class UsageError(ConfigError):
 
 
 class DataError(PipelineError):
-    """Input data is missing, unreadable, or does not have the expected columns or types."""
+    """Input data is missing, unreadable, or does not have the expected columns or types.
+
+    Examples:
+        >>> from pipeline import DataError
+        >>> from pipeline.stages import load_table
+        >>> try:
+        ...     load_table("data/no-such-table.csv")
+        ... except DataError as error:
+        ...     print(error.exit_code, "no-such-table.csv" in str(error))
+        3 True
+    """
 
     exit_code = ExitCode.DATA
 
@@ -122,7 +155,14 @@ def input_not_found(path: str | os.PathLike[str], what: str = "input file") -> D
 
 
 class StageError(PipelineError):
-    """A stage raised while running; names the stage and keeps the cause."""
+    """A stage raised while running; names the stage and keeps the cause.
+
+    Examples:
+        >>> from pipeline import StageError
+        >>> error = StageError("train", "the model could not be fitted")
+        >>> error.stage, error.exit_code
+        ('train', 4)
+    """
 
     exit_code = ExitCode.STAGE
 
@@ -132,7 +172,20 @@ class StageError(PipelineError):
 
 
 class BackendUnavailable(PipelineError):
-    """The requested device cannot be used here (no GPU seen by NVML, RAPIDS not importable)."""
+    """The requested device cannot be used here (no GPU seen by NVML, RAPIDS not importable).
+
+    Examples:
+        >>> from pipeline import BackendUnavailable
+        >>> from pipeline.backends import available_devices, get_backend
+        >>> if "gpu" in available_devices():       # a GPU machine: the backend loads
+        ...     print(BackendUnavailable.exit_code)
+        ... else:
+        ...     try:
+        ...         get_backend("gpu")
+        ...     except BackendUnavailable as error:
+        ...         print(error.exit_code)
+        5
+    """
 
     exit_code = ExitCode.BACKEND
 
@@ -142,7 +195,13 @@ class ClusterUnavailable(BackendUnavailable):
 
 
 class StorageError(PipelineError):
-    """The run folder or an artifact cannot be written (permissions, a full disk...)."""
+    """The run folder or an artifact cannot be written (permissions, a full disk...).
+
+    Examples:
+        >>> from pipeline import StorageError
+        >>> StorageError("runs/: permission denied").exit_code
+        6
+    """
 
     exit_code = ExitCode.STORAGE
 

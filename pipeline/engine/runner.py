@@ -100,6 +100,17 @@ class LibraryLogHook(RunHook):
 
 @dataclass
 class RunResult:
+    """What a run gave: its id and folder, its status, its record (``manifest``: metrics, stage
+    timings, fingerprints) and the stages' outputs held in memory (``keep_outputs``).
+
+    Examples:
+        >>> import tempfile
+        >>> from pipeline import run_pipeline
+        >>> result = run_pipeline("configs/churn.yaml", until=["raw"], device="cpu", runs_dir=tempfile.mkdtemp())
+        >>> result.run_dir.name == result.run_id, result.manifest.status, result.evaluation is None
+        (True, 'succeeded', True)
+    """
+
     run_id: str
     run_dir: Path
     status: str
@@ -115,7 +126,15 @@ class RunResult:
 
 
 class Runner:
-    """Runs one config once; ``run()`` returns a RunResult or raises a PipelineError."""
+    """Runs one config once; ``run()`` returns a RunResult or raises a PipelineError.
+
+    Examples:
+        >>> import tempfile
+        >>> from pipeline import Runner, load_config
+        >>> runner = Runner(load_config("configs/churn.yaml"), device="cpu", runs_dir=tempfile.mkdtemp())
+        >>> runner.run(until=["raw"]).outputs["raw"].shape
+        (7043, 21)
+    """
 
     def __init__(
         self,
@@ -580,6 +599,15 @@ def run_pipeline(
     True writes the run's progress to stderr as plain lines (``LibraryLogHook(show=True)``):
     stages, the bars inside them with elapsed times, and the outcome. ``hooks`` given: those
     hooks show what they show, and ``progress=True`` adds the lines to them.
+
+    Examples:
+        >>> import tempfile
+        >>> from pipeline import run_pipeline
+        >>> result = run_pipeline("configs/churn.yaml", until=["split"], device="cpu", runs_dir=tempfile.mkdtemp())
+        >>> result.status, sorted(result.outputs)
+        ('succeeded', ['raw', 'split'])
+        >>> {split: len(rows) for split, rows in result.outputs["split"].frames.items()}
+        {'train': 4929, 'valid': 705, 'test': 1409}
     """
     from pipeline.config import load_config
 

@@ -77,6 +77,17 @@ class FeatureWorkflow:
     Numbers are checked where they enter: an infinite value in a numeric input column is a
     DataError naming the column and row (at fit and at transform), and so is an output value
     beyond the float32 range the models read.
+
+    Examples:
+        >>> import pandas as pd
+        >>> from pipeline import FeatureWorkflow
+        >>> from pipeline.features import OneHot, Standardize
+        >>> train = pd.DataFrame({"plan": ["a", "b", "a"], "tenure": [1.0, 5.0, 9.0]})
+        >>> workflow = FeatureWorkflow([OneHot(columns=["plan"]), Standardize(columns=["tenure"])])
+        >>> workflow.fit_transform(train).round(3).to_dict("list")
+        {'tenure': [-1.225, 0.0, 1.225], 'plan=a': [1.0, 0.0, 1.0], 'plan=b': [0.0, 1.0, 0.0]}
+        >>> workflow.transform(pd.DataFrame({"plan": ["c"], "tenure": [5.0]})).to_dict("list")
+        {'tenure': [0.0], 'plan=a': [0.0], 'plan=b': [0.0]}
     """
 
     def __init__(self, ops: Sequence[FeatureOp | Mapping[str, Any]], *, backend: Backend | str | None = None) -> None:

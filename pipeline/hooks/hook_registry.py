@@ -105,6 +105,17 @@ def register_hook(
     reference (default: the first line of the model's docstring). ``default``: a config without
     the key gets the model's defaults (True) or None (False). ``order``: see the module's doc.
     Returns the registration.
+
+    Examples:
+        >>> from pipeline.hooks.protocol import RunHook
+        >>> from pipeline.hooks.hook_registry import HOOKS, register_hook
+        >>> class Finished(RunHook):
+        ...     def run_finished(self, event):
+        ...         print("finished", event.status)
+        >>> registration = register_hook("finished_line", lambda section, context: Finished())
+        >>> registration.name in HOOKS
+        True
+        >>> del HOOKS["finished_line"]           # the example's hook, taken back out
     """
     if not isinstance(name, str) or not name:
         raise TypeError("register_hook: a hook's name is a non-empty string")

@@ -103,7 +103,16 @@ class EstimatorClasses:
 @dataclass(frozen=True)
 class ModelSpec:
     """One registry entry. ``cpu_class``/``gpu_class`` None: no estimator there (the MLP is
-    trained by its own stage and is an entry only for its file format)."""
+    trained by its own stage and is an entry only for its file format).
+
+    Examples:
+        >>> from pipeline.models import MODELS, ModelSpec, register_model
+        >>> spec = register_model(ModelSpec(name="nearest_centroid", cpu_class="sklearn.neighbors:NearestCentroid",
+        ...                                 seed_param=None, description="class centroids (scikit-learn)"))
+        >>> MODELS["nearest_centroid"] is spec, spec.tasks
+        (True, ('binary', 'multiclass'))
+        >>> del MODELS["nearest_centroid"]       # the example's model, taken back out
+    """
 
     name: str
     cpu_class: str | None = None
@@ -666,7 +675,16 @@ MODELS: dict[str, ModelSpec] = {
 
 def register_model(spec: ModelSpec) -> ModelSpec:
     """Add ``spec`` to the registry (plugin code calls this); an existing name is replaced, so a
-    plugin reloaded in a notebook does not fail. Returns ``spec``."""
+    plugin reloaded in a notebook does not fail. Returns ``spec``.
+
+    Examples:
+        >>> from pipeline.models import MODELS, ModelSpec, register_model
+        >>> spec = register_model(ModelSpec(name="nearest_centroid", cpu_class="sklearn.neighbors:NearestCentroid",
+        ...                                 seed_param=None, description="class centroids (scikit-learn)"))
+        >>> MODELS["nearest_centroid"] is spec, spec.tasks
+        (True, ('binary', 'multiclass'))
+        >>> del MODELS["nearest_centroid"]       # the example's model, taken back out
+    """
     if not isinstance(spec, ModelSpec):
         raise TypeError(f"register_model takes a ModelSpec, not {type(spec).__name__}")
     if not isinstance(spec.format, ModelFormat):
@@ -709,6 +727,16 @@ def get_model_spec(name: str) -> ModelSpec:
     """The entry called ``name``; KeyError with the closest known name otherwise.
 
     Not cached: a dict lookup is cheap, and a cache would hide models registered later.
+
+    Examples:
+        >>> from pipeline.models import get_model_spec
+        >>> spec = get_model_spec("xgboost")
+        >>> spec.cpu_class, spec.supports_eval_set
+        ('xgboost:XGBClassifier', True)
+        >>> get_model_spec("xgbost")
+        Traceback (most recent call last):
+        ...
+        KeyError: "unknown model 'xgbost' (known: ...); did you mean 'xgboost'?"
     """
     try:
         return MODELS[name]

@@ -44,7 +44,26 @@ __all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_t
 
 @dataclass
 class SavedModel:
-    """An exported model: its metadata, feature workflow and a predictor for its matrices."""
+    """An exported model: its metadata, feature workflow and a predictor for its matrices.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from pipeline.scoring.model_folder import load_model
+        >>> from pipeline.stages import save_model, train_model
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> paths = save_model(train_model(features, "logistic_regression", {"max_iter": 1000}), folder)
+        >>> saved = load_model(folder)
+        >>> saved.task.kind, saved.score(frame.head(3)).shape, saved.predict(frame.head(3)).tolist() in ([0, 0, 0], [1, 0, 0])
+        ('binary', (3,), True)
+    """
 
     name: str
     kind: str
@@ -104,6 +123,24 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
     False is for a folder of the run in progress only (the ``promote`` stage reading what this
     run's export just wrote): its manifest is signed when the run ends, so there is nothing to
     check it against yet.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from pipeline.scoring.model_folder import load_model
+        >>> from pipeline.stages import save_model, train_model
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> paths = save_model(train_model(features, "logistic_regression", {"max_iter": 1000}), folder)
+        >>> saved = load_model(folder)
+        >>> saved.task.kind, saved.score(frame.head(3)).shape, saved.predict(frame.head(3)).tolist() in ([0, 0, 0], [1, 0, 0])
+        ('binary', (3,), True)
     """
     folder = Path(folder)
     meta_path = folder / "model.json"

@@ -400,7 +400,21 @@ def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "
              seed: int = 42, name: str = "auto", log: Callable[[str], None] | None = None) -> AutoResult:
     """Fit the portfolio on ``features`` within ``time_limit`` seconds and blend it (see the
     module): planned against the clock, or every member on ``bag`` folds where ``bag`` is given
-    (or the members are stacked)."""
+    (or the members are stacked).
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> from pipeline.stages import fit_auto
+        >>> result = fit_auto(features, time_limit=30, models=["linear"])
+        >>> result.mode, result.metric, [row.model for row in result.leaderboard]
+        ('planned', 'roc_auc', ['linear'])
+    """
     started = time.perf_counter()
     features = features.in_memory("the auto stage bags its members on the training matrix in memory; load the "
                                   "data without partitioned: true")

@@ -160,7 +160,23 @@ def fit_ensemble(models: Sequence[TrainedModel], *, name: str = ENSEMBLE_MODEL, 
                  weights: Mapping[str, float] | None = None) -> EnsembleModel:
     """The weighted average of ``models`` (trained on one feature set), with weights fitted on
     the rows ``on`` says (``auto``, ``valid`` or ``oof``) or the given relative ``weights``
-    (per model name)."""
+    (per model name).
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> from pipeline.stages import bag_model, fit_ensemble
+        >>> members = [bag_model(features, "logistic_regression", {"max_iter": 1000}, k=3),
+        ...            bag_model(features, "random_forest", {"n_estimators": 50}, k=3)]
+        >>> blend = fit_ensemble(members)
+        >>> sorted(blend.weights), round(sum(blend.weights.values()), 6)
+        (['logistic_regression', 'random_forest'], 1.0)
+    """
     models = list(models)
     features = one_features(models)
     if weights is not None:

@@ -174,7 +174,23 @@ def evaluate_models(
 ) -> Evaluation:
     """Each model's metrics on ``split`` and on ``splits`` (None: every split it has rows in),
     the training split's on at most ``train_rows`` rows unless it is ``split``; ``rank_by``
-    None ranks by the task's default metric."""
+    None ranks by the task's default metric.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> from pipeline.stages import evaluate_models, train_model
+        >>> models = [train_model(features, "logistic_regression", {"max_iter": 1000}),
+        ...           train_model(features, "random_forest", {"n_estimators": 50, "min_samples_leaf": 5})]
+        >>> evaluation = evaluate_models(models)
+        >>> evaluation.best in ("logistic_regression", "random_forest"), 0.75 < evaluation.metrics.get(evaluation.best)["roc_auc"] < 1
+        (True, True)
+    """
     task = shared_task(models)
     rank_by = resolve_rank_by(rank_by, task)
     evaluation = Evaluation(split=split, threshold=threshold, metrics={}, rank_by=rank_by, task=task)

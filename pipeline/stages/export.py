@@ -53,7 +53,23 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
 
 def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     """Write ``folder``/{model files, reference.json, workflow.json, model.json}; returns the
-    files written."""
+    files written.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from pipeline.stages import save_model, train_model
+        >>> model = train_model(features, "logistic_regression", {"max_iter": 1000})
+        >>> sorted(path.name for path in save_model(model, Path(tempfile.mkdtemp())))
+        ['coefficients.json', 'model.json', 'reference.json', 'workflow.json']
+    """
     from pipeline.models import get_model_spec
     from pipeline.runs.store import atomic_write_json
 

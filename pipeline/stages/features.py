@@ -110,6 +110,17 @@ def build_features(
 
     Partitioned (Dask) data is featurized lazily and, with ``output_dir``, written there as
     partitioned Parquet that the returned features read.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> len(features.feature_names), "customerID" in features.feature_names, features.rows()["test"]
+        (45, False, 1409)
     """
     return build_feature_set(data, ops, id_column=id_column, output_dir=output_dir)
 

@@ -161,7 +161,14 @@ def load_table(
     thousands: str | None = None,
 ) -> Any:
     """Read a table as a pandas (cpu) or cuDF (gpu) frame; ``dates`` columns as naive datetimes;
-    a CSV file written with ``sep``, ``encoding``, ``decimal`` and ``thousands``."""
+    a CSV file written with ``sep``, ``encoding``, ``decimal`` and ``thousands``.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> frame.shape, str(frame["TotalCharges"].dtype)
+        ((7043, 21), 'float64')
+    """
     backend = get_backend(backend) if isinstance(backend, str) else backend
     dialect = CsvDialect(sep=normalize_separator(sep), encoding=encoding, decimal=decimal, thousands=thousands)
     return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters,

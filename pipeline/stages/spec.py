@@ -306,6 +306,19 @@ def register_stage(
     """Decorator: make ``run`` the implementation of stage ``kind`` configured by ``spec``.
 
     Registering a kind that exists replaces it (a plugin reloaded in a notebook).
+
+    Examples:
+        >>> from typing import Literal
+        >>> from pipeline.stages import STAGE_KINDS, StageSpec, register_stage
+        >>> class UpperSpec(StageSpec):
+        ...     kind: Literal["upper_names"]
+        >>> @register_stage("upper_names", UpperSpec)
+        ... def run_upper(spec, ctx, inputs):
+        ...     (table,) = inputs.values()
+        ...     return table.rename(columns=str.upper)
+        >>> STAGE_KINDS["upper_names"].spec is UpperSpec
+        True
+        >>> del STAGE_KINDS["upper_names"]       # the example's kind, taken back out
     """
 
     def wrap(run: RunFunction) -> RunFunction:

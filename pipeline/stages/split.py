@@ -340,7 +340,16 @@ def split_frame(
     ``train_folds``. ``test_latest`` (with ``order_by``): the rows of that many latest distinct
     times are the test split, in place of ``test``; ``valid`` is a share of the other rows.
     ``missing_target``: ``error`` refuses rows whose target is missing, ``drop`` leaves them out
-    (in memory, ``facts["dropped_missing_target"]`` counts them when ``facts`` is given)."""
+    (in memory, ``facts["dropped_missing_target"]`` counts them when ``facts`` is given).
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> data.task.kind, {split: len(rows) for split, rows in data.frames.items()}
+        ('binary', {'train': 5634, 'valid': 0, 'test': 1409})
+    """
     backend = backend_for(frame, backend)
     if target not in frame.columns:
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")

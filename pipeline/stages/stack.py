@@ -181,7 +181,23 @@ def fit_stack(models: Sequence[TrainedModel], *, name: str = STACKED_MODEL, mode
               params: dict[str, Any] | None = None, k: int = 5, passthrough: bool = False,
               seed: int | None = 42, progress: StageProgress | None = None) -> StackedModel:
     """A meta-model (registry ``model``, default ``default_meta_model``) fitted on the
-    out-of-fold scores of ``models`` (trained on one feature set), bagged over ``k`` folds."""
+    out-of-fold scores of ``models`` (trained on one feature set), bagged over ``k`` folds.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> from pipeline.stages import bag_model, fit_stack
+        >>> members = [bag_model(features, "logistic_regression", {"max_iter": 1000}, k=3),
+        ...            bag_model(features, "random_forest", {"n_estimators": 50}, k=3)]
+        >>> stacked = fit_stack(members, k=3)
+        >>> stacked.name, stacked.params["model"], stacked.scores["test"].shape
+        ('stacked', 'logistic_regression', (1409,))
+    """
     models = list(models)
     features = one_features(models, "stack")
     task = features.task

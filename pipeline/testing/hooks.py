@@ -25,7 +25,23 @@ __all__ = ["check_hook"]
 def check_hook(hook: object) -> None:
     """Check a hook class or instance: no method named like an event that is none (``event
     names``), and each event it answers takes the event's arguments (``event arguments``).
-    Raises ``ConformanceFailure`` naming the hook and the check."""
+    Raises ``ConformanceFailure`` naming the hook and the check.
+
+    Examples:
+        >>> from pipeline.hooks.protocol import RunHook
+        >>> from pipeline.testing import check_hook
+        >>> class Finished(RunHook):
+        ...     def run_finished(self, event):
+        ...         pass
+        >>> check_hook(Finished)                # None: every method is an event, with its arguments
+        >>> class Misspelt(RunHook):
+        ...     def run_finshed(self, event):
+        ...         pass
+        >>> check_hook(Misspelt)
+        Traceback (most recent call last):
+        ...
+        pipeline.testing.failures.ConformanceFailure: ...run_finshed...
+    """
     cls = hook if isinstance(hook, type) else type(hook)
     extension = f"run hook {cls.__module__}.{cls.__qualname__}"
     unknown = unknown_events(cls)

@@ -83,6 +83,10 @@ def check_model(model: str | ModelSpec, *, task: str | None = None, params: Mapp
     forest of 10 trees), which the entry must accept. ``fitted``: for an entry without a CPU
     estimator, makes the fitted estimator (see ``Fitted``); it replaces the build and fit.
     A ``ModelSpec`` not in the registry is registered while the check runs, then removed.
+
+    Examples:
+        >>> from pipeline.testing import check_model
+        >>> check_model("logistic_regression", task="binary")     # None: the model keeps the contract
     """
     spec = _spec(model)
     label = f"model '{spec.name}'"

@@ -126,6 +126,10 @@ def check_op(op: type[FeatureOp] | FeatureOp | str, sample_frame: pd.DataFrame |
     The instance checked is ``op`` itself, or the class built with ``params``, else with the
     class's ``example`` params. Raises AssertionError naming the failed check (see the module's
     list); returns None when every check passes.
+
+    Examples:
+        >>> from pipeline.testing import check_op
+        >>> check_op("standardize")             # None: the op keeps the contract
     """
     name = op if isinstance(op, str) else (op.op if isinstance(op, FeatureOp) else getattr(op, "op", repr(op)))
     check = _Check(str(name))

@@ -76,6 +76,10 @@ def check_stage_kind(kind: str | StageKind, *, example: Mapping[str, Any] | None
     reads named stages, without ``inputs`` (placeholders are wired in). ``invalid``: more
     ``{key: value}`` cases, each of which must be refused at ``stages.<stage>.<key>``. A
     registration not in ``STAGE_KINDS`` is registered while the check runs, then removed.
+
+    Examples:
+        >>> from pipeline.testing import check_stage_kind
+        >>> check_stage_kind("split")           # None: the kind keeps the contract
     """
     registration = _registration(kind)
     label = f"stage kind '{registration.kind}'"

@@ -29,7 +29,21 @@ Op = TypeVar("Op", bound=type[FeatureOp])
 def register_op(cls: Op) -> Op:
     """Make ``cls`` (a ``FeatureOp`` subclass) the op called ``cls.op`` in configs and in
     workflow.json; returns ``cls``, so it serves as a class decorator. Registering a name that
-    exists replaces it (a plugin reloaded in a notebook), as ``register_stage`` does."""
+    exists replaces it (a plugin reloaded in a notebook), as ``register_stage`` does.
+
+    Examples:
+        >>> from typing import Any, ClassVar
+        >>> import pandas as pd
+        >>> from pipeline.features import OPS, FeatureOp, FeatureWorkflow, OpState, register_op
+        >>> @register_op
+        ... class Negate(FeatureOp):            # each column times -1: nothing to fit
+        ...     op: ClassVar[str] = "negate"
+        ...     def transform(self, frame: Any, backend: Any, state: OpState) -> Any:
+        ...         return frame.assign(**{c: -frame[c] for c in self.columns})
+        >>> FeatureWorkflow([{"negate": {"columns": ["x"]}}]).fit_transform(pd.DataFrame({"x": [1.0, 2.0]}))["x"].tolist()
+        [-1.0, -2.0]
+        >>> del OPS["negate"]                    # the example's op, taken back out
+    """
     if not (isinstance(cls, type) and issubclass(cls, FeatureOp)):
         raise TypeError(f"register_op takes a FeatureOp subclass, not {cls!r}")
     name = getattr(cls, "op", None)

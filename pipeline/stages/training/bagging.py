@@ -123,6 +123,19 @@ def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = 
     scores are those of ``member_features``' "valid" split (the held-out fold): ``train_model``
     does, and a caller's own trainer (a search's) can stand in. Member i's seed is ``seed + i``.
     ``progress`` counts the members as they are fitted.
+
+    Examples:
+        >>> from pipeline.stages import load_table
+        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
+        >>> from pipeline.stages import split_frame
+        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
+        >>> from pipeline.stages import build_features
+        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
+        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
+        >>> from pipeline.stages import bag_model
+        >>> bagged = bag_model(features, "logistic_regression", {"max_iter": 1000}, k=3)
+        >>> bagged.oof_scores.shape, bagged.scores["test"].shape
+        ((5634,), (1409,))
     """
     bag = FoldBag(features, model, params, k=k, seed=seed, name=name, train=train)
     bar = progress.bar(k, "bagged members") if progress is not None else nullcontext(None)
