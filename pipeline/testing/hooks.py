@@ -17,9 +17,9 @@ from __future__ import annotations
 import inspect
 
 from pipeline.hooks.protocol import HOOK_EVENTS, RunHook, unknown_events
-from pipeline.testing.failures import ConformanceFailure
+from pipeline.testing.failures import Check, ConformanceFailure, run_checks
 
-__all__ = ["check_hook"]
+__all__ = ["check_hook", "hook_checks"]
 
 
 def check_hook(hook: object) -> None:
@@ -42,12 +42,36 @@ def check_hook(hook: object) -> None:
         ...
         pipeline.testing.failures.ConformanceFailure: ...run_finshed...
     """
+    run_checks(hook_checks(hook))
+
+
+def hook_checks(hook: object) -> list[Check]:
+    """``check_hook``'s checks, one ``Check`` each (``event names``, ``event arguments``), for
+    ``parametrize_with_checks``.
+
+    Examples:
+        >>> from pipeline.hooks.protocol import RunHook
+        >>> from pipeline.testing import hook_checks
+        >>> class Finished(RunHook):
+        ...     def run_finished(self, event):
+        ...         pass
+        >>> [check.test_id.split("-")[-1] for check in hook_checks(Finished)]
+        ['event names', 'event arguments']
+    """
     cls = hook if isinstance(hook, type) else type(hook)
     extension = f"run hook {cls.__module__}.{cls.__qualname__}"
+    return [Check(extension, "event names", lambda: _event_names(cls, extension)),
+            Check(extension, "event arguments", lambda: _event_arguments(cls, extension))]
+
+
+def _event_names(cls: type, extension: str) -> None:
     unknown = unknown_events(cls)
     if unknown:
         raise ConformanceFailure(extension, "event names", f"{', '.join(unknown)} answer(s) no event; the events are "
                                                             f"{', '.join(sorted(HOOK_EVENTS))}")
+
+
+def _event_arguments(cls: type, extension: str) -> None:
     for event in sorted(HOOK_EVENTS):
         method = getattr(cls, event, None)
         if method is None or method is getattr(RunHook, event, None):

@@ -50,9 +50,11 @@ from pipeline.core.errors import DataError
 from pipeline.core.problems import TASK_KINDS, Task
 from pipeline.models.formats import ModelFormat
 from pipeline.models.registry import MODELS, FitInputs, ModelSpec, get_model_spec
-from pipeline.testing.failures import ConformanceFailure, first_line, pickled, registered_while_checked
+from pipeline.testing.failures import (
+    Check, ConformanceFailure, Prerequisites, first_line, pickled, registered_while_checked, run_checks,
+)
 
-__all__ = ["TASKS", "Fitted", "check_model", "tiny_dataset"]
+__all__ = ["TASKS", "Fitted", "check_model", "model_checks", "tiny_dataset"]
 
 # The task of each kind the check fits (multiclass: three classes).
 TASKS: dict[str, Task] = {
@@ -88,22 +90,64 @@ def check_model(model: str | ModelSpec, *, task: str | None = None, params: Mapp
         >>> from pipeline.testing import check_model
         >>> check_model("logistic_regression", task="binary")     # None: the model keeps the contract
     """
-    spec = _spec(model)
+    run_checks(model_checks(model, task=task, params=params, fitted=fitted))
+
+
+def model_checks(model: str | ModelSpec, *, task: str | None = None, params: Mapping[str, Any] | None = None,
+                 fitted: Fitted | None = None) -> list[Check]:
+    """``check_model``'s checks, one ``Check`` each, for ``parametrize_with_checks``: ``entry``,
+    ``API names``, ``params``, ``unknown params``, then one per task it serves (``binary``:
+    build, fit, predict, importances, pickle and the file format on that task's tiny data).
+
+    Examples:
+        >>> from pipeline.testing import model_checks
+        >>> [check.id for check in model_checks("random_forest", params={"n_estimators": 5})]
+        ['registry entry', 'API names', 'params', 'unknown params', 'binary', 'multiclass', 'regression']
+    """
+    try:
+        spec = _spec(model)
+    except ConformanceFailure as failure:               # not registered: that check alone
+        missing = failure
+        return [Check(missing.extension, "registered", lambda: _raise(missing))]
     label = f"model '{spec.name}'"
-    _check_entry(spec, label)
-    _check_api_names(spec, label)
     params = dict(params or {})
-    problems = spec.check_params(params)
-    if problems:
-        raise ConformanceFailure(label, "params", f"the params given to the check are refused: {'; '.join(problems)}")
-    tasks = list(spec.tasks) if task is None else [task]
-    if task is not None and (task not in TASK_KINDS or not spec.serves(task)):
-        raise ConformanceFailure(label, "task", f"task {task!r} is not one it serves ({', '.join(spec.tasks)})")
-    with _registered(spec):
-        _check_unknown_params(spec, label)
-        backend = get_backend("cpu")
-        for name in tasks:
-            _check_task(spec, TASKS[name], params, fitted, backend, label)
+    steps = Prerequisites()
+
+    def entry() -> None:
+        steps.get("entry", lambda: _check_entry(spec, label))
+
+    def given_params() -> None:
+        def check() -> None:
+            problems = spec.check_params(params)
+            if problems:
+                raise ConformanceFailure(label, "params", f"the params given to the check are refused: "
+                                                          f"{'; '.join(problems)}")
+            if task is not None and (task not in TASK_KINDS or not spec.serves(task)):
+                raise ConformanceFailure(label, "task", f"task {task!r} is not one it serves "
+                                                          f"({', '.join(spec.tasks)})")
+        steps.get("params", check)
+
+    def unknown_params() -> None:
+        entry()
+        with _registered(spec):
+            _check_unknown_params(spec, label)
+
+    def one_task(name: str) -> Callable[[], None]:
+        def run() -> None:
+            entry()
+            given_params()
+            with _registered(spec):
+                _check_task(spec, TASKS[name], params, fitted, get_backend("cpu"), label)
+        return run
+
+    tasks = [task] if task is not None and task in spec.tasks else list(spec.tasks) if task is None else []
+    return [Check(label, "registry entry", entry, owns=("entry",)), Check(label, "API names", lambda: _check_api_names(spec, label)),
+            Check(label, "params", given_params), Check(label, "unknown params", unknown_params),
+            *(Check(label, name, one_task(name)) for name in tasks)]
+
+
+def _raise(failure: ConformanceFailure) -> None:
+    raise failure
 
 
 def tiny_dataset(task: Task) -> tuple[np.ndarray, np.ndarray]:

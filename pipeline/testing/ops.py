@@ -54,9 +54,9 @@ from pipeline.core.errors import ConfigError
 from pipeline.features.fitting import fit_ops
 from pipeline.features.ops import OPS, FeatureOp, OpState, Target
 from pipeline.features.workflow import op_entry, op_from_entry
-from pipeline.testing.failures import ConformanceFailure
+from pipeline.testing.failures import Check, ConformanceFailure, Prerequisites, run_checks
 
-__all__ = ["check_op", "default_sample_frame", "sample_target"]
+__all__ = ["check_op", "default_sample_frame", "op_checks", "sample_target"]
 
 # The YAML check's config: a features stage whose ops: list holds the op under test, at OP_LINE.
 CONFIG = """\
@@ -120,43 +120,106 @@ class _Check:
 
 def check_op(op: type[FeatureOp] | FeatureOp | str, sample_frame: pd.DataFrame | None = None, *,
              params: Mapping[str, Any] | None = None) -> None:
-    """Run ``op`` (a registered name, a ``FeatureOp`` class or an instance) through the op
-    contract on ``sample_frame`` (default: ``default_sample_frame()``), on the CPU backend.
+    """Run ``op`` (a registered name, a ``FeatureOp`` class or an instance) through every check
+    of the op contract (``op_checks``) on ``sample_frame`` (default: ``default_sample_frame()``),
+    on the CPU backend.
 
     The instance checked is ``op`` itself, or the class built with ``params``, else with the
-    class's ``example`` params. Raises AssertionError naming the failed check (see the module's
-    list); returns None when every check passes.
+    class's ``example`` params. Raises AssertionError naming each failed check (see the
+    module's list); returns None when every check passes.
 
     Examples:
         >>> from pipeline.testing import check_op
         >>> check_op("standardize")             # None: the op keeps the contract
     """
-    name = op if isinstance(op, str) else (op.op if isinstance(op, FeatureOp) else getattr(op, "op", repr(op)))
-    check = _Check(str(name))
-    cls, instance = _resolve(op, params, check)
-    _check_class(cls, check)
-    check.that(OPS.get(cls.op) is cls, "registered",
-               f"the registry holds {OPS.get(cls.op)!r} under '{cls.op}', not {cls.__name__}: decorate the class "
-               "with @register_op (pipeline.features.register_op) and import its module (a plugin)")
-    if instance is None:
-        given = params if params is not None else cls.example
-        check.that(given is not None, "class", f"{cls.__name__} declares no example params: pass params=... "
-                                               "or an instance, or set example: ClassVar[dict] on the class")
-        instance = _build(cls, dict(given or {}), check)
-    params_json = instance.model_dump(mode="json")
-    _check_invalid_params(cls, params_json, check)
-    _check_yaml(instance, params_json, check)
+    run_checks(op_checks(op, sample_frame, params=params))
 
-    backend = get_backend("cpu")
-    # Named so that scripts/check_gpu_api.py does not take it for a device frame: passed to
-    # fit_ops, it would make that function's frame uncertain there.
-    sample = default_sample_frame() if sample_frame is None else sample_frame
-    state = _check_fit(instance, sample, backend, check)
-    out = _check_transform(instance, sample, state, backend, check)
-    _check_row_wise(instance, sample, state, out, backend, check)
-    _check_workflow_json(instance, state, sample, out, backend, check)
-    _check_pickle(instance, state, sample, out, backend, check)
-    _check_frame_api(cls, check)
+
+def op_checks(op: type[FeatureOp] | FeatureOp | str, sample_frame: pd.DataFrame | None = None, *,
+              params: Mapping[str, Any] | None = None) -> list[Check]:
+    """``check_op``'s checks, one ``Check`` each, in the module's order, for
+    ``parametrize_with_checks``; the fit and the transform run once, for every check that needs them.
+
+    Examples:
+        >>> from pipeline.testing import op_checks
+        >>> [check.id for check in op_checks("standardize")]
+        ['class', 'registered', 'invalid params', 'yaml', 'fit', 'transform', 'row-wise', 'workflow.json', 'pickle', 'frame api']
+    """
+    name = op if isinstance(op, str) else (op.op if isinstance(op, FeatureOp) else getattr(op, "op", repr(op)))
+    subject = _OpSubject(op, sample_frame, params, _Check(str(name)))
+    label = f"feature op '{name}'"
+    return [Check(label, "class", subject.instance, owns=("class checked", "instance")),
+            *(Check(label, check_id, run) for check_id, run in (
+                ("registered", subject.registered), ("invalid params", subject.invalid_params), ("yaml", subject.yaml),
+                ("fit", subject.state), ("transform", subject.out), ("row-wise", subject.row_wise),
+                ("workflow.json", subject.workflow_json), ("pickle", subject.pickle), ("frame api", subject.frame_api)))]
+
+
+class _OpSubject:
+    """The op under check and what its checks share, each made once (``Prerequisites``)."""
+
+    def __init__(self, op: Any, sample_frame: pd.DataFrame | None, params: Mapping[str, Any] | None,
+                 check: _Check) -> None:
+        self.op, self.params, self.check = op, params, check
+        self.backend = get_backend("cpu")
+        # Named so that scripts/check_gpu_api.py does not take it for a device frame: passed to
+        # fit_ops, it would make that function's frame uncertain there.
+        self.sample = default_sample_frame() if sample_frame is None else sample_frame
+        self.steps = Prerequisites()
+
+    def _resolved(self) -> tuple[type[FeatureOp], FeatureOp | None]:
+        return self.steps.get("class", lambda: _resolve(self.op, self.params, self.check))
+
+    def checked_class(self) -> type[FeatureOp]:
+        def make() -> type[FeatureOp]:
+            cls = self._resolved()[0]
+            _check_class(cls, self.check)
+            return cls
+        return self.steps.get("class checked", make)
+
+    def registered(self) -> None:
+        cls = self._resolved()[0]
+        self.check.that(OPS.get(cls.op) is cls, "registered",
+                        f"the registry holds {OPS.get(cls.op)!r} under '{cls.op}', not {cls.__name__}: decorate the "
+                        "class with @register_op (pipeline.features.register_op) and import its module (a plugin)")
+
+    def instance(self) -> FeatureOp:
+        def make() -> FeatureOp:
+            cls, instance = self._resolved()[0], self._resolved()[1]
+            self.checked_class()
+            if instance is not None:
+                return instance
+            given = self.params if self.params is not None else cls.example
+            self.check.that(given is not None, "class", f"{cls.__name__} declares no example params: pass params=... "
+                                                        "or an instance, or set example: ClassVar[dict] on the class")
+            return _build(cls, dict(given or {}), self.check)
+        return self.steps.get("instance", make)
+
+    def invalid_params(self) -> None:
+        _check_invalid_params(self.checked_class(), self.instance().model_dump(mode="json"), self.check)
+
+    def yaml(self) -> None:
+        instance = self.instance()
+        _check_yaml(instance, instance.model_dump(mode="json"), self.check)
+
+    def state(self) -> OpState:
+        return self.steps.get("fit", lambda: _check_fit(self.instance(), self.sample, self.backend, self.check))
+
+    def out(self) -> pd.DataFrame:
+        return self.steps.get("transform", lambda: _check_transform(self.instance(), self.sample, self.state(),
+                                                                    self.backend, self.check))
+
+    def row_wise(self) -> None:
+        _check_row_wise(self.instance(), self.sample, self.state(), self.out(), self.backend, self.check)
+
+    def workflow_json(self) -> None:
+        _check_workflow_json(self.instance(), self.state(), self.sample, self.out(), self.backend, self.check)
+
+    def pickle(self) -> None:
+        _check_pickle(self.instance(), self.state(), self.sample, self.out(), self.backend, self.check)
+
+    def frame_api(self) -> None:
+        _check_frame_api(self._resolved()[0], self.check)
 
 
 # ------------------------------------------------------------------ the checks

@@ -45,9 +45,11 @@ from pipeline.config.schema import PipelineConfig
 from pipeline.core.errors import ConfigError
 from pipeline.runs.record import RunManifest
 from pipeline.stages.spec import STAGE_KINDS, StageKind, StageSpec
-from pipeline.testing.failures import ConformanceFailure, first_line, pickled, registered_while_checked
+from pipeline.testing.failures import (
+    Check, ConformanceFailure, Prerequisites, first_line, pickled, registered_while_checked, run_checks,
+)
 
-__all__ = ["KNOWN_RESOURCES", "check_stage_kind", "example_block"]
+__all__ = ["KNOWN_RESOURCES", "check_stage_kind", "example_block", "stage_kind_checks"]
 
 # What a kind may ask of a worker: the executors give a stage whose kind declares "gpu" a GPU
 # slot on a GPU cluster (pipeline/engine/executors.py); nothing else is read.
@@ -81,17 +83,76 @@ def check_stage_kind(kind: str | StageKind, *, example: Mapping[str, Any] | None
         >>> from pipeline.testing import check_stage_kind
         >>> check_stage_kind("split")           # None: the kind keeps the contract
     """
-    registration = _registration(kind)
-    label = f"stage kind '{registration.kind}'"
-    _check_registration(registration, label)
-    with _registered(registration):
-        block = _valid_block(registration, example, label)
-        config = _load_valid(registration, block, label)
-        spec = config.stages[STAGE]
-        _check_refusals(registration, block, invalid or {}, label)
-        again = _check_pickle(registration, spec, label)
-        reloaded = _check_resolved_config(config, spec, label)
-        _check_fingerprint(registration, [spec, spec, again, reloaded], label)
+    run_checks(stage_kind_checks(kind, example=example, invalid=invalid))
+
+
+def stage_kind_checks(kind: str | StageKind, *, example: Mapping[str, Any] | None = None,
+                      invalid: Mapping[str, Any] | None = None) -> list[Check]:
+    """``check_stage_kind``'s checks, one ``Check`` each, for ``parametrize_with_checks``:
+    ``registration`` (with its types, resources and records), ``valid block``, ``refusals``
+    (unknown, missing and wrong keys, and ``validation raises``), ``pickle``, ``resolved
+    config`` and ``fingerprint``; the valid block is loaded once for all of them.
+
+    Examples:
+        >>> from pipeline.testing import stage_kind_checks
+        >>> [check.id for check in stage_kind_checks("split")]
+        ['registration', 'valid block', 'refusals', 'pickle', 'resolved config', 'fingerprint']
+    """
+    name = kind.kind if isinstance(kind, StageKind) else kind
+    subject = _KindSubject(kind, example, invalid or {})
+    owned = {"registration": ("registered",), "valid block": ("valid config",)}
+    return [Check(f"stage kind '{name}'", check_id, subject.checked(run), owns=owned.get(check_id, ())) for check_id, run in (
+        ("registration", subject.registration), ("valid block", subject.config), ("refusals", subject.refusals),
+        ("pickle", subject.pickled), ("resolved config", subject.reloaded), ("fingerprint", subject.fingerprint),
+    )]
+
+
+class _KindSubject:
+    """The kind under check and what its checks share, each made once (``Prerequisites``);
+    every check runs with the registration in ``STAGE_KINDS``."""
+
+    def __init__(self, kind: str | StageKind, example: Mapping[str, Any] | None, invalid: Mapping[str, Any]) -> None:
+        self.kind, self.example, self.invalid = kind, example, invalid
+        self.steps = Prerequisites()
+
+    def found(self) -> StageKind:
+        return self.steps.get("registered", lambda: _registration(self.kind))
+
+    @property
+    def label(self) -> str:
+        return f"stage kind '{self.found().kind}'"
+
+    def checked(self, run: Any) -> Any:
+        def within() -> None:
+            with _registered(self.found()):
+                run()
+        return within
+
+    def registration(self) -> None:
+        self.steps.get("registration", lambda: _check_registration(self.found(), self.label))
+
+    def block(self) -> dict[str, Any]:
+        return self.steps.get("valid block", lambda: _valid_block(self.found(), self.example, self.label))
+
+    def config(self) -> PipelineConfig:
+        self.registration()
+        return self.steps.get("valid config", lambda: _load_valid(self.found(), self.block(), self.label))
+
+    def refusals(self) -> None:
+        self.config()
+        _check_refusals(self.found(), self.block(), self.invalid, self.label)
+
+    def pickled(self) -> StageSpec:
+        return self.steps.get("pickle", lambda: _check_pickle(self.found(), self.config().stages[STAGE], self.label))
+
+    def reloaded(self) -> StageSpec:
+        config = self.config()
+        return self.steps.get("resolved config", lambda: _check_resolved_config(config, config.stages[STAGE],
+                                                                                self.label))
+
+    def fingerprint(self) -> None:
+        spec = self.config().stages[STAGE]
+        _check_fingerprint(self.found(), [spec, spec, self.pickled(), self.reloaded()], self.label)
 
 
 # ---------------------------------------------------------------- the registration

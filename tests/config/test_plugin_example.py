@@ -9,6 +9,7 @@ import ast
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -121,16 +122,81 @@ def test_the_extensions_are_validated_and_listed_like_built_ins(project: Path):
         assert name in schema.stdout
 
 
-def test_the_example_hook_passes_the_conformance_kit(monkeypatch):
-    """The plugin example's hook, checked as a plugin's own test would check it."""
+def _load_plugins() -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """The example plugins imported under names of their own, as a plugin's test module does at
+    collection, with every registry put back as it was afterwards: the modules, and what each
+    registry gained (for the tests to register while they run)."""
     import importlib.util
 
-    from pipeline.testing import check_hook
+    from pipeline.features import OPS
+    from pipeline.hooks.hook_registry import HOOKS
+    from pipeline.models import MODELS
+    from pipeline.stages import STAGE_KINDS
 
-    spec = importlib.util.spec_from_file_location("stamp_plugin_checked", PLUGINS / "stamp_plugin.py")
-    module = importlib.util.module_from_spec(spec)
-    from pipeline.hooks import hook_registry
+    registries = {"OPS": OPS, "HOOKS": HOOKS, "MODELS": MODELS, "STAGE_KINDS": STAGE_KINDS}
+    before = {name: dict(registry) for name, registry in registries.items()}
+    loaded = {name: sys.modules.pop(name, None) for name in MODULES}
+    modules = {}
+    try:
+        for name in MODULES:                 # under their own names: Dask pickles by reference
+            spec = importlib.util.spec_from_file_location(name, PLUGINS / f"{name}.py")
+            modules[name] = sys.modules[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(modules[name])
+        gained = {name: {key: value for key, value in registry.items() if before[name].get(key) is not value}
+                  for name, registry in registries.items()}
+    finally:
+        for name, registry in registries.items():
+            registry.clear()
+            registry.update(before[name])
+        for name, module in loaded.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return modules, gained
 
-    monkeypatch.setattr(hook_registry, "HOOKS", dict(hook_registry.HOOKS))     # its registration stays here
-    spec.loader.exec_module(module)
-    check_hook(module.StampHook)
+
+PLUGIN_MODULES, REGISTERED = _load_plugins()
+
+
+def _example_checks() -> list:
+    from pipeline.testing import hook_checks, model_checks, op_checks, stage_kind_checks
+
+    return [*stage_kind_checks(REGISTERED["STAGE_KINDS"]["key_join"]),
+            *model_checks(REGISTERED["MODELS"]["centroid"]),
+            *op_checks(REGISTERED["OPS"]["clip_outliers"]),
+            *hook_checks(PLUGIN_MODULES["stamp_plugin"].StampHook)]
+
+
+@pytest.fixture
+def plugins_registered(monkeypatch):
+    """The example plugins' registrations in the registries while a test runs, as importing
+    the plugins would leave them."""
+    from pipeline.features import OPS
+    from pipeline.hooks.hook_registry import HOOKS
+    from pipeline.models import MODELS
+    from pipeline.stages import STAGE_KINDS
+
+    for name, registry in {"OPS": OPS, "HOOKS": HOOKS, "MODELS": MODELS, "STAGE_KINDS": STAGE_KINDS}.items():
+        for key, value in REGISTERED[name].items():
+            monkeypatch.setitem(registry, key, value)
+    for name, module in PLUGIN_MODULES.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_the_example_plugins_register_one_of_each() -> None:
+    assert {name: sorted(gained) for name, gained in REGISTERED.items()} == {
+        "OPS": ["clip_outliers"], "HOOKS": ["stamp"], "MODELS": ["centroid"], "STAGE_KINDS": ["key_join"]}
+
+
+def _parametrize_with_checks(*args):
+    from pipeline.testing import parametrize_with_checks
+
+    return parametrize_with_checks(*args)
+
+
+@_parametrize_with_checks(_example_checks())
+def test_every_check_of_the_example_plugins_passes(check, plugins_registered) -> None:
+    """Each check of each extension the plugin example adds, a test of its own, as a plugin's
+    own test suite would run them."""
+    check()

@@ -148,6 +148,46 @@ def test_a_broken_twin_fails_check_op_naming_the_check(twin, check, detail):
             check_op(twin)
 
 
+class BrokenTwice(UnnamedColumns):
+    """A twin with two faults that do not depend on each other: an extra column, and a frame
+    method no library has."""
+
+    op: ClassVar[str] = "broken_twice"
+    frame_api: ClassVar[tuple[str, ...]] = ("Series.standardise",)
+
+
+def test_check_op_runs_every_check_and_names_each_failure():
+    """One failure does not hide the next: both faults are reported, and the checks that need
+    the broken transform say they did not run, naming it."""
+    from pipeline.testing import ConformanceFailure, op_checks
+
+    with registered(BrokenTwice):
+        with pytest.raises(ConformanceFailure) as failed:
+            check_op(BrokenTwice)
+        outcomes = {}
+        for check in op_checks(BrokenTwice):
+            try:
+                check()
+                outcomes[check.id] = "passed"
+            except ConformanceFailure as exc:
+                outcomes[check.id] = "not run" if "not run: it needs the check 'transform'" in exc.detail else "failed"
+    assert [f.check for f in failed.value.failures] == ["transform", "row-wise", "workflow.json", "pickle", "frame api"]
+    assert "5 conformance checks failed" in str(failed.value) and "Series.standardise" in str(failed.value)
+    assert outcomes == {"class": "passed", "registered": "passed", "invalid params": "passed", "yaml": "passed",
+                        "fit": "passed", "transform": "failed", "row-wise": "not run", "workflow.json": "not run",
+                        "pickle": "not run", "frame api": "failed"}
+
+
+def test_parametrize_with_checks_makes_one_test_per_check_with_its_id():
+    from pipeline.testing import op_checks, parametrize_with_checks
+
+    mark = parametrize_with_checks(op_checks("standardize"), op_checks("log1p")).mark
+    assert mark.args[0] == "check" and len(mark.args[1]) == 20
+    assert mark.kwargs["ids"][:3] == ["feature op standardize-class", "feature op standardize-registered",
+                                      "feature op standardize-invalid params"]
+    assert mark.kwargs["ids"][-1] == "feature op log1p-frame api"
+
+
 def test_an_op_that_is_not_registered_fails_check_op():
     with pytest.raises(AssertionError, match=r"feature op 'forgetful_standardize' fails the conformance check 'registered': .*@register_op"):
         check_op(ForgetfulStandardize)
