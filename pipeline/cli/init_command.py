@@ -1,6 +1,6 @@
 """``pipeline init DATA --target COL``: a first, commented config for a table, ready to run.
 
-The drafting (sample, roles, task, ops, models) is ``pipeline.config.scaffold``; this module
+The drafting (sample, roles, task, ops, models) is ``pipeline.scaffold``; this module
 is the command: where the config goes, how the data path is written into it, never
 overwriting a file unless asked, and the summary a person reads.
 """
@@ -22,7 +22,7 @@ from pipeline.core.problems import TASK_KINDS
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from pipeline.config.scaffold import Scaffold
+    from pipeline.scaffold import Scaffold
 
 
 def config_data_path(data: str, cwd: Path | None = None) -> str:
@@ -69,7 +69,7 @@ def init(data: str, target: str, task: str | None, positive: str | None, output:
     """
     from pipeline.config import load_config
     from pipeline.config.schema import check_pipeline_name
-    from pipeline.config.scaffold import draft_config, pipeline_name
+    from pipeline.scaffold import draft_config, pipeline_name
     from pipeline.runs.store import atomic_write_text
 
     if name is not None:

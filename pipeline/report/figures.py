@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib import rc_context
-from matplotlib.figure import Figure
+if TYPE_CHECKING:     # matplotlib is imported when a figure is drawn: a CLI that draws none
+    from matplotlib.figure import Figure     # (validate, a run that fails) does not pay ~1 s for it
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -37,6 +37,8 @@ def model_id(figure: str, index: int) -> str:
 
 def to_svg(fig: Figure) -> str:
     """The figure as SVG text without the XML prolog (it is inlined into HTML)."""
+    from matplotlib import rc_context
+
     buffer = io.StringIO()
     # Text as text; ids that do not change from build to build.
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": "pipeline-report"}):
@@ -49,6 +51,8 @@ def _figure(width: float = 5.2, height: float = 3.6, *, left: float = 0.13, righ
             bottom: float = 0.14, top: float = 0.91) -> tuple[Figure, Any]:
     """A figure with fixed margins: a constrained layout draws every figure twice to measure
     it, which was 40% of building a report."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height))
     fig.subplots_adjust(left=left, right=right, bottom=bottom, top=top)
     return fig, fig.add_subplot()

@@ -19,8 +19,8 @@ import yaml
 
 from tests.support.cli import run_cli as _pipeline
 from pipeline.config import load_config
-from pipeline.config.sampling import read_sample
-from pipeline.config.scaffold import draft_config, scalar
+from pipeline.scaffold.sampling import read_sample
+from pipeline.scaffold import draft_config, scalar
 from pipeline.features.column_roles import classify, left_out_columns
 from pipeline.core.errors import ExitCode
 

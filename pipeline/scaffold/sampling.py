@@ -20,8 +20,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.csv_dialect import DEFAULT_DIALECT, SNIFF_BYTES, CsvDialect, sniff
-from pipeline.backends.input_files import check_source, infer_format, one_line, parquet_files, read_errors, read_header
+from pipeline.backends.csv_dialect import (
+    DEFAULT_DIALECT,
+    SNIFF_BYTES,
+    CsvDialect,
+    sniff,
+)
+from pipeline.backends.input_files import (
+    check_source,
+    infer_format,
+    one_line,
+    parquet_files,
+    read_errors,
+    read_header,
+)
 from pipeline.core.errors import DataError
 
 SAMPLE_ROWS = 20_000

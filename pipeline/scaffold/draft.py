@@ -1,0 +1,130 @@
+"""The draft: sample, roles, task, ops and models, rendered, then checked by the project's own
+config loader and fitted on the sample before anything is written."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.config.loader import load_config
+from pipeline.core.errors import ConfigError, DataError, PipelineError, UsageError
+from pipeline.core.problems import TASK_KINDS
+from pipeline.features import FeatureWorkflow
+from pipeline.features.column_roles import (
+    LEFT_OUT_ROLES,
+    Column,
+    classify,
+    mark_leaks,
+)
+from pipeline.scaffold.markers import missing_markers
+from pipeline.scaffold.ops_and_models import (
+    Op,
+    choose_models,
+    feature_ops,
+    load_dates,
+    pick_identifier,
+    pipeline_name,
+)
+from pipeline.scaffold.sampling import Sample, read_sample
+from pipeline.scaffold.task_choice import (
+    TaskChoice,
+    check_target,
+    choose_task,
+    missing_target_note,
+)
+from pipeline.scaffold.yaml_text import render
+
+
+@dataclass
+class Scaffold:
+    """A drafted config: its text and the choices behind it (for the command's summary)."""
+
+    text: str
+    name: str
+    columns: list[Column]
+    task: TaskChoice
+    models: list[str]
+    sample: Sample
+    notes: list[str]
+
+
+def draft_config(data: str | Path, target: str, *, task: str | None = None, positive: str | None = None,
+                 fmt: str | None = None, data_path: str | None = None, name: str | None = None,
+                 auto: bool = False) -> Scaffold:
+    """The config for ``data`` predicting ``target``; ``data_path`` is how the config names the
+    file (default: ``data`` as given: the load reads it relative to the working directory).
+    ``auto``: one ``auto`` stage (a time-limited portfolio) instead of the features stage and
+    the chosen models; it leaves out the same columns by the same rule."""
+    if task is not None and task not in TASK_KINDS:
+        raise UsageError(f"--task must be one of {', '.join(TASK_KINDS)}, not {task!r}")
+    sample = read_sample(data, fmt=fmt)
+    markers = missing_markers(sample.frame)
+    tokens = sorted(markers) if sample.format == "csv" else []
+    if tokens:                          # read again with them, in the dialect already found
+        sample = dataclasses.replace(read_sample(data, fmt=sample.format, na_values=tokens, dialect=sample.dialect),
+                                     notes=sample.notes)
+    frame = sample.frame
+    check_target(frame, target, sample.path)
+    notes: list[str] = []
+    choice = choose_task(frame[target], target, declared=task, positive=positive, sample=sample)
+    choice.declared = task is not None or positive is not None
+    columns = [classify(frame[c], str(c), n_rows=len(frame)) for c in frame.columns if str(c) != target]
+    mark_leaks(columns, frame, target, choice.kind)
+    for column in columns:              # the markers read as missing, by their share of the rows
+        read = [f"{token!r} ({shares[column.name]:.0%} of rows)" for token, shares in markers.items()
+                if column.name in shares and tokens]
+        if read:
+            column.reason += f"; read as missing: {', '.join(read)}"
+    id_column = pick_identifier(columns)
+    features = [c for c in columns if c.role in ("numeric", "categorical", "high_cardinality", "date")]
+    if not features:
+        raise DataError(f"{sample.path}: no column is usable as a feature once the target and the columns to "
+                        "exclude are set aside (" + "; ".join(c.line() for c in columns) + ")")
+    models, model_notes = ([], []) if auto else choose_models(choice.kind)
+    notes += model_notes
+    if choice.missing:
+        notes.append(missing_target_note(target, choice.missing, len(frame)))
+    ops = [] if auto else feature_ops(columns)
+    if auto:                            # what the auto stage does with each column
+        for c in columns:
+            c.action = ("auto.id (written beside predictions, not a feature)" if c.name == id_column else
+                        "left out by auto" if c.role in LEFT_OUT_ROLES else "a feature (auto types it)")
+    config_name = name or pipeline_name(Path(data))
+    text = render(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens, target=target,
+                  choice=choice, columns=columns, id_column=id_column, ops=ops, models=models, notes=notes, auto=auto)
+    check_config_text(text)
+    if not auto:
+        check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
+    return Scaffold(text, config_name, [Column(target, "target", choice.reason, "split.target"), *columns],
+                    choice, ["auto"] if auto else [m[0] for m in models], sample, notes)
+
+
+# ---------------------------------------------------------------- checks before writing
+def check_config_text(text: str) -> None:
+    """The drafted text through the project's config loader; a problem is a bug of ``init``."""
+    try:
+        load_config(text=text)
+    except ConfigError as exc:
+        raise PipelineError(f"pipeline init drafted a config the loader refuses (a bug in init; please report it "
+                            f"with this message): {exc}") from exc
+
+
+def check_ops_fit(frame: pd.DataFrame, ops: list[Op], columns: list[Column], *, target: str, id_column: str | None,
+                  sample: Sample) -> None:
+    """Fit the drafted feature ops on the sample, as the features stage fits them on the
+    training split: a config whose features do not fit is not written."""
+    from pipeline.backends import get_backend
+    from pipeline.backends.dates import parse_dates
+
+    backend = get_backend("cpu")
+    dates = load_dates(columns)
+    x = frame.drop(columns=[target] + ([id_column] if id_column else []))
+    if dates:
+        x = parse_dates(backend, x, dates, source=str(sample.path))
+    try:
+        FeatureWorkflow([{op.name: op.params} for op in ops], backend=backend).fit_transform(x)
+    except PipelineError as exc:
+        raise DataError(f"{sample.path}: the feature ops pipeline init chose do not fit the sample: {exc}") from exc

@@ -1,0 +1,135 @@
+"""The task from the target column: binary, multiclass or regression, and the positive class."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.core.dtypes import dtype_kind
+from pipeline.core.errors import DataError, UsageError
+from pipeline.core.problems import MAX_INFERRED_CLASSES
+from pipeline.features.column_roles import plain_value
+from pipeline.features.column_types import column_type
+from pipeline.scaffold.rules import INTEGER_CLASSES, YES_WORDS
+from pipeline.scaffold.sampling import Sample
+from pipeline.stages.split import ZERO_ONE, SplitSpec
+
+
+@dataclass
+class TaskChoice:
+    """The task chosen for the target, why, and what the split stage needs written for it."""
+
+    kind: str
+    reason: str
+    positive: Any = None
+    write_positive: bool = False
+    missing: int = 0
+    declared: bool = False
+
+
+def check_target(frame: pd.DataFrame, target: str, path: Path) -> None:
+    names = [str(c) for c in frame.columns]
+    if target in names:
+        return
+    close = difflib.get_close_matches(target, names, n=1, cutoff=0.6)
+    if not close:
+        lowered = {n.lower(): n for n in names}
+        match = difflib.get_close_matches(target.lower(), list(lowered), n=1, cutoff=0.6)
+        close = [lowered[match[0]]] if match else []
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    shown = ", ".join(names[:30]) + (", ..." if len(names) > 30 else "")
+    raise UsageError(f"--target '{target}' is not a column of {path}{hint} (columns: {shown})")
+
+
+# ---------------------------------------------------------------- the task
+def choose_task(series: pd.Series, column: str, *, declared: str | None, positive: str | None,
+                sample: Sample) -> TaskChoice:
+    """The task and why: binary for two values, multiclass for a few text values or up to
+    ``INTEGER_CLASSES`` whole numbers, regression for other numbers; ``declared`` wins where
+    the values allow it."""
+    missing = int(series.isna().sum())
+    values = series.dropna()
+    counts = values.value_counts()
+    distinct = len(counts)
+    where = f"in {sample.describe()} read"
+    if distinct == 0:
+        raise DataError(f"target column '{column}' has no values {where}: there is nothing to predict")
+    if distinct == 1:
+        only = counts.index[0]
+        partial = "" if sample.complete else " (unless other rows differ: the sample saw one value)"
+        raise DataError(f"target column '{column}' has one value ({plain_value(only)!r}) {where}: there is nothing to "
+                        f"predict{partial}; choose another --target")
+    numeric = column_type(values) == "numeric"
+    shown = _shown_counts(counts)
+    if positive is not None:
+        if declared not in (None, "binary"):
+            raise UsageError(f"--positive applies to --task binary (that value against every other); with --task "
+                             f"{declared} leave it out")
+        match = [v for v in counts.index if str(plain_value(v)) == positive]
+        if not match:
+            close = difflib.get_close_matches(positive, [str(plain_value(v)) for v in counts.index], n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise UsageError(f"--positive {positive!r} is not a value of target column '{column}'{hint} "
+                             f"(values {where}: {shown})")
+        return TaskChoice("binary", f"--positive {positive!r}: that value against every other ({shown})",
+                          plain_value(match[0]), True, missing)
+    if declared == "regression":
+        if not numeric:
+            raise UsageError(f"--task regression needs a numeric target; '{column}' holds {values.dtype} values "
+                             f"({shown}): use --task binary or multiclass")
+        return TaskChoice("regression", f"--task regression (given); {distinct} distinct values", missing=missing)
+    if declared == "multiclass":
+        return TaskChoice("multiclass", f"--task multiclass (given): {distinct} classes ({shown})", missing=missing)
+    if distinct == 2 or declared == "binary":
+        if distinct > 2:
+            raise UsageError(f"--task binary: target column '{column}' has {distinct} values ({shown}); name the "
+                             "one that means 1 with --positive VALUE (one against the rest), or use --task multiclass")
+        given = " (given)" if declared else ""
+        if {str(plain_value(v)) for v in counts.index} <= ZERO_ONE or dtype_kind(values.dtype) == "bool":
+            return TaskChoice("binary", f"two values, 0/1 or true/false{given}: 1 is the positive class ({shown})",
+                              missing=missing)
+        chosen, why = _positive_of(counts, numeric)
+        return TaskChoice("binary", f"two values{given} ({shown}); positive: {plain_value(chosen)!r}, {why}",
+                          plain_value(chosen), True, missing)
+    whole = numeric and bool(np.all(np.mod(values.to_numpy(dtype="float64"), 1) == 0))
+    if numeric and not (whole and distinct <= INTEGER_CLASSES):
+        return TaskChoice("regression", f"numbers with {distinct} distinct values; --task multiclass would "
+                                        "take them as classes", missing=missing)
+    if numeric:
+        return TaskChoice("multiclass", f"{distinct} whole numbers ({shown}): taken as classes; --task regression "
+                                        "predicts them as numbers", missing=missing)
+    if distinct > MAX_INFERRED_CLASSES:
+        raise DataError(f"target column '{column}' has {distinct} distinct text values {where}, too many to take as "
+                        "classes without being told (an id or free text?); pass --task multiclass to predict each "
+                        "value as a class, or choose another --target")
+    return TaskChoice("multiclass", f"{distinct} text values ({shown}): each one a class", missing=missing)
+
+
+def _positive_of(counts: pd.Series, numeric: bool) -> tuple[Any, str]:
+    """The value that means 1: a yes-like word, else the larger number, else the rarer value."""
+    for value in counts.index:
+        if str(value).strip().lower() in YES_WORDS:
+            return value, "the yes-like value"
+    if numeric:
+        return max(counts.index), "the larger value"
+    return counts.index[-1], "the rarer value (usually the event to predict)"
+
+
+def _shown_counts(counts: pd.Series, limit: int = 6) -> str:
+    parts = [f"{plain_value(v)!r}: {int(n):,}" for v, n in counts.iloc[:limit].items()]
+    return ", ".join(parts) + (", ..." if len(counts) > limit else "")
+
+
+def missing_target_note(target: str, missing: int, rows: int) -> str:
+    if "missing_target" in SplitSpec.model_fields:
+        return (f"{missing:,} of {rows:,} sampled rows have no {target}: split has missing_target: drop, "
+                "so they are left out of training and testing (the run record counts them)")
+    return (f"{missing:,} of {rows:,} sampled rows have no {target}, and the split stage has no option to drop "
+            f"such rows yet: the run will stop at split until they are removed from the file")
+
+
