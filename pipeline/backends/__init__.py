@@ -1,4 +1,7 @@
-"""Backends: the only package that imports cuDF, cuML, CuPy or Dask-CUDA.
+"""Backends: pandas or cuDF frames, scikit-learn or cuML estimators, behind one contract.
+
+With ``pipeline.clusters`` (LocalCUDACluster) and ``pipeline.devices`` (NVML, CuPy and RMM
+memory), the only packages that import GPU libraries.
 
 ``get_backend("cpu" | "gpu")`` returns the backend object; ``resolve_backend("auto")`` picks
 one with the rules in ``detect.choose_device``.
@@ -12,7 +15,7 @@ from pipeline.backends.contract import Backend, instance_of
 from pipeline.backends.dask_collections import cluster_client, compute_lazy, has_cluster, is_partitioned
 from pipeline.backends.estimators import estimator_output, scores_for_task
 from pipeline.backends.filters import FILTER_OPS, apply_filters
-from pipeline.backends.detect import DeviceChoice, choose_device
+from pipeline.devices.detect import DeviceChoice, choose_device
 from pipeline.core.errors import BackendUnavailable
 
 __all__ = [
