@@ -106,12 +106,10 @@ class ModelSpec:
     trained by its own stage and is an entry only for its file format).
 
     Examples:
-        >>> from pipeline.models import MODELS, ModelSpec, register_model
-        >>> spec = register_model(ModelSpec(name="nearest_centroid", cpu_class="sklearn.neighbors:NearestCentroid",
-        ...                                 seed_param=None, description="class centroids (scikit-learn)"))
-        >>> MODELS["nearest_centroid"] is spec, spec.tasks
-        (True, ('binary', 'multiclass'))
-        >>> del MODELS["nearest_centroid"]       # the example's model, taken back out
+        >>> from pipeline.models import get_model_spec
+        >>> spec = get_model_spec("random_forest")
+        >>> spec.tasks, spec.class_path("cpu", task="regression"), spec.class_path("gpu", task="binary")
+        (('binary', 'multiclass', 'regression'), 'sklearn.ensemble:RandomForestRegressor', 'cuml.ensemble:RandomForestClassifier')
     """
 
     name: str

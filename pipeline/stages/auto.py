@@ -403,13 +403,6 @@ def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "
     (or the members are stacked).
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
-        >>> from pipeline.stages import split_frame
-        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
-        >>> from pipeline.stages import build_features
-        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
-        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
         >>> from pipeline.stages import fit_auto
         >>> result = fit_auto(features, time_limit=30, models=["linear"])
         >>> result.mode, result.metric, [row.model for row in result.leaderboard]

@@ -177,13 +177,6 @@ def evaluate_models(
     None ranks by the task's default metric.
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
-        >>> from pipeline.stages import split_frame
-        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
-        >>> from pipeline.stages import build_features
-        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
-        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
         >>> from pipeline.stages import evaluate_models, train_model
         >>> models = [train_model(features, "logistic_regression", {"max_iter": 1000}),
         ...           train_model(features, "random_forest", {"n_estimators": 50, "min_samples_leaf": 5})]

@@ -56,13 +56,6 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     files written.
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
-        >>> from pipeline.stages import split_frame
-        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
-        >>> from pipeline.stages import build_features
-        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
-        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
         >>> import tempfile
         >>> from pathlib import Path
         >>> from pipeline.stages import save_model, train_model

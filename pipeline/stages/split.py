@@ -343,8 +343,6 @@ def split_frame(
     (in memory, ``facts["dropped_missing_target"]`` counts them when ``facts`` is given).
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
         >>> from pipeline.stages import split_frame
         >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
         >>> data.task.kind, {split: len(rows) for split, rows in data.frames.items()}

@@ -184,13 +184,6 @@ def fit_stack(models: Sequence[TrainedModel], *, name: str = STACKED_MODEL, mode
     out-of-fold scores of ``models`` (trained on one feature set), bagged over ``k`` folds.
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
-        >>> from pipeline.stages import split_frame
-        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
-        >>> from pipeline.stages import build_features
-        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
-        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
         >>> from pipeline.stages import bag_model, fit_stack
         >>> members = [bag_model(features, "logistic_regression", {"max_iter": 1000}, k=3),
         ...            bag_model(features, "random_forest", {"n_estimators": 50}, k=3)]

@@ -4,8 +4,11 @@ shows, and every name ``pipeline`` and ``pipeline.testing`` export is on the pag
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import importlib
+import io
+import os
 import re
 from pathlib import Path
 
@@ -17,8 +20,27 @@ PAGE = ROOT / "docs" / "reference" / "api.md"
 ENTRY = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 
 
+SETUP = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
 def page_entries() -> list[str]:
     return ENTRY.findall(PAGE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def setup_names() -> dict[str, object]:
+    """What the page's setup block makes (the churn table, its split and features, a saved
+    model), run once from the repository's root: the examples start from it, as the page says."""
+    (block,) = SETUP.findall(PAGE.read_text(encoding="utf-8"))
+    names: dict[str, object] = {}
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(block, f"{PAGE}:setup", "exec"), names)
+    finally:
+        os.chdir(here)
+    return names
 
 
 def resolve(dotted: str) -> object:
@@ -40,14 +62,14 @@ def test_the_page_renders_every_exported_name() -> None:
 
 
 @pytest.mark.parametrize("dotted", page_entries())
-def test_every_entry_has_an_example_that_runs(dotted: str, monkeypatch, tmp_path) -> None:
+def test_every_entry_has_an_example_that_runs(dotted: str, setup_names, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     obj = resolve(dotted)
     docstring = obj.__doc__ or ""
     assert docstring.strip(), f"{dotted} has no docstring"
     assert "Examples:" in docstring and ">>>" in docstring, f"{dotted}'s docstring has no example"
     finder = doctest.DocTestFinder(recurse=False)
-    tests = finder.find(obj, dotted, globs={})
+    tests = finder.find(obj, dotted, globs=dict(setup_names))
     assert tests and tests[0].examples, dotted
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     for test in tests:

@@ -125,13 +125,6 @@ def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = 
     ``progress`` counts the members as they are fitted.
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
-        >>> from pipeline.stages import split_frame
-        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
-        >>> from pipeline.stages import build_features
-        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
-        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
         >>> from pipeline.stages import bag_model
         >>> bagged = bag_model(features, "logistic_regression", {"max_iter": 1000}, k=3)
         >>> bagged.oof_scores.shape, bagged.scores["test"].shape

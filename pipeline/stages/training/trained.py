@@ -123,13 +123,6 @@ def train_model(
     not counted here.
 
     Examples:
-        >>> from pipeline.stages import load_table
-        >>> frame = load_table("data/telco_customer_churn.csv", na_values=[" "])
-        >>> from pipeline.stages import split_frame
-        >>> data = split_frame(frame, "Churn", positive="Yes", seed=0)
-        >>> from pipeline.stages import build_features
-        >>> features = build_features(data, [{"fill_missing": {"columns": ["TotalCharges"]}},
-        ...                                   {"one_hot": {"columns": {"type": "categorical"}}}], id_column="customerID")
         >>> from pipeline.stages import train_model
         >>> model = train_model(features, "logistic_regression", {"C": 0.5, "max_iter": 1000})
         >>> model.name, model.scores["test"].shape
