@@ -29,7 +29,7 @@ from pipeline.models.formats import (
     LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat, xgboost_family,
 )
 from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT, catboost_family, lightgbm_family
-from pipeline.models.steps import StepsOf, lightgbm_rounds, xgboost_rounds
+from pipeline.models.steps import XGBOOST_PRUNING, Pruning, StepsOf, lightgbm_rounds, xgboost_rounds
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
 ParamMap = Mapping[str, tuple[str | None, str | None]]
@@ -156,6 +156,9 @@ class ModelSpec:
     # The optional dependency group (pyproject extra) that installs the model's library, named
     # when it is missing; None: the machine's flavour (cpu, gpu) brings it.
     extra: str | None = None
+    # How a tuning trial of it is pruned while it fits (the metric it reports each step); None:
+    # a trial runs to its end. Not on partitioned (Dask) data, where the fit runs on workers.
+    pruning: Pruning | None = None
     # Its CPU estimator's thread-count parameter, where the library starts threads per core
     # (``auto`` sizes it to the cores free at the fit); None: it has none that acts.
     threads_param: str | None = None
@@ -582,6 +585,7 @@ MODELS: dict[str, ModelSpec] = {
             task_param_rules=_xgboost_task_rules,
             explain=xgboost_importance,
             fit_steps=xgboost_rounds,
+            pruning=XGBOOST_PRUNING,
             threads_param="n_jobs",
         ),
         ModelSpec(

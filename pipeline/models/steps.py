@@ -1,6 +1,7 @@
 """Steps a fit reports while it runs (XGBoost's and LightGBM's boosting rounds), named by a registry entry
 (``ModelSpec.fit_steps``), so ``train`` shows a bar for any model that has steps without
-naming one.
+naming one; and the metric a fit reports each step for tuning to prune a trial on
+(``ModelSpec.pruning``), so tuning prunes any model whose entry says how, without naming one.
 
 A ``FitSteps`` says how many steps the fit plans and which constructor keyword arguments
 attach a callback that calls ``advance(1)`` after each; ``train`` takes those arguments off
@@ -77,3 +78,44 @@ def lightgbm_rounds(kwargs: Mapping[str, Any]) -> FitSteps | None:
         return {"step_callbacks": [EachLightGBMRound(advance)]}
 
     return FitSteps(total=total, description="boosting rounds", attach=attach)
+
+
+# ------------------------------------------------------------------ pruning a tuning trial
+# Called with a step's validation value, ``report(step, value, higher_is_better=...)``; it raises
+# (optuna.TrialPruned) to stop the fit.
+StepReport = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """How a tuning trial of a model is pruned while it fits: ``attach(report)`` gives the
+    constructor keyword arguments that call ``report`` with the validation metric after each
+    step; ``signal`` says what is reported (the trial's log names it)."""
+
+    signal: str
+    attach: Callable[[StepReport], dict[str, Any]]
+
+
+# XGBoost metrics where a higher value is better (the rest are losses and errors).
+XGBOOST_HIGHER = frozenset({"auc", "aucpr", "map", "ndcg", "pre", "interval-regression-accuracy"})
+
+
+def xgboost_metric_each_round(report: StepReport) -> dict[str, Any]:
+    """An ``xgboost.callback.TrainingCallback`` that reports the last evaluation metric on the
+    last evaluation set (the one early stopping watches) after every round."""
+    import xgboost
+
+    class ReportEachRound(xgboost.callback.TrainingCallback):
+        def after_iteration(self, model: Any, epoch: int, evals_log: dict[str, dict[str, list[Any]]]) -> bool:
+            if evals_log:
+                metrics = evals_log[list(evals_log)[-1]]
+                name = list(metrics)[-1]
+                value = metrics[name][-1]
+                value = value[0] if isinstance(value, tuple) else value        # xgboost.cv: (mean, std)
+                report(epoch, float(value), higher_is_better=name.split("@")[0] in XGBOOST_HIGHER)
+            return False
+
+    return {"callbacks": [ReportEachRound()]}
+
+
+XGBOOST_PRUNING = Pruning("the evaluation metric of each XGBoost boosting round", xgboost_metric_each_round)

@@ -140,10 +140,45 @@ def model_checks(model: str | ModelSpec, *, task: str | None = None, params: Map
                 _check_task(spec, TASKS[name], params, fitted, get_backend("cpu"), label)
         return run
 
+    def pruning() -> None:
+        entry()
+        with _registered(spec):
+            _check_pruning(spec, label)
+
     tasks = [task] if task is not None and task in spec.tasks else list(spec.tasks) if task is None else []
     return [Check(label, "registry entry", entry, owns=("entry",)), Check(label, "API names", lambda: _check_api_names(spec, label)),
             Check(label, "params", given_params), Check(label, "unknown params", unknown_params),
-            *(Check(label, name, one_task(name)) for name in tasks)]
+            *(Check(label, name, one_task(name)) for name in tasks),
+            *([Check(label, "pruning", pruning)] if spec.pruning is not None else [])]
+
+
+def _check_pruning(spec: ModelSpec, label: str) -> None:
+    """An entry's ``pruning``: ``attach(report)`` gives constructor keyword arguments, and a fit
+    with them on its first task's tiny data reports a finite metric each step, as tuning needs."""
+    task = TASKS[spec.tasks[0]]
+    if spec.class_path("cpu", task=task.kind) is None:
+        return                                       # nothing to fit here: the task checks say so
+    reported: list[float] = []
+
+    def report(step: int, value: float, *, higher_is_better: bool) -> None:
+        reported.append(value)
+
+    attached = _attempt(label, "pruning", "attach(report)", lambda: spec.pruning.attach(report))
+    if not isinstance(attached, Mapping) or not all(isinstance(key, str) for key in attached):
+        raise ConformanceFailure(label, "pruning", f"attach(report) returned {attached!r}, not constructor "
+                                                   "keyword arguments")
+    X, y = tiny_dataset(task)
+    backend = get_backend("cpu")
+    kwargs, _ = _attempt(label, "pruning", "translating params for the CPU", lambda: spec.translate({}, "cpu", seed=0))
+    estimator = _attempt(label, "pruning", "building the estimator with the pruning arguments",
+                         lambda: backend.estimator(spec, {**kwargs, **attached}, task=task.kind))
+    fit_kwargs = spec.fit_kwargs(FitInputs(eval_set=(X[TRAIN_ROWS:], y[TRAIN_ROWS:]),
+                                           feature_names=tuple(f"feature_{i}" for i in range(X.shape[1]))))
+    _attempt(label, "pruning", f"fit on {TRAIN_ROWS} rows with the pruning arguments",
+             lambda: estimator.fit(X[:TRAIN_ROWS], y[:TRAIN_ROWS], **fit_kwargs))
+    if not reported or not np.isfinite(reported).all():
+        raise ConformanceFailure(label, "pruning", f"the fit reported {reported[:5]!r}: tuning needs a finite "
+                                                   "validation metric after each step")
 
 
 def _raise(failure: ConformanceFailure) -> None:

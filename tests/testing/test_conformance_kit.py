@@ -407,6 +407,22 @@ def test_a_parameter_the_cpu_estimator_does_not_have_fails():
         check_model(logistic(params=params), task="binary")
 
 
+def _reports_nothing(report: Any) -> dict[str, Any]:
+    return {}
+
+
+def test_a_pruning_entry_that_reports_nothing_fails_its_check():
+    """Tuning prunes a model through its entry's ``pruning``: one whose callback never reports
+    would leave every trial unpruned, silently; the check catches it."""
+    from pipeline.models import Pruning
+
+    silent = ModelSpec(**{**vars(get_model_spec("xgboost")), "name": "silent_xgboost",
+                          "pruning": Pruning("nothing", _reports_nothing)})
+    with pytest.raises(AssertionError, match=r"model 'silent_xgboost' fails the conformance check 'pruning': "
+                                             r"the fit reported \[\]"):
+        check_model(silent, task="binary", params={"n_estimators": 5})
+
+
 def test_a_task_the_model_does_not_serve_is_refused():
     with pytest.raises(AssertionError, match="'task': task 'regression' is not one it serves"):
         check_model("logistic_regression", task="regression")

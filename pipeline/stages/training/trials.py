@@ -24,9 +24,6 @@ from pipeline.featuresets.folds import HELD_OUT, SCORED, without_validation
 from pipeline.metrics import task_metrics
 from pipeline.models import get_model_spec
 
-# XGBoost metrics where a higher value is better (the rest are losses and errors).
-_XGBOOST_HIGHER = {"auc", "aucpr", "map", "ndcg", "pre", "interval-regression-accuracy"}
-
 
 # ------------------------------------------------------------------ what a trial trains
 class Report(Protocol):
@@ -58,8 +55,8 @@ class Trainer(Protocol):
 @dataclass
 class RegistryTrainer:
     """A ``train`` stage's model: ``train`` is ``pipeline.stages.train.train_model``, passed in
-    (that module imports this one). XGBoost reports its evaluation metric each round through a
-    ``TrainingCallback``; other registry models cannot be pruned."""
+    (that module imports this one). A model whose registry entry has ``pruning`` reports its
+    evaluation metric each step (XGBoost: each boosting round); the others cannot be pruned."""
 
     train: Callable[..., Any]
     model: str
@@ -74,8 +71,9 @@ class RegistryTrainer:
         merged = {**self.params, **params}
         if threads and features.backend.name == "cpu" and "n_jobs" not in merged and self._takes("n_jobs"):
             merged["n_jobs"] = threads       # a Dask worker's share of the cores (its nanny sets OMP to 1)
-        extra = {"callbacks": [xgboost_pruning_callback(report)]} \
-            if report is not None and self.pruning_signal(features) else None
+        pruning = get_model_spec(self.model).pruning
+        extra = pruning.attach(report) if pruning is not None and report is not None and \
+            self.pruning_signal(features) else None
         return self.train(features, self.model, merged, seed=self.seed, external_memory=self.external_memory,
                           estimator_kwargs=extra)
 
@@ -84,12 +82,14 @@ class RegistryTrainer:
         return self.fit(fold, params, report, threads).scores["valid"]
 
     def pruning_signal(self, features: FeatureSet) -> str | None:
-        path = get_model_spec(self.model).class_path(features.backend.name) or ""
-        if features.distributed or path.split(":")[0] != "xgboost":
+        """What the model reports each step (its entry's ``pruning``), where a trial has rows
+        to report on; None: the trial runs to its end."""
+        pruning = get_model_spec(self.model).pruning
+        if pruning is None or features.distributed:
             return None
         if not features.rows().get("valid") and not features.fold_count():
             return None
-        return "the evaluation metric of each XGBoost boosting round"
+        return pruning.signal
 
     def _takes(self, param: str) -> bool:
         return param in get_model_spec(self.model).params
@@ -135,24 +135,6 @@ class EpochReport:
     def __call__(self, epoch: int, row: dict[str, float]) -> None:
         if "val_loss" in row:
             self.report(epoch, float(row["val_loss"]), higher_is_better=False)
-
-
-def xgboost_pruning_callback(report: Report) -> Any:
-    """An ``xgboost.callback.TrainingCallback`` that reports the last evaluation metric on the
-    last evaluation set (the one early stopping watches) after every round."""
-    import xgboost
-
-    class ReportEachRound(xgboost.callback.TrainingCallback):
-        def after_iteration(self, model: Any, epoch: int, evals_log: dict[str, dict[str, list[Any]]]) -> bool:
-            if evals_log:
-                metrics = evals_log[list(evals_log)[-1]]
-                name = list(metrics)[-1]
-                value = metrics[name][-1]
-                value = value[0] if isinstance(value, tuple) else value        # xgboost.cv: (mean, std)
-                report(epoch, float(value), higher_is_better=name.split("@")[0] in _XGBOOST_HIGHER)
-            return False
-
-    return ReportEachRound()
 
 
 @contextlib.contextmanager
