@@ -55,11 +55,11 @@ def main() -> None:
     args = parser.parse_args()
     from pipeline.features.auto_ops import default_ops
     from pipeline.metrics import task_metrics
-    from pipeline.stages.auto import PORTFOLIO
+    from pipeline.stages.auto import portfolio
     from pipeline.stages.features import build_features
     from pipeline.stages.train import train_model
 
-    params = {m.label: m.params_for("binary") for m in PORTFOLIO}
+    params = {m.label: m.params_for("binary") for m in portfolio()}
     fits = [("lightgbm", "lightgbm", params["lightgbm"]), ("lightgbm (tight limits)", "lightgbm",
                                                             {**params["lightgbm"], **TIGHT}),
             ("xgboost", "xgboost", params["xgboost"]), ("catboost", "catboost", params["catboost"])]

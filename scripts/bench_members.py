@@ -36,9 +36,9 @@ from bench_auto import GENERATED, MAIN, PUBLIC, bench_split  # noqa: E402
 
 def members(task: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, model, params) of every fit, the baseline of each pair first."""
-    from pipeline.stages.auto import PORTFOLIO
+    from pipeline.stages.auto import portfolio
 
-    params = {m.model: m.params_for(task) for m in PORTFOLIO}
+    params = {m.model: m.params_for(task) for m in portfolio() if not m.extra}
     plain = ("ridge", {"alpha": 1.0}) if task == "regression" else ("logistic_regression", {"C": 1.0, "max_iter": 300})
     return [(f"{plain[0]} (plain)", plain[0], plain[1]), ("linear (own encoding)", "linear", params["linear"]),
             ("mlp (unscaled)", "mlp", {**params["mlp"], "standardize": False}),

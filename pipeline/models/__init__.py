@@ -35,12 +35,13 @@ from pipeline.models.registry import (
     trainable_model_named,
     trainable_models,
 )
+from pipeline.models.roles import InitChoice, PortfolioMember
 from pipeline.models.steps import Pruning
 
 __all__ = [
     "JOBLIB", "LINEAR_COEFFICIENTS", "MODELS", "SKLEARN_TRUSTED_TYPES", "SKOPS", "TORCH_STATE_DICT", "XGBOOST_JSON", "JoblibFormat",
     "LinearCoefficientsFormat", "ModelFormat", "ModelSpec", "ParamMap", "Predictor", "SkopsFormat", "TorchStateDictFormat", "XGBoostJsonFormat",
     "EstimatorClasses", "get_model_spec", "CATBOOST_CBM", "LIGHTGBM_TEXT", "CatBoostCbmFormat", "LightGBMTextFormat",
-    "FitArguments", "FitInputs", "Pruning", "checked_params", "models_for", "register_model", "trainable_model_named",
+    "FitArguments", "FitInputs", "InitChoice", "PortfolioMember", "Pruning", "checked_params", "models_for", "register_model", "trainable_model_named",
     "trainable_models",
 ]

@@ -29,6 +29,8 @@ from pipeline.models.formats import (
     LINEAR_COEFFICIENTS, SKOPS, TORCH_STATE_DICT, XGBOOST_JSON, ModelFormat, xgboost_family,
 )
 from pipeline.models.gbdt_formats import CATBOOST_CBM, LIGHTGBM_TEXT, catboost_family, lightgbm_family
+from pipeline.features.auto_ops import CODES
+from pipeline.models.roles import InitChoice, PortfolioMember
 from pipeline.models.steps import XGBOOST_PRUNING, Pruning, StepsOf, lightgbm_rounds, xgboost_rounds
 
 # common name -> (name on CPU, name on GPU); None = the device has no such parameter.
@@ -156,6 +158,13 @@ class ModelSpec:
     # The optional dependency group (pyproject extra) that installs the model's library, named
     # when it is missing; None: the machine's flavour (cpu, gpu) brings it.
     extra: str | None = None
+    # Its configurations in ``auto``'s portfolio (empty: auto leaves it out), the models ``init``
+    # writes for a task (empty: none), and the tasks a ``stack`` takes it for as its meta-model
+    # by default: what the stages know of a model, so that none of them names one
+    # (``pipeline.models.roles``).
+    portfolio: tuple[PortfolioMember, ...] = ()
+    init_choices: tuple[InitChoice, ...] = ()
+    meta_model_for: tuple[str, ...] = ()
     # How a tuning trial of it is pruned while it fits (the metric it reports each step); None:
     # a trial runs to its end. Not on partitioned (Dask) data, where the fit runs on workers.
     pruning: Pruning | None = None
@@ -486,6 +495,11 @@ _CATBOOST_PARAMS = _same(
 # thread_count is left at CatBoost's default, -1: every core (CatBoost drops an explicit -1).
 _CATBOOST_DEFAULTS = {"verbose": False, "allow_writing_files": False}
 
+# The entry the torch stage trains (the MLP), and the composites the ensemble, bag and stack
+# stages build: names the stages take from here rather than spell.
+MLP_MODEL, ENSEMBLE_MODEL, BAGGED_MODEL, STACKED_MODEL = "mlp", "ensemble", "bagged", "stacked"
+LINEAR_BASELINE = "a linear baseline: fast, and a yardstick for the trees"
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -509,6 +523,8 @@ MODELS: dict[str, ModelSpec] = {
                         "(cuML's only solver is 'qn'; scikit-learn's saga on the CPU)",
             # cuml.dask.linear_model.LogisticRegression exists but has no predict_proba
             # (make check-gpu, cuML 26.10), so it cannot be scored like the others.
+            init_choices=(InitChoice(("binary", "multiclass"), {"C": 1.0}, LINEAR_BASELINE, rank=1),),
+            meta_model_for=("binary", "multiclass"),
         ),
         ModelSpec(
             name="random_forest",
@@ -543,6 +559,13 @@ MODELS: dict[str, ModelSpec] = {
             ),
             task_param_rules=_forest_task_rules,
             threads_param="n_jobs",
+            portfolio=(PortfolioMember("random_forest", {"*": {"n_estimators": 300, "min_samples_leaf": 2,
+                                                              "max_features": "sqrt"},
+                                                        "regression": {"max_features": 0.5}},
+                                       cost=9.0, rank=5, quick=True),),
+            init_choices=(InitChoice(("binary", "multiclass", "regression"),
+                                     {"n_estimators": 200, "min_samples_leaf": 5}, "robust trees, little tuning",
+                                     rank=2),),
         ),
         ModelSpec(
             name="extra_trees",
@@ -561,6 +584,9 @@ MODELS: dict[str, ModelSpec] = {
             regression=EstimatorClasses(cpu="sklearn.ensemble:ExtraTreesRegressor"),
             task_param_rules=_forest_task_rules,
             threads_param="n_jobs",
+            portfolio=(PortfolioMember("extra_trees", {"*": {"n_estimators": 300, "min_samples_leaf": 2,
+                                                            "max_features": "sqrt"},
+                                                      "regression": {"max_features": 0.5}}, cost=4.0, rank=4),),
         ),
         ModelSpec(
             name="xgboost",
@@ -587,6 +613,20 @@ MODELS: dict[str, ModelSpec] = {
             fit_steps=xgboost_rounds,
             pruning=XGBOOST_PRUNING,
             threads_param="n_jobs",
+            portfolio=(
+                PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "max_depth": 6,
+                                                  "min_child_weight": 1, "colsample_bytree": 0.9,
+                                                  "early_stopping_rounds": 50}}, cost=1.2, per_class=True, rank=3,
+                                quick=True),
+                # A deeper second configuration, for the time the members leave.
+                PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.03, "max_depth": 8,
+                                                  "min_child_weight": 3, "subsample": 0.8, "colsample_bytree": 0.7,
+                                                  "early_stopping_rounds": 50}}, name="xgboost_deep", extra=True,
+                                cost=2.5, per_class=True, rank=10),
+            ),
+            init_choices=(InitChoice(("binary", "multiclass", "regression"),
+                                     {"n_estimators": 300, "learning_rate": 0.05, "max_depth": 6, "subsample": 0.8},
+                                     "gradient-boosted trees: usually the strongest on tables", rank=3),),
         ),
         ModelSpec(
             name="lightgbm",
@@ -610,6 +650,21 @@ MODELS: dict[str, ModelSpec] = {
             fit_steps=lightgbm_rounds,
             extra="lightgbm",
             threads_param="n_jobs",
+            portfolio=(
+                # The first member: cheap and strong.
+                PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
+                                                   "min_child_samples": 20, "colsample_bytree": 0.9,
+                                                   "early_stopping_rounds": 50}}, per_class=True, rank=1, quick=True),
+                # Second configurations (AutoGluon's: bigger trees at a lower rate; randomised split points).
+                PortfolioMember("lightgbm", {"*": {"n_estimators": 3000, "learning_rate": 0.03, "num_leaves": 128,
+                                                   "min_child_samples": 3, "colsample_bytree": 0.9,
+                                                   "early_stopping_rounds": 50}}, name="lightgbm_large", extra=True,
+                                cost=3.0, per_class=True, rank=8),
+                PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
+                                                   "extra_trees": True, "colsample_bytree": 0.9,
+                                                   "early_stopping_rounds": 50}}, name="lightgbm_xt", extra=True,
+                                cost=1.0, per_class=True, rank=9),
+            ),
         ),
         ModelSpec(
             name="catboost",
@@ -633,6 +688,9 @@ MODELS: dict[str, ModelSpec] = {
             explain=catboost_importance,
             extra="catboost",
             threads_param="thread_count",
+            portfolio=(PortfolioMember("catboost", {"*": {"iterations": 2000, "learning_rate": 0.08, "depth": 6,
+                                                         "early_stopping_rounds": 50}},
+                                       cost=8.0, per_class=True, reads=CODES, rank=2),),
         ),
         ModelSpec(
             name="ridge",
@@ -647,6 +705,8 @@ MODELS: dict[str, ModelSpec] = {
             tasks=("regression",),
             description="ridge regression: least squares with an L2 penalty (alpha); cuML on GPU, "
                         "scikit-learn on CPU",
+            init_choices=(InitChoice(("regression",), {"alpha": 1.0}, LINEAR_BASELINE, rank=1),),
+            meta_model_for=("regression",),
         ),
         ModelSpec(
             name="linear",
@@ -663,13 +723,23 @@ MODELS: dict[str, ModelSpec] = {
             description="a linear model on its own encoding of the features: numbers standardised, categorical "
                         "columns one-hot (at most one_hot_max levels) or target encoded; logistic regression "
                         "(C) or ridge (alpha); exported as coefficients and a table per categorical column",
+            # It encodes the matrix for itself (numbers standardised, few levels one-hot, many
+            # target encoded); logistic regression or ridge.
+            portfolio=(PortfolioMember("linear", {"binary": {"C": 1.0, "max_iter": 300},
+                                                  "multiclass": {"C": 1.0, "max_iter": 300},
+                                                  "regression": {"alpha": 1.0}}, cost=0.3, rank=7, quick=True),),
         ),
         ModelSpec(
-            name="mlp",
+            name=MLP_MODEL,
             seed_param=None,
             description="tabular MLP with categorical embeddings (PyTorch; trained by the torch stage)",
             format=TORCH_STATE_DICT,
             tasks=("binary", "multiclass", "regression"),
+            portfolio=(PortfolioMember(MLP_MODEL, {"*": {"hidden": [256, 128], "dropout": 0.1, "epochs": 40,
+                                                         "batch_size": 512, "learning_rate": 0.003,
+                                                         "weight_decay": 1e-5,
+                                                         "early_stopping": {"monitor": "val_loss", "patience": 5}}},
+                                       trainer="torch", cost=6.0, rank=6),),
         ),
     )
 }
@@ -693,6 +763,28 @@ def register_model(spec: ModelSpec) -> ModelSpec:
         raise TypeError(f"model '{spec.name}': format must be a ModelFormat, not {type(spec.format).__name__}")
     MODELS[spec.name] = spec
     return spec
+
+
+def portfolio_members() -> list[PortfolioMember]:
+    """Every configuration of every registered model in ``auto``'s portfolio, in fitting order
+    (``rank``, then registration order), read now: a plugin's model is among them."""
+    members = [member for spec in MODELS.values() for member in spec.portfolio]
+    return sorted(members, key=lambda member: member.rank)
+
+
+def init_choices(task: str) -> list[tuple[str, InitChoice]]:
+    """The models ``init`` writes for ``task``: ``(name, choice)`` by ``rank``, read now."""
+    found = [(spec.name, choice) for spec in MODELS.values() for choice in spec.init_choices if task in choice.tasks]
+    return sorted(found, key=lambda pair: pair[1].rank)
+
+
+def meta_model_for(task: str) -> str:
+    """The registered model a ``stack`` fits on its members' scores for ``task`` by default."""
+    for spec in MODELS.values():
+        if task in spec.meta_model_for:
+            return spec.name
+    raise KeyError(f"no registered model is a stack's default meta-model for a {task} task; name one "
+                   "(stages.<name>.model)")
 
 
 def trainable_models() -> list[str]:
@@ -756,7 +848,7 @@ def _format_of(name: str) -> ModelFormat:
 # Built by the ensemble stage from trained models, not trained (like the MLP, an entry for its
 # format). Its format finds members' formats here, so a plugin's model can be a member.
 register_model(ModelSpec(
-    name="ensemble", seed_param=None, tasks=("binary", "multiclass", "regression"),
+    name=ENSEMBLE_MODEL, seed_param=None, tasks=("binary", "multiclass", "regression"),
     description="weighted average of other models' scores (built by the ensemble stage)",
     format=EnsembleFormat(_format_of),
 ))
@@ -764,14 +856,14 @@ register_model(ModelSpec(
 # Built by ``bag:`` on a train stage: k fits of one model on k folds of the training rows,
 # averaged; each member is saved in its base model's format.
 register_model(ModelSpec(
-    name="bagged", seed_param=None, tasks=("binary", "multiclass", "regression"),
+    name=BAGGED_MODEL, seed_param=None, tasks=("binary", "multiclass", "regression"),
     description="k fits of one model on k folds of the training rows, averaged (built by bag: on a train stage)",
     format=BaggedFormat(_format_of),
 ))
 
 # Built by the stack stage: a meta-model fitted on its members' out-of-fold scores.
 register_model(ModelSpec(
-    name="stacked", seed_param=None, tasks=("binary", "multiclass", "regression"),
+    name=STACKED_MODEL, seed_param=None, tasks=("binary", "multiclass", "regression"),
     description="a meta-model fitted on other models' out-of-fold scores (built by the stack stage)",
     format=StackFormat(_format_of),
 ))

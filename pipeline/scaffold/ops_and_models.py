@@ -15,8 +15,8 @@ from pipeline.features.column_roles import (
     LOW_CARDINALITY,
     Column,
 )
-from pipeline.models.registry import get_model_spec, models_for
-from pipeline.scaffold.rules import MODEL_CHOICES, RARE_CODE
+from pipeline.models.registry import get_model_spec, init_choices, models_for
+from pipeline.scaffold.rules import RARE_CODE
 from pipeline.scaffold.sampling import format_of
 
 
@@ -101,10 +101,13 @@ def feature_ops(columns: list[Column]) -> list[Op]:
 
 
 def choose_models(task: str) -> tuple[list[tuple[str, dict[str, Any], str]], list[str]]:
-    """The task's models from ``MODEL_CHOICES`` that the registry serves and that import here."""
+    """The task's models that the registry's entries choose for ``init`` (``ModelSpec.
+    init_choices``: a linear baseline, a forest, boosted trees, and any plugin's), by rank, that
+    serve the task and whose CPU estimator imports here."""
     chosen, notes = [], []
     offered = set(models_for(task))
-    for name, params, why in MODEL_CHOICES[task]:
+    for name, choice in init_choices(task):
+        params, why = dict(choice.params), choice.why
         if name not in offered:
             continue
         path = get_model_spec(name).class_path("cpu", task=task)

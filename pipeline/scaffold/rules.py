@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from pipeline.features.column_roles import (
     FREE_TEXT_WORDS,
@@ -30,19 +29,7 @@ ROLES: dict[str, str] = {
 }
 
 YES_WORDS = ("yes", "y", "true", "t", "positive", "pos", "1")
-# Models per task, first choice first: a linear baseline, a forest, boosted trees. Only those
-# the registry offers for the task and whose CPU estimator imports here are written.
-MODEL_CHOICES: dict[str, tuple[tuple[str, dict[str, Any], str], ...]] = {
-    "binary": (("logistic_regression", {"C": 1.0}, "a linear baseline: fast, and a yardstick for the trees"),
-               ("random_forest", {"n_estimators": 200, "min_samples_leaf": 5}, "robust trees, little tuning"),
-               ("xgboost", {"n_estimators": 300, "learning_rate": 0.05, "max_depth": 6, "subsample": 0.8},
-                "gradient-boosted trees: usually the strongest on tables")),
-    "regression": (("ridge", {"alpha": 1.0}, "a linear baseline: fast, and a yardstick for the trees"),
-                   ("random_forest", {"n_estimators": 200, "min_samples_leaf": 5}, "robust trees, little tuning"),
-                   ("xgboost", {"n_estimators": 300, "learning_rate": 0.05, "max_depth": 6, "subsample": 0.8},
-                    "gradient-boosted trees: usually the strongest on tables")),
-}
-MODEL_CHOICES["multiclass"] = MODEL_CHOICES["binary"]
+# The models per task are the registry entries' (``ModelSpec.init_choices``).
 # `init --auto`: one auto stage instead of the features stage and the models above.
 AUTO_TIME_LIMIT = "5m"
 AUTO_WHY = ("auto: a portfolio of boosted trees, forests, an MLP and a linear model, planned against time_limit "

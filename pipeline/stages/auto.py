@@ -12,7 +12,7 @@ The result is a ``TrainedModel`` like any other: ``evaluate`` ranks it and ``exp
 
 Time: ``time_limit`` is the stage's whole budget, spent by a plan made against the clock:
 
-1. **Screen.** Each member, in ``PORTFOLIO``'s order (the first cheap and strong: LightGBM),
+1. **Screen.** Each member, in the portfolio's order (the first cheap and strong: LightGBM),
    is fitted once on four fifths of the training rows and scored on the fifth it did not see
    (fold 0 of five, the holdout). Before it starts, its fit is projected: the member's
    measured relative ``cost`` times the median seconds per unit over the fits so far,
@@ -44,8 +44,9 @@ target encoding and as its codes; each member reads one of the two (``PortfolioM
 CatBoost the codes, with ordered statistics of its own; the others the encoding), trained and
 scored on a view of those columns, and the exported ensemble records each member's columns.
 
-The portfolio is data (``PORTFOLIO``): registry model names with default parameters per task;
-no model name decides anything in the code below.
+The portfolio is data in the registry: each entry's ``portfolio`` (``pipeline.models.roles.
+PortfolioMember``: default parameters per task, relative cost, fitting rank); no model name
+decides anything in the code below, and a plugin's model joins it from its own file.
 """
 
 from __future__ import annotations
@@ -67,12 +68,14 @@ from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, D
 from pipeline.core.problems import Task
 from pipeline.core.sizes import parse_duration
 from pipeline.core.threads import available_cores, free_cores
-from pipeline.features.auto_ops import CODES, ENCODED, default_ops, member_views
+from pipeline.features.auto_ops import default_ops, member_views
 from pipeline.features.column_roles import ROLE_SAMPLE_ROWS, Column, left_out_columns
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import TRAIN
 from pipeline.metrics import HIGHER_IS_BETTER, default_metric, task_metrics
 from pipeline.models import MODELS, get_model_spec
+from pipeline.models.registry import portfolio_members
+from pipeline.models.roles import PortfolioMember
 from pipeline.stages.ensemble import ensemble_model, fit_ensemble, fit_weights
 from pipeline.stages.features import build_features
 from pipeline.stages.spec import (
@@ -82,87 +85,9 @@ from pipeline.stages.split import SplitData
 from pipeline.stages.train import TrainedModel, train_model
 from pipeline.stages.training.bagging import FoldBag, bag_model
 
-__all__ = ["AutoSpec", "AutoResult", "PORTFOLIO", "PortfolioMember", "fit_auto", "run_auto"]
+__all__ = ["AutoSpec", "AutoResult", "PortfolioMember", "fit_auto", "portfolio", "run_auto"]
 
 VALID = "valid"
-
-
-@dataclass(frozen=True)
-class PortfolioMember:
-    """One model of the portfolio: a registry name, its parameters per task kind (``"*"``: every
-    task), and who fits one fold (``train_model`` for registry estimators; the MLP's own trainer)."""
-
-    model: str
-    params: Mapping[str, Mapping[str, Any]]
-    trainer: str = "registry"           # "registry" or "torch": see _TRAINERS
-    tasks: tuple[str, ...] = ("binary", "multiclass", "regression")
-    # One fit's seconds relative to the first member's on the same rows (measured: see
-    # docs/benchmarks.md); the plan projects a member's first fit from the first member's.
-    cost: float = 1.0
-    # The member's name in the leaderboard and the blend, where it is a second configuration of
-    # a model already in the portfolio (None: the model's name).
-    name: str | None = None
-    # A second configuration, fitted only with the time the others left (planned mode): after
-    # every member that earned weight is bagged, in the order of its model's holdout score.
-    extra: bool = False
-    # Its fit grows with the classes of a multiclass task (a booster's tree per class per round).
-    per_class: bool = False
-    # What it reads of a categorical column of many levels (``pipeline.features.auto_ops``):
-    # the column's target encoding, or its codes (a model with category statistics of its own).
-    reads: str = ENCODED
-
-    @property
-    def label(self) -> str:
-        return self.name or self.model
-
-    def params_for(self, task: str) -> dict[str, Any]:
-        return {**self.params.get("*", {}), **self.params.get(task, {})}
-
-
-# Defaults that hold up across tables (the libraries' own well-tried settings, a learning rate
-# low enough that early stopping on the held-out fold chooses the number of trees). ``cost``: one
-# fit's seconds over LightGBM's, measured on fold 0 of Telco (5,634 rows) and of a generated
-# 20,000-row table, between the two (CatBoost 32x and 4.3x, the MLP 34x and 2.1x, the random
-# forest 9.1x and 9.4x, extra trees 7.9x and 3.3x, XGBoost 1.1x and 1.3x, the linear model
-# 0.3x and 0.1x): a projection, corrected by the fits the stage measures as it goes.
-PORTFOLIO: tuple[PortfolioMember, ...] = (
-    PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
-                                       "min_child_samples": 20, "colsample_bytree": 0.9,
-                                       "early_stopping_rounds": 50}}, per_class=True),
-    PortfolioMember("catboost", {"*": {"iterations": 2000, "learning_rate": 0.08, "depth": 6,
-                                       "early_stopping_rounds": 50}}, cost=8.0, per_class=True, reads=CODES),
-    PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "max_depth": 6,
-                                      "min_child_weight": 1, "colsample_bytree": 0.9,
-                                      "early_stopping_rounds": 50}}, cost=1.2, per_class=True),
-    PortfolioMember("extra_trees", {"*": {"n_estimators": 300, "min_samples_leaf": 2, "max_features": "sqrt"},
-                                    "regression": {"max_features": 0.5}}, cost=4.0),
-    PortfolioMember("random_forest", {"*": {"n_estimators": 300, "min_samples_leaf": 2, "max_features": "sqrt"},
-                                      "regression": {"max_features": 0.5}}, cost=9.0),
-    PortfolioMember("mlp", {"*": {"hidden": [256, 128], "dropout": 0.1, "epochs": 40, "batch_size": 512,
-                                  "learning_rate": 0.003, "weight_decay": 1e-5,
-                                  "early_stopping": {"monitor": "val_loss", "patience": 5}}},
-                    trainer="torch", cost=6.0),
-    # The linear model encodes the matrix for itself (``pipeline.models.encoded_linear``: numbers
-    # standardised, few levels one-hot, many target encoded); logistic regression or ridge.
-    PortfolioMember("linear", {"binary": {"C": 1.0, "max_iter": 300}, "multiclass": {"C": 1.0, "max_iter": 300},
-                               "regression": {"alpha": 1.0}}, cost=0.3),
-    # Second configurations, for the time the members above leave (AutoGluon's second LightGBM
-    # configurations: bigger trees at a lower rate; randomised split points), and a deeper XGBoost.
-    PortfolioMember("lightgbm", {"*": {"n_estimators": 3000, "learning_rate": 0.03, "num_leaves": 128,
-                                       "min_child_samples": 3, "colsample_bytree": 0.9,
-                                       "early_stopping_rounds": 50}}, name="lightgbm_large", extra=True, cost=3.0,
-                    per_class=True),
-    PortfolioMember("lightgbm", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "num_leaves": 31,
-                                       "extra_trees": True, "colsample_bytree": 0.9,
-                                       "early_stopping_rounds": 50}}, name="lightgbm_xt", extra=True, cost=1.0,
-                    per_class=True),
-    PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.03, "max_depth": 8,
-                                      "min_child_weight": 3, "subsample": 0.8, "colsample_bytree": 0.7,
-                                      "early_stopping_rounds": 50}}, name="xgboost_deep", extra=True, cost=2.5,
-                    per_class=True),
-)
-# The quick preset: two boosted models, a forest and a linear baseline (smoke runs, first looks).
-QUICK_MODELS = ("linear", "lightgbm", "xgboost", "random_forest")
 
 
 class AutoSpec(StageSpec):
@@ -198,7 +123,7 @@ class AutoSpec(StageSpec):
     def _known_members(cls, models: list[str] | None) -> list[str] | None:
         if models is None:
             return models
-        known = [m.label for m in PORTFOLIO]
+        known = [m.label for m in portfolio()]
         unknown = [m for m in models if m not in known]
         if unknown:
             raise ValueError(f"not in the portfolio: {', '.join(unknown)} (portfolio: {', '.join(known)})")
@@ -384,14 +309,22 @@ def _timed(trainer: Callable[..., TrainedModel], clock: _Clock) -> Callable[...,
     return fit_one
 
 
+def portfolio() -> list[PortfolioMember]:
+    """The portfolio: every registered model's configurations (``ModelSpec.portfolio``: defaults
+    that hold up across tables, the libraries' own well-tried settings with a learning rate low
+    enough that early stopping on the held-out fold chooses the number of trees), in fitting
+    order, read now so that a plugin's model is in it."""
+    return portfolio_members()
+
+
 def portfolio_for(task: str, preset: str, models: Sequence[str] | None = None) -> list[PortfolioMember]:
     """The members to fit for ``task``, in fitting order."""
-    chosen = [m for m in PORTFOLIO if task in m.tasks and m.model in MODELS]
+    chosen = [m for m in portfolio() if task in m.tasks and m.model in MODELS]
     if models is not None:
         by_name = {m.label: m for m in chosen}
         return [dataclasses.replace(by_name[name], extra=False) for name in models if name in by_name]
     if preset == "quick":
-        return [m for m in chosen if m.label in QUICK_MODELS]
+        return [m for m in chosen if m.quick]
     return chosen
 
 
@@ -780,7 +713,7 @@ def _left_out(source: SplitData, *, keep: tuple[str, ...], seed: int) -> list[Co
 
 def auto_uses(spec: AutoSpec) -> list[Any]:
     """The registry entries of the portfolio: their code is what the stage runs."""
-    return [get_model_spec(m.model) for m in PORTFOLIO if m.model in MODELS]
+    return [get_model_spec(m.model) for m in portfolio() if m.model in MODELS]
 
 
 @register_stage("auto", AutoSpec, produces=TrainedModel, accepts=(SplitData, FeatureSet), resources=("gpu",),

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from pipeline.models.registry import ENSEMBLE_MODEL
 from pipeline.backends.headers import HeaderReader
 from pipeline.core.errors import DataError
 from pipeline.featuresets import FeatureSet
@@ -33,8 +34,6 @@ from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, regi
 from pipeline.stages.train import SplitScores, TrainedModel
 from pipeline.core.problems import Task
 
-# The registry entry an ensemble is exported as.
-ENSEMBLE_MODEL = "ensemble"
 VALID = "valid"
 # Probabilities are clipped this far from 0 before the log (a member sure of the wrong class).
 _EPS = 1e-15

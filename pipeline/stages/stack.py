@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from pipeline.models.registry import STACKED_MODEL, meta_model_for
 from pipeline.backends.headers import HeaderReader
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet
@@ -41,15 +42,14 @@ from pipeline.stages.training.trained import model_meta
 
 __all__ = ["STACKED_MODEL", "StackScorer", "StackSpec", "StackedModel", "default_meta_model", "fit_stack"]
 
-# The registry entry a stack is exported as.
-STACKED_MODEL = "stacked"
 META = "meta"
 
 
 def default_meta_model(task: str) -> str:
-    """The meta-model when ``model:`` is left out: a linear one, which a handful of score
-    columns need (and which cannot memorise them)."""
-    return "ridge" if task == "regression" else "logistic_regression"
+    """The meta-model when ``model:`` is left out: the registry entry that says it is one for
+    the task (``ModelSpec.meta_model_for``: the linear models, which a handful of score columns
+    need and which cannot memorise them)."""
+    return meta_model_for(task)
 
 
 def no_oof_scores(name: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
+from pipeline.models.registry import MLP_MODEL
 from pipeline.core.errors import BackendUnavailable, DataError
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.featuresets.folds import HELD_OUT, without_validation
@@ -158,7 +159,7 @@ class TorchTrainedModel(TrainedModel):
 def train_torch(
     features: FeatureSet,
     *,
-    name: str = "mlp",
+    name: str = MLP_MODEL,
     seed: int = 42,
     progress: StageProgress | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
@@ -303,7 +304,7 @@ def _trained(spec: TorchSpec, features: FeatureSet, name: str, classifier: Any, 
              handoffs: list[Handoff], distributed: dict[str, Any] | None = None) -> TorchTrainedModel:
     params_used = spec.model_dump(mode="json", exclude={"kind", "inputs", "description", "tune"})
     return TorchTrainedModel(
-        name=name, model="mlp", estimator=classifier, features=features,
+        name=name, model=MLP_MODEL, estimator=classifier, features=features,
         scores=SplitScores(_split_scorer(classifier, features), features),
         params=params_used, fit_seconds=fit_result["seconds"], history=fit_result["history"],
         fit_result=fit_result, handoffs=handoffs, distributed=distributed,

@@ -102,7 +102,7 @@ def model_checks(model: str | ModelSpec, *, task: str | None = None, params: Map
     Examples:
         >>> from pipeline.testing import model_checks
         >>> [check.id for check in model_checks("random_forest", params={"n_estimators": 5})]
-        ['registry entry', 'API names', 'params', 'unknown params', 'binary', 'multiclass', 'regression']
+        ['registry entry', 'API names', 'params', 'unknown params', 'binary', 'multiclass', 'regression', 'roles']
     """
     try:
         spec = _spec(model)
@@ -140,6 +140,10 @@ def model_checks(model: str | ModelSpec, *, task: str | None = None, params: Map
                 _check_task(spec, TASKS[name], params, fitted, get_backend("cpu"), label)
         return run
 
+    def roles() -> None:
+        entry()
+        _check_roles(spec, label)
+
     def pruning() -> None:
         entry()
         with _registered(spec):
@@ -148,8 +152,37 @@ def model_checks(model: str | ModelSpec, *, task: str | None = None, params: Map
     tasks = [task] if task is not None and task in spec.tasks else list(spec.tasks) if task is None else []
     return [Check(label, "registry entry", entry, owns=("entry",)), Check(label, "API names", lambda: _check_api_names(spec, label)),
             Check(label, "params", given_params), Check(label, "unknown params", unknown_params),
-            *(Check(label, name, one_task(name)) for name in tasks),
+            *(Check(label, name, one_task(name)) for name in tasks), Check(label, "roles", roles),
             *([Check(label, "pruning", pruning)] if spec.pruning is not None else [])]
+
+
+def _check_roles(spec: ModelSpec, label: str) -> None:
+    """What the stages read of the entry (``pipeline.models.roles``): each portfolio member is
+    this model, for tasks it serves, with parameters it accepts for each (a member trained by
+    the registry's ``train_model``); each init choice the same; a default meta-model only for tasks it serves."""
+    def fail(detail: str) -> None:
+        raise ConformanceFailure(label, "roles", detail)
+
+    for member in spec.portfolio:
+        if member.model != spec.name:
+            fail(f"its portfolio member {member.label} names model '{member.model}', not '{spec.name}'")
+        for task in member.tasks:
+            if not spec.serves(task):
+                fail(f"its portfolio member {member.label} is for {task}, a task it does not serve")
+            if member.trainer != "registry":           # the torch stage's own params: its spec checks them
+                continue
+            problems = [*spec.check_params(member.params_for(task)), *spec.task_problems(task, member.params_for(task))]
+            if problems:
+                fail(f"its portfolio member {member.label} has params it refuses for {task}: {'; '.join(problems)}")
+    for choice in spec.init_choices:
+        for task in choice.tasks:
+            problems = [] if spec.serves(task) else [f"{task} is a task it does not serve"]
+            problems += [*spec.check_params(dict(choice.params)), *spec.task_problems(task, dict(choice.params))]
+            if problems:
+                fail(f"its init choice for {task} is refused: {'; '.join(problems)}")
+    unserved = [task for task in spec.meta_model_for if not spec.serves(task)]
+    if unserved:
+        fail(f"it is a stack's default meta-model for {unserved}, tasks it does not serve")
 
 
 def _check_pruning(spec: ModelSpec, label: str) -> None:

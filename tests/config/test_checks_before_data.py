@@ -65,8 +65,8 @@ def test_an_auto_member_that_cannot_serve_the_task_is_named(monkeypatch):
 
     from pipeline.stages import auto
 
-    only_binary = [dataclasses.replace(m, tasks=("binary",)) if m.label == "linear" else m for m in auto.PORTFOLIO]
-    monkeypatch.setattr(auto, "PORTFOLIO", tuple(only_binary))
+    only_binary = [dataclasses.replace(m, tasks=("binary",)) if m.label == "linear" else m for m in auto.portfolio()]
+    monkeypatch.setattr(auto, "portfolio", lambda: only_binary)
     spec = auto.AutoSpec(kind="auto", inputs=["split"], models=["linear", "lightgbm"])
     assert spec.task_problems("regression") == [(("models", 0), "linear cannot serve a regression task")]
     alone = auto.AutoSpec(kind="auto", inputs=["split"], models=["linear"])

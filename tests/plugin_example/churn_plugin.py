@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field
 
 from pipeline import DataError
-from pipeline.models import ModelSpec, register_model
+from pipeline.models import InitChoice, ModelSpec, PortfolioMember, register_model
 from pipeline.models.formats import ModelFormat
 from pipeline.stages import StageSpec, register_stage
 from pipeline.stages.spec import Table
@@ -96,4 +96,9 @@ register_model(ModelSpec(
     format=CentroidJsonFormat(),
     tasks=("binary",),                      # two centroids: a binary classifier only
     description="nearest class centroid (a test plugin)",
+    # What the stages know of it, from this file alone: a cheap member of auto's portfolio, and
+    # a model pipeline init writes for a binary target.
+    portfolio=(PortfolioMember("centroid", {"*": {"temperature": 4.0}}, tasks=("binary",), cost=0.2, rank=50),),
+    init_choices=(InitChoice(("binary",), {"temperature": 4.0}, "nearest class centroid: fast, a second yardstick",
+                             rank=50),),
 ))

@@ -17,7 +17,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.features.auto_ops import default_ops
 from pipeline.metrics import task_metrics
 from pipeline.stages import build_features, split_frame
-from pipeline.stages.auto import PORTFOLIO, fit_auto
+from pipeline.stages.auto import fit_auto, portfolio
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,8 +97,8 @@ def test_a_member_projected_past_the_time_left_is_skipped_with_its_projection(mo
 
     from pipeline.stages import auto
 
-    heavy = [dataclasses.replace(m, cost=1e6) if m.model == "random_forest" else m for m in auto.PORTFOLIO]
-    monkeypatch.setattr(auto, "PORTFOLIO", tuple(heavy))
+    heavy = [dataclasses.replace(m, cost=1e6) if m.model == "random_forest" else m for m in auto.portfolio()]
+    monkeypatch.setattr(auto, "portfolio", lambda: heavy)
     features = features_of(table(), "binary")
     result = fit_auto(features, time_limit=60, models=["linear", "random_forest"])
     forest = next(r for r in result.leaderboard if r.model == "random_forest")
@@ -115,13 +115,13 @@ def test_the_time_left_goes_to_second_configurations_of_the_best_model_first(mon
 
     from pipeline.stages import auto
 
-    base = [m for m in auto.PORTFOLIO if m.label in ("linear", "extra_trees")]
+    base = [m for m in auto.portfolio() if m.label in ("linear", "extra_trees")]
     extras = [auto.PortfolioMember("linear", {"*": {"C": 0.05}}, name="linear_tight", extra=True, cost=0.3),
               auto.PortfolioMember("extra_trees", {"*": {"n_estimators": 50, "max_features": 1.0}},
                                    name="extra_trees_all", extra=True, cost=1.0),
               auto.PortfolioMember("extra_trees", {"*": {"n_estimators": 50}}, name="extra_trees_huge", extra=True,
                                    cost=1e6)]
-    monkeypatch.setattr(auto, "PORTFOLIO", (*base, *extras))
+    monkeypatch.setattr(auto, "portfolio", lambda: [*base, *extras])
     features = features_of(table(), "binary")
     result = fit_auto(features, time_limit=300, seed=3)
     board = {r.model: r for r in result.leaderboard}
@@ -256,8 +256,8 @@ def test_config_errors_name_the_key(tmp_path):
 def test_the_portfolio_names_only_registered_models():
     from pipeline.models import MODELS
 
-    assert all(member.model in MODELS for member in PORTFOLIO if member.model not in ("lightgbm", "catboost")), \
-        [m.model for m in PORTFOLIO]
+    members = portfolio()
+    assert members and all(member.model in MODELS for member in members), [m.model for m in members]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -176,6 +176,47 @@ def plugin(registries, monkeypatch):
     return importlib.import_module("churn_plugin")
 
 
+def test_the_plugin_model_joins_the_portfolio_and_init_from_its_own_file(plugin):
+    """The centroid plugin's entry says where it stands in auto's portfolio and what init writes
+    for it; no package file names it."""
+    from pipeline.scaffold.ops_and_models import choose_models
+    from pipeline.stages.auto import portfolio_for
+
+    assert "centroid" in [m.label for m in portfolio_for("binary", "auto")]
+    assert "centroid" not in [m.label for m in portfolio_for("regression", "auto")]      # it serves binary only
+    chosen, _ = choose_models("binary")
+    assert ("centroid", {"temperature": 4.0}) in [(name, params) for name, params, _ in chosen]
+    assert [name for name, _, _ in chosen][:3] == ["logistic_regression", "random_forest", "xgboost"]
+
+
+def test_no_stage_config_engine_or_init_module_names_a_model():
+    """What a stage knows of a model is in its registry entry (portfolio, init choices, meta-model,
+    pruning): a model's name as a string in these packages would be knowledge in the wrong room.
+    The composites (ensemble, bagged, stacked) are the stages' own products, named in the registry."""
+    import ast
+
+    from pipeline.models.registry import BAGGED_MODEL, ENSEMBLE_MODEL, STACKED_MODEL
+
+    names = set(MODELS) - {BAGGED_MODEL, ENSEMBLE_MODEL, STACKED_MODEL}
+    root = Path(__file__).resolve().parents[2] / "pipeline"
+    found = [f"{path.relative_to(root)}:{node.lineno} {node.value!r}"
+             for package in ("stages", "config", "engine", "scaffold")
+             for path in sorted((root / package).rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+    assert found == []
+
+
+def test_a_portfolio_member_with_params_its_model_refuses_fails_the_check():
+    from pipeline.models import PortfolioMember
+
+    typo = ModelSpec(**{**vars(get_model_spec("logistic_regression")), "name": "typo_logistic",
+                        "portfolio": (PortfolioMember("typo_logistic", {"*": {"C_value": 1.0}}),)})
+    with pytest.raises(AssertionError, match=r"model 'typo_logistic' fails the conformance check 'roles': "
+                                             r"its portfolio member typo_logistic.*C_value"):
+        check_model(typo, task="binary")
+
+
 def test_the_example_plugin_passes_both_checks(plugin):
     check_stage_kind("key_join")
     check_model("centroid")

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.models.registry import BAGGED_MODEL
 from pipeline.core.errors import ConfigError, ConfigIssue, DataError
 from pipeline.core.problems import Task
 from pipeline.featuresets import FeatureSet
@@ -47,7 +48,6 @@ from pipeline.stages.training.trained import SplitScores, TrainedModel, model_me
 __all__ = ["BAGGED_MODEL", "BAG_WITH_FOLDS", "BaggedModel", "BaggedScorer", "FoldBag", "bag_folds", "bag_model"]
 
 # The registry entry a bagged model is exported as.
-BAGGED_MODEL = "bagged"
 # The split of a member's features that holds its held-out fold (train_model's eval set).
 HELD_OUT = "valid"
 BAG_WITH_FOLDS = ("bag: and folds: on the split both make out-of-fold scores and cannot be combined: remove "
