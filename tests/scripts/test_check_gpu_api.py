@@ -265,7 +265,7 @@ def test_dask_readers_dlpack_subclasses_and_registry_strings_are_found(package):
     init = next(s for s in subclasses if s.method == "__init__")
     assert init.base == "xgboost.DataIter" and set(init.keywords) == {"cache_prefix", "release_data"}
     assert {"next", "reset", "after_iteration"} <= {s.method for s in subclasses}
-    targets = {c.target for c in package["pipeline/models/registry.py"].class_paths}
+    targets = {c.target for c in package["pipeline/models/catalogue/forests.py"].class_paths}
     assert "cuml.dask.ensemble:RandomForestClassifier" in targets
 
 
