@@ -28,7 +28,6 @@ MLP_MODEL, ENSEMBLE_MODEL, BAGGED_MODEL, STACKED_MODEL = "mlp", "ensemble", "bag
 LINEAR_BASELINE = "a linear baseline: fast, and a yardstick for the trees"
 
 
-
 def register_model(spec: ModelSpec) -> ModelSpec:
     """Add ``spec`` to the registry (plugin code calls this); an existing name is replaced, so a
     plugin reloaded in a notebook does not fail. Returns ``spec``.

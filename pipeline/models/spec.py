@@ -62,10 +62,6 @@ class FitInputs:
 FitArguments = Callable[[FitInputs], dict[str, Any]]
 
 
-
-
-
-
 @dataclass(frozen=True)
 class EstimatorClasses:
     """Estimators as ``module:Class`` strings, per device and layout; None: none there."""

@@ -8,13 +8,8 @@ from typing import Any
 
 from pipeline.features.auto_ops import CODES
 from pipeline.models.catalogue.objectives import gbdt_task_rules, objective_problems
-from pipeline.models.explainers import (
-    catboost_importance,
-)
-from pipeline.models.gbdt_formats import (
-    CATBOOST_CBM,
-    catboost_family,
-)
+from pipeline.models.explainers import catboost_importance
+from pipeline.models.gbdt_formats import CATBOOST_CBM, catboost_family
 from pipeline.models.roles import PortfolioMember
 from pipeline.models.spec import EstimatorClasses, FitInputs, ModelSpec, same
 
@@ -34,7 +29,6 @@ def _catboost_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
     return objective_problems(params, task, "loss_function", catboost_family) + gbdt_task_rules(params, task)
 
 
-
 # CatBoost's own names (the same estimator on both devices; task_type="GPU" on the GPU).
 _CATBOOST_PARAMS = same(
     "iterations", "learning_rate", "depth", "l2_leaf_reg", "border_count", "random_strength",
@@ -45,7 +39,6 @@ _CATBOOST_PARAMS = same(
 )
 # thread_count is left at CatBoost's default, -1: every core (CatBoost drops an explicit -1).
 _CATBOOST_DEFAULTS = {"verbose": False, "allow_writing_files": False}
-
 
 
 CATBOOST = ModelSpec(

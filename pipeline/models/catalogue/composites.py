@@ -4,16 +4,8 @@ model's format, found in the registry (so a plugin's model can be a member)."""
 from __future__ import annotations
 
 from pipeline.models.blending import BaggedFormat, EnsembleFormat, StackFormat
-from pipeline.models.formats import (
-    ModelFormat,
-)
-from pipeline.models.registry import (
-    BAGGED_MODEL,
-    ENSEMBLE_MODEL,
-    STACKED_MODEL,
-    get_model_spec,
-    register_model,
-)
+from pipeline.models.formats import ModelFormat
+from pipeline.models.registry import BAGGED_MODEL, ENSEMBLE_MODEL, STACKED_MODEL, get_model_spec, register_model
 from pipeline.models.spec import ModelSpec
 
 

@@ -47,8 +47,6 @@ def _forest_for_device(device: str, kwargs: dict[str, Any], params: Mapping[str,
     return kwargs
 
 
-
-
 RANDOM_FOREST = ModelSpec(
     name="random_forest",
     cpu_class="sklearn.ensemble:RandomForestClassifier",

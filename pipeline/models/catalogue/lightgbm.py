@@ -6,18 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.models.catalogue.objectives import gbdt_task_rules, objective_problems
-from pipeline.models.explainers import (
-    lightgbm_importance,
-)
-from pipeline.models.gbdt_formats import (
-    LIGHTGBM_TEXT,
-    lightgbm_family,
-)
+from pipeline.models.explainers import lightgbm_importance
+from pipeline.models.gbdt_formats import LIGHTGBM_TEXT, lightgbm_family
 from pipeline.models.roles import PortfolioMember
 from pipeline.models.spec import EstimatorClasses, FitInputs, ModelSpec, same
-from pipeline.models.steps import (
-    lightgbm_rounds,
-)
+from pipeline.models.steps import lightgbm_rounds
 
 
 def lightgbm_fit_arguments(inputs: FitInputs) -> dict[str, Any]:
@@ -35,7 +28,6 @@ def _lightgbm_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
     return objective_problems(params, task, "objective", lightgbm_family) + gbdt_task_rules(params, task)
 
 
-
 # LightGBM's scikit-learn names, the same on both devices (its wheel has no CUDA build: on the GPU
 # backend it trains on the CPU from a host copy), and the LightGBM parameters users also write.
 _LGBM_PARAMS = same(
@@ -48,7 +40,6 @@ _LGBM_PARAMS = same(
 # n_jobs=-1: a thread per CPU the process may use (LightGBM counts them as joblib does, within a
 # container's share); its own default, None, takes physical cores only.
 _LGBM_DEFAULTS = {"verbose": -1, "n_jobs": -1}
-
 
 
 LIGHTGBM = ModelSpec(

@@ -7,19 +7,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.models.formats import (
-    LINEAR_COEFFICIENTS,
-)
+from pipeline.models.formats import LINEAR_COEFFICIENTS
 from pipeline.models.registry import LINEAR_BASELINE
 from pipeline.models.roles import InitChoice, PortfolioMember
-from pipeline.models.spec import (
-    EstimatorClasses,
-    FitInputs,
-    ModelSpec,
-    cpu_only,
-    gpu_only,
-    same,
-)
+from pipeline.models.spec import EstimatorClasses, FitInputs, ModelSpec, cpu_only, gpu_only, same
 
 # Logistic regression's penalty. cuML 26.10 takes ``penalty`` and ``l1_ratio`` as scikit-learn
 # 1.7 did and applies ``l1_ratio`` only with ``penalty="elasticnet"`` (silently, otherwise).
@@ -95,7 +86,6 @@ def _linear_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
             for key in wrong if key in params]
 
 
-
 # scikit-learn's Ridge solvers but lbfgs (which needs positive=True, not offered here).
 _RIDGE_SOLVERS = ("auto", "svd", "cholesky", "lsqr", "sparse_cg", "sag", "saga")
 
@@ -114,8 +104,6 @@ def _ridge_for_device(device: str, kwargs: dict[str, Any], params: Mapping[str, 
     if device != "cpu" and "solver" in kwargs:
         kwargs["solver"] = {"svd": "svd", "lsqr": "lsmr"}.get(kwargs["solver"], "auto")
     return kwargs
-
-
 
 
 LOGISTIC_REGRESSION = ModelSpec(

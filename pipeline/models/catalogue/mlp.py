@@ -3,9 +3,7 @@ place in ``auto``'s portfolio."""
 
 from __future__ import annotations
 
-from pipeline.models.formats import (
-    TORCH_STATE_DICT,
-)
+from pipeline.models.formats import TORCH_STATE_DICT
 from pipeline.models.registry import MLP_MODEL
 from pipeline.models.roles import PortfolioMember
 from pipeline.models.spec import ModelSpec

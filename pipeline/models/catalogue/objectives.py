@@ -28,7 +28,6 @@ def objective_problems(params: Mapping[str, Any], task: str, key: str, family_of
             "library then chooses the task's own) or give one for the task"]
 
 
-
 def gbdt_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
     """Class weights and positive-class weights given to a task that has none to weigh."""
     problems = []

@@ -7,19 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.models.catalogue.objectives import objective_problems
-from pipeline.models.explainers import (
-    xgboost_importance,
-)
-from pipeline.models.formats import (
-    XGBOOST_JSON,
-    xgboost_family,
-)
+from pipeline.models.explainers import xgboost_importance
+from pipeline.models.formats import XGBOOST_JSON, xgboost_family
 from pipeline.models.roles import InitChoice, PortfolioMember
 from pipeline.models.spec import EstimatorClasses, ModelSpec, same
-from pipeline.models.steps import (
-    XGBOOST_PRUNING,
-    xgboost_rounds,
-)
+from pipeline.models.steps import XGBOOST_PRUNING, xgboost_rounds
 
 
 def _xgboost_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
@@ -28,7 +20,6 @@ def _xgboost_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
         problems.append(f"scale_pos_weight weighs a binary task's positive class; a {task} task ignores it: "
                         "remove it")
     return problems
-
 
 
 # XGBoost's sklearn API is the same on both devices; only `device` differs.
@@ -40,7 +31,6 @@ _XGB_PARAMS = same(
     "random_state", "missing", "num_parallel_tree", "max_cat_to_onehot", "eval_metric",
     "early_stopping_rounds", "validate_parameters",
 )
-
 
 
 XGBOOST = ModelSpec(
