@@ -1,10 +1,10 @@
 """The models: the contract, the registry, the catalogue of built-in entries and the file
 formats exported models are saved in.
 
-``spec`` is the contract (``ModelSpec``: a model's estimators, parameter translation,
+``model_spec`` is the contract (``ModelSpec``: a model's estimators, parameter translation,
 capabilities, format, and what the stages read of it: ``roles``, ``steps``); ``registry`` maps a
 name to its entry; ``catalogue`` holds the built-in entries, one module per family (linear,
-forests, xgboost, lightgbm, catboost, mlp, composites); ``formats`` writes and reads the model
+forests, xgboost, lightgbm, catboost, tabular_mlp, composites); ``formats`` writes and reads the model
 files. Names are re-exported here so callers import ``from pipeline.models import ...``
 whichever module a name lives in.
 """
@@ -33,7 +33,7 @@ from pipeline.models.registry import (
     trainable_models,
 )
 from pipeline.models.roles import InitChoice, PortfolioMember
-from pipeline.models.spec import MODELS, EstimatorClasses, FitArguments, FitInputs, ModelSpec, ParamMap, models_for
+from pipeline.models.model_spec import MODELS, EstimatorClasses, FitArguments, FitInputs, ModelSpec, ParamMap, models_for
 from pipeline.models.steps import Pruning
 
 # The built-in entries, registered when the package is first imported (one module per family).

@@ -1,4 +1,4 @@
-"""The model registry: a name -> its entry (``pipeline.models.spec.ModelSpec``), what is
+"""The model registry: a name -> its entry (``pipeline.models.model_spec.ModelSpec``), what is
 registered, and what the stages ask of it: the models a ``train`` stage accepts, ``auto``'s
 portfolio (``portfolio_members``), ``init``'s choices for a task (``init_choices``) and a
 stack's default meta-model (``meta_model_for``), each read from the entries when asked, so a
@@ -20,7 +20,7 @@ from pipeline.models.formats import (
     ModelFormat,
 )
 from pipeline.models.roles import InitChoice, PortfolioMember
-from pipeline.models.spec import MODELS, FitInputs, ModelSpec, models_for  # noqa: F401 - the registry's names
+from pipeline.models.model_spec import MODELS, FitInputs, ModelSpec, models_for  # noqa: F401 - the registry's names
 
 # The entry the torch stage trains (the MLP), and the composites the ensemble, bag and stack
 # stages build: names the stages take from here rather than spell.

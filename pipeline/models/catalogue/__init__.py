@@ -3,11 +3,11 @@ lists them in, the reference documents them in, and ``init`` and ``auto`` break 
 model added by a plugin is one more ``register_model`` call, from its own file.
 """
 
-from pipeline.models.catalogue import catboost, forests, lightgbm, linear, mlp, xgboost
+from pipeline.models.catalogue import catboost, forests, lightgbm, linear, tabular_mlp, xgboost
 from pipeline.models.registry import register_model
 
 for _spec in (linear.LOGISTIC_REGRESSION, forests.RANDOM_FOREST, forests.EXTRA_TREES, xgboost.XGBOOST,
-              lightgbm.LIGHTGBM, catboost.CATBOOST, linear.RIDGE, linear.LINEAR, mlp.MLP):
+              lightgbm.LIGHTGBM, catboost.CATBOOST, linear.RIDGE, linear.LINEAR, tabular_mlp.MLP):
     register_model(_spec)
 
 # The composites register themselves: their formats find their members' formats in the registry.

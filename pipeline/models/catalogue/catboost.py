@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.features.auto_ops import CODES
-from pipeline.models.catalogue.objectives import gbdt_task_rules, objective_problems
+from pipeline.models.catalogue.booster_objectives import gbdt_task_rules, objective_problems
 from pipeline.models.explainers import catboost_importance
 from pipeline.models.gbdt_formats import CATBOOST_CBM, catboost_family
 from pipeline.models.roles import PortfolioMember
-from pipeline.models.spec import EstimatorClasses, FitInputs, ModelSpec, same
+from pipeline.models.model_spec import EstimatorClasses, FitInputs, ModelSpec, same
 
 
 def catboost_fit_arguments(inputs: FitInputs) -> dict[str, Any]:

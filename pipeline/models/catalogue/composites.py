@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.models.blending import BaggedFormat, EnsembleFormat, StackFormat
 from pipeline.models.formats import ModelFormat
 from pipeline.models.registry import BAGGED_MODEL, ENSEMBLE_MODEL, STACKED_MODEL, get_model_spec, register_model
-from pipeline.models.spec import ModelSpec
+from pipeline.models.model_spec import ModelSpec
 
 
 def _format_of(name: str) -> ModelFormat:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.models.roles import InitChoice, PortfolioMember
-from pipeline.models.spec import EstimatorClasses, ModelSpec, cpu_only, gpu_only, same
+from pipeline.models.model_spec import EstimatorClasses, ModelSpec, cpu_only, gpu_only, same
 
 # Random forest criteria by task, in scikit-learn's names (what users write).
 _FOREST_CRITERIA = {

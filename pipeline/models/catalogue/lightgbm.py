@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.models.catalogue.objectives import gbdt_task_rules, objective_problems
+from pipeline.models.catalogue.booster_objectives import gbdt_task_rules, objective_problems
 from pipeline.models.explainers import lightgbm_importance
 from pipeline.models.gbdt_formats import LIGHTGBM_TEXT, lightgbm_family
 from pipeline.models.roles import PortfolioMember
-from pipeline.models.spec import EstimatorClasses, FitInputs, ModelSpec, same
+from pipeline.models.model_spec import EstimatorClasses, FitInputs, ModelSpec, same
 from pipeline.models.steps import lightgbm_rounds
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pipeline.models.formats import LINEAR_COEFFICIENTS
 from pipeline.models.registry import LINEAR_BASELINE
 from pipeline.models.roles import InitChoice, PortfolioMember
-from pipeline.models.spec import EstimatorClasses, FitInputs, ModelSpec, cpu_only, gpu_only, same
+from pipeline.models.model_spec import EstimatorClasses, FitInputs, ModelSpec, cpu_only, gpu_only, same
 
 # Logistic regression's penalty. cuML 26.10 takes ``penalty`` and ``l1_ratio`` as scikit-learn
 # 1.7 did and applies ``l1_ratio`` only with ``penalty="elasticnet"`` (silently, otherwise).

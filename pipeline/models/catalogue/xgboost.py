@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.models.catalogue.objectives import objective_problems
+from pipeline.models.catalogue.booster_objectives import objective_problems
 from pipeline.models.explainers import xgboost_importance
 from pipeline.models.formats import XGBOOST_JSON, xgboost_family
 from pipeline.models.roles import InitChoice, PortfolioMember
-from pipeline.models.spec import EstimatorClasses, ModelSpec, same
+from pipeline.models.model_spec import EstimatorClasses, ModelSpec, same
 from pipeline.models.steps import XGBOOST_PRUNING, xgboost_rounds
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.models.formats import TORCH_STATE_DICT
 from pipeline.models.registry import MLP_MODEL
 from pipeline.models.roles import PortfolioMember
-from pipeline.models.spec import ModelSpec
+from pipeline.models.model_spec import ModelSpec
 
 MLP = ModelSpec(
     name=MLP_MODEL,
