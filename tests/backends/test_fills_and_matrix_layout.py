@@ -22,7 +22,7 @@ from pipeline.config import load_config
 from pipeline.core.errors import ConfigError
 from pipeline.features import FeatureWorkflow, FillMissing
 from pipeline.models import get_model_spec
-from pipeline.models import registry as registry_module
+from pipeline.models.catalogue import linear as linear_entries
 from pipeline.tensors.handoff import matrix_handoff
 
 # ----------------------------------------------------------------- 4: fill_missing dtypes
@@ -181,14 +181,14 @@ def test_elasticnet_translates_for_cuml():
 ])
 def test_penalty_translates_for_scikit_learn_from_1_8(monkeypatch, params, l1_ratio):
     """scikit-learn 1.8 deprecated ``penalty`` (gone in 1.10): l1_ratio alone says it."""
-    monkeypatch.setattr(registry_module, "_sklearn_version", lambda: (1, 9))
+    monkeypatch.setattr(linear_entries, "_sklearn_version", lambda: (1, 9))
     cpu, _ = get_model_spec("logistic_regression").translate(params, "cpu", seed=1)
     assert "penalty" not in cpu and cpu["l1_ratio"] == l1_ratio
     assert cpu.get("solver") == ("saga" if l1_ratio else None)
 
 
 def test_penalty_translates_for_scikit_learn_before_1_8(monkeypatch):
-    monkeypatch.setattr(registry_module, "_sklearn_version", lambda: (1, 7))
+    monkeypatch.setattr(linear_entries, "_sklearn_version", lambda: (1, 7))
     cpu, _ = get_model_spec("logistic_regression").translate({"penalty": "elasticnet", "l1_ratio": 0.3}, "cpu", seed=1)
     assert cpu["penalty"] == "elasticnet" and cpu["l1_ratio"] == 0.3 and cpu["solver"] == "saga"
 
