@@ -30,6 +30,7 @@ import pandas as pd
 DtypeKind = Literal["bool", "integer", "float", "date", "duration", "text", "category", "other"]
 DTYPE_KINDS: tuple[str, ...] = get_args(DtypeKind)
 NUMERIC_KINDS = frozenset({"integer", "float"})
+_NUMBER_OR_BOOL = NUMERIC_KINDS | {"bool"}
 
 __all__ = ["DTYPE_KINDS", "DtypeKind", "NUMERIC_KINDS", "dtype_kind", "is_number", "is_number_or_bool"]
 
@@ -85,4 +86,4 @@ def is_number(dtype: Any) -> bool:
 
 def is_number_or_bool(dtype: Any) -> bool:
     """What an aggregation or a model reads as a number: a number, or a bool as 0/1."""
-    return dtype_kind(dtype) in NUMERIC_KINDS or dtype_kind(dtype) == "bool"
+    return dtype_kind(dtype) in _NUMBER_OR_BOOL
