@@ -324,8 +324,8 @@ def dask_work(events_path: Path, customers_path: Path, timer: dict[str, float], 
 
     from pipeline.backends import get_backend
     from pipeline.backends.dask_collections import compute_lazy
-    from pipeline.clusters.startup import worker_environment, worker_preload
-    from pipeline.clusters.worker_memory import register_memory_release
+    from pipeline.backends.clusters.startup import worker_environment, worker_preload
+    from pipeline.backends.clusters.worker_memory import register_memory_release
 
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,

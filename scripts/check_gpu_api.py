@@ -2568,7 +2568,7 @@ def check_backend(report: Report) -> None:
             report.ok(f"backend.{attr}", expected.__name__)
         else:
             report.fail(f"backend.{attr}", f"is {getattr(backend, attr)!r}, expected {expected.__name__}")
-    from pipeline.devices.detect import module_distributions
+    from pipeline.backends.devices.detect import module_distributions
 
     recorded = backend.versions()
     for module in backend._distributions:
@@ -2584,7 +2584,7 @@ def check_distributed(report: Report) -> None:
     """LocalCUDACluster's options and the Dask estimators for partitioned data (cuml.dask
     needs raft-dask, which the gpu extra installs)."""
     report.section("Dask-CUDA cluster and distributed estimators")
-    from pipeline.clusters.startup import local_cuda_cluster_options
+    from pipeline.backends.clusters.startup import local_cuda_cluster_options
     from pipeline.config.schema import ClusterConfig
     from pipeline.models import MODELS
 
@@ -2704,7 +2704,7 @@ def check_ddp(report: Report) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from pipeline.clusters.startup import GPU_RESOURCE, local_cuda_cluster_options
+    from pipeline.backends.clusters.startup import GPU_RESOURCE, local_cuda_cluster_options
     from pipeline.config.schema import ClusterConfig
     from pipeline.distributed import torch_ddp
     from pipeline.tensors.mlp import MLPArchitecture

@@ -50,7 +50,7 @@ from gpu_kit import target  # noqa: E402
 from gpu_kit.resolve import ResolveError  # noqa: E402
 from gpu_kit.resolve import resolve as pip_resolve  # noqa: E402
 
-from pipeline.devices.detect import CUDA_VERSIONED, DistMeta, build_stem, distribution_cuda_major  # noqa: E402
+from pipeline.backends.devices.detect import CUDA_VERSIONED, DistMeta, build_stem, distribution_cuda_major  # noqa: E402
 
 TARGET_PYTHON = target.PYTHON_VERSION
 TARGET_MARKERS = target.MARKERS

@@ -1,7 +1,8 @@
-"""Backends: pandas or cuDF frames, scikit-learn or cuML estimators, behind one contract.
+"""Backends: the only package that imports cuDF, cuML, CuPy or Dask-CUDA.
 
-With ``pipeline.clusters`` (LocalCUDACluster) and ``pipeline.devices`` (NVML, CuPy and RMM
-memory), the only packages that import GPU libraries.
+Its modules hold the frame contract and engines, by job; ``devices/`` (which GPUs there are,
+device memory, GPU meters) and ``clusters/`` (Dask clusters started or joined, their memory
+plan) are its subpackages, so hardware code stays behind the one boundary.
 
 ``get_backend("cpu" | "gpu")`` returns the backend object; ``resolve_backend("auto")`` picks
 one with the rules in ``detect.choose_device``.
@@ -15,7 +16,7 @@ from pipeline.backends.contract import Backend, instance_of
 from pipeline.backends.dask_collections import cluster_client, compute_lazy, has_cluster, is_partitioned
 from pipeline.backends.estimators import estimator_output, scores_for_task
 from pipeline.backends.filters import FILTER_OPS, apply_filters
-from pipeline.devices.detect import DeviceChoice, choose_device
+from pipeline.backends.devices.detect import DeviceChoice, choose_device
 from pipeline.core.errors import BackendUnavailable
 
 __all__ = [

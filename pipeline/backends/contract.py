@@ -328,7 +328,7 @@ class Backend(ABC):
         """Versions of the libraries this backend runs on, for the run manifest, under the name
         of the distribution that installed each (``cudf-cu13``, ``xgboost-cpu``): the build is
         part of the answer."""
-        from pipeline.devices.detect import module_distributions
+        from pipeline.backends.devices.detect import module_distributions
 
         return {dist.name: dist.version
                 for module in self._distributions for dist in module_distributions(module, provided={})}

@@ -202,9 +202,9 @@ class GpuBackend(Backend):
         """Bytes this process has allocated on the device through RMM, PyTorch and CuPy's pool.
 
         Not ``memGetInfo``'s total - free: that is device-wide (other processes, CUDA contexts,
-        the whole of an RMM pool). ``devices.device_memory`` says what each allocator counts.
+        the whole of an RMM pool). ``backends.devices.device_memory`` says what each allocator counts.
         """
-        from pipeline.devices.device_memory import process_device_bytes
+        from pipeline.backends.devices.device_memory import process_device_bytes
 
         return process_device_bytes()
 

@@ -64,7 +64,7 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
         force: tuple[str, ...], no_cache: bool, cache_max_size: str | None, wait: float, log_format: str,
         quiet: bool, ignore_budget_estimate: bool) -> None:
     """Run the pipeline in CONFIG and write runs/<name>/<run-id>/."""
-    from pipeline.clusters.connect import check_scheduler_address
+    from pipeline.backends.clusters.connect import check_scheduler_address
     from pipeline.config import load_config
     from pipeline.usage.costs import describe as describe_usage
     from pipeline.cli.log_output import setup_logging, stop_on_sigterm

@@ -18,7 +18,7 @@ from importlib.metadata import packages_distributions
 from typing import Any
 
 from pipeline.version import __version__
-from pipeline.devices.detect import (
+from pipeline.backends.devices.detect import (
     REPORTED_MODULES, CudaNeed, choose_device, import_status, installed_cuda_needs, probe_nvml,
 )
 

@@ -68,7 +68,7 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
         JSON_ERRORS["on"] = True
 
     if scheduler is not None:                # a typo is a usage error before any input is read
-        from pipeline.clusters.connect import check_scheduler_address
+        from pipeline.backends.clusters.connect import check_scheduler_address
 
         check_scheduler_address(scheduler, where="--scheduler")
     result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,

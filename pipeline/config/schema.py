@@ -130,7 +130,7 @@ class ClusterConfig(BaseModel):
     @field_validator("address")
     @classmethod
     def _scheduler_address(cls, value: str | None) -> str | None:
-        from pipeline.clusters.connect import scheduler_address_problem
+        from pipeline.backends.clusters.connect import scheduler_address_problem
 
         problem = scheduler_address_problem(value) if value is not None else None
         if problem:

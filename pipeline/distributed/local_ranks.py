@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pipeline.clusters.main_guard import refuse_unguarded_main_script, worker_start_method
+from pipeline.backends.clusters.main_guard import refuse_unguarded_main_script, worker_start_method
 from pipeline.core.errors import StageError
 
 # How often the parent looks at its ranks' processes and messages.

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.clusters.startup import GPU_RESOURCE, cluster_workers
+from pipeline.backends.clusters.startup import GPU_RESOURCE, cluster_workers
 from pipeline.core.errors import DataError, StageError
 
 # Rank tasks are polled at this interval for failures and lost workers.

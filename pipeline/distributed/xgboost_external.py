@@ -28,7 +28,7 @@ from typing import Any
 import xgboost
 
 from pipeline.backends import Backend
-from pipeline.clusters.startup import cluster_workers
+from pipeline.backends.clusters.startup import cluster_workers
 from pipeline.distributed.partition_files import parquet_files
 from pipeline.distributed.worker_progress import WorkerProgress
 from pipeline.distributed.worker_ranks import rendezvous_host, submit_pinned, wait_for_ranks
@@ -174,7 +174,7 @@ def _global_config(params: dict[str, Any]) -> dict[str, Any]:
     """XGBoost's global settings for a rank: its threads; on a GPU with an XGBoost built with RMM,
     RMM's allocator, so its device memory comes from the pool dask-cuda set up (``rmm_pool_size``).
     The PyPI build has no RMM and allocates beside the pool (the cluster leaves it room:
-    ``clusters.memory_plan.plan_gpu_memory``); the quantised pages live in host memory either way."""
+    ``backends.clusters.memory_plan.plan_gpu_memory``); the quantised pages live in host memory either way."""
     config: dict[str, Any] = {"nthread": params["nthread"]}
     if str(params.get("device", "cpu")).startswith("cuda") and xgboost.build_info().get("USE_RMM"):
         config["use_rmm"] = True

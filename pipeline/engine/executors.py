@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.backends import get_backend
-from pipeline.devices.device_memory import ProcessDeviceMemory
-from pipeline.devices.gpu_usage import gpu_meter
+from pipeline.backends.devices.device_memory import ProcessDeviceMemory
+from pipeline.backends.devices.gpu_usage import gpu_meter
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.core.errors import PipelineError, StageError, StorageError
 from pipeline.core.interrupts import BudgetExceeded, Terminated, budget_stop, termination_requested
@@ -387,7 +387,7 @@ class DaskExecutor:
         return self._futures[name]
 
     def submit(self, task: StageTask) -> None:
-        from pipeline.clusters.startup import GPU_RESOURCE
+        from pipeline.backends.clusters.startup import GPU_RESOURCE
 
         needs_gpu = "gpu" in STAGE_KINDS[task.spec.kind].resources
         resources = {GPU_RESOURCE: 1} if needs_gpu and self.gpu_slots else None

@@ -180,7 +180,7 @@ class Runner:
         self.cache_limit = resolve_max_size(config.cache.max_size, cache_max_size)
 
     def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
-        from pipeline.clusters.main_guard import refuse_run_in_worker_bootstrap
+        from pipeline.backends.clusters.main_guard import refuse_run_in_worker_bootstrap
 
         refuse_run_in_worker_bootstrap()        # a worker re-importing an unguarded script: fail now, not at the lock
         graph = self.config.inputs_of()
@@ -396,7 +396,7 @@ class Runner:
                   progress_of: Any) -> Executor:
         if self.cluster is None:
             return InProcessExecutor(started, progress_of)
-        from pipeline.clusters.startup import open_cluster
+        from pipeline.backends.clusters.startup import open_cluster
         from pipeline.engine.executors import DaskExecutor
 
         session = open_cluster(self.cluster, backend.name)

@@ -94,8 +94,8 @@ def _compute(scheduler: str | None, device: str, *collections: Any) -> tuple[Any
     collections = fused(collections)
     if scheduler is None:
         return tuple(dask.compute(*collections))
-    from pipeline.clusters.connect import check_scheduler_address
-    from pipeline.clusters.startup import open_cluster
+    from pipeline.backends.clusters.connect import check_scheduler_address
+    from pipeline.backends.clusters.startup import open_cluster
     from pipeline.config.schema import ClusterConfig
 
     check_scheduler_address(scheduler, where="--scheduler")

@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from pipeline.devices.gpu_usage import visible_gpus
+from pipeline.backends.devices.gpu_usage import visible_gpus
 from pipeline.core.errors import BudgetError
 from pipeline.core.interrupts import BudgetExceeded, budget_stop, request_budget_stop
 from pipeline.hooks.protocol import RunEvent, RunHook, RunInfo, RunPlan, StageEvent

@@ -1,10 +1,10 @@
 """What a stage used: peak host RSS and device memory, sampled on a background thread, its CPU
-time, and what its GPUs did (``devices.gpu_usage``: utilisation, memory, power, energy).
+time, and what its GPUs did (``backends.devices.gpu_usage``: utilisation, memory, power, energy).
 
 ``ru_maxrss`` only ever grows over the whole process, so it cannot give a per-stage peak;
 sampling every few milliseconds can, at a cost too small to see in the run time. Device memory
 is this process's own allocations, read from each allocator's counters by a ``DeviceMeter``
-(``devices.device_memory``), not the device-wide free memory, which counts other processes
+(``backends.devices.device_memory``), not the device-wide free memory, which counts other processes
 and the unused part of a memory pool.
 """
 
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
-from pipeline.devices.gpu_usage import MJ_PER_WH, visible_gpus
+from pipeline.backends.devices.gpu_usage import MJ_PER_WH, visible_gpus
 
 if TYPE_CHECKING:
-    from pipeline.devices.device_memory import DevicePeak
+    from pipeline.backends.devices.device_memory import DevicePeak
 
 
 class DeviceMeter(Protocol):
@@ -39,7 +39,7 @@ STAGE_INTERVAL = 0.05
 
 
 class GpuMeter(Protocol):
-    """Per-stage GPU usage (``devices.gpu_usage.GpuUsageMeter``): ``finish`` gives a record
+    """Per-stage GPU usage (``backends.devices.gpu_usage.GpuUsageMeter``): ``finish`` gives a record
     per device."""
 
     def begin(self) -> None: ...

@@ -197,7 +197,7 @@ class Driver:
     def gpu_count(self) -> int:
         """GPUs NVML reports, asked in a child with the kit's environment (NVML's bindings and the
         package's imports may live in the kit's folder, not on this process's path)."""
-        done = subprocess.run(self.python("-c", "from pipeline.devices.detect import probe_nvml; "
+        done = subprocess.run(self.python("-c", "from pipeline.backends.devices.detect import probe_nvml; "
                                                 "print(len(probe_nvml().devices))"),
                               env=self.env, capture_output=True, text=True, cwd=CHECKOUT)
         try:

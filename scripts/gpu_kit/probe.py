@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 def detect_device() -> dict[str, Any]:
     """What NVML says about the GPUs, without creating a CUDA context; and whether a GPU
     seems present even though NVML could not be asked (nvidia-ml-py not installed yet)."""
-    from pipeline.devices.detect import probe_nvml
+    from pipeline.backends.devices.detect import probe_nvml
 
     nvml = probe_nvml()
     nodes = [str(p) for p in DEVICE_NODES if p.exists() and (p.is_file() or p.is_char_device() or any(p.iterdir()))]

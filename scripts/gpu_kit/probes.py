@@ -476,7 +476,7 @@ def _counts(statistics: Any) -> dict[str, int]:
 def probe_dask_cuda_rmm(work: Path) -> dict[str, Any]:
     """A LocalCUDACluster started by the project's ``open_cluster`` with an RMM pool shared by
     torch and CuPy (``rmm_allocator_external_lib_list``); a task allocates with both."""
-    from pipeline.clusters.startup import local_cuda_cluster_options, open_cluster
+    from pipeline.backends.clusters.startup import local_cuda_cluster_options, open_cluster
     from pipeline.config.schema import ClusterConfig
 
     config = ClusterConfig(n_workers=1, rmm_pool_size=POOL_BYTES)
@@ -630,7 +630,7 @@ def _ddp_on_cluster(work: Path, cluster_device: str, device: str, rows: int = 20
     cluster's client is not the process's default, and a ``launch: cluster`` training looks
     for the current one."""
     from pipeline.backends import get_backend
-    from pipeline.clusters.startup import open_cluster
+    from pipeline.backends.clusters.startup import open_cluster
     from pipeline.config.schema import ClusterConfig
     from pipeline.stages import build_features, evaluate_models, load_table, split_frame
     from pipeline.stages.torch_mlp import train_torch

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pipeline.backends import get_backend, resolve_backend
-from pipeline.devices.detect import GpuDevice, NvmlReport, choose_device, probe_nvml
+from pipeline.backends.devices.detect import GpuDevice, NvmlReport, choose_device, probe_nvml
 from pipeline.core.errors import BackendUnavailable, DataError
 from tests.conftest import TELCO
 
@@ -82,7 +82,7 @@ def test_gpu_requested_without_one_is_a_clear_error():
 
 
 def test_gpu_seen_but_rapids_missing(monkeypatch):
-    from pipeline.devices import detect
+    from pipeline.backends.devices import detect
 
     monkeypatch.setattr(detect, "rapids_installed", lambda: ["cudf", "cuml"])
     nvml = NvmlReport(driver="550", cuda="12.4", devices=[GpuDevice(0, "H100", 80 << 30, 0)])

@@ -133,7 +133,7 @@ def test_the_cli_runs_on_an_existing_cluster_and_leaves_it_running(in_project, s
     assert f"existing cluster at {scheduler}" in proc.stderr and "mlp: Epoch 1/3" in proc.stderr
     from distributed import Client
 
-    from pipeline.clusters.startup import cluster_workers
+    from pipeline.backends.clusters.startup import cluster_workers
 
     with Client(scheduler, timeout="5s") as client:          # still up, both workers still there
         assert len(cluster_workers(client)) == 2

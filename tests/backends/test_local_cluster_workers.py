@@ -16,7 +16,7 @@ PLUGIN = "pipeline-release-memory-when-paused"
 
 @pytest.fixture(scope="module")
 def session():
-    from pipeline.clusters.startup import open_cluster
+    from pipeline.backends.clusters.startup import open_cluster
 
     opened = open_cluster(ClusterConfig(n_workers=1, threads_per_worker=1), "cpu")
     yield opened
@@ -48,7 +48,7 @@ def test_local_workers_size_polars_threads_to_their_own(session, monkeypatch):
     thread per core of the machine in every worker."""
     import os
 
-    from pipeline.clusters.startup import worker_environment
+    from pipeline.backends.clusters.startup import worker_environment
 
     threads = os.environ.get("POLARS_MAX_THREADS") or "1"
     assert list(session.client.run(_polars_threads).values()) == [(threads, int(threads))]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.devices.detect import CudaNeed, DistMeta, cuda_need, module_distributions
+from pipeline.backends.devices.detect import CudaNeed, DistMeta, cuda_need, module_distributions
 from pipeline.cli.doctor import cuda_verdict, gpu_ready
 
 TORCH_CU13_REQUIRES = (

@@ -269,7 +269,7 @@ def test_a_run_started_while_a_spawned_worker_imports_the_script_is_refused(tmp_
         import multiprocessing
 
         if __name__ == "__mp_main__":          # only in the child, while it imports this script
-            from pipeline.clusters.main_guard import refuse_run_in_worker_bootstrap
+            from pipeline.backends.clusters.main_guard import refuse_run_in_worker_bootstrap
             from pipeline.core.errors import UsageError
             try:
                 refuse_run_in_worker_bootstrap()
@@ -277,7 +277,7 @@ def test_a_run_started_while_a_spawned_worker_imports_the_script_is_refused(tmp_
                 print("REFUSED", exc, flush=True)
 
         def work():
-            from pipeline.clusters.main_guard import refuse_run_in_worker_bootstrap
+            from pipeline.backends.clusters.main_guard import refuse_run_in_worker_bootstrap
             refuse_run_in_worker_bootstrap()    # after the bootstrap: allowed
             print("ALLOWED", flush=True)
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pipeline.backends import available_devices
-from pipeline.clusters.startup import cluster_workers
+from pipeline.backends.clusters.startup import cluster_workers
 from pipeline.config import load_config
 from pipeline.distributed.local_ranks import run_local_ranks
 from pipeline.distributed.torch_ddp import (

@@ -41,7 +41,7 @@ class ClusterBoundEstimator:
     def __init__(self, *, client: Any = None, random_state: int | None = None, **kwargs: Any) -> None:
         from distributed import default_client, wait
 
-        from pipeline.clusters.startup import cluster_workers
+        from pipeline.backends.clusters.startup import cluster_workers
 
         self.client = default_client() if client is None else client
         self.random_state = random_state
@@ -236,7 +236,7 @@ def _cluster_config(**values: Any) -> Any:
 
 
 def _plan(machine: Any = None, **values: Any) -> Any:
-    from pipeline.clusters.memory_plan import MachineMemory, plan_gpu_memory
+    from pipeline.backends.clusters.memory_plan import MachineMemory, plan_gpu_memory
 
     machine = machine or MachineMemory(device_bytes=80 * GiB, host_bytes=512 * GiB, gpus=4)
     return plan_gpu_memory(_cluster_config(**values), machine)
@@ -267,7 +267,7 @@ def test_a_spill_threshold_above_the_pool_cap_spills_at_the_cap():
 
 
 def test_without_a_pool_or_without_xgboost_nothing_is_capped():
-    from pipeline.clusters.memory_plan import MachineMemory, plan_gpu_memory
+    from pipeline.backends.clusters.memory_plan import MachineMemory, plan_gpu_memory
 
     assert _plan().cluster_options() == {} and _plan().rmm_maximum_pool_size is None
     machine = MachineMemory(device_bytes=80 * GiB, host_bytes=512 * GiB, gpus=4)
@@ -280,7 +280,7 @@ def test_a_fractional_pool_size_is_a_share_of_the_device():
 
 
 def test_the_host_limit_leaves_external_memory_its_cache_or_says_so():
-    from pipeline.clusters.memory_plan import MachineMemory
+    from pipeline.backends.clusters.memory_plan import MachineMemory
 
     roomy = _plan()                                           # auto: 512 GiB / 4 workers
     assert roomy.memory_limit == 128 * GiB and roomy.warnings == ()
@@ -299,7 +299,7 @@ def test_a_host_limit_the_machine_cannot_give_every_worker_is_warned_about():
 
 
 def test_the_cluster_options_carry_the_plan():
-    from pipeline.clusters.startup import local_cuda_cluster_options
+    from pipeline.backends.clusters.startup import local_cuda_cluster_options
 
     config = _cluster_config(rmm_pool_size="40GiB", device_memory_limit="70GiB")
     options = local_cuda_cluster_options(config, _plan(rmm_pool_size="40GiB", device_memory_limit="70GiB"))
@@ -309,8 +309,8 @@ def test_the_cluster_options_carry_the_plan():
 
 
 def test_the_machine_is_measured_on_the_gpus_the_workers_use(monkeypatch):
-    from pipeline.clusters import memory_plan as cluster
-    from pipeline.devices import detect
+    from pipeline.backends.clusters import memory_plan as cluster
+    from pipeline.backends.devices import detect
 
     report = detect.NvmlReport(devices=[detect.GpuDevice(0, "big", 80 * GiB, 0),
                                         detect.GpuDevice(1, "small", 40 * GiB, 0)])
@@ -405,7 +405,7 @@ def _fill_pool_then_train_xgboost() -> dict[str, Any]:
 def test_gpu_xgboost_trains_beside_a_full_rmm_pool():
     """With the pool capped (plan_gpu_memory), a pool grown as far as it may still leaves
     XGBoost room; uncapped it grew to the whole device and XGBoost ran out of memory."""
-    from pipeline.clusters.startup import open_cluster
+    from pipeline.backends.clusters.startup import open_cluster
 
     session = open_cluster(_cluster_config(n_workers=1, rmm_pool_size="0.5"), "gpu")
     try:

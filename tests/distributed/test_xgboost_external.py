@@ -13,7 +13,7 @@ import pytest
 import xgboost
 
 from pipeline.backends import get_backend
-from pipeline.clusters.startup import cluster_workers
+from pipeline.backends.clusters.startup import cluster_workers
 from pipeline.core.errors import DataError, StageError
 from pipeline.distributed.partition_files import parquet_files
 from pipeline.distributed.worker_ranks import wait_for_ranks

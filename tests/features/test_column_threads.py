@@ -203,7 +203,7 @@ def test_local_cluster_workers_run_columns_on_one_thread(monkeypatch):
 
     from distributed import Client
 
-    from pipeline.clusters.startup import _local_cluster
+    from pipeline.backends.clusters.startup import _local_cluster
 
     monkeypatch.setenv(THREADS_ENV, "4")
     config = SimpleNamespace(n_workers=1, threads_per_worker=1, memory_limit="auto")

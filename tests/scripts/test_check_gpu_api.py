@@ -219,7 +219,7 @@ def test_gpu_facts_are_read_from_the_gpu_backend_source(facts):
 
 def test_every_module_that_imports_a_gpu_library_has_checked_call_sites(package):
     importing = [path for path, scan in package.items() if scan.imports_library]
-    assert {"pipeline/backends/gpu.py", "pipeline/clusters/startup.py",
+    assert {"pipeline/backends/gpu.py", "pipeline/backends/clusters/startup.py",
             "pipeline/distributed/xgboost_external.py"} <= set(importing)
     assert [path for path in importing if not package[path].total] == []
 
@@ -270,7 +270,7 @@ def test_dask_readers_dlpack_subclasses_and_registry_strings_are_found(package):
 
 
 def test_keywords_built_by_a_helper_are_expanded(package):
-    cluster = next(s for s in package["pipeline/clusters/startup.py"].direct if s.dotted == "dask_cuda.LocalCUDACluster")
+    cluster = next(s for s in package["pipeline/backends/clusters/startup.py"].direct if s.dotted == "dask_cuda.LocalCUDACluster")
     assert {"rmm_pool_size", "resources", "enable_cudf_spill", "n_workers", "protocol"} <= set(cluster.keywords)
     assert not cluster.star_kwargs                                          # every key is known
     config = next(s for s in package["pipeline/distributed/xgboost_external.py"].direct

@@ -365,7 +365,7 @@ def test_the_parse_of_a_pip_report_keeps_wheel_url_hash_and_requirements():
 
 # ----------------------------------------------------------------------------- probes
 def no_gpu_here() -> bool:
-    from pipeline.devices.detect import probe_nvml
+    from pipeline.backends.devices.detect import probe_nvml
 
     return not probe_nvml().devices
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.cli import run_cli as _pipeline
 from pipeline.backends import get_backend
-from pipeline.clusters.startup import cluster_workers
+from pipeline.backends.clusters.startup import cluster_workers
 from pipeline.cache import stage_key
 from pipeline.config import dump_config, load_config
 from pipeline.core.errors import ConfigError

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.devices.device_memory import (
+from pipeline.backends.devices.device_memory import (
     CupyPoolCount, DevicePeak, ProcessDeviceMemory, RmmCount, TorchCount, process_device_bytes,
 )
 from pipeline.usage.memory import MemorySampler

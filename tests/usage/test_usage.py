@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_cli as _pipeline
-from pipeline.devices.gpu_usage import GpuUsageMeter, Reading, visible_indices
+from pipeline.backends.devices.gpu_usage import GpuUsageMeter, Reading, visible_indices
 from pipeline.usage.costs import Rates, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.core.errors import ExitCode
 from pipeline.usage.memory import MemorySampler

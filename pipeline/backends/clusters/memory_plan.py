@@ -148,7 +148,7 @@ def machine_memory(config: Any) -> MachineMemory | None:
     ``n_workers`` of them) and of the host."""
     from distributed.system import MEMORY_LIMIT
 
-    from pipeline.devices.detect import probe_nvml
+    from pipeline.backends.devices.detect import probe_nvml
 
     devices = probe_nvml().devices
     visible = _visible_indices(config.CUDA_VISIBLE_DEVICES

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.clusters.connect import close_quietly, connect_client
-from pipeline.clusters.main_guard import refuse_unguarded_main_script
-from pipeline.clusters.memory_plan import GpuMemoryPlan, gpu_memory_plan_here
+from pipeline.backends.clusters.connect import close_quietly, connect_client
+from pipeline.backends.clusters.main_guard import refuse_unguarded_main_script
+from pipeline.backends.clusters.memory_plan import GpuMemoryPlan, gpu_memory_plan_here
 from pipeline.core.errors import ClusterUnavailable
 from pipeline.core.threads import THREADS_ENV
 
@@ -59,7 +59,7 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
     """Connect to ``config.address``, or start a local cluster for ``device`` ("cpu" | "gpu")."""
     from distributed import Client
 
-    from pipeline.clusters.worker_memory import register_memory_release
+    from pipeline.backends.clusters.worker_memory import register_memory_release
 
     # distributed sets its loggers to INFO when imported; a run's log keeps only its warnings.
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker",

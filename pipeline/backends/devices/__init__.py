@@ -2,6 +2,6 @@
 (``detect``: NVML, never a CUDA context), the GPU memory a stage allocates (``device_memory``)
 and the meters that sample utilisation, memory and power while it runs (``gpu_usage``).
 
-Below the backends, which choose a device from what ``detect`` finds; with them and
-``pipeline.clusters``, the only packages that import GPU libraries.
+A subpackage of the backends (the only package that imports GPU libraries): the backends
+choose a device from what ``detect`` finds.
 """

@@ -327,7 +327,7 @@ def trial_runner(parallel: int | None, features: FeatureSet) -> Iterator[LocalTr
 
 
 def _worker_count(client: Any) -> int:
-    from pipeline.clusters.startup import cluster_workers
+    from pipeline.backends.clusters.startup import cluster_workers
 
     try:
         return len(cluster_workers(client))
