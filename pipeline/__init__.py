@@ -32,7 +32,9 @@ _EXPORTS = {
     "PipelineError": "pipeline.core.errors",
     "StageError": "pipeline.core.errors",
     "StorageError": "pipeline.core.errors",
+    "Settings": "pipeline.core.settings",
     "FeatureWorkflow": "pipeline.features",
+    "RunOptions": "pipeline.engine.run_options",
     "RunResult": "pipeline.engine.runner",
     "Runner": "pipeline.engine.runner",
     "run_pipeline": "pipeline.engine.runner",
@@ -43,10 +45,18 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig, load_config
     from pipeline.core.errors import (
-        BackendUnavailable, ConfigError, DataError, ExitCode, PipelineError, StageError, StorageError,
+        BackendUnavailable,
+        ConfigError,
+        DataError,
+        ExitCode,
+        PipelineError,
+        StageError,
+        StorageError,
     )
+    from pipeline.core.settings import Settings
+    from pipeline.engine.run_options import RunOptions
+    from pipeline.engine.runner import Runner, RunResult, run_pipeline
     from pipeline.features import FeatureWorkflow
-    from pipeline.engine.runner import RunResult, Runner, run_pipeline
 
 
 def __getattr__(name: str) -> Any:

@@ -2537,7 +2537,7 @@ def check_portable_estimator(report: Report, spec: Any, cls: type, prefix: str, 
 
 def check_models(report: Report, devices: Sequence[str] = ("gpu", "cpu")) -> None:
     from pipeline.models import get_model_spec, trainable_models
-    from pipeline.config.plugins import load_plugins
+    from pipeline.core.plugins import load_plugins
 
     load_plugins()            # models of $PIPELINE_PLUGINS and installed plugins are checked too
     # Only entries with estimator classes: the MLP is an entry for its file format alone.

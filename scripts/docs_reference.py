@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plugin and args.out is None:
         parser.error("--plugin documents a project's plugins: give --out DIR for its pages")
     if args.plugin:
-        from pipeline.config.plugins import load_plugins
+        from pipeline.core.plugins import load_plugins
 
         load_plugins(args.plugin, search_path=Path.cwd(), where="--plugin")
     missing = missing_descriptions()

@@ -24,10 +24,11 @@ from pipeline.backends.dates import missing_date_columns, parse_dates, partition
 from pipeline.backends.estimators import (
     estimator_output, import_estimator_module, scores_for_task, takes_client, task_option,
 )
-from pipeline.backends.filters import Filter, apply_filters, late_filters, pushed_filters, text_dates
+from pipeline.backends.filters import apply_filters, late_filters, pushed_filters, text_dates
 from pipeline.backends.input_files import (
     check_row_widths, check_source, infer_format, one_line, partitioned_sources, read_errors, read_header,
 )
+from pipeline.backends.table_read import TableRead
 from pipeline.core.dtypes import dtype_kind, is_number_or_bool
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.core.problems import BINARY, Task
@@ -48,30 +49,23 @@ class Backend(ABC):
     csv_checks_row_widths: bool = False
 
     # ------------------------------------------------------------------ I/O
-    def read(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        format: str | None = None,
-        columns: Sequence[str] | None = None,
-        dtypes: Mapping[str, str] | None = None,
-        na_values: Sequence[str] | None = None,
-        filters: Sequence[Filter] | None = None,
-        dates: Mapping[str, str | None] | None = None,
-        dialect: CsvDialect = DEFAULT_DIALECT,
-    ) -> Any:
-        """Read a CSV or Parquet file into a frame of this backend (a CSV file as ``dialect``
-        says it is written: separator, encoding, decimal mark, thousands separator).
+    def read(self, path: str | os.PathLike[str], how: TableRead | None = None, /, **changes: Any) -> Any:
+        """Read a CSV or Parquet file into a frame of this backend: what ``how`` (a ``TableRead``)
+        or its fields by name ask for (a CSV file as its ``dialect`` says it is written:
+        separator, encoding, decimal mark, thousands separator).
 
         Filters go to the Parquet reader (row-group pruning) and are applied after the read
         for CSV, so both formats give the same rows. ``dates`` (column -> strptime format, None
         for the first value's layout) are parsed right after the read (``backends.dates``), so
         a filter on one of them compares dates and is applied after the read on both formats.
         """
+        how = TableRead.build(how, **changes)
+        columns, dtypes, na_values, filters, dates, dialect = (how.columns, how.dtypes, how.na_values, how.filters,
+                                                               how.dates, how.dialect)
         path = Path(path)
         if not path.exists():
             raise input_not_found(path)
-        fmt = (format or infer_format(path)).lower()
+        fmt = (how.format or infer_format(path)).lower()
         check_source(path, fmt, dialect)
         if fmt == "csv" and columns and not self.csv_checks_row_widths:
             check_row_widths(path, dialect)
@@ -99,31 +93,25 @@ class Backend(ABC):
             frame = apply_filters(frame, late, source=str(path))
         return frame
 
-    def read_partitioned(
-        self,
-        path: str | os.PathLike[str] | Sequence[str],
-        *,
-        format: str | None = None,
-        columns: Sequence[str] | None = None,
-        dtypes: Mapping[str, str] | None = None,
-        na_values: Sequence[str] | None = None,
-        filters: Sequence[Filter] | None = None,
-        blocksize: str | int | None = "64MiB",
-        dates: Mapping[str, str | None] | None = None,
-        dialect: CsvDialect = DEFAULT_DIALECT,
-    ) -> Any:
+    def read_partitioned(self, path: str | os.PathLike[str] | Sequence[str], how: TableRead | None = None, /, *,
+                         blocksize: str | int | None = "64MiB", **changes: Any) -> Any:
         """A Dask DataFrame over a Parquet folder/file or CSV file(s) (a glob or a list works).
 
         Partitions are pandas or cuDF frames as Dask's ``dataframe.backend`` says, so the
         same feature ops run on each partition. Nothing is read until something computes.
-        ``dates`` are parsed partition by partition, as ``read`` parses them.
+        ``dates`` are parsed partition by partition, as ``read`` parses them. ``how`` (a
+        ``TableRead``) or its fields by name say what to read, as for ``read``; ``blocksize``:
+        the bytes of CSV per partition.
         """
         import dask
         import dask.dataframe as dd
 
+        how = TableRead.build(how, **changes)
+        columns, dtypes, na_values, filters, dates, dialect = (how.columns, how.dtypes, how.na_values, how.filters,
+                                                               how.dates, how.dialect)
         text: str | list[str] = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
         first = partitioned_sources(text)[0]
-        fmt = (format or infer_format(first)).lower()
+        fmt = (how.format or infer_format(first)).lower()
         if first.exists():                  # a local file or folder (a remote URL is the reader's)
             check_source(first, fmt, dialect)
         try:

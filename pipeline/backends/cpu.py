@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,15 +17,16 @@ from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
 from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings, current_settings
 from pipeline.core.threads import map_in_threads, thread_count
 
 # The CPU table engine for event windows, horizon targets and join matching: polars (every
 # core) or pandas (the reference, one core). Read on each use, so a test or a caller can switch.
-CPU_ENGINE_VARIABLE = "PIPELINE_CPU_ENGINE"
+CPU_ENGINE_VARIABLE = Settings.variable("cpu_engine")
 CPU_ENGINES = ("polars", "pandas")
 # How the Polars engine adds floats: repeatable (the same bits every run: exact sums) or fast
 # (its threads' partial sums in the order they finish). The pandas engine is always repeatable.
-REDUCTIONS_VARIABLE = "PIPELINE_REDUCTIONS"
+REDUCTIONS_VARIABLE = Settings.variable("reductions")
 REDUCTIONS = ("repeatable", "fast")
 
 T = TypeVar("T")
@@ -47,7 +47,7 @@ class CpuBackend(Backend):
     @property
     def table_engine_name(self) -> str:
         """``polars`` unless ``$PIPELINE_CPU_ENGINE`` says ``pandas``; anything else is refused."""
-        choice = os.environ.get(CPU_ENGINE_VARIABLE, "").strip().lower() or "polars"
+        choice = (current_settings().cpu_engine or "").strip().lower() or "polars"
         if choice not in CPU_ENGINES:
             raise ConfigError(f"${CPU_ENGINE_VARIABLE} is {choice!r}: use polars (the default, every core) or "
                               "pandas (the reference engine, one core)")
@@ -64,7 +64,7 @@ class CpuBackend(Backend):
     def reductions(self) -> str:
         """``repeatable`` unless ``$PIPELINE_REDUCTIONS`` says ``fast`` (and the engine is
         Polars: pandas' sums are in row order); anything else is refused."""
-        choice = os.environ.get(REDUCTIONS_VARIABLE, "").strip().lower() or "repeatable"
+        choice = (current_settings().reductions or "").strip().lower() or "repeatable"
         if choice not in REDUCTIONS:
             raise ConfigError(f"${REDUCTIONS_VARIABLE} is {choice!r}: use repeatable (the default: the same bits on "
                               "every run) or fast (Polars' own float sums, which differ in the last bits run to run)")

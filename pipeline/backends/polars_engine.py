@@ -33,6 +33,7 @@ default, which repeats itself: there the sums are Polars' own in both modes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import math
@@ -41,6 +42,16 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.dtypes import is_number_or_bool
+
+@dataclass(frozen=True)
+class HorizonTarget:
+    """What ``aggregate_horizons`` computes per entity and cut-off: ``aggregate`` of ``column``
+    (None: the count of events) into the column ``output``."""
+
+    aggregate: str
+    column: str | None
+    output: str
+
 
 _TIME = "__engine_time"        # the time column as Int64 in its own unit
 _INSIDE = "__engine_inside"    # stands for "1 where the row is in the window" in a window's columns
@@ -247,13 +258,15 @@ class PolarsTableEngine:
 
     # ------------------------------------------------------------------ horizons
     def aggregate_horizons(self, events: pd.DataFrame, *, keys: Sequence[str], time: str,
-                           cutoffs: Sequence[pd.Timestamp], horizon: pd.Timedelta, aggregate: str,
-                           column: str | None, output: str, cutoff_column: str) -> pd.DataFrame | None:
+                           cutoffs: Sequence[pd.Timestamp], horizon: pd.Timedelta, target: HorizonTarget,
+                           cutoff_column: str) -> pd.DataFrame | None:
         """Per (entity, cut-off) with an event in ``cutoff <= time < cutoff + horizon``: the
-        keys, ``output`` (``count`` of the events when ``column`` is None, else the aggregate of
-        ``column``: sum / mean / min / max / nunique), then ``cutoff_column``; rows in no set
+        keys, ``target.output`` (``count`` of the events when ``target.column`` is None, else its
+        aggregate: sum / mean / min / max / nunique), then ``cutoff_column``; rows in no set
         order (they are looked up)."""
         import polars as pl
+
+        aggregate, column, output = target.aggregate, target.column, target.output
 
         columns = list(dict.fromkeys([*keys, time, *([column] if column else [])]))
         frame = _to_polars(events, columns)

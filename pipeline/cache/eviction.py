@@ -12,7 +12,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,11 +20,12 @@ from typing import Any
 
 from pipeline.cache.entries import ASIDE_PREFIXES, TMP_PREFIX, make_private, read_record, remove_tree, set_aside
 from pipeline.core.errors import ConfigError, ConfigIssue, StorageError
+from pipeline.core.settings import Settings, current_settings
 from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
 
 log = logging.getLogger("pipeline")
 
-ENV_MAX_SIZE = "PIPELINE_CACHE_MAX_SIZE"
+ENV_MAX_SIZE = Settings.variable("cache_max_size")
 DEFAULT_MAX_SIZE = DEFAULT_CACHE_SIZE
 # A ``.tmp-`` folder this old is a write that died (a killed run); younger ones may be in progress
 # (a worker of a run on another host storing a large entry).
@@ -173,15 +174,15 @@ def iso_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-def resolve_max_size(configured: object, override: object = None, environ: Mapping[str, str] | None = None,
+def resolve_max_size(configured: object, override: object = None, settings: Settings | None = None,
                      *, option: str = "--cache-max-size") -> int | None:
     """The cache limit in bytes (None: no limit): an explicit override (the command-line ``option``),
     else ``$PIPELINE_CACHE_MAX_SIZE``, else the config's ``cache.max_size``."""
-    environ = os.environ if environ is None else environ
+    settings = current_settings() if settings is None else settings
     if override is not None:
         source, value = option, override
-    elif environ.get(ENV_MAX_SIZE, "").strip():
-        source, value = f"${ENV_MAX_SIZE}", environ[ENV_MAX_SIZE]
+    elif (settings.cache_max_size or "").strip():
+        source, value = f"${ENV_MAX_SIZE}", settings.cache_max_size
     else:
         source, value = "cache.max_size", configured
     try:

@@ -69,6 +69,7 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     from pipeline.usage.costs import describe as describe_usage
     from pipeline.cli.log_output import setup_logging, stop_on_sigterm
     from pipeline.hooks.progress import ConsoleHook, LogHook
+    from pipeline.engine.run_options import RunOptions
     from pipeline.engine.runner import Runner
 
     setup_logging(quiet=quiet, log_format=log_format)
@@ -82,11 +83,13 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     interactive = stderr.is_terminal and not quiet and log_format == "text"
     hooks = [ConsoleHook(stderr) if interactive else LogHook(bars=log_format == "text")]
     forced: bool | list[str] = True if "*" in force else split_names(force)
-    runner = Runner(cfg, device=device, runs_dir=runs_dir, hooks=hooks, keep_outputs=False,
-                    config_path=config, scheduler=scheduler, cache=not no_cache, force=forced, wait=wait,
-                    cache_max_size=cache_max_size, check_budget_estimate=not ignore_budget_estimate)
+    options = RunOptions(device=device, runs_dir=runs_dir, overrides=overrides, only=split_names(only),
+                         from_=split_names(from_), until=split_names(until), hooks=hooks, keep_outputs=False,
+                         scheduler=scheduler, cache=not no_cache, force=forced, wait=wait,
+                         cache_max_size=cache_max_size, check_budget_estimate=not ignore_budget_estimate)
+    runner = Runner(cfg, options, config_path=config)
     try:
-        result = runner.run(only=split_names(only), from_=split_names(from_), until=split_names(until))
+        result = runner.run()
     except Exception as exc:
         ended = getattr(exc, "run_result", None)
         if ended is None or log_format == "json":
@@ -199,7 +202,7 @@ def show(config: str, overrides: tuple[str, ...], fmt: str) -> None:
 def schema(output: str | None, plugins: tuple[str, ...]) -> None:
     """Print the JSON Schema of config files, for editor completion and checks."""
     from pipeline.config import json_schema
-    from pipeline.config.plugins import load_plugins
+    from pipeline.core.plugins import load_plugins
     from pipeline.runs.store import atomic_write_text, json_text
 
     load_plugins(plugins, where="--plugin")

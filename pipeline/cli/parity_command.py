@@ -4,7 +4,6 @@ engines, compared (``pipeline.runs.parity``)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline.cli.options import config_argument, declare_outputs, handle_errors, print_wide, set_option, stdout
+from pipeline.core.settings import environment
 
 
 @click.command("parity")
@@ -33,12 +33,12 @@ def parity(config: str, overrides: tuple[str, ...], sample: int | None, runs_dir
     With --against pandas, the two sides are the CPU's table engines instead.
     Exit 5 without a usable GPU (nothing is run), 10 when a metric is outside its band."""
     from pipeline.backends import resolve_backend
+    from pipeline.cli.log_output import setup_logging
     from pipeline.config import load_config
     from pipeline.core.errors import BackendUnavailable, ParityError
-    from pipeline.cli.log_output import setup_logging
-    from pipeline.runs.parity import ENGINE_BANDS, GPU_BANDS, PARITY_FILE, compare_runs
-    from pipeline.hooks.progress import LogHook
     from pipeline.engine.runner import Runner
+    from pipeline.hooks.progress import LogHook
+    from pipeline.runs.parity import ENGINE_BANDS, GPU_BANDS, PARITY_FILE, compare_runs
     from pipeline.runs.store import atomic_write_json
 
     setup_logging(quiet=as_json, log_format="text")
@@ -81,19 +81,10 @@ _SIDE_NAMES = {"cpu": "CPU", "gpu": "GPU", "pandas": "pandas-engine", "polars": 
 def _run_side(side: str, run: Callable[[str], Any]) -> Any:
     """One side's run: device gpu for ``gpu``, else the CPU with the side's table engine
     (``$PIPELINE_CPU_ENGINE`` for the run's length; Dask workers the run starts inherit it)."""
-    from pipeline.backends.cpu import CPU_ENGINE_VARIABLE
-
     if side in ("cpu", "gpu"):
         return run(side)
-    saved = os.environ.get(CPU_ENGINE_VARIABLE)
-    os.environ[CPU_ENGINE_VARIABLE] = side
-    try:
+    with environment(cpu_engine=side):
         return run("cpu")
-    finally:
-        if saved is None:
-            os.environ.pop(CPU_ENGINE_VARIABLE, None)
-        else:
-            os.environ[CPU_ENGINE_VARIABLE] = saved
 
 
 def _print(found: dict) -> None:

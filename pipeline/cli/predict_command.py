@@ -62,6 +62,7 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
     """
     from pipeline.cli.log_output import json_line, setup_logging
     from pipeline.predict.batch import predict_batch
+    from pipeline.predict.predict_options import PredictOptions
 
     if log_format == "json":                 # text: predict's own line only, as before
         setup_logging(quiet=False, log_format=log_format)
@@ -71,11 +72,11 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
         from pipeline.backends.clusters.connect import check_scheduler_address
 
         check_scheduler_address(scheduler, where="--scheduler")
-    result = predict_batch(run, input_, output, model=model, runs_dir=runs_dir, pipeline=pipeline_name,
-                           device=device, threshold=threshold, na_values=list(na_values) or None,
-                           partitioned=partitioned, scheduler=scheduler, as_of=as_of,
-                           drift_threshold=drift_threshold,
-                           csv_options={"sep": sep, "encoding": encoding, "decimal": decimal, "thousands": thousands})
+    options = PredictOptions(model=model, runs_dir=runs_dir, pipeline=pipeline_name, device=device,
+                             threshold=threshold, na_values=list(na_values) or None, partitioned=partitioned,
+                             scheduler=scheduler, as_of=as_of, drift_threshold=drift_threshold,
+                             csv_options={"sep": sep, "encoding": encoding, "decimal": decimal, "thousands": thousands})
+    result = predict_batch(run, input_, output, options)
     how = f"threshold {result.threshold:g}" if result.threshold is not None else result.task
     line = (f"scored {result.rows} rows with {result.model} (run {result.run_dir.name}, {result.device}, "
             f"{how}) -> {result.output} in {result.seconds:.2f}s")

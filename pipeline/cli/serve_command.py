@@ -53,14 +53,17 @@ def serve(run: str, model: str | None, host: str, port: int, runs_dir: str, pipe
     JSON_ERRORS["on"] = log_format == "json"
     require_serve_extra()
     from pipeline.serve.http_app import create_app
-    from pipeline.serve.server import bind, serve as run_server
+    from pipeline.serve.serve_options import ServeOptions
+    from pipeline.serve.server import bind
+    from pipeline.serve.server import serve as run_server
 
     sock = bind(host, port)                  # before the model loads: a taken port fails fast
     if no_batching:
         max_batch_rows, max_wait_ms = 1, 0.0
-    app = create_app(run, runs_dir=runs_dir, pipeline=pipeline_name, model=model, device=device,
-                     threshold=threshold, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms,
-                     max_body_bytes=max_body_bytes, drift_window=drift_window, reload_seconds=reload_seconds)
+    options = ServeOptions(run=run, runs_dir=runs_dir, pipeline=pipeline_name, model=model, device=device,
+                           threshold=threshold, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms,
+                           max_body_bytes=max_body_bytes, drift_window=drift_window, reload_seconds=reload_seconds)
+    app = create_app(run, options)
     served = app.state.serve.model
 
     def ready(bound_host: str, bound_port: int) -> None:

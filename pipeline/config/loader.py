@@ -31,7 +31,7 @@ from pipeline.core.yaml_source import (
 from pipeline.core.dag import graph_problems, topological_order
 from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.features import COLUMNS_TAGS, OPS, SELECTOR_TAG, ColumnSelector
-from pipeline.config.plugins import load_plugins
+from pipeline.core.plugins import load_plugins
 from pipeline.stages import STAGE_KINDS
 from pipeline.stages.spec import input_list, kinds_producing
 

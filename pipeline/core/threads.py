@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings, current_settings
 
-THREADS_ENV = "PIPELINE_THREADS"
+THREADS_ENV = Settings.variable("threads")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -43,7 +44,7 @@ def available_cores() -> int:
 
 def thread_count() -> int:
     """Threads for column work: ``PIPELINE_THREADS`` when set, else the available cores."""
-    text = os.environ.get(THREADS_ENV, "").strip()
+    text = (current_settings().threads or "").strip()
     if not text:
         return available_cores()
     try:

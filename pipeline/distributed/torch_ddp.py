@@ -155,16 +155,16 @@ class DdpOutcome:
 
 
 # ----------------------------------------------------------------------------- parent side
-def train_ddp(features: Any, arch: MLPArchitecture, objective: Objective, options: FitOptions, *,
+def train_ddp(features: Any, arch: MLPArchitecture, options: FitOptions, *,
               placement: Placement, device: torch.device, stage: str, progress: Any = None) -> DdpOutcome:
     """Train ``arch`` on ``features`` (in memory, or partitioned as Parquet files) across ranks;
     rank 0's weights come back."""
     if placement.launch == "cluster":
-        return _train_on_cluster(features, arch, objective, options, placement=placement, device=device,
+        return _train_on_cluster(features, arch, options, placement=placement, device=device,
                                  stage=stage)
     shards, handoffs = plan_shards(features, local_world(placement, device))
     with tempfile.TemporaryDirectory(prefix="pipeline-ddp-") as folder:
-        job = _job(arch, objective, options, shards, device, placement, ("file", os.path.join(folder, "rendezvous")),
+        job = _job(arch, options, shards, device, placement, ("file", os.path.join(folder, "rendezvous")),
                    threads=max(1, (os.cpu_count() or 1) // len(shards)) if device.type == "cpu" else None,
                    loopback=loopback_interface())
         per_rank = [(job, shard, str(_local_device(device, shard.rank))) for shard in shards]
@@ -256,7 +256,7 @@ def rank_options(options: FitOptions, shards: list[RankShard]) -> FitOptions:
     return replace(options, batch_size=batch, steps_per_epoch=steps)
 
 
-def _job(arch: MLPArchitecture, objective: Objective, options: FitOptions, shards: list[RankShard],
+def _job(arch: MLPArchitecture, options: FitOptions, shards: list[RankShard],
          device: torch.device, placement: Placement, rendezvous: tuple[str, ...], *, threads: int | None = None,
          loopback: str | None = None) -> RankJob:
     """What every rank is given: one rank per shard, the loop's options shared out."""
@@ -265,8 +265,8 @@ def _job(arch: MLPArchitecture, objective: Objective, options: FitOptions, shard
     if arch.batch_norm and per_rank.batch_size < 2:
         raise DataError(f"batch_norm needs at least 2 rows per rank and step; batch_size {options.batch_size} "
                         f"over {world} ranks leaves {per_rank.batch_size}: raise batch_size")
-    return RankJob(world=world, arch=arch, objective=objective, options=per_rank, seed=options.seed,
-                   backend="nccl" if device.type == "cuda" else "gloo", timeout=placement.timeout,
+    return RankJob(world=world, arch=arch, objective=options.objective or Objective(), options=per_rank,
+                   seed=options.seed, backend="nccl" if device.type == "cuda" else "gloo", timeout=placement.timeout,
                    rendezvous=rendezvous, threads=threads, loopback=loopback)
 
 
@@ -344,8 +344,7 @@ def train_rank(rank: int, job: RankJob, shard: RankShard, device: str, *, progre
             torch.manual_seed(job.seed)            # the same initial weights on every rank
             module = job.arch.build()
             torch.manual_seed(job.seed + rank)     # each rank its own dropout masks
-            result = fit(module, train, valid, job.options, device=where, progress=progress,
-                         objective=job.objective, ranks=ranks)
+            result = fit(module, train, valid, job.options, device=where, progress=progress, ranks=ranks)
         if rank != 0:
             return None
         return RankResult(state={k: v.detach().cpu().numpy() for k, v in module.state_dict().items()},
@@ -376,7 +375,7 @@ def train_rank_on_worker(rank: int, job: RankJob, shard: RankShard, stage: str) 
                       progress=WorkerProgress(stage) if rank == 0 else None)
 
 
-def _train_on_cluster(features: Any, arch: MLPArchitecture, objective: Objective, options: FitOptions, *,
+def _train_on_cluster(features: Any, arch: MLPArchitecture, options: FitOptions, *,
                       placement: Placement, device: torch.device, stage: str) -> DdpOutcome:
     from distributed import MultiLock
 
@@ -393,7 +392,7 @@ def _train_on_cluster(features: Any, arch: MLPArchitecture, objective: Objective
             host = rendezvous_host(client)
             store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
                                   timeout=timedelta(seconds=placement.timeout))
-            job = _job(arch, objective, options, shards, device, placement, ("tcp", host, str(store.port)))
+            job = _job(arch, options, shards, device, placement, ("tcp", host, str(store.port)))
             futures = [submit_pinned(client, train_rank_on_worker, worker, shard.rank, job, shard, stage,
                                      key=f"ddp-{stage}-rank{shard.rank}-{uuid.uuid4().hex[:8]}")
                        for worker, shard in zip(workers, shards)]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.backends import get_backend
+from pipeline.backends import Backend
 from pipeline.backends.devices.device_memory import ProcessDeviceMemory
 from pipeline.backends.devices.gpu_usage import gpu_meter
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
@@ -54,7 +54,7 @@ class StageTask:
 
     name: str
     spec: Any                               # the stage's pydantic params model
-    backend: str                            # "cpu" | "gpu"
+    backend: Backend                        # pickles as its class: a worker uses its own instance
     seed: int
     artifacts_dir: Path | None
     inputs: list[str] = field(default_factory=list)
@@ -97,7 +97,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     for folder in task.import_paths:
         if folder not in sys.path:
             sys.path.append(folder)
-    backend = get_backend(task.backend)
+    backend = task.backend
     kind = STAGE_KINDS[task.spec.kind]
     ctx = StageContext(backend=backend, seed=task.seed, stage=task.name, artifacts_dir=task.artifacts_dir,
                        progress=progress)

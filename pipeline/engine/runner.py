@@ -35,12 +35,25 @@ from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, PipelineError, StageError, StorageError
 from pipeline.core.fingerprints import defining_modules
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
+from pipeline.core.settings import current_settings
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
-from pipeline.hooks.protocol import (
-    ArtifactEvent, ErrorEvent, HookList, LineProgress, LogProgress, MetricEvent, RunEvent, RunHook, RunInfo,
-    RunPlan, StageEvent, StageProgress, elapsed,
-)
+from pipeline.engine.run_options import RunOptions
 from pipeline.hooks.hook_registry import HookContext, build_hooks
+from pipeline.hooks.protocol import (
+    ArtifactEvent,
+    ErrorEvent,
+    HookList,
+    LineProgress,
+    LogProgress,
+    MetricEvent,
+    RunEvent,
+    RunHook,
+    RunInfo,
+    RunPlan,
+    StageEvent,
+    StageProgress,
+    elapsed,
+)
 from pipeline.runs.layout import ALIASES, LATEST
 from pipeline.runs.locks import RunLock
 from pipeline.runs.record import DeviceRecord, RunManifest, StageRecord, check_metrics
@@ -132,57 +145,58 @@ class Runner:
         >>> import tempfile
         >>> from pipeline import Runner, load_config
         >>> runner = Runner(load_config("configs/churn.yaml"), device="cpu", runs_dir=tempfile.mkdtemp())
+        >>> runner.options.device
+        'cpu'
         >>> runner.run(until=["raw"]).outputs["raw"].shape
         (7043, 21)
     """
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        *,
-        device: str | None = None,
-        runs_dir: str | os.PathLike[str] | None = None,
-        hooks: Sequence[RunHook] | None = None,
-        keep_outputs: bool = True,
-        config_path: str | None = None,
-        scheduler: str | None = None,
-        cache: bool = True,
-        force: bool | Sequence[str] = False,
-        wait: float = 600.0,
-        cache_max_size: int | str | None = None,
-        check_budget_estimate: bool = True,
-    ) -> None:
+    def __init__(self, config: PipelineConfig, options: RunOptions | None = None, /, *,
+                 config_path: str | None = None, **changes: Any) -> None:
+        """``options`` (a ``RunOptions``) with ``changes`` (its field names) applied; ``config_path``:
+        the file ``config`` was read from, for the record."""
+        options = RunOptions.build(options, **changes)
+        self.options = options
         self.config = config
-        self.use_cache = cache
+        self.use_cache = options.cache
         self.keys: dict[str, str | None] = {}      # stage -> cache key, set per run
-        self.force = force
-        self.wait = wait
+        self.force = options.force
+        self.wait = options.wait
         # --scheduler ADDRESS: the config's cluster section (if any) pointed at that scheduler.
         self.cluster: ClusterConfig | None = config.cluster
-        if scheduler:
+        if options.scheduler:
             base = config.cluster or ClusterConfig()
-            self.cluster = base.model_copy(update={"address": scheduler})
-        self.requested_device = device or config.device
-        self.store = RunStore(runs_dir or config.runs_dir, config.name)
-        self.check_budget_estimate = check_budget_estimate
+            self.cluster = base.model_copy(update={"address": options.scheduler})
+        self.requested_device = options.device or config.device
+        self.store = RunStore(options.runs_dir or config.runs_dir, config.name)
+        self.check_budget_estimate = options.check_budget_estimate
         self._worker_usage: dict[str, dict[str, Any]] = {}
+        hooks: tuple[RunHook, ...] = options.hooks if options.hooks is not None else (LibraryLogHook(),)
+        if options.progress:
+            hooks = (*(options.hooks or ()), LibraryLogHook(show=True))
         # The caller's hooks, and around them every registered hook its config section turns on
         # (the budget watch first, the report and MLflow last): pipeline.hooks.hook_registry.
-        context = HookContext(config, config.name, self.store.layout.runs_dir,
-                              tuple(hooks if hooks is not None else [LibraryLogHook()]),
-                              {"check_budget_estimate": check_budget_estimate})
+        context = HookContext(config, config.name, self.store.layout.runs_dir, hooks,
+                              {"check_budget_estimate": options.check_budget_estimate})
         self.hooks = HookList(build_hooks(context))
-        self.keep_outputs = keep_outputs
+        self.keep_outputs = options.keep_outputs
         self.config_path = config_path
         self.cache = StageCache(self.store.layout.cache_dir)
-        # Bytes the cache may keep after a run (None: no limit): this argument (--cache-max-size),
+        # The PIPELINE_* environment this run is shaped by, taken once and recorded in its manifest.
+        self.settings = current_settings()
+        # Bytes the cache may keep after a run (None: no limit): the option (--cache-max-size),
         # else $PIPELINE_CACHE_MAX_SIZE, else the config's cache.max_size.
-        self.cache_limit = resolve_max_size(config.cache.max_size, cache_max_size)
+        self.cache_limit = resolve_max_size(config.cache.max_size, options.cache_max_size, self.settings)
 
-    def run(self, *, only: Sequence[str] = (), from_: Sequence[str] = (), until: Sequence[str] = ()) -> RunResult:
+    def run(self, *, only: Sequence[str] | None = None, from_: Sequence[str] | None = None,
+            until: Sequence[str] | None = None) -> RunResult:
+        """Run the stages the options select (``only``/``from_``/``until`` given here replace theirs)."""
         from pipeline.backends.clusters.main_guard import refuse_run_in_worker_bootstrap
 
         refuse_run_in_worker_bootstrap()        # a worker re-importing an unguarded script: fail now, not at the lock
+        only = self.options.only if only is None else only
+        from_ = self.options.from_ if from_ is None else from_
+        until = self.options.until if until is None else until
         graph = self.config.inputs_of()
         try:
             selected = select(graph, only=only, from_=from_, until=until)
@@ -415,7 +429,7 @@ class Runner:
         folder = [str(Path(self.config_path).resolve().parent)] if self.config_path else []
         key = self.keys.get(name)
         spec = self.config.stages[name]
-        return StageTask(name=name, spec=spec, backend=backend.name, seed=self.config.seed,
+        return StageTask(name=name, spec=spec, backend=backend, seed=self.config.seed,
                          artifacts_dir=run.stage_dir(name), inputs=list(spec.inputs), import_paths=folder,
                          cache_root=self.cache.root if key else None, cache_key=key)
 
@@ -488,7 +502,7 @@ class Runner:
             device=DeviceRecord(name=backend.name, requested=self.requested_device, reason=choice.reason),
             host=host_name(), pid=os.getpid(), command=list(sys.argv), config_file=config_file,
             config_sha256=sha256_file(config_file) if config_file and Path(config_file).is_file() else None,
-            selected=sorted(selected),
+            selected=sorted(selected), settings=self.settings.record(),
             versions={"pipeline": __version__, "python": platform.python_version(), **backend.versions()},
             stages={name: StageRecord(name=name, kind=self.config.stages[name].kind, selected=chosen)
                     for name, chosen in steps},
@@ -574,25 +588,13 @@ def _unrecorded(raised: BaseException, write_error: BaseException, run: RunDir,
     return error
 
 
-def run_pipeline(
-    config: PipelineConfig | str | os.PathLike[str],
-    *,
-    overrides: Sequence[str] = (),
-    device: str | None = None,
-    runs_dir: str | os.PathLike[str] | None = None,
-    only: Sequence[str] = (),
-    from_: Sequence[str] = (),
-    until: Sequence[str] = (),
-    hooks: Sequence[RunHook] | None = None,
-    keep_outputs: bool = True,
-    scheduler: str | None = None,
-    cache: bool = True,
-    force: bool | Sequence[str] = False,
-    wait: float = 600.0,
-    cache_max_size: int | str | None = None,
-    progress: bool = False,
-) -> RunResult:
+def run_pipeline(config: PipelineConfig | str | os.PathLike[str], options: RunOptions | None = None, /,
+                 **changes: Any) -> RunResult:
     """Load (if given a path) and run a pipeline: the library twin of ``pipeline run``.
+
+    ``options``: a ``RunOptions``; ``changes``: any of its fields by name, applied over it
+    (``run_pipeline(path, device="gpu", until=["features"])``). ``overrides`` apply when
+    ``config`` is a path.
 
     ``progress``: False (the default) prints nothing: a library should not write to the
     caller's terminal; lines go to the "pipeline" logger, for the caller's logging to show.
@@ -608,20 +610,17 @@ def run_pipeline(
         ('succeeded', ['raw', 'split'])
         >>> {split: len(rows) for split, rows in result.outputs["split"].frames.items()}
         {'train': 4929, 'valid': 705, 'test': 1409}
+        >>> "PIPELINE_THREADS" in result.manifest.settings   # the PIPELINE_* variables that were set
+        False
     """
     from pipeline.config import load_config
 
-    if progress:
-        hooks = [*(hooks or []), LibraryLogHook(show=True)]
-
+    options = RunOptions.build(options, **changes)
     config_path = None
     if not isinstance(config, PipelineConfig):
         config_path = str(config)
-        config = load_config(config, overrides=overrides)
-    runner = Runner(config, device=device, runs_dir=runs_dir, hooks=hooks,
-                    keep_outputs=keep_outputs, config_path=config_path, scheduler=scheduler,
-                    cache=cache, force=force, wait=wait, cache_max_size=cache_max_size)
-    return runner.run(only=only, from_=from_, until=until)
+        config = load_config(config, overrides=options.overrides)
+    return Runner(config, options, config_path=config_path).run()
 
 
-__all__ = ["LibraryLogHook", "RunResult", "Runner", "StageRecord", "run_pipeline"]
+__all__ = ["LibraryLogHook", "RunOptions", "RunResult", "Runner", "StageRecord", "run_pipeline"]

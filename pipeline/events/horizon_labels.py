@@ -83,13 +83,17 @@ def plan_label(*, by: str | Sequence[str], time: str, as_of: Any, horizon: str, 
                      parsed, cutoff_column)
 
 
-def label_events(events: Any, entities: Any, *, by: str | Sequence[str], time: str, as_of: Any, horizon: str,
-                 target: Mapping[str, Any], cutoff_column: str = "as_of", backend: Backend | str | None = None,
-                 facts: dict[str, Any] | None = None) -> Any:
-    """``entities`` (every column) with the target column added, per cut-off. ``facts``, when
-    given, receives ``rows_without_key`` (entity rows dropped for a missing key) and
-    ``unlabeled`` (rows dropped for having no value of a mean / min / max target), in memory."""
-    plan = plan_label(by=by, time=time, as_of=as_of, horizon=horizon, target=target, cutoff_column=cutoff_column)
+def label_events(events: Any, entities: Any, plan: LabelPlan | None = None, /, *,
+                 backend: Backend | str | None = None, facts: dict[str, Any] | None = None, **label: Any) -> Any:
+    """``entities`` (every column) with the target column added, per cut-off: as ``plan`` says, or
+    the plan of ``label`` (``plan_label``'s ``by``, ``time``, ``as_of``, ``horizon``, ``target``,
+    ``cutoff_column``). ``facts``, when given, receives ``rows_without_key`` (entity rows dropped
+    for a missing key) and ``unlabeled`` (rows dropped for having no value of a mean / min / max
+    target), in memory."""
+    if plan is None:
+        plan = plan_label(**label)
+    elif label:
+        raise TypeError(f"label_events takes a plan or its parts, not both ({', '.join(label)})")
     backend = backend_for(events, backend)
     _check_tables(events, entities, plan)
     _check_horizon_observed(events, plan)
@@ -158,10 +162,12 @@ def target_frame(events: Any, plan: LabelPlan, backend: Backend) -> Any:
     check_no_missing_times(frame, plan.time)
     engine = backend.table_engine
     if engine is not None:
+        from pipeline.backends.polars_engine import HorizonTarget
+
         name, (_, aggregate) = next(iter(_target_aggregations(plan).items()))
+        target = HorizonTarget(aggregate, plan.target.column, name)
         found = engine.aggregate_horizons(frame, keys=plan.keys, time=plan.time, cutoffs=plan.cutoffs,
-                                          horizon=plan.horizon, aggregate=aggregate,
-                                          column=plan.target.column, output=name, cutoff_column=plan.cutoff_column)
+                                          horizon=plan.horizon, target=target, cutoff_column=plan.cutoff_column)
         if found is not None:
             return found
     times = frame[plan.time]

@@ -88,15 +88,18 @@ def plan_aggregation(*, by: str | Sequence[str], time: str, as_of: Any, features
     return AggregationPlan(tuple(keys), time, tuple(cutoffs), tuple(parsed), cutoff_column)
 
 
-def aggregate_events(events: Any, *, by: str | Sequence[str], time: str, as_of: Any, features: Mapping[str, Any],
-                     windows: Sequence[str] = (ALL,), cutoff_column: str = "as_of", backend: Backend | str | None = None,
-                     facts: dict[str, Any] | None = None) -> Any:
+def aggregate_events(events: Any, plan: AggregationPlan | None = None, /, *, backend: Backend | str | None = None,
+                     facts: dict[str, Any] | None = None, **aggregation: Any) -> Any:
     """One row per (entity, cut-off) for entities with an event before the cut-off: the keys,
     the cut-off column, then ``<feature>_<window>`` per feature and window, sorted by (cut-off,
-    keys) (within each partition on Dask). ``facts``, when given, receives counts for the run
-    record (``rows_without_key``: events dropped for a missing key, in memory only)."""
-    plan = plan_aggregation(by=by, time=time, as_of=as_of, features=features, windows=windows,
-                            cutoff_column=cutoff_column)
+    keys) (within each partition on Dask). As ``plan`` says, or the plan of ``aggregation``
+    (``plan_aggregation``'s ``by``, ``time``, ``as_of``, ``features``, ``windows``,
+    ``cutoff_column``). ``facts``, when given, receives counts for the run record
+    (``rows_without_key``: events dropped for a missing key, in memory only)."""
+    if plan is None:
+        plan = plan_aggregation(**aggregation)
+    elif aggregation:
+        raise TypeError(f"aggregate_events takes a plan or its parts, not both ({', '.join(aggregation)})")
     backend = backend_for(events, backend)
     check_events(events, plan)
     if is_partitioned(events):

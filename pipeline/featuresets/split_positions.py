@@ -41,17 +41,15 @@ FOLDS_NEED_MEMORY = ("folds: cross-validation needs in-memory data (each fold re
 Positions = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def ordered_positions(n_rows: int, *, test: float, valid: float, seed: int,
-                      groups: pd.Series | None = None, times: pd.Series | None = None,
-                      group_name: str | None = None, order_name: str | None = None,
-                      test_latest: int | None = None) -> Positions:
+def ordered_positions(n_rows: int, *, test: float, valid: float, seed: int, groups: pd.Series | None = None,
+                      times: pd.Series | None = None, test_latest: int | None = None) -> Positions:
     """(train, valid, test) row positions, each sorted; refuses a split that leaves train empty
-    (one group or one time holding most rows), naming the column. ``test_latest``: the rows of
-    that many latest distinct ``times`` are test (``test`` is not used)."""
+    (one group or one time holding most rows), naming the column (the series' name). ``test_latest``:
+    the rows of that many latest distinct ``times`` are test (``test`` is not used)."""
     positions = _positions(n_rows, test=test, valid=valid, seed=seed, groups=groups, times=times,
-                           group_name=group_name, order_name=order_name, test_latest=test_latest)
+                           test_latest=test_latest)
     if n_rows and not len(positions[0]):
-        column = f"group column '{group_name}'" if groups is not None else f"order_by column '{order_name}'"
+        column = f"group column '{groups.name}'" if groups is not None else f"order_by column '{_name(times)}'"
         what = "groups" if groups is not None else "times"
         raise DataError(f"{column}: no rows are left to train on (valid {len(positions[1])}, test "
                         f"{len(positions[2])} of {n_rows} rows): a split never cuts through one of its "
@@ -60,9 +58,14 @@ def ordered_positions(n_rows: int, *, test: float, valid: float, seed: int,
     return positions
 
 
+def _name(column: pd.Series | None) -> str | None:
+    """The column a series of groups or times came from (its name), for messages."""
+    return None if column is None or column.name is None else str(column.name)
+
+
 def _positions(n_rows: int, *, test: float, valid: float, seed: int, groups: pd.Series | None,
-               times: pd.Series | None, group_name: str | None, order_name: str | None,
-               test_latest: int | None = None) -> Positions:
+               times: pd.Series | None, test_latest: int | None = None) -> Positions:
+    group_name, order_name = _name(groups), _name(times)
     wanted = (round(test * n_rows), round(valid * n_rows))
     if test_latest is not None:
         return _latest_positions(n_rows, test_latest, valid=valid, groups=groups, times=times,

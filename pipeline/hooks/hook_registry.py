@@ -18,7 +18,7 @@ A registration says:
   check before any other), the budget watch -100 (its clock starts with the run), costs -50,
   the report 100 (it reads the record the others finished), MLflow 200 (it uploads the report).
 
-Plugin code registers hooks with the same ``register_hook`` (``pipeline.config.plugins``:
+Plugin code registers hooks with the same ``register_hook`` (``pipeline.core.plugins``:
 a config's ``plugins:``, ``$PIPELINE_PLUGINS``, or the ``pipeline.hooks`` entry-point group).
 Registering a name that exists replaces it (a plugin reloaded in a notebook).
 """

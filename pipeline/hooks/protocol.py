@@ -29,7 +29,6 @@ a Dask worker the same calls travel to the client as Dask events.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from pipeline.core.settings import Settings, current_settings
 from pipeline.runs.record import RunManifest, StageRecord
 
 log = logging.getLogger("pipeline")
@@ -44,7 +44,7 @@ log = logging.getLogger("pipeline")
 # Where no bar can be drawn (a log file, a Dask worker), a bar's line at most this often;
 # $PIPELINE_PROGRESS_SECONDS sets another interval (0: a line per step).
 STEP_LINE_SECONDS = 10.0
-STEP_LINE_ENV = "PIPELINE_PROGRESS_SECONDS"
+STEP_LINE_ENV = Settings.variable("progress_seconds")
 
 
 class StageProgress(Protocol):
@@ -68,7 +68,7 @@ def elapsed(seconds: float) -> str:
 def step_line_seconds() -> float:
     """The interval of a bar's lines: ``$PIPELINE_PROGRESS_SECONDS`` if it is a number >= 0."""
     try:
-        value = float(os.environ.get(STEP_LINE_ENV, ""))
+        value = float(current_settings().progress_seconds or "")
     except ValueError:
         return STEP_LINE_SECONDS
     return value if value >= 0 else STEP_LINE_SECONDS

@@ -4,3 +4,8 @@ partition by partition, and the rebuild of the model's input table from raw even
     from pipeline.predict import predict_batch
     result = predict_batch("latest", "new_customers.csv", "scores.csv", pipeline="churn")
 """
+
+from pipeline.predict.batch import PredictResult, predict_batch
+from pipeline.predict.predict_options import PredictOptions
+
+__all__ = ["PredictOptions", "PredictResult", "predict_batch"]

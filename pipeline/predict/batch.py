@@ -31,36 +31,34 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, dialect_of
-from pipeline.runs import layout
+from pipeline.backends.csv_dialect import CsvDialect, dialect_of
+from pipeline.backends.table_read import TableRead
+from pipeline.core.dtypes import is_number_or_bool
 from pipeline.core.errors import DataError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
-from pipeline.config.plugins import load_run_plugins
-from pipeline.scoring.model_folder import scores_with_counts
+from pipeline.predict.predict_options import PredictOptions
+from pipeline.runs import layout
 from pipeline.runs.record import RunManifest  # noqa: F401 - predict's record type, as callers import it
-from pipeline.core.dtypes import is_number_or_bool
-from pipeline.core.problems import Task
 # What predict shares with serving and the promotion gate, kept importable from here.
 from pipeline.scoring.input_rows import (  # noqa: F401
-    INPUT_SUFFIXES, check_finite, check_headers, check_types, input_files, read_input,
-    training_read_options,
+    INPUT_SUFFIXES, check_finite, check_headers, check_types, input_files, read_input, training_read_options,
 )
+from pipeline.scoring.model_folder import scores_with_counts
 from pipeline.scoring.run_models import (  # noqa: F401
-    best_exported, checked_run_model, choose_model, exported_models, exported_task, read_manifest, run_metrics,
-    verify_artifacts, verify_run_config,
+    DEFAULT_THRESHOLD, OpenedRun, best_exported, checked_run_model, choose_model, decide_threshold, exported_models,
+    exported_task, open_run, read_manifest, run_metrics, verify_artifacts, verify_run_config,
 )
 
 log = logging.getLogger("pipeline")
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv"}
-DEFAULT_THRESHOLD = 0.5
 DRIFT_SUFFIX = ".drift.json"           # scores.parquet -> scores.drift.json, beside it
 PARTITIONED_DRIFT = "_drift.json"      # inside a partitioned scores folder: Parquet readers skip "_" names
 
@@ -81,24 +79,12 @@ class PredictResult:
     over_threshold: tuple[str, ...] = ()     # features whose PSI is over the drift threshold, largest first
 
 
-def predict_batch(
-    run: str | os.PathLike[str],
-    input: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    model: str | None = None,
-    runs_dir: str | os.PathLike[str] = "runs",
-    pipeline: str | None = None,
-    device: str | None = None,
-    threshold: float | None = None,
-    na_values: Sequence[str] | None = None,
-    partitioned: bool = False,
-    scheduler: str | None = None,
-    as_of: str | None = None,
-    drift_threshold: float | None = None,
-    csv_options: Mapping[str, str | None] | None = None,
-) -> PredictResult:
+def predict_batch(run: str | os.PathLike[str], input: str | os.PathLike[str], output: str | os.PathLike[str],
+                  options: PredictOptions | None = None, /, **changes: Any) -> PredictResult:
     """Score every row of ``input`` with a model of ``run`` and write ``output`` atomically.
+
+    ``options``: a ``PredictOptions``; ``changes``: its fields by name, over it
+    (``predict_batch("latest", "rows.csv", "scores.parquet", model="xgb")``).
 
     ``run`` is a run id, a run folder or ``"latest"`` (under ``runs_dir``/``pipeline``);
     ``na_values`` defaults to the strings the run's load read as missing (and the run's
@@ -124,8 +110,10 @@ def predict_batch(
     Raises ``UsageError`` (a ``ConfigError``: bad options), ``DataError`` (run, artifacts or
     input), ``BackendUnavailable`` or ``StorageError``.
     """
+    options = PredictOptions.build(options, **changes)
     started = time.perf_counter()
     output = Path(output)
+    as_of, partitioned, scheduler, threshold = options.as_of, options.partitioned, options.scheduler, options.threshold
     if as_of is not None:
         from pipeline.predict.rebuild import parse_as_of
 
@@ -143,21 +131,23 @@ def predict_batch(
         out_format = output_format(output)
     if threshold is not None and not 0.0 < threshold < 1.0:
         raise UsageError(f"--threshold must be between 0 and 1 (exclusive), got {threshold}")
-    drift_threshold = DRIFT_THRESHOLD if drift_threshold is None else drift_threshold
+    drift_threshold = DRIFT_THRESHOLD if options.drift_threshold is None else options.drift_threshold
     if not drift_threshold > 0.0:
         raise UsageError(f"--drift-threshold must be above 0, got {drift_threshold}")
     files = input_files(input)
 
-    opened = open_model(run, model=model, runs_dir=runs_dir, pipeline=pipeline, device=device, threshold=threshold)
+    opened = open_model(run, model=options.model, runs_dir=options.runs_dir, pipeline=options.pipeline,
+                        device=options.device, threshold=threshold)
     run_dir, name, task, threshold = opened.run_dir, opened.name, opened.task, opened.threshold
     read, backend, saved = opened.read, opened.backend, opened.saved
+    na_values = options.na_values
     if na_values is None:                                # the run's own unless the caller says otherwise
         na_values = read["na_values"] or None
-    dialect = input_dialect(read["dialect"], csv_options)
+    dialect = input_dialect(read["dialect"], options.csv_options)
     id_column = saved.meta.get("id_column")
     if partitioned:
-        rows, counts = _predict_partitioned(saved, name, files, output, backend, threshold, id_column, na_values,
-                                            scheduler, dates=read["dates"], dialect=dialect)
+        how = TableRead(na_values=list(na_values) if na_values else None, dates=read["dates"], dialect=dialect)
+        rows, counts = _predict_partitioned(opened, files, output, how, scheduler)
     else:
         if as_of is not None:
             frame = rebuilt_input(run_dir, name, files, as_of, saved, backend)
@@ -174,45 +164,15 @@ def predict_batch(
                          over_threshold=tuple(over))
 
 
-@dataclass(frozen=True)
-class OpenedModel:
-    """A run's exported model, checked and loaded: what scoring needs besides the rows."""
-
-    run_dir: Path
-    manifest: RunManifest
-    name: str                          # the model's name in the run
-    task: Task
-    threshold: float | None            # None: not a binary model
-    metrics: dict[str, Any]            # the run's reported evaluation
-    read: dict[str, Any]               # how the run read its rows (training_read_options)
-    backend: Any
-    saved: Any                         # pipeline.scoring.model_folder.SavedModel
-
-
 def open_model(run: str | os.PathLike[str], *, model: str | None = None, runs_dir: str | os.PathLike[str] = "runs",
                pipeline: str | None = None, device: str | None = None,
-               threshold: float | None = None, argument: str = "--run") -> OpenedModel:
+               threshold: float | None = None, argument: str = "--run") -> OpenedRun:
     """Steps 2 and 3 of the module docstring, shared by ``pipeline predict`` and ``pipeline serve``
-    so that both score with a model checked the same way: the run resolved, its signature,
-    status, config and the model's checksums verified, its plugins imported, the model chosen
-    and loaded on ``device`` (None: auto), and the threshold decided (``decide_threshold``).
+    so that both score with a model checked the same way: ``run`` (an id, a folder, ``latest``
+    or ``champion``) found under ``runs_dir``, then opened (``pipeline.scoring.run_models.open_run``).
     ``argument``: how the caller's command line names ``run``, for messages."""
-    from pipeline.backends import resolve_backend
-    from pipeline.scoring.model_folder import load_model
-
     run_dir = resolve_run(run, runs_dir=runs_dir, pipeline=pipeline, argument=argument)
-    # Its plugins are imported once its config is verified: models a plugin registered load
-    # like built-ins.
-    manifest, name, folder = checked_run_model(
-        run_dir, model=model, config_verified=lambda checked: load_run_plugins(run_dir, checked.config_file))
-    metrics = run_metrics(manifest)
-    task = exported_task(run_dir / folder)
-    threshold = decide_threshold(task, threshold, metrics, name)
-    read = training_read_options(run_dir, manifest, name)
-    backend, _ = resolve_backend(device or "auto")
-    saved = load_model(run_dir / folder, device=backend.name)
-    return OpenedModel(run_dir=run_dir, manifest=manifest, name=name, task=task, threshold=threshold,
-                       metrics=metrics, read=read, backend=backend, saved=saved)
+    return open_run(run_dir, model=model, device=device, threshold=threshold)
 
 
 def rebuilt_input(run_dir: Path, model: str, files: list[tuple[Path, str]], as_of: str, saved: Any,
@@ -236,35 +196,20 @@ def rebuilt_input(run_dir: Path, model: str, files: list[tuple[Path, str]], as_o
     return check_types(frame, fitted, backend, source=source, fmt="table")
 
 
-def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any], name: str) -> float | None:
-    """The threshold of a binary model: the requested one, else the run's evaluation's, else
-    0.5. Other tasks have none: one given is a usage error (it would change nothing, and a
-    cron line that passes it expects a binary model)."""
-    if task.kind != "binary":
-        if requested is not None:
-            raise UsageError(f"--threshold applies to binary models only; model {name} is {task.describe()}: "
-                             "leave --threshold out")
-        return None
-    if requested is not None:
-        return requested
-    return float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
-
-
-def _predict_partitioned(saved: Any, name: str, files: list[tuple[Path, str]], output: Path, backend: Any,
-                         threshold: float | None, id_column: str | None, na_values: Sequence[str] | None,
-                         scheduler: str | None, *,
-                         dates: Mapping[str, str | None] | None = None,
-                         dialect: CsvDialect = DEFAULT_DIALECT) -> tuple[int, Counts | None]:
+def _predict_partitioned(opened: OpenedRun, files: list[tuple[Path, str]], output: Path, how: TableRead,
+                         scheduler: str | None) -> tuple[int, Counts | None]:
     """The same header and type checks as in memory, on each file's header and Dask's meta;
-    returns the rows and their drift counts."""
+    returns the rows and their drift counts. ``how``: the missing-value markers, dates and
+    dialect of the input (the columns are the model's)."""
     from pipeline.predict.partition_scoring import score_partitioned
 
+    saved, backend = opened.saved, opened.backend
     fitted = saved.workflow.input_columns_
-    needed = check_headers(files, fitted, id_column, dialect)
+    needed = check_headers(files, fitted, saved.meta.get("id_column"), how.dialect)
     text_columns = [c for c, dtype in fitted.items() if not is_number_or_bool(dtype)]
-    return score_partitioned(saved, name, files, output, backend=backend, threshold=threshold, needed=needed,
-                             text_columns=text_columns, na_values=na_values, scheduler=scheduler,
-                             dates={c: f for c, f in (dates or {}).items() if c in needed} or None, dialect=dialect,
+    dates = {c: f for c, f in (how.dates or {}).items() if c in needed} or None
+    return score_partitioned(opened, files, output, how.replace(columns=needed, dates=dates),
+                             text_columns=text_columns, scheduler=scheduler,
                              check=lambda meta, source, fmt: check_types(meta, fitted, backend, source=source,
                                                                          fmt=fmt))
 

@@ -15,13 +15,16 @@ the write, so the drift summary costs no second pass over the input.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
+from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError, UsageError
 from pipeline.metrics.drift import Counts, sum_counts
+
+if TYPE_CHECKING:
+    from pipeline.scoring.run_models import OpenedRun
 
 
 def check_output_folder(path: Path) -> None:
@@ -32,16 +35,15 @@ def check_output_folder(path: Path) -> None:
         raise UsageError(f"--output {path} is a file; partitioned scores are a folder of Parquet files")
 
 
-def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], output: Path, *,
-                      backend: Any, threshold: float | None, needed: list[str], text_columns: list[str],
-                      na_values: Sequence[str] | None, scheduler: str | None,
-                      check: Callable[[Any, Path, str], Any],
-                      dates: Mapping[str, str | None] | None = None,
-                      dialect: CsvDialect = DEFAULT_DIALECT) -> tuple[int, Counts | None]:
-    """Score every row of ``files`` into the Parquet folder ``output``; returns the row count
-    and the drift counts of all rows (None when the model has no reference profile).
+def score_partitioned(opened: OpenedRun, files: Sequence[tuple[Path, str]], output: Path, how: TableRead, *,
+                      text_columns: list[str], scheduler: str | None,
+                      check: Callable[[Any, Path, str], Any]) -> tuple[int, Counts | None]:
+    """Score every row of ``files`` with the ``opened`` model into the Parquet folder ``output``;
+    returns the row count and the drift counts of all rows (None when the model has no
+    reference profile). ``how``: the columns to read, the missing-value markers, the dates and
+    the CSV dialect; ``text_columns`` are read as text from CSV.
 
-    The columns are ``scores_table``'s for the model's task (``threshold`` None: not binary).
+    The columns are ``scores_table``'s for the model's task (its threshold None: not binary).
 
     ``check(frame, source, format)`` is the in-memory type check, applied to Dask's sample
     partition (its dtypes), so a column of the wrong type is refused before anything is read.
@@ -56,10 +58,9 @@ def score_partitioned(saved: Any, name: str, files: Sequence[tuple[Path, str]], 
     if len(formats) > 1:
         raise DataError(f"partitioned input must be all CSV or all Parquet; {files[0][0].parent} mixes them")
     fmt = formats.pop()
+    saved, name, threshold, backend = opened.saved, opened.name, opened.threshold, opened.backend
     dtypes = {c: "str" for c in text_columns} if fmt == "csv" else None
-    frame = backend.read_partitioned([str(path) for path, _ in files], format=fmt, columns=needed,
-                                     dtypes=dtypes, na_values=list(na_values) if na_values else None,
-                                     dates=dict(dates) if dates else None, dialect=dialect)
+    frame = backend.read_partitioned([str(path) for path, _ in files], how, format=fmt, dtypes=dtypes)
     source = files[0][0].parent if len(files) > 1 else files[0][0]
     check(frame._meta_nonempty, source, fmt)
     # One task per partition (its read fused in) gives its table and its counts: the tables

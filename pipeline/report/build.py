@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ConfigError, ConfigIssue
+from pipeline.core.settings import Settings, current_settings
 from pipeline.report.sources import read_sources
 
 REPORT = "report.html"
-ENV_REPORT = "PIPELINE_REPORT"
+ENV_REPORT = Settings.variable("report")
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 log = logging.getLogger("pipeline")
 
 
-def report_enabled(configured: bool, environ: Mapping[str, str] | None = None) -> bool:
+def report_enabled(configured: bool, settings: Settings | None = None) -> bool:
     """Whether a run writes its report: ``$PIPELINE_REPORT`` (on/off) when set, else the config's
     ``report.enabled``. A nightly job can turn it off (or on) without editing the config."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(ENV_REPORT, "").strip().lower()
+    settings = current_settings() if settings is None else settings
+    value = (settings.report or "").strip().lower()
     if not value:
         return configured
     if value in _ON or value in _OFF:
@@ -57,8 +57,8 @@ def build_comparison(run_a: Any, run_b: Any, output: str | Path) -> Path:
 
 def _write(path: Path, render: Callable[[datetime, str], str]) -> Path:
     """``render(generated, version)`` written to ``path`` atomically."""
-    from pipeline.version import __version__
     from pipeline.runs.store import atomic_write_text
+    from pipeline.version import __version__
 
     atomic_write_text(path, render(datetime.now(timezone.utc), __version__))
     return path

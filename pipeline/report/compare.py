@@ -16,10 +16,7 @@ from pipeline.report import figures
 from pipeline.report.html import cell, document, duration, e, figure_row, number, plain, switches, table, text
 from pipeline.report.sources import RunSources, read_sources
 
-_CURVES = (("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve"),
-           ("pr", "recall", "precision", "recall", "precision", "Precision-recall curve"),
-           ("gain", "fraction_rows", "fraction_positives", "fraction of rows, highest scores first",
-            "fraction of positives found", "Cumulative gain"))
+_CURVES = figures.BINARY_CURVES[:3]            # ROC, precision-recall, gain
 
 
 def render_comparison(a: Run, b: Run, *, generated: datetime, version: str) -> str:
@@ -78,13 +75,15 @@ def _curves(sources: Mapping[str, RunSources], models: Sequence[str]) -> str:
     if not all(curves.values()):
         return ""
     drawn = []
-    for key, x, y, xlabel, ylabel, title in _CURVES:
+    for axes in _CURVES:
+        key, x, y = axes.key, axes.x, axes.y
         lines = []
         for side, style in (("A", "-"), ("B", "--")):
             for name, points in curves[side].items():
                 if key in points:
                     lines.append((f"{name} ({side})", points[key][x], points[key][y], models.index(name), style))
-        drawn.append(figures.overlay(f"compare-{key}", lines, xlabel=xlabel, ylabel=ylabel, title=title))
+        drawn.append(figures.overlay(f"compare-{key}", lines, xlabel=axes.xlabel, ylabel=axes.ylabel,
+                                     title=axes.title))
     return switches(models, models) + figure_row(drawn) + '<p class="note">A solid, B dashed.</p>'
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:     # matplotlib is imported when a figure is drawn: a CLI that draws none
@@ -81,10 +82,36 @@ def timeline(stages: Sequence[Mapping[str, Any]]) -> str:
 
 
 # --------------------------------------------------------------------------- binary
-def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]], *, key: str, x: str,
-                y: str, xlabel: str, ylabel: str, title: str, legend: Mapping[str, str] | None = None,
-                diagonal: str | None = None) -> str:
-    """One line per model (those whose curves hold ``key``) from ``curves[model][key][x|y]``."""
+@dataclass(frozen=True)
+class CurveAxes:
+    """One kind of curve: where its points are (``curves[model][key][x|y]``), its labels, its
+    reference line (``chance``: the diagonal; ``one``: y = 1) and the metric of its area."""
+
+    key: str
+    x: str
+    y: str
+    xlabel: str
+    ylabel: str
+    title: str
+    diagonal: str | None = None
+    area: str | None = None
+
+
+BINARY_CURVES = (
+    CurveAxes("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve", "chance", "roc_auc"),
+    CurveAxes("pr", "recall", "precision", "recall", "precision", "Precision-recall curve", None, "pr_auc"),
+    CurveAxes("gain", "fraction_rows", "fraction_positives", "fraction of rows, highest scores first",
+              "fraction of positives found", "Cumulative gain", "chance"),
+    CurveAxes("lift", "fraction_rows", "lift", "fraction of rows, highest scores first", "lift over the base rate",
+              "Lift", "one"),
+)
+
+
+def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[str, Any]], axes: CurveAxes, *,
+                title: str | None = None, legend: Mapping[str, str] | None = None) -> str:
+    """One line per model (those whose curves hold ``axes.key``) from ``curves[model][key][x|y]``;
+    ``title`` in place of the axes' own."""
+    key, x, y, diagonal = axes.key, axes.x, axes.y, axes.diagonal
     fig, ax = _figure()
     for index, name in enumerate(models):
         points = curves.get(name, {}).get(key)
@@ -97,9 +124,9 @@ def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping
         ax.plot([0, 1], [0, 1], color="#999999", linestyle="--", linewidth=1, label="chance")
     elif diagonal == "one":
         ax.axhline(1.0, color="#999999", linestyle="--", linewidth=1, label="no model")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize="medium")
+    ax.set_xlabel(axes.xlabel)
+    ax.set_ylabel(axes.ylabel)
+    ax.set_title(title or axes.title, fontsize="medium")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small", frameon=False)
     return to_svg(fig)
@@ -264,12 +291,13 @@ def split_histogram(edges: Sequence[float], shares: Mapping[str, Sequence[float]
 
 # ---------------------------------------------------------------------- explanations
 def importances(figure: str, models: Sequence[str], everyone: Sequence[str],
-                values: Mapping[str, Mapping[str, float]], features: Sequence[str], *, title: str, xlabel: str,
-                errors: Mapping[str, Mapping[str, float]] | None = None, names: Any = str) -> str:
-    """Horizontal bars per feature (most important on top), one bar per model of ``models``;
-    ``names`` gives each feature's label."""
-    height = 0.9 + 0.22 * len(features) * max(1, min(len(models), 3))
-    longest = max((len(_short(names(f))) for f in features), default=4)
+                values: Mapping[str, Mapping[str, float]], features: Mapping[str, str], *, title: str, xlabel: str,
+                errors: Mapping[str, Mapping[str, float]] | None = None) -> str:
+    """Horizontal bars per feature of ``features`` (feature -> its label; most important first, on
+    top), one bar per model of ``models`` (coloured by its place in ``everyone``)."""
+    labels = dict(features)
+    height = 0.9 + 0.22 * len(labels) * max(1, min(len(models), 3))
+    longest = max((len(_short(label)) for label in labels.values()), default=4)
     fig, ax = _figure(6.2, height, left=min(0.5, 0.04 + 0.0105 * longest), right=0.97,
                       bottom=0.6 / height, top=1 - 0.35 / height)
     width = 0.8 / max(len(models), 1)
@@ -280,7 +308,7 @@ def importances(figure: str, models: Sequence[str], everyone: Sequence[str],
         bars = ax.barh(rows, [values[name].get(f, 0.0) for f in features], height=width, color=colour(index),
                        xerr=spread, error_kw={"linewidth": 0.6}, label=name)
         _tag(bars, figure, index)
-    ax.set_yticks(range(len(features)), [_short(names(f)) for f in features], fontsize="x-small")
+    ax.set_yticks(range(len(labels)), [_short(label) for label in labels.values()], fontsize="x-small")
     ax.invert_yaxis()
     ax.axvline(0, color="#999999", linewidth=0.8)
     ax.set_xlabel(xlabel)

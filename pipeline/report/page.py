@@ -22,14 +22,7 @@ from pipeline.report.html import (cell, document, duration, e, figure_row, group
 from pipeline.report.labels import class_namer, feature_namer
 from pipeline.report.sources import Evaluation, RunSources
 
-_BINARY_CURVES = (
-    ("roc", "fpr", "tpr", "false positive rate", "true positive rate", "ROC curve", "chance", "roc_auc"),
-    ("pr", "recall", "precision", "recall", "precision", "Precision-recall curve", None, "pr_auc"),
-    ("gain", "fraction_rows", "fraction_positives", "fraction of rows, highest scores first",
-     "fraction of positives found", "Cumulative gain", "chance", None),
-    ("lift", "fraction_rows", "lift", "fraction of rows, highest scores first", "lift over the base rate",
-     "Lift", "one", None),
-)
+_BINARY_CURVES = figures.BINARY_CURVES
 
 
 # Features whose distributions the data section draws, and bars per importance figure.
@@ -140,11 +133,11 @@ def _headline_figures(sources: RunSources, evaluation: Evaluation) -> list[str]:
     namer = class_namer(_task(sources, metrics), sources.facts())
     shown = []
     if task == "binary" and curves:
-        name, x, y, xlabel, ylabel, title, diagonal, area = _BINARY_CURVES[0]
-        legend = {m: f"{m} ({area} {number((metrics['models'].get(m) or {}).get(area))})" for m in everyone}
-        shown.append(figures.curve_lines(f"{key}-{name}", everyone, curves, key=name, x=x, y=y, xlabel=xlabel,
-                                         ylabel=ylabel, title=f"{title} ({metrics.get('split', 'test')} split)",
-                                         legend=legend, diagonal=diagonal))
+        axes = _BINARY_CURVES[0]
+        legend = {m: f"{m} ({axes.area} {number((metrics['models'].get(m) or {}).get(axes.area))})"
+                  for m in everyone}
+        shown.append(figures.curve_lines(f"{key}-{axes.key}", everyone, curves, axes,
+                                         title=f"{axes.title} ({metrics.get('split', 'test')} split)", legend=legend))
     if task == "regression" and curves:
         shown.append(figures.predicted_vs_actual(f"{key}-scatter", everyone, curves))
     confusion = (metrics.get("confusion") or {}).get(best)
@@ -169,11 +162,14 @@ def _summary(sources: RunSources) -> tuple[str, str, str]:
         rows.append(("cluster", json.dumps(m.cluster, default=str)))
     fields = key_values(rows)
     versions = key_values(sorted(m.versions.items()))
+    settings = (key_values(sorted(m.settings.items())) if m.settings
+                else "<p>No <code>PIPELINE_*</code> variable was set.</p>")
     config = (f"<details><summary>The resolved config (config.yaml)</summary><pre>{e(sources.config_text)}</pre>"
               "</details>" if sources.config_text else "")
     return ("summary", "Run details",
             f"<details><summary>Run, host and command</summary>{fields}</details>"
-            f"<details><summary>Versions</summary>{versions}</details>{config}")
+            f"<details><summary>Versions</summary>{versions}</details>"
+            f"<details><summary>Settings (the PIPELINE_* environment)</summary>{settings}</details>{config}")
 
 
 def _timeline(sources: RunSources) -> tuple[str, str, str]:
@@ -236,11 +232,10 @@ def _evaluation(sources: RunSources, evaluation: Evaluation, headline: bool = Fa
     key = evaluation.stage
     if task == "binary" and curves:
         shown = []
-        for name, x, y, xlabel, ylabel, title, diagonal, area in _BINARY_CURVES[1 if headline else 0:]:
-            legend = ({m: f"{m} ({area} {number(metrics['models'][m].get(area))})" for m in models}
-                      if area else None)
-            shown.append(figures.curve_lines(f"{key}-{name}", everyone, curves, key=name, x=x, y=y, xlabel=xlabel,
-                                             ylabel=ylabel, title=title, legend=legend, diagonal=diagonal))
+        for axes in _BINARY_CURVES[1 if headline else 0:]:
+            legend = ({m: f"{m} ({axes.area} {number(metrics['models'][m].get(axes.area))})" for m in models}
+                      if axes.area else None)
+            shown.append(figures.curve_lines(f"{key}-{axes.key}", everyone, curves, axes, legend=legend))
         shown.append(figures.calibration(f"{key}-calibration", everyone, curves))
         best = metrics.get("best")
         if best in curves and "thresholds" in curves[best]:
@@ -379,9 +374,10 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
         if kind == "permutation":
             axis = f"{importance.get('metric')} lost when the feature is shuffled"
         title = f"{label}: {having[0]}" if len(having) == 1 else label
+        drawn = top[:max(TOP_IMPORTANCES * 2 // (len(having) + 1), 8)]
         shown.append(figures.importances(f"{key}-{kind}", having, everyone, means,
-                                         top[:max(TOP_IMPORTANCES * 2 // (len(having) + 1), 8)], title=title,
-                                         xlabel=axis, errors=errors or None, names=shown_as))
+                                         {feature: shown_as(feature) for feature in drawn}, title=title,
+                                         xlabel=axis, errors=errors or None))
     if shown:
         parts.append(figure_row(shown))
     rows = importance.get("rows") or {}

@@ -171,6 +171,9 @@ class RunManifest(BaseModel):
     config_sha256: str | None = None
     selected: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+    # The PIPELINE_* variables set when the run started (``pipeline.core.settings``), secrets
+    # redacted: what shaped the run beside its config.
+    settings: dict[str, str] = Field(default_factory=dict)
     stages: dict[str, StageRecord] = Field(default_factory=dict)
     # What stages added to the run record (declared by their kind): the evaluation that ranks
     # the models, and the exported models by name (folder relative to the run).

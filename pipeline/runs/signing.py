@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import DataError, StorageError, UsageError
+from pipeline.core.settings import Settings, current_settings
 from pipeline.runs.layout import MANIFEST, MODEL_DESCRIPTION
 from pipeline.runs.store import atomic_write_text, json_text, sha256_file
 
-KEY_ENV = "PIPELINE_SIGNING_KEY"
-KEY_FILE_ENV = "PIPELINE_SIGNING_KEY_FILE"
+KEY_ENV = Settings.variable("signing_key")
+KEY_FILE_ENV = Settings.variable("signing_key_file")
 SIGNATURE_SUFFIX = ".sig"
 ALGORITHM = "hmac-sha256"
 MIN_KEY_BYTES = 16
@@ -46,10 +47,10 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- the key
-def signing_key(environ: Mapping[str, str] | None = None) -> bytes | None:
-    """The key from the environment, or None when neither variable is set."""
-    env = os.environ if environ is None else environ
-    value, file = env.get(KEY_ENV), env.get(KEY_FILE_ENV)
+def signing_key(settings: Settings | None = None) -> bytes | None:
+    """The key of ``settings`` (default: this process's), or None when neither variable is set."""
+    settings = current_settings() if settings is None else settings
+    value, file = settings.signing_key, settings.signing_key_file
     if value is None and file is None:
         return None
     if value is not None and file is not None:

@@ -35,7 +35,7 @@ from pipeline.scaffold.task_choice import (
     choose_task,
     missing_target_note,
 )
-from pipeline.scaffold.yaml_text import render
+from pipeline.scaffold.yaml_text import Draft, render
 
 
 @dataclass
@@ -93,8 +93,9 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
             c.action = ("auto.id (written beside predictions, not a feature)" if c.name == id_column else
                         "left out by auto" if c.role in LEFT_OUT_ROLES else "a feature (auto types it)")
     config_name = name or pipeline_name(Path(data))
-    text = render(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens, target=target,
-                  choice=choice, columns=columns, id_column=id_column, ops=ops, models=models, notes=notes, auto=auto)
+    text = render(Draft(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens,
+                        target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
+                        notes=notes, auto=auto))
     check_config_text(text)
     if not auto:
         check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.backends.csv_dialect import show
@@ -100,11 +101,32 @@ _DIALECT_WHY = {"sep": "the fields are separated by this, not a comma",
                 "thousands": "and with this between thousands"}
 
 
-def render(*, name: str, data_path: str, sample: Sample, tokens: list[str], target: str, choice: TaskChoice,
-           columns: list[Column], id_column: str | None, ops: list[Op], models: list[tuple[str, dict[str, Any], str]],
-           notes: list[str], auto: bool = False) -> str:
-    """The config's YAML, every choice with its reason as a comment; ``auto``: one auto stage
-    after the split, in place of the features stage and ``models``."""
+@dataclass(frozen=True)
+class Draft:
+    """What ``init`` decided, for ``render`` to write: the names, the sample read and its missing
+    markers (``tokens``), the target and task, the columns with their roles and actions, the
+    identifier, the feature ops, the models with their parameters and why, and the notes.
+    ``auto``: one auto stage after the split, in place of the features stage and ``models``."""
+
+    name: str
+    data_path: str
+    sample: Sample
+    tokens: list[str]
+    target: str
+    choice: TaskChoice
+    columns: list[Column]
+    id_column: str | None
+    ops: list[Op]
+    models: list[tuple[str, dict[str, Any], str]]
+    notes: list[str]
+    auto: bool = False
+
+
+def render(draft: Draft) -> str:
+    """The config's YAML of ``draft``, every choice with its reason as a comment."""
+    name, data_path, sample, tokens, target = draft.name, draft.data_path, draft.sample, draft.tokens, draft.target
+    choice, columns, id_column, ops, models = draft.choice, draft.columns, draft.id_column, draft.ops, draft.models
+    notes, auto = draft.notes, draft.auto
     out: list[str] = []
     add = out.append
     add(f"# Written by `pipeline init` for {data_path} (target: {target}) from {sample.describe()}.")

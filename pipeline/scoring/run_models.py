@@ -12,39 +12,106 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import DataError, UsageError
+from pipeline.core.plugins import load_plugins
 from pipeline.core.problems import Task
 from pipeline.runs import layout, record
 from pipeline.runs.record import RunManifest
 from pipeline.runs.signing import signing_key, verify_run
+from pipeline.scoring.input_rows import training_read_options
 from pipeline.scoring.model_folder import SavedModel, load_model, model_format_of
 
 log = logging.getLogger("pipeline")
 
 __all__ = [
-    "RunModel", "best_exported", "choose_model", "exported_models", "exported_task", "open_run_model",
-    "read_manifest", "run_metrics", "verify_artifacts", "verify_run_config",
+    "DEFAULT_THRESHOLD", "OpenedRun", "best_exported", "choose_model", "decide_threshold", "exported_models",
+    "exported_task", "load_run_plugins", "open_run", "read_manifest", "run_metrics", "verify_artifacts",
+    "verify_run_config",
 ]
 
 
+# A binary model's threshold when neither the caller nor the run's evaluation gives one.
+DEFAULT_THRESHOLD = 0.5
+
+
 @dataclass(frozen=True)
-class RunModel:
-    """A model of a past run, verified and loaded: what a caller scores with and reports."""
+class OpenedRun:
+    """A model of a past run, verified and loaded (``open_run``): what ``predict``, ``serve``
+    and the promotion gate score with and report."""
 
     run_dir: Path
     manifest: RunManifest
-    name: str
-    folder: str                 # relative to the run folder, as the manifest lists it
+    name: str                          # the model's name in the run
+    folder: str                        # relative to the run folder, as the manifest lists it
+    task: Task
+    threshold: float | None            # None: not a binary model
+    metrics: dict[str, Any]            # the run's reported evaluation
+    read: dict[str, Any]               # how the run read its rows (``training_read_options``)
+    backend: Any                       # the backend the model was loaded on
     saved: SavedModel
 
     @property
     def run_id(self) -> str:
         return self.run_dir.name
+
+
+def open_run(run_dir: Path, *, model: str | None = None, device: str | None = None,
+             threshold: float | None = None) -> OpenedRun:
+    """Open ``model`` of the run at ``run_dir`` (None: its best) in one call: the run's record
+    (its signature first, with a key set) and config checked, the plugins its config names
+    imported, the model's files checked against the record and loaded on ``device`` (cpu, gpu
+    or auto; None: auto), its task read and its threshold decided (``decide_threshold``)."""
+    from pipeline.backends import resolve_backend
+
+    manifest, name, folder = checked_run_model(
+        run_dir, model=model, config_verified=lambda checked: load_run_plugins(run_dir, checked.config_file))
+    metrics = run_metrics(manifest)
+    task = exported_task(run_dir / folder)
+    decided = decide_threshold(task, threshold, metrics, name)
+    read = training_read_options(run_dir, manifest, name)
+    backend, _ = resolve_backend(device or "auto")
+    saved = load_model(run_dir / folder, device=backend.name)
+    return OpenedRun(run_dir=run_dir, manifest=manifest, name=name, folder=folder, task=task, threshold=decided,
+                     metrics=metrics, read=read, backend=backend, saved=saved)
+
+
+def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any], name: str) -> float | None:
+    """The threshold of a binary model: the requested one, else the run's evaluation's, else
+    0.5. Other tasks have none: one given is a usage error (it would change nothing, and a
+    cron line that passes it expects a binary model)."""
+    if task.kind != "binary":
+        if requested is not None:
+            raise UsageError(f"--threshold applies to binary models only; model {name} is {task.describe()}: "
+                             "leave --threshold out")
+        return None
+    if requested is not None:
+        return requested
+    return float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
+
+
+def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = None) -> list[str]:
+    """Import the plugins a finished run used (its resolved ``config.yaml``), so its models load.
+
+    ``config_file`` (from the run record) is where the run's config was: modules beside it
+    import as they did for the run.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(layout.RunLayout(Path(run_dir)).config.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        data = None
+    modules = data.get("plugins") if isinstance(data, dict) else None
+    modules = [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else []
+    folder = Path(config_file).parent if config_file else None
+    return load_plugins(modules, search_path=folder if folder is not None and folder.is_dir() else None,
+                        where="the run's plugins")
 
 
 def checked_run_model(run_dir: Path, *, model: str | None = None,
@@ -62,14 +129,6 @@ def checked_run_model(run_dir: Path, *, model: str | None = None,
     name = choose_model(models, model, run_metrics(manifest), run_dir)
     verify_artifacts(run_dir, manifest.artifacts, models[name])
     return manifest, name, models[name]
-
-
-def open_run_model(run_dir: Path, *, model: str | None = None, device: str | None = None) -> RunModel:
-    """The run's ``model`` (None: its best), checked (``checked_run_model``) and loaded.
-    The run's plugins are the caller's to import (``pipeline.config.plugins``) before this."""
-    manifest, name, folder = checked_run_model(run_dir, model=model)
-    saved = load_model(run_dir / folder, device=device)
-    return RunModel(run_dir=run_dir, manifest=manifest, name=name, folder=folder, saved=saved)
 
 
 def exported_task(folder: Path) -> Task:

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import BackendUnavailable
+from pipeline.serve.serve_options import ServeOptions
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["create_app", "require_serve_extra"]
+__all__ = ["ServeOptions", "create_app", "require_serve_extra"]
 
 _SERVE_MODULES = ("fastapi", "uvicorn", "prometheus_client")
 
@@ -34,9 +35,9 @@ def require_serve_extra() -> None:
                                  "(in a checkout: pip install -e '.[serve]')")
 
 
-def create_app(run: str, **options: Any) -> FastAPI:
+def create_app(run: str, options: ServeOptions | None = None, /, **changes: Any) -> FastAPI:
     """``pipeline.serve.http_app.create_app``: the app serving ``run``'s model (see there)."""
     require_serve_extra()
     from pipeline.serve.http_app import create_app as build
 
-    return build(run, **options)
+    return build(run, options, **changes)

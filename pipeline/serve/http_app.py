@@ -17,7 +17,6 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -29,6 +28,7 @@ from pipeline.core.errors import DataError
 from pipeline.runs.layout import CHAMPION
 from pipeline.serve.batcher import Job, MicroBatcher
 from pipeline.serve.prometheus_metrics import CONTENT_TYPE, ServeMetrics
+from pipeline.serve.serve_options import ServeOptions
 from pipeline.serve.served_model import RequestError, ServedModel, load_served_model
 
 log = logging.getLogger("pipeline")
@@ -36,33 +36,14 @@ log = logging.getLogger("pipeline")
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet")
 CSV_TYPE = "text/csv"
-DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _ENDPOINTS = {"/predict", "/predict/batch", "/health", "/ready", "/metadata", "/metrics"}
-
-
-@dataclass
-class ServeSettings:
-    """How the app loads, batches, limits and reloads (the CLI's options)."""
-
-    run: str
-    runs_dir: str | Path = "runs"
-    pipeline: str | None = None
-    model: str | None = None
-    device: str | None = None
-    threshold: float | None = None
-    max_batch_rows: int = 1024
-    max_wait_ms: float = 2.0
-    max_body_bytes: int = DEFAULT_MAX_BODY
-    drift_window: int = 10_000
-    reload_seconds: float = 2.0
-    watch: bool | None = None            # None: watch when ``run`` is the champion alias
 
 
 @dataclass
 class ServeState:
     """What the endpoints share: the model served now (swapped atomically) and the batcher."""
 
-    settings: ServeSettings
+    options: ServeOptions
     model: ServedModel
     metrics: ServeMetrics
     batcher: MicroBatcher
@@ -72,30 +53,20 @@ class ServeState:
     tasks: list[asyncio.Task] = field(default_factory=list)
 
 
-def create_app(run: str, *, runs_dir: str | Path = "runs", pipeline: str | None = None, model: str | None = None,
-               device: str | None = None, threshold: float | None = None, max_batch_rows: int = 1024,
-               max_wait_ms: float = 2.0, max_body_bytes: int = DEFAULT_MAX_BODY, drift_window: int = 10_000,
-               reload_seconds: float = 2.0, watch: bool | None = None) -> FastAPI:
+def create_app(run: str, options: ServeOptions | None = None, /, **changes: Any) -> FastAPI:
     """An app serving ``run``'s model (``latest``, ``champion``, a run id or folder), loaded,
     checked and warmed now, as ``pipeline predict`` loads it; mount it, serve it with any ASGI
-    server, or test it in-process. ``max_batch_rows`` 1 turns micro-batching off. With
-    ``run="champion"`` (or ``watch=True``) the champion alias is re-read every
-    ``reload_seconds`` and a new champion swapped in between batches."""
-    settings = ServeSettings(run=run, runs_dir=runs_dir, pipeline=pipeline, model=model, device=device,
-                             threshold=threshold, max_batch_rows=max_batch_rows, max_wait_ms=max_wait_ms,
-                             max_body_bytes=max_body_bytes, drift_window=drift_window, reload_seconds=reload_seconds,
-                             watch=watch)
-    for name, value, low in (("max_batch_rows", max_batch_rows, 1), ("max_body_bytes", max_body_bytes, 1),
-                             ("drift_window", drift_window, 1)):
-        if value < low:
-            from pipeline.core.errors import UsageError
-
-            raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
-    served = load_served_model(run, runs_dir=runs_dir, pipeline=pipeline, model=model, device=device,
-                               threshold=threshold)
-    metrics = ServeMetrics(drift_window=drift_window)
-    batcher = MicroBatcher(max_rows=max_batch_rows, max_wait=max_wait_ms / 1000.0, observer=metrics.observe_batch)
-    state = ServeState(settings=settings, model=served, metrics=metrics, batcher=batcher)
+    server, or test it in-process. ``options``: a ``ServeOptions``; ``changes``: its fields by
+    name, over it. ``max_batch_rows`` 1 turns micro-batching off. With ``run="champion"`` (or
+    ``watch=True``) the champion alias is re-read every ``reload_seconds`` and a new champion
+    swapped in between batches."""
+    options = ServeOptions.build(options, run=run, **changes)
+    served = load_served_model(run, runs_dir=options.runs_dir, pipeline=options.pipeline, model=options.model,
+                               device=options.device, threshold=options.threshold)
+    metrics = ServeMetrics(drift_window=options.drift_window)
+    batcher = MicroBatcher(max_rows=options.max_batch_rows, max_wait=options.max_wait_ms / 1000.0,
+                           observer=metrics.observe_batch)
+    state = ServeState(options=options, model=served, metrics=metrics, batcher=batcher)
     metrics.serving(served)
     return build_app(state)
 
@@ -106,7 +77,7 @@ def build_app(state: ServeState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await state.batcher.start()
-        watching = state.settings.watch if state.settings.watch is not None else state.settings.run == CHAMPION
+        watching = state.options.watch if state.options.watch is not None else state.options.run == CHAMPION
         if watching:
             state.tasks.append(asyncio.get_running_loop().create_task(watch_champion(app, state)))
         state.ready = True
@@ -130,7 +101,7 @@ def build_app(state: ServeState) -> FastAPI:
         if content_type_of(content_type)[0] not in ("application/json", ""):
             raise RequestError(415, f"POST /predict takes application/json, not {content_type}; Arrow and "
                                     "Parquet bodies go to POST /predict/batch")
-        body = await read_body(request, state.settings.max_body_bytes)
+        body = await read_body(request, state.options.max_body_bytes)
         served = state.model                              # this request's model, even across a swap
         columns, rows, orientation = served.parse_json(body)
         result = await state.batcher.submit(Job(model=served, rows=rows, columns=columns))
@@ -156,7 +127,7 @@ def build_app(state: ServeState) -> FastAPI:
         if media_type not in (ARROW_STREAM, CSV_TYPE, *PARQUET_TYPES):
             raise RequestError(415, f"POST /predict/batch takes {ARROW_STREAM}, {PARQUET_TYPES[0]} "
                                     f"({PARQUET_TYPES[1]}) or {CSV_TYPE}, not {media_type or 'no content type'}")
-        body = await read_body(request, state.settings.max_body_bytes)
+        body = await read_body(request, state.options.max_body_bytes)
         served = state.model
         if media_type == CSV_TYPE:
             dialect = served.csv_dialect({**({"encoding": parameters["charset"]} if "charset" in parameters else {}),
@@ -337,15 +308,15 @@ def describe(state: ServeState) -> dict[str, Any]:
     """/metadata: the model, the software, and how requests are batched."""
     import platform
 
-    settings = state.settings
+    options = state.options
     return {
         **state.model.metadata(),
-        "serving": settings.run,
+        "serving": options.run,
         "versions": {"pipeline": _version(), "python": platform.python_version(), **_library_versions()},
-        "batching": {"max_batch_rows": settings.max_batch_rows, "max_wait_ms": settings.max_wait_ms,
-                     "enabled": settings.max_batch_rows > 1},
-        "max_body_bytes": settings.max_body_bytes, "drift_window": settings.drift_window,
-        "reload_seconds": settings.reload_seconds if state.tasks else None,
+        "batching": {"max_batch_rows": options.max_batch_rows, "max_wait_ms": options.max_wait_ms,
+                     "enabled": options.batching},
+        "max_body_bytes": options.max_body_bytes, "drift_window": options.drift_window,
+        "reload_seconds": options.reload_seconds if state.tasks else None,
     }
 
 
@@ -375,10 +346,10 @@ async def watch_champion(app: FastAPI, state: ServeState) -> None:
     alias moves again; the old model serves meanwhile."""
     from pipeline.runs.history import alias_target
 
-    settings = state.settings
+    options = state.options
     loop = asyncio.get_running_loop()
     while True:
-        await asyncio.sleep(settings.reload_seconds)
+        await asyncio.sleep(options.reload_seconds)
         pipeline_dir = state.model.opened.run_dir.parent
         try:
             target = await loop.run_in_executor(None, alias_target, pipeline_dir, CHAMPION)
@@ -391,8 +362,8 @@ async def watch_champion(app: FastAPI, state: ServeState) -> None:
             continue
         try:
             new = await loop.run_in_executor(None, lambda: load_served_model(
-                pipeline_dir / target, runs_dir=settings.runs_dir, pipeline=settings.pipeline, model=settings.model,
-                device=settings.device, threshold=settings.threshold))
+                pipeline_dir / target, runs_dir=options.runs_dir, pipeline=options.pipeline, model=options.model,
+                device=options.device, threshold=options.threshold))
         except Exception as exc:                          # noqa: BLE001 - keep serving the old model
             state.failed_target = target
             state.metrics.reloads.labels("failed").inc()

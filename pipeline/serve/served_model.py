@@ -42,7 +42,7 @@ from pipeline.backends.csv_dialect import CsvDialect, dialect_of
 from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 from pipeline.metrics.drift import Counts
-from pipeline.predict.batch import OpenedModel, check_types, open_model
+from pipeline.predict.batch import OpenedRun, check_types, open_model
 from pipeline.scoring.input_rows import read_input
 from pipeline.scoring.model_folder import scores_with_counts
 
@@ -66,7 +66,7 @@ class RequestError(Exception):
 class ServedModel:
     """A loaded, warmed model with what the server needs to validate and score rows for it."""
 
-    opened: OpenedModel
+    opened: OpenedRun
     fields: dict[str, str]                       # request field -> kind (input columns, then the id)
     body_adapter: TypeAdapter
     request_schema: dict[str, Any]               # JSON schema of the request body (for OpenAPI)

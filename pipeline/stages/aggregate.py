@@ -129,8 +129,7 @@ def run_aggregate(spec: AggregateSpec, ctx: StageContext, inputs) -> Any:
     events = only_input(inputs)
     plan = spec.plan()
     facts: dict[str, Any] = {}
-    out = aggregate_events(events, by=spec.by, time=spec.time, as_of=spec.as_of, features=spec.features,
-                           windows=spec.windows, cutoff_column=spec.cutoff_column, backend=ctx.backend, facts=facts)
+    out = aggregate_events(events, plan, backend=ctx.backend, facts=facts)
     ctx.facts["cutoffs"] = [c.isoformat() for c in plan.cutoffs]
     ctx.facts["columns"] = plan.output_names
     if is_partitioned(out):

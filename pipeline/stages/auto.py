@@ -57,7 +57,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -65,6 +65,7 @@ from pydantic import Field, field_validator
 from pipeline.backends import is_partitioned
 from pipeline.backends.headers import HeaderReader
 from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, DataError
+from pipeline.core.option_objects import Options
 from pipeline.core.problems import Task
 from pipeline.core.sizes import parse_duration
 from pipeline.core.threads import available_cores, free_cores
@@ -328,12 +329,30 @@ def portfolio_for(task: str, preset: str, models: Sequence[str] | None = None) -
     return chosen
 
 
-def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "auto",
-             models: Sequence[str] | None = None, bag: int | None = None, ensemble: str = "weighted",
-             seed: int = 42, name: str = "auto", log: Callable[[str], None] | None = None) -> AutoResult:
+@dataclass(frozen=True)
+class AutoOptions(Options):
+    """How ``fit_auto`` fits: within ``time_limit`` seconds, the ``preset``'s members (or those
+    named in ``models``), planned against the clock or every member on ``bag`` folds, blended
+    (``ensemble``: weighted) or stacked, with ``seed``; ``name``: the stage's (in messages and
+    the model's name)."""
+
+    time_limit: float = 300.0
+    preset: str = "auto"
+    models: Sequence[str] | None = None
+    bag: int | None = None
+    ensemble: str = "weighted"
+    seed: int = 42
+    name: str = "auto"
+
+    what: ClassVar[str] = "auto option"
+
+
+def fit_auto(features: FeatureSet, options: AutoOptions | None = None, /, *,
+             log: Callable[[str], None] | None = None, **changes: Any) -> AutoResult:
     """Fit the portfolio on ``features`` within ``time_limit`` seconds and blend it (see the
     module): planned against the clock, or every member on ``bag`` folds where ``bag`` is given
-    (or the members are stacked).
+    (or the members are stacked). ``options`` (an ``AutoOptions``) or its fields by name
+    (``changes``) say how; ``log`` receives the plan's lines.
 
     Examples:
         >>> from pipeline.stages import fit_auto
@@ -341,6 +360,9 @@ def fit_auto(features: FeatureSet, *, time_limit: float = 300.0, preset: str = "
         >>> result.mode, result.metric, [row.model for row in result.leaderboard]
         ('planned', 'roc_auc', ['linear'])
     """
+    options = AutoOptions.build(options, **changes)
+    time_limit, preset, models, bag = options.time_limit, options.preset, options.models, options.bag
+    ensemble, seed, name = options.ensemble, options.seed, options.name
     started = time.perf_counter()
     features = features.in_memory("the auto stage bags its members on the training matrix in memory; load the "
                                   "data without partitioned: true")
@@ -741,8 +763,9 @@ def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> Tr
             raise ConfigError([ConfigIssue(f"stages.{ctx.stage}.id", "id applies when the input is a split; the "
                                                                       "features stage names its own id column")])
         features = source
-    result = fit_auto(features, time_limit=spec.time_limit, preset=spec.preset, models=spec.models, bag=spec.bag,
-                      ensemble=spec.ensemble, seed=ctx.seed, name=ctx.stage, log=lambda line: ctx.logger.info("%s: %s", ctx.stage, line))
+    options = AutoOptions(time_limit=spec.time_limit, preset=spec.preset, models=spec.models, bag=spec.bag,
+                          ensemble=spec.ensemble, seed=ctx.seed, name=ctx.stage)
+    result = fit_auto(features, options, log=lambda line: ctx.logger.info("%s: %s", ctx.stage, line))
     board = [r.to_dict() for r in result.leaderboard]
     ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)",
                                 "time_limit": spec.time_limit, "seconds": round(result.seconds, 3),

@@ -27,7 +27,9 @@ from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, cla
 from pipeline.metrics.curves import binary_curves, regression_curves
 from pipeline.stages.spec import KeyPath, StageContext, StageSpec, register_stage
 from pipeline.featuresets.in_memory import InMemoryFeatures
-from pipeline.stages.explain import IMPORTANCE_ROWS, REPEATS, SAMPLE, SCORED_ROWS, explain_models, strided_sample
+from pipeline.stages.explain import (
+    IMPORTANCE_ROWS, REPEATS, SAMPLE, SCORED_ROWS, ImportanceBudget, explain_models, strided_sample,
+)
 from pipeline.stages.split import SPLITS
 from pipeline.stages.train import TrainedModel
 from pipeline.core.problems import BINARY, Task
@@ -270,9 +272,10 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
         if evaluation.curves:
             atomic_write_json(ctx.artifact_path("curves.json"), evaluation.curves_dict())
         if spec.importance:
-            importance = explain_models(models, split=spec.split, metric=rank_by, threshold=spec.threshold,
-                                        rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed,
-                                        progress=ctx.progress, budget=spec.importance_budget)
+            limits = ImportanceBudget(rows=spec.importance_rows, repeats=spec.importance_repeats, seed=ctx.seed,
+                                      budget=spec.importance_budget)
+            importance = explain_models(models, limits, split=spec.split, metric=rank_by, threshold=spec.threshold,
+                                        progress=ctx.progress)
             atomic_write_json(ctx.artifact_path("importance.json"), importance)
             ctx.facts["explained"] = explained_facts(importance)
             for name, reason in importance["skipped"].items():

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
 from pipeline.core.errors import DataError
+from pipeline.core.option_objects import Options
 from pipeline.featuresets.in_memory import InMemoryFeatures, stride
 from pipeline.metrics import HIGHER_IS_BETTER, task_metrics
 from pipeline.models import get_model_spec
@@ -78,17 +79,42 @@ RANKED_BY = ("absolute correlation of the feature with the model's score (log-od
 UNSCORABLE = (AttributeError, TypeError, ValueError, NotImplementedError)
 
 
-def explain_models(models: list[TrainedModel], *, split: str, metric: str, threshold: float,
-                   rows: int = IMPORTANCE_ROWS, repeats: int = REPEATS, seed: int = 0,
-                   progress: StageProgress | None = None, max_cells: int = PERMUTATION_CELLS,
-                   budget: int = SCORED_ROWS, native_budget: int = NATIVE_ROW_OUTPUTS) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ImportanceBudget(Options):
+    """What explaining a model may cost: the permutation sample's ``rows`` at most, its
+    ``repeats`` and ``seed``; ``max_cells`` (rows x columns of shuffled copies) and ``budget``
+    (rows x outputs scored in all) per model; ``native_budget`` (rows x outputs of a model's own
+    explainer); ``batch_bytes`` of shuffled copies scored in one call.
+
+    Examples:
+        >>> from pipeline.stages.explain import ImportanceBudget
+        >>> ImportanceBudget(rows=400).replace(repeats=1).repeats
+        1
+    """
+
+    rows: int = IMPORTANCE_ROWS
+    repeats: int = REPEATS
+    seed: int = 0
+    max_cells: int = PERMUTATION_CELLS
+    budget: int = SCORED_ROWS
+    native_budget: int = NATIVE_ROW_OUTPUTS
+    batch_bytes: int = BATCH_BYTES
+
+    what: ClassVar[str] = "importance budget"
+
+
+def explain_models(models: list[TrainedModel], limits: ImportanceBudget | None = None, /, *, split: str, metric: str,
+                   threshold: float, progress: StageProgress | None = None, **changes: Any) -> dict[str, Any]:
     """importance.json: per model, ``permutation`` (``mean``/``std`` per feature) and any native
     importances, each ordered most important first; ``rows``: the permutation sample's rows per
     model (the native one's where there is no permutation), ``native_rows``: the native
     explainer's, ``scored_rows``: the rows permutation importance scored in all (each row
     counts once per output); ``budgets``: the caps they were held to (see the module doc);
     ``skipped`` says why a kind is missing; ``permuted``: for a model whose features did not
-    all fit ``max_cells`` or ``budget``, which were permuted."""
+    all fit ``max_cells`` or ``budget``, which were permuted. ``limits`` (an ``ImportanceBudget``)
+    or its fields by name (``changes``) bound the cost."""
+    limits = ImportanceBudget.build(limits, **changes)
+    rows, repeats, budget, native_budget = limits.rows, limits.repeats, limits.budget, limits.native_budget
     out: dict[str, Any] = {"split": split, "metric": metric, "repeats": repeats, "rows": {}, "native_rows": {},
                            "scored_rows": {}, "budgets": {"scored_rows": budget, "native_row_outputs": native_budget,
                                                           "min_sample_rows": MIN_SAMPLE_ROWS, "max_rows": rows},
@@ -99,9 +125,9 @@ def explain_models(models: list[TrainedModel], *, split: str, metric: str, thres
         if cost > 1:            # a bag or an ensemble scores every member: the budget is the rows' share
             out.setdefault("model_budgets", {})[model.name] = {"estimators": cost, "scored_rows": budget // cost}
         try:
-            entry["permutation"] = permutation_importance(model, split=split, metric=metric, threshold=threshold,
-                                                          rows=rows, repeats=repeats, seed=seed, progress=progress,
-                                                          max_cells=max_cells, budget=max(1, budget // cost))
+            entry["permutation"] = permutation_importance(model, limits.replace(budget=max(1, budget // cost)),
+                                                          split=split, metric=metric, threshold=threshold,
+                                                          progress=progress)
             out["rows"][model.name] = entry["permutation"].pop("rows")
             out["scored_rows"][model.name] = entry["permutation"].pop("scored_rows")
             chosen = entry["permutation"].pop("permuted")
@@ -125,10 +151,9 @@ def explain_models(models: list[TrainedModel], *, split: str, metric: str, thres
     return out
 
 
-def permutation_importance(model: TrainedModel, *, split: str, metric: str, threshold: float,
-                           rows: int, repeats: int, seed: int, progress: StageProgress | None = None,
-                           max_cells: int = PERMUTATION_CELLS, batch_bytes: int = BATCH_BYTES,
-                           budget: int = SCORED_ROWS) -> dict[str, Any]:
+def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None = None, /, *, split: str,
+                           metric: str, threshold: float, progress: StageProgress | None = None,
+                           **changes: Any) -> dict[str, Any]:
     """The metric's loss per shuffled feature (positive: the model needs it). The shuffled
     copies are scored in batches of at most ``BATCH_ROWS`` rows and ``batch_bytes``: one call
     per batch (each returns every class's scores) rather than one per shuffle, which is most of
@@ -136,6 +161,9 @@ def permutation_importance(model: TrainedModel, *, split: str, metric: str, thre
     table. The sample has at most ``rows`` rows, fewer where ``budget`` (rows x outputs scored
     in all) asks; features past ``max_cells`` or ``budget`` are not permuted (``permuted`` says
     which were measured); ``scored_rows`` counts what was scored, each row once per output."""
+    limits = ImportanceBudget.build(limits, **changes)
+    rows, repeats, seed, max_cells, budget = limits.rows, limits.repeats, limits.seed, limits.max_cells, limits.budget
+    batch_bytes = limits.batch_bytes
     features = model.features.in_memory(
         "permutation importance scores a sample in memory; models trained on partitioned data score "
         "through the cluster")

@@ -81,8 +81,7 @@ def run_label(spec: LabelSpec, ctx: StageContext, inputs) -> Any:
     plan = plan_label(by=spec.by, time=spec.time, as_of=spec.as_of, horizon=spec.horizon, target=spec.target,
                       cutoff_column=spec.cutoff_column)
     facts: dict[str, Any] = {}
-    out = label_events(events, entities, by=spec.by, time=spec.time, as_of=spec.as_of, horizon=spec.horizon,
-                       target=spec.target, cutoff_column=spec.cutoff_column, backend=ctx.backend, facts=facts)
+    out = label_events(events, entities, plan, backend=ctx.backend, facts=facts)
     ctx.facts["cutoffs"] = [c.isoformat() for c in plan.cutoffs]
     ctx.facts["columns"] = [plan.target.name]
     if is_partitioned(out):

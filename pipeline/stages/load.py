@@ -15,6 +15,7 @@ from pipeline.backends.csv_dialect import (
 )
 from pipeline.backends.dates import check_date_format
 from pipeline.backends.streams import STREAM_TIMEOUT, is_stream, spool
+from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError
 from pipeline.core.fingerprints import files_fingerprint
 from pipeline.backends.headers import ColumnSet, HeaderReader
@@ -145,23 +146,12 @@ class LoadSpec(StageSpec):
         return refs
 
 
-def load_table(
-    path: str | os.PathLike[str],
-    *,
-    backend: Backend | str = "cpu",
-    format: str | None = None,
-    columns: list[str] | None = None,
-    dtypes: dict[str, str] | None = None,
-    na_values: list[str] | None = None,
-    filters: list[tuple[str, str, Any]] | None = None,
-    dates: dict[str, str | None] | None = None,
-    sep: str = ",",
-    encoding: str = "utf-8",
-    decimal: str = ".",
-    thousands: str | None = None,
-) -> Any:
+def load_table(path: str | os.PathLike[str], *, backend: Backend | str = "cpu", sep: str = ",",
+               encoding: str = "utf-8", decimal: str = ".", thousands: str | None = None, **read: Any) -> Any:
     """Read a table as a pandas (cpu) or cuDF (gpu) frame; ``dates`` columns as naive datetimes;
-    a CSV file written with ``sep``, ``encoding``, ``decimal`` and ``thousands``.
+    a CSV file written with ``sep``, ``encoding``, ``decimal`` and ``thousands``. ``read``: the
+    other fields of a ``TableRead`` by name (``format``, ``columns``, ``dtypes``, ``na_values``,
+    ``filters``, ``dates``).
 
     Examples:
         >>> from pipeline.stages import load_table
@@ -171,8 +161,7 @@ def load_table(
     """
     backend = get_backend(backend) if isinstance(backend, str) else backend
     dialect = CsvDialect(sep=normalize_separator(sep), encoding=encoding, decimal=decimal, thousands=thousands)
-    return backend.read(path, format=format, columns=columns, dtypes=dtypes, na_values=na_values, filters=filters,
-                        dates=dates, dialect=dialect)
+    return backend.read(path, TableRead(dialect=dialect), **read)
 
 
 def load_fingerprint(spec: LoadSpec) -> dict[str, Any] | None:

@@ -48,9 +48,9 @@ from pipeline.core.problems import Task
 from pipeline.metrics import ALL_METRICS, HIGHER_IS_BETTER, known_metric, metric_task_problem, task_metrics
 from pipeline.runs.history import alias_target
 from pipeline.runs.layout import CHAMPION, MODEL_DESCRIPTION, MODELS_DIR, RunLayout
-from pipeline.scoring.input_rows import input_files, read_input, training_read_options
+from pipeline.scoring.input_rows import input_files, read_input
 from pipeline.scoring.model_folder import SavedModel, load_model
-from pipeline.scoring.run_models import RunModel, open_run_model
+from pipeline.scoring.run_models import OpenedRun, open_run
 from pipeline.stages.evaluate import Evaluation, resolve_rank_by
 from pipeline.stages.export import ExportedFiles
 from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, register_stage
@@ -229,7 +229,7 @@ def _new_model_folder(stage: str, best: str, exported: list[ExportedFiles]) -> P
         "export it (models: true) so the champion can be served"))])
 
 
-def _champion(pipeline_dir: Path, run_id: str, backend: str) -> tuple[RunModel | None, str | None]:
+def _champion(pipeline_dir: Path, run_id: str, backend: str) -> tuple[OpenedRun | None, str | None]:
     """The champion's model, or ``(None, why it cannot be used)``; ``(None, None)``: no champion."""
     target = alias_target(pipeline_dir, CHAMPION)
     if target is None:
@@ -240,12 +240,12 @@ def _champion(pipeline_dir: Path, run_id: str, backend: str) -> tuple[RunModel |
     if not run_dir.is_dir():
         return None, f"the champion run {target} is gone ('{pipeline_dir / CHAMPION}' points to a missing folder)"
     try:
-        return open_run_model(run_dir, device=backend), None
+        return open_run(run_dir, device=backend), None
     except PipelineError as exc:
         return None, f"the champion run {target} cannot be used: {exc}"
 
 
-def _mismatch(champion: RunModel, task: Task, target: str | None) -> str | None:
+def _mismatch(champion: OpenedRun, task: Task, target: str | None) -> str | None:
     """Why the champion does not predict what the new model predicts, or None."""
     if champion.saved.task.to_dict() != task.to_dict():
         return (f"the champion ({champion.run_id}, {champion.name}) is {champion.saved.task.describe()}, the new "
@@ -298,7 +298,7 @@ def _read_holdout(files: list[tuple[Path, str]], target: str, models: list[Saved
                       dtypes=read["dtypes"], dates=read["dates"])
 
 
-def _columns_missing(champion: RunModel, files: list[tuple[Path, str]]) -> str | None:
+def _columns_missing(champion: OpenedRun, files: list[tuple[Path, str]]) -> str | None:
     """Why the champion cannot read the holdout (columns it was fitted on that a file lacks), or None."""
     from pipeline.backends.input_files import read_header
 
@@ -359,8 +359,7 @@ def run_promote(spec: PromoteSpec, ctx: StageContext, inputs) -> Promotion:
             unusable = _columns_missing(champion, files)
             if unusable is not None:
                 champion = None
-        read = (training_read_options(champion.run_dir, champion.manifest, champion.name) if champion is not None
-                else {"na_values": [], "dtypes": {}, "dates": {}})
+        read = champion.read if champion is not None else {"na_values": [], "dtypes": {}, "dates": {}}
         frame = _read_holdout(files, target, [new_saved] + ([champion.saved] if champion else []), ctx, read)
         labels = np.asarray(ctx.backend.to_host(task_labels(frame[target], task, ctx.backend, column=target)))
         new_value = _value(new_saved, frame, labels, task, metric, threshold)

@@ -26,7 +26,7 @@ call these instead of looking for fields or methods with getattr.
 
 Outputs are ordinary Python objects (frames, ``SplitData``, ``FeatureSet``,
 ``TrainedModel``...) so the same functions serve the runner and library users. Plugin code
-registers kinds with the same ``register_stage`` (see ``pipeline.config.plugins``).
+registers kinds with the same ``register_stage`` (see ``pipeline.core.plugins``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ column), then taken on the device, so the same seed selects the same rows on CPU
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -16,6 +16,7 @@ from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.backends.headers import HeaderReader
 from pipeline.core.dtypes import dtype_kind, is_number
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.option_objects import Options
 from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
 from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY, shuffled_split
 from pipeline.stages.spec import (
@@ -312,24 +313,33 @@ def check_training_classes(train_labels: np.ndarray, task: Task, original: Any, 
                         f"(rows per class in all: {class_counts(original, backend)}); {advice}")
 
 
-def split_frame(
-    frame: Any,
-    target: str,
-    *,
-    positive: Any = None,
-    test: float = 0.2,
-    valid: float = 0.0,
-    seed: int = 42,
-    stratify: bool = True,
-    group: str | None = None,
-    order_by: str | None = None,
-    backend: Backend | str | None = None,
-    task: str | None = None,
-    folds: int | None = None,
-    test_latest: int | None = None,
-    missing_target: str = "error",
-    facts: dict[str, Any] | None = None,
-) -> SplitData:
+@dataclass(frozen=True)
+class SplitPlan(Options):
+    """How ``split_frame`` divides the rows: the shares, the seed, and what keeps rows together.
+
+    Examples:
+        >>> from pipeline.stages.split import SplitPlan
+        >>> plan = SplitPlan(test=0.25, seed=1).replace(valid=0.1)
+        >>> plan.test, plan.valid, plan.stratify
+        (0.25, 0.1, True)
+    """
+
+    test: float = 0.2
+    valid: float = 0.0
+    seed: int = 42
+    stratify: bool = True
+    group: str | None = None
+    order_by: str | None = None
+    folds: int | None = None
+    test_latest: int | None = None
+    missing_target: str = "error"
+
+    what: ClassVar[str] = "split option"
+
+
+def split_frame(frame: Any, target: str, plan: SplitPlan | None = None, /, *, positive: Any = None,
+                backend: Backend | str | None = None, task: str | None = None, facts: dict[str, Any] | None = None,
+                **changes: Any) -> SplitData:
     """Split a frame you already have; the target becomes the task's labels (``task``: binary,
     multiclass or regression; None infers it from the target, see ``resolve_task``).
 
@@ -341,6 +351,8 @@ def split_frame(
     times are the test split, in place of ``test``; ``valid`` is a share of the other rows.
     ``missing_target``: ``error`` refuses rows whose target is missing, ``drop`` leaves them out
     (in memory, ``facts["dropped_missing_target"]`` counts them when ``facts`` is given).
+    Those are the fields of ``plan`` (a ``SplitPlan``), given by name here (``changes``) or as one
+    object.
 
     Examples:
         >>> from pipeline.stages import split_frame
@@ -348,6 +360,9 @@ def split_frame(
         >>> data.task.kind, {split: len(rows) for split, rows in data.frames.items()}
         ('binary', {'train': 5634, 'valid': 0, 'test': 1409})
     """
+    plan = SplitPlan.build(plan, **changes)
+    test, valid, seed, group, order_by = plan.test, plan.valid, plan.seed, plan.group, plan.order_by
+    folds, test_latest, missing_target, stratify = plan.folds, plan.test_latest, plan.missing_target, plan.stratify
     backend = backend_for(frame, backend)
     if target not in frame.columns:
         raise DataError(f"target column '{target}' not in the data (columns: {', '.join(map(str, frame.columns))})")
@@ -368,7 +383,7 @@ def split_frame(
         if order_by:
             raise DataError("order_by: is not available on partitioned data yet (an out-of-time cut needs the "
                             "whole table's order); read the table in memory (partitioned: false) or drop the key")
-        return _split_partitioned(frame, target, positive, test, valid, seed, backend, group=group, task=task)
+        return _split_partitioned(frame, target, positive, plan, backend, task=task)
     if not len(frame):
         raise DataError(f"no rows to split on '{target}': the input table is empty")
     original = frame[target]
@@ -384,8 +399,7 @@ def split_frame(
         groups = _host_column(frame, group, backend) if group else None
         times = _host_column(frame, order_by, backend) if order_by else None
         train_pos, valid_pos, test_pos = ordered_positions(len(y), test=test, valid=valid, seed=seed,
-                                                           groups=groups, times=times, group_name=group,
-                                                           order_name=order_by, test_latest=test_latest)
+                                                           groups=groups, times=times, test_latest=test_latest)
         missing_rows = "the other class" if resolved.kind == "binary" else "those classes"
         advice = f"the {'groups' if group else 'times'} put every row of {missing_rows} outside it"
     else:
@@ -406,8 +420,8 @@ def split_frame(
         advice = "use stratify: true, or more rows of the smaller class"
     check_training_classes(y[train_pos], resolved, original, backend, column=target, advice=advice)
     frames = {name: backend.take(frame, np.sort(pos)) for name, pos in zip(SPLITS, (train_pos, valid_pos, test_pos))}
-    fold_pairs = train_folds(frame, np.sort(train_pos), folds, target=target, task=resolved, seed=seed,
-                             stratify=stratify, group=group, order_by=order_by, backend=backend) if folds else None
+    fold_pairs = train_folds(frame, np.sort(train_pos), plan.replace(stratify=stratify), target=target,
+                             task=resolved, backend=backend) if folds else None
     return SplitData(frames=frames, target=target, positive=positive, backend=backend, task=resolved,
                      folds=fold_pairs)
 
@@ -430,13 +444,14 @@ def _drop_missing_target(frame: Any, target: str, backend: Backend, facts: dict[
     return backend.take(frame, np.flatnonzero(np.asarray(backend.to_host(present))))
 
 
-def train_folds(frame: Any, train_pos: np.ndarray, k: int, *, target: str, task: Task, seed: int,
-                stratify: bool, group: str | None, order_by: str | None,
+def train_folds(frame: Any, train_pos: np.ndarray, plan: SplitPlan, *, target: str, task: Task,
                 backend: Backend) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``k`` folds over the training rows (``frame``'s labelled rows at ``train_pos``, sorted: the
-    order of ``frames["train"]``): (fit, score) positions into that frame. Stratified for a class
-    target with ``stratify``; by group and time as ``fold_positions`` says."""
+    """``plan.folds`` folds over the training rows (``frame``'s labelled rows at ``train_pos``,
+    sorted: the order of ``frames["train"]``): (fit, score) positions into that frame. Stratified
+    for a class target with ``plan.stratify``; by group and time as ``fold_positions`` says."""
     from pipeline.featuresets.split_positions import check_fold_classes, fold_positions
+
+    k, seed, stratify, group, order_by = plan.folds, plan.seed, plan.stratify, plan.group, plan.order_by
 
     labels = np.asarray(backend.to_host(frame[target]))[train_pos]
     classification = task.is_classification
@@ -455,11 +470,11 @@ def _host_column(frame: Any, column: str, backend: Backend) -> Any:
     import pandas as pd
 
     values = backend.to_host(frame[column])
-    return values if isinstance(values, pd.Series) else pd.Series(values, name=column)
+    return values.rename(column) if isinstance(values, pd.Series) else pd.Series(values, name=column)
 
 
-def _split_partitioned(frame: Any, target: str, positive: Any, test: float, valid: float, seed: int,
-                       backend: Backend, *, group: str | None = None, task: str | None = None) -> SplitData:
+def _split_partitioned(frame: Any, target: str, positive: Any, plan: SplitPlan, backend: Backend, *,
+                       task: str | None = None) -> SplitData:
     """Dask's per-partition random split: seeded and one pass, but not stratified.
 
     The task costs no pass when ``positive`` is given, the target is bool or the task is
@@ -473,6 +488,7 @@ def _split_partitioned(frame: Any, target: str, positive: Any, test: float, vali
     Labels are checked partition by partition as the data streams through, not up front,
     which would cost a pass of its own.
     """
+    test, valid, seed, group = plan.test, plan.valid, plan.seed, plan.group
     resolved = resolve_task(frame[target], backend, column=target, declared=task, positive=positive)
     if resolved.kind == "binary" and positive is None and not backend.is_numeric(frame._meta[target]):
         raise DataError(f"target column '{target}' is {frame._meta[target].dtype}; with partitioned data set "
@@ -524,12 +540,11 @@ def other_value(frame: Any, target: str, task: Task, backend: Backend) -> Any:
 
 @register_stage("split", SplitSpec, produces=SplitData, accepts=(Table,))
 def run_split(spec: SplitSpec, ctx: StageContext, inputs) -> SplitData:
-    data = split_frame(
-        only_input(inputs), spec.target, positive=spec.positive, test=spec.test_share(), valid=spec.valid,
-        seed=ctx.seed, stratify=spec.stratify, group=spec.group, order_by=spec.order_by, backend=ctx.backend,
-        task=spec.task, folds=spec.folds, test_latest=spec.test_latest, missing_target=spec.missing_target,
-        facts=ctx.facts,
-    )
+    plan = SplitPlan(test=spec.test_share(), valid=spec.valid, seed=ctx.seed, stratify=spec.stratify,
+                     group=spec.group, order_by=spec.order_by, folds=spec.folds, test_latest=spec.test_latest,
+                     missing_target=spec.missing_target)
+    data = split_frame(only_input(inputs), spec.target, plan, positive=spec.positive, backend=ctx.backend,
+                       task=spec.task, facts=ctx.facts)
     if spec.test_latest is not None:
         ctx.facts["test_latest"] = spec.test_latest
     if data.folds:

@@ -216,11 +216,13 @@ def train_torch(
         epochs=spec.epochs, batch_size=spec.batch_size, learning_rate=spec.learning_rate,
         weight_decay=spec.weight_decay, monitor=spec.early_stopping.monitor,
         patience=spec.early_stopping.patience, min_delta=spec.early_stopping.min_delta,
-        precision=spec.precision, compile=spec.compile, pin_memory=spec.pin_memory, seed=seed,
+        precision=spec.precision, compile=spec.compile, pin_memory=spec.pin_memory, seed=seed, objective=objective,
     )
     if spec.distributed is not None:
-        return _train_distributed(spec, features, arch, objective, options, device, name=name, progress=progress,
-                                  on_epoch=on_epoch, handoffs=handoffs)
+        if on_epoch is not None:
+            raise ValueError("an epoch callback (a tuner's pruning) runs in one process: train without distributed")
+        return _train_distributed(spec, features, arch, options, device, name=name, progress=progress,
+                                  handoffs=handoffs)
     # Seed weights and dropout without disturbing the caller's global random state.
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
@@ -228,7 +230,7 @@ def train_torch(
         torch.manual_seed(seed)
         module = arch.build()
         result = fit(module, splits["train"], splits.get("valid"), options, device=device, progress=progress,
-                     objective=objective, on_epoch=on_epoch)
+                     on_epoch=on_epoch)
     return _trained(spec, features, name, MLPClassifier(module, device, objective), result.to_dict(), handoffs)
 
 
@@ -311,20 +313,18 @@ def _trained(spec: TorchSpec, features: FeatureSet, name: str, classifier: Any, 
     )
 
 
-def _train_distributed(spec: TorchSpec, features: FeatureSet, arch: Any, objective: Any, options: Any,
-                       device: Any, *, name: str, progress: Any, on_epoch: Any,
-                       handoffs: list[Handoff]) -> TorchTrainedModel:
+def _train_distributed(spec: TorchSpec, features: FeatureSet, arch: Any, options: Any, device: Any, *, name: str,
+                       progress: Any, handoffs: list[Handoff]) -> TorchTrainedModel:
     """DDP across ranks (``pipeline.distributed.torch_ddp``); rank 0's weights become the model,
     loaded on the stage's device to be scored and exported like any other."""
     from pipeline.backends import has_cluster
     from pipeline.distributed.torch_ddp import Placement, check_placement, train_ddp
     from pipeline.tensors.classifier import MLPClassifier
 
-    if on_epoch is not None:
-        raise ValueError("an epoch callback (a tuner's pruning) runs in one process: train without distributed")
+    objective = options.objective
     wanted = spec.distributed
     placement = Placement(check_placement(wanted.launch, has_cluster()), wanted.processes, wanted.timeout)
-    outcome = train_ddp(features, arch, objective, options, placement=placement, device=device, stage=name,
+    outcome = train_ddp(features, arch, options, placement=placement, device=device, stage=name,
                         progress=progress)
     module = arch.build()
     module.load_state_dict(outcome.state)

@@ -68,6 +68,8 @@ class FitOptions:
     # Batches per epoch, each of batch_size rows; None: one pass over the rows. DDP ranks all
     # run the same number (a shorter shard wraps around).
     steps_per_epoch: int | None = None
+    # The task's loss and validation metrics (None: binary, as a plain network's 0/1 target).
+    objective: Objective | None = None
 
 
 @dataclass
@@ -148,20 +150,19 @@ def fit(
     *,
     device: torch.device | str | None = None,
     progress: Progress | None = None,
-    objective: Objective | None = None,
     on_epoch: EpochCallback | None = None,
     ranks: Ranks = SOLO,
 ) -> FitResult:
     """Train ``module`` in place on ``train``; early-stop on ``valid`` and keep its best weights.
 
-    ``objective`` says the task (binary when None); ``on_epoch(epoch, row)`` is called after
+    ``options.objective`` says the task (binary when None); ``on_epoch(epoch, row)`` is called after
     each epoch with its history row; ``StopTraining`` from it ends the training after that
     epoch, keeping the best weights, and any other exception (a tuner's pruning) ends the
     training and propagates. Under DDP (``ranks`` a process group) ``train`` and ``valid``
     are this rank's shards; the history's numbers are over every rank's rows.
     """
     progress = progress or NoProgress()
-    objective = objective or Objective()
+    objective = options.objective or Objective()
     objective.check_monitor(options.monitor)
     _check_outputs(module, objective)
     device = torch.device(device) if device is not None else train.x.device

@@ -19,7 +19,6 @@ A stage that held GPUs at under ``IDLE_UTILISATION`` percent on average for at l
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,13 +26,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.core.errors import ConfigError, ConfigIssue
+from pipeline.core.settings import Settings, current_settings
 from pipeline.core.sizes import parse_duration
 
 IDLE_UTILISATION = 10.0
 IDLE_MIN_SECONDS = 1.0
-ENV_RATES = {"gpu_hour": "PIPELINE_COST_GPU_HOUR", "cpu_core_hour": "PIPELINE_COST_CPU_CORE_HOUR",
-             "memory_gb_hour": "PIPELINE_COST_MEMORY_GB_HOUR"}
-ENV_CURRENCY = "PIPELINE_COST_CURRENCY"
+# Each rate of the cost section and the setting that overrides it.
+RATE_SETTINGS = {"gpu_hour": "cost_gpu_hour", "cpu_core_hour": "cost_cpu_core_hour",
+                 "memory_gb_hour": "cost_memory_gb_hour"}
+ENV_RATES = {rate: Settings.variable(setting) for rate, setting in RATE_SETTINGS.items()}
+ENV_CURRENCY = Settings.variable("cost_currency")
 
 
 @dataclass(frozen=True)
@@ -58,18 +60,18 @@ class Rates:
         return self.gpu_hour.get("default", 0.0)
 
 
-def rates_from(config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Rates:
+def rates_from(config: Mapping[str, Any] | None, settings: Settings | None = None) -> Rates:
     """The rates of a config's ``cost:`` section (None: none), each overridden by its
     environment variable when that is set; a ``ValueError`` naming the variable when it is not
     a number of 0 or more."""
-    environ = os.environ if environ is None else environ
+    settings = current_settings() if settings is None else settings
     config = dict(config or {})
     gpu = config.get("gpu_hour")
     gpu_hour = dict(gpu) if isinstance(gpu, Mapping) else ({"default": float(gpu)} if gpu is not None else {})
     values: dict[str, Any] = {"cpu_core_hour": float(config.get("cpu_core_hour") or 0.0),
                               "memory_gb_hour": float(config.get("memory_gb_hour") or 0.0)}
     for key, variable in ENV_RATES.items():
-        text = environ.get(variable)
+        text = getattr(settings, RATE_SETTINGS[key])
         if text is None or not text.strip():
             continue
         try:
@@ -82,7 +84,7 @@ def rates_from(config: Mapping[str, Any] | None, environ: Mapping[str, str] | No
             gpu_hour["default"] = value
         else:
             values[key] = value
-    currency = environ.get(ENV_CURRENCY) or config.get("currency") or "USD"
+    currency = settings.cost_currency or config.get("currency") or "USD"
     return Rates(gpu_hour=gpu_hour, currency=str(currency), **values)
 
 

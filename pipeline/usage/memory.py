@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from pipeline.backends.devices.gpu_usage import MJ_PER_WH, visible_gpus
+from pipeline.core.settings import Settings, current_settings
 
 if TYPE_CHECKING:
     from pipeline.backends.devices.device_memory import DevicePeak
@@ -123,7 +124,7 @@ class MemorySampler:
         return usage
 
 
-ENV_SAMPLING = "PIPELINE_SAMPLING"
+ENV_SAMPLING = Settings.variable("sampling")
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -132,12 +133,11 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def sampling_interval(environ: Mapping[str, str] | None = None) -> float | None:
+def sampling_interval(settings: Settings | None = None) -> float | None:
     """Seconds between samples: ``STAGE_INTERVAL``, or None (start and end only) with
     ``$PIPELINE_SAMPLING=off``."""
-    import os
-
-    value = (os.environ if environ is None else environ).get(ENV_SAMPLING, "on").strip().lower()
+    settings = current_settings() if settings is None else settings
+    value = (settings.sampling or "on").strip().lower()
     return None if value in ("off", "0", "false", "no") else STAGE_INTERVAL
 
 

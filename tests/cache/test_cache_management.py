@@ -18,15 +18,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.support.cli import run_cli as _pipeline
 from pipeline import ConfigError, load_config, run_pipeline
 from pipeline.cache import ENV_MAX_SIZE, STALE_TMP_SECONDS, StageCache, resolve_max_size
 from pipeline.cli.app import main
-from pipeline.core.sizes import parse_size
 from pipeline.core.errors import ExitCode
+from pipeline.core.settings import Settings
+from pipeline.core.sizes import parse_size
 from pipeline.runs.locks import RunLock
 from pipeline.runs.record import read_manifest
 from tests.conftest import small_config
+from tests.support.cli import run_cli as _pipeline
 
 EVALUATE = "  evaluate:\n    kind: evaluate\n    inputs: [logreg]\n"
 STAGES = ("raw", "split", "features", "logreg", "evaluate")
@@ -225,12 +226,12 @@ def test_a_bad_size_in_the_environment_is_a_config_error_naming_it(nightly, monk
 def test_the_limit_defaults_to_5_gib_and_the_environment_and_argument_override_it(nightly):
     config = load_config(nightly / "nightly.yaml")
     assert config.cache.max_size == "5GiB"
-    assert resolve_max_size(config.cache.max_size, environ={}) == 5 * 2**30
-    assert resolve_max_size(config.cache.max_size, environ={ENV_MAX_SIZE: "1MB"}) == 10**6
-    assert resolve_max_size(config.cache.max_size, "none", environ={ENV_MAX_SIZE: "1MB"}) is None
+    assert resolve_max_size(config.cache.max_size, settings=Settings()) == 5 * 2**30
+    assert resolve_max_size(config.cache.max_size, settings=Settings.from_environ({ENV_MAX_SIZE: "1MB"})) == 10**6
+    assert resolve_max_size(config.cache.max_size, "none", settings=Settings.from_environ({ENV_MAX_SIZE: "1MB"})) is None
     nulled = load_config(nightly / "nightly.yaml", overrides=["cache.max_size=null"])
     assert nulled.cache.max_size == "none"          # stays "no limit" through the run's config.yaml
-    assert resolve_max_size(nulled.cache.max_size, environ={}) is None
+    assert resolve_max_size(nulled.cache.max_size, settings=Settings()) is None
 
 
 def test_a_hit_marks_the_entry_used_without_rewriting_it(tmp_path):

@@ -143,7 +143,7 @@ def test_an_entry_point_that_cannot_load_is_a_config_error_naming_its_group(tmp_
 
 
 def test_the_entry_point_groups_are_public_names_not_module_paths():
-    from pipeline.config import plugins
+    from pipeline.core import plugins
 
     assert plugins.ENTRY_POINT_GROUP == "pipeline.plugins"      # what installed plugins declare: never renamed
     assert plugins.HOOK_ENTRY_POINT_GROUP == "pipeline.hooks"

@@ -19,19 +19,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.support.cli import run_cli as _pipeline
 from pipeline.backends import get_backend
 from pipeline.core.errors import ConfigError, DataError, ExitCode
+from pipeline.core.settings import Settings
 from pipeline.models import LINEAR_COEFFICIENTS, MODELS, SKOPS, SkopsFormat, get_model_spec
 from pipeline.models.formats import LinearPredictor, PortablePredictor
 from pipeline.predict.batch import predict_batch
 from pipeline.runs.record import read_manifest
-from pipeline.scoring.model_folder import load_model
 from pipeline.runs.signing import KEY_ENV, KEY_FILE_ENV, signature_path, signing_key
+from pipeline.runs.store import sha256_file
+from pipeline.scoring.model_folder import load_model
 from pipeline.stages import build_features, load_table, save_model, split_frame, train_model
 from pipeline.stages.torch_mlp import train_torch
-from pipeline.runs.store import sha256_file
 from tests.conftest import CHURN_CATEGORICAL, TELCO, churn_ops, working_directory
+from tests.support.cli import run_cli as _pipeline
 
 KEY = "k" * 40
 OTHER_KEY = "o" * 40
@@ -482,10 +483,10 @@ def test_a_config_edited_to_import_a_plugin_is_refused_before_the_plugin_runs(si
 
 # ---------------------------------------------------------------- the key
 def test_the_key_comes_from_one_variable_and_must_be_usable(tmp_path):
-    assert signing_key({}) is None
-    assert signing_key({KEY_ENV: KEY}) == KEY.encode()
+    assert signing_key(Settings()) is None
+    assert signing_key(Settings.from_environ({KEY_ENV: KEY})) == KEY.encode()
     (tmp_path / "key").write_text(KEY + "\n")
-    assert signing_key({KEY_FILE_ENV: str(tmp_path / "key")}) == KEY.encode()
+    assert signing_key(Settings.from_environ({KEY_FILE_ENV: str(tmp_path / "key")})) == KEY.encode()
     for environ, expected in [
         ({KEY_ENV: KEY, KEY_FILE_ENV: str(tmp_path / "key")}, "both"),
         ({KEY_ENV: ""}, "empty"),
@@ -493,7 +494,7 @@ def test_the_key_comes_from_one_variable_and_must_be_usable(tmp_path):
         ({KEY_FILE_ENV: str(tmp_path / "missing")}, "cannot read the signing key"),
     ]:
         with pytest.raises(ConfigError, match=expected) as info:
-            signing_key(environ)
+            signing_key(Settings.from_environ(environ))
         assert info.value.exit_code == ExitCode.CONFIG and "\n" not in str(info.value)
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli as _pipeline
 from pipeline.core.errors import ExitCode
-from pipeline.runs.record import read_manifest
+from pipeline.core.settings import Settings
 from pipeline.report import REPORT, report_enabled
 from pipeline.report.html import duration, number
+from pipeline.runs.record import read_manifest
+from tests.support.cli import run_cli as _pipeline
 
 pytestmark = pytest.mark.slow
 TRAIN_SAMPLE = 2000          # evaluate's train_rows in the churn run: its ~4,900 training rows are sampled
@@ -264,9 +265,9 @@ def test_a_failed_run_gets_a_report_that_says_why(project):
 
 
 def test_report_enabled_reads_the_environment_first():
-    assert report_enabled(True, {}) is True and report_enabled(False, {}) is False
-    assert report_enabled(True, {"PIPELINE_REPORT": "off"}) is False
-    assert report_enabled(False, {"PIPELINE_REPORT": " On "}) is True
+    assert report_enabled(True, Settings()) is True and report_enabled(False, Settings()) is False
+    assert report_enabled(True, Settings(report="off")) is False
+    assert report_enabled(False, Settings(report=" On ")) is True
 
 
 def test_runs_compare_writes_differences_metrics_and_overlaid_curves(churn_run, tmp_path):

@@ -27,7 +27,7 @@ def test_no_group_is_on_two_sides_and_every_row_is_on_one(n_rows, n_groups, test
     groups = pd.Series(data.draw(st.lists(st.integers(0, n_groups - 1), min_size=n_rows, max_size=n_rows)))
     if groups.nunique() < 3:
         return
-    train, val, tst = ordered_positions(n_rows, test=test, valid=valid, seed=seed, groups=groups, group_name="g")
+    train, val, tst = ordered_positions(n_rows, test=test, valid=valid, seed=seed, groups=groups.rename("g"))
     assert sorted(np.concatenate([train, val, tst]).tolist()) == list(range(n_rows))
     a, b, c = _sides((train, val, tst), groups)
     assert not (a & b) and not (a & c) and not (b & c)
@@ -36,9 +36,9 @@ def test_no_group_is_on_two_sides_and_every_row_is_on_one(n_rows, n_groups, test
 
 def test_a_group_split_deals_shares_close_to_the_fractions_and_follows_the_seed():
     groups = pd.Series(np.random.default_rng(0).integers(0, 500, 20_000))
-    one = ordered_positions(20_000, test=0.2, valid=0.1, seed=7, groups=groups, group_name="g")
-    again = ordered_positions(20_000, test=0.2, valid=0.1, seed=7, groups=groups, group_name="g")
-    other = ordered_positions(20_000, test=0.2, valid=0.1, seed=8, groups=groups, group_name="g")
+    one = ordered_positions(20_000, test=0.2, valid=0.1, seed=7, groups=groups.rename("g"))
+    again = ordered_positions(20_000, test=0.2, valid=0.1, seed=7, groups=groups.rename("g"))
+    other = ordered_positions(20_000, test=0.2, valid=0.1, seed=8, groups=groups.rename("g"))
     assert all(np.array_equal(x, y) for x, y in zip(one, again))
     assert not np.array_equal(one[2], other[2])
     assert abs(len(one[2]) - 4000) < 100 and abs(len(one[1]) - 2000) < 100     # a group is ~40 rows
@@ -46,22 +46,22 @@ def test_a_group_split_deals_shares_close_to_the_fractions_and_follows_the_seed(
 
 def test_out_of_time_puts_the_oldest_rows_in_train_and_keeps_one_time_on_one_side():
     times = pd.Series(np.repeat(np.arange(10), 100)[np.random.default_rng(1).permutation(1000)])
-    train, val, tst = ordered_positions(1000, test=0.25, valid=0.1, seed=0, times=times, order_name="t")
+    train, val, tst = ordered_positions(1000, test=0.25, valid=0.1, seed=0, times=times.rename("t"))
     assert times[train].max() < times[val].min() and times[val].max() < times[tst].min()
     assert len(tst) == 300 and len(val) == 100          # the cut at 250 moved to the start of time 7
 
 
 def test_date_text_is_ordered_as_dates_not_as_text():
     times = pd.Series(["2024-01-31", "2023-12-01", "2024-02-02", "2023-11-15", "2024-01-02"])
-    train, _, tst = ordered_positions(5, test=0.4, valid=0.0, seed=0, times=times, order_name="day")
+    train, _, tst = ordered_positions(5, test=0.4, valid=0.0, seed=0, times=times.rename("day"))
     assert sorted(times[tst]) == ["2024-01-31", "2024-02-02"]
 
 
 def test_with_group_and_time_each_group_goes_by_its_newest_row():
     groups = pd.Series(["a", "a", "b", "b", "c", "c", "d"])
     times = pd.Series([1, 9, 2, 3, 4, 5, 6])
-    train, _, tst = ordered_positions(7, test=0.25, valid=0.0, seed=0, groups=groups, times=times,
-                                      group_name="g", order_name="t")
+    train, _, tst = ordered_positions(7, test=0.25, valid=0.0, seed=0, groups=groups.rename("g"),
+                                      times=times.rename("t"))
     assert set(groups[tst]) == {"a"} and set(groups[train]) == {"b", "c", "d"}
 
 
@@ -81,7 +81,7 @@ def test_bad_group_and_time_columns_are_named(column, values, message):
 @pytest.mark.parametrize("key", ["groups", "times"])
 def test_one_group_or_time_holding_most_rows_leaves_no_training_rows_and_says_why(key):
     column = pd.Series([0] * 98 + [1, 2])
-    kwargs = {"groups": column, "group_name": "g"} if key == "groups" else {"times": column, "order_name": "t"}
+    kwargs = {"groups": column.rename("g")} if key == "groups" else {"times": column.rename("t")}
     for seed in range(5):                    # whichever order the groups are dealt in
         try:
             train, _, _ = ordered_positions(100, test=0.2, valid=0.1, seed=seed, **kwargs)

@@ -57,11 +57,11 @@ def test_valid_is_a_share_of_the_rows_before_the_held_out_cutoffs_newest_first()
 
 def test_positions_of_the_latest_times_on_numbers_and_date_text():
     times = pd.Series(["2024-03-01", "2024-01-01", "2024-02-01", "2024-03-01", "2024-01-01"])
-    train, valid, test = ordered_positions(5, test=0.0, valid=0.0, seed=0, times=times, order_name="d",
+    train, valid, test = ordered_positions(5, test=0.0, valid=0.0, seed=0, times=times.rename("d"),
                                            test_latest=1)
     assert test.tolist() == [0, 3] and train.tolist() == [1, 2, 4] and not len(valid)
-    _, _, test = ordered_positions(5, test=0.0, valid=0.0, seed=0, times=pd.Series([5, 1, 3, 5, 4]),
-                                   order_name="t", test_latest=2)
+    _, _, test = ordered_positions(5, test=0.0, valid=0.0, seed=0, times=pd.Series([5, 1, 3, 5, 4], name="t"),
+                                   test_latest=2)
     assert test.tolist() == [0, 3, 4]
 
 

@@ -350,8 +350,8 @@ def test_new_losses_train_under_autocast_and_score_on_the_cpu(task, precision, d
                              n_outputs=task.n_outputs).build()
     moved = [t.to(device) for t in (x, y)]
     result = fit(module, Split(moved[0][:400], None, moved[1][:400]), Split(moved[0][400:], None, moved[1][400:]),
-                 FitOptions(epochs=4, batch_size=64, precision=precision, learning_rate=1e-2),
-                 device=device, objective=objective)
+                 FitOptions(epochs=4, batch_size=64, precision=precision, learning_rate=1e-2, objective=objective),
+                 device=device)
     assert result.precision == precision
     assert all(np.isfinite(row["loss"]) and np.isfinite(row["val_loss"]) for row in result.history)
     assert result.history[-1]["loss"] < result.history[0]["loss"]

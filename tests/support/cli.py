@@ -124,7 +124,7 @@ def exit_status(code: object, stderr: TextIO) -> int:
 @contextmanager
 def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
     from pipeline.cli import options
-    from pipeline.config import plugins
+    from pipeline.core import plugins
 
     saved_cwd = os.getcwd()
     saved_env = dict(os.environ)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.backends import get_backend
 from pipeline.backends.devices.device_memory import (
     CupyPoolCount, DevicePeak, ProcessDeviceMemory, RmmCount, TorchCount, process_device_bytes,
 )
@@ -238,7 +239,7 @@ def _load_task(tmp_path):
 
     spec = load_config(ROOT / "configs" / "churn.yaml").stages["raw"]
     spec = spec.model_copy(update={"path": str(ROOT / "data" / "telco_customer_churn.csv")})
-    return StageTask(name="raw", spec=spec, backend="cpu", seed=1, artifacts_dir=tmp_path)
+    return StageTask(name="raw", spec=spec, backend=get_backend("cpu"), seed=1, artifacts_dir=tmp_path)
 
 
 def test_a_cpu_stage_records_no_device_peak(tmp_path):

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli as _pipeline
 from pipeline.backends.devices.gpu_usage import GpuUsageMeter, Reading, visible_indices
-from pipeline.usage.costs import Rates, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.core.errors import ExitCode
+from pipeline.core.settings import Settings
+from pipeline.usage.costs import Rates, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.usage.memory import MemorySampler
+from tests.support.cli import run_cli as _pipeline
 
 
 class Replay:
@@ -96,17 +97,16 @@ def test_cuda_visible_devices_picks_the_gpus_in_its_order(setting, expected):
 
 def test_rates_come_from_the_config_and_the_environment_overrides_them():
     config = {"gpu_hour": {"H100": 4.0, "H100 80GB": 5.0, "default": 2.0}, "cpu_core_hour": 0.04, "currency": "EUR"}
-    rates = rates_from(config, {})
+    rates = rates_from(config, Settings.from_environ({}))
     assert rates.gpu_rate("NVIDIA H100 80GB HBM3") == 5.0 and rates.gpu_rate("NVIDIA H100 PCIe") == 4.0
     assert rates.gpu_rate("Tesla T4") == 2.0 and rates.currency == "EUR"
-    env = rates_from(config, {"PIPELINE_COST_GPU_HOUR": "3", "PIPELINE_COST_CPU_CORE_HOUR": "0.1",
-                              "PIPELINE_COST_CURRENCY": "GBP"})
+    env = rates_from(config, Settings(cost_gpu_hour="3", cost_cpu_core_hour="0.1", cost_currency="GBP"))
     assert env.gpu_rate("Tesla T4") == 3.0 and env.gpu_rate("H100") == 4.0 and env.cpu_core_hour == 0.1
     assert env.currency == "GBP"
-    assert rates_from({"gpu_hour": 1.5}, {}).gpu_rate("anything") == 1.5
-    assert not rates_from(None, {}).priced
+    assert rates_from({"gpu_hour": 1.5}, Settings.from_environ({})).gpu_rate("anything") == 1.5
+    assert not rates_from(None, Settings.from_environ({})).priced
     with pytest.raises(ValueError, match="PIPELINE_COST_CPU_CORE_HOUR must be a number of 0 or more"):
-        rates_from(None, {"PIPELINE_COST_CPU_CORE_HOUR": "-1"})
+        rates_from(None, Settings.from_environ({"PIPELINE_COST_CPU_CORE_HOUR": "-1"}))
 
 
 def test_a_stage_and_a_run_are_priced_part_by_part():
@@ -152,8 +152,8 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
         assert stage["cost"]["memory"] == pytest.approx(
             stage["peak_rss_bytes"] / 1e9 * stage["seconds"] / 3600 * 0.5, abs=1e-6)
     assert manifest["cost"]["total"] == pytest.approx(sum(s["cost"]["total"] for s in stages), abs=1e-5)
-    from pipeline.usage.costs import format_cost
     from pipeline.report.html import duration
+    from pipeline.usage.costs import format_cost
     from tests.report.test_report import Page
 
     page = Page((project / "runs" / "churn" / "latest" / "report.html").read_text(encoding="utf-8"))

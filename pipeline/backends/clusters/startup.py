@@ -14,6 +14,7 @@ from pipeline.backends.clusters.connect import close_quietly, connect_client
 from pipeline.backends.clusters.main_guard import refuse_unguarded_main_script
 from pipeline.backends.clusters.memory_plan import GpuMemoryPlan, gpu_memory_plan_here
 from pipeline.core.errors import ClusterUnavailable
+from pipeline.core.settings import current_settings
 from pipeline.core.threads import THREADS_ENV
 
 GPU_RESOURCE = "GPU"
@@ -124,7 +125,7 @@ def worker_environment(threads_per_worker: int | None) -> dict[str, str]:
     from pipeline.backends.cpu import CPU_ENGINE_VARIABLE
 
     threads = os.environ.get("POLARS_MAX_THREADS") or str(max(1, int(threads_per_worker or 1)))
-    engine = os.environ.get(CPU_ENGINE_VARIABLE, "").strip() or "pandas"
+    engine = (current_settings().cpu_engine or "").strip() or "pandas"
     # The workers already run partitions side by side; column threads inside each would put
     # workers x cores threads on the cores (``pipeline.core.threads``).
     return {"POLARS_MAX_THREADS": threads, CPU_ENGINE_VARIABLE: engine, THREADS_ENV: "1"}

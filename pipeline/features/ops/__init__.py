@@ -15,7 +15,7 @@ imported (``op_registry``); the contract they implement is ``op_base.FeatureOp``
   (``{type: numeric}``), resolved by the workflow's fit.
 
 An op added outside the package is one module too: a ``FeatureOp`` subclass under
-``@register_op``, imported as a plugin (``pipeline.config.plugins``); ``pipeline.testing.ops.check_op``
+``@register_op``, imported as a plugin (``pipeline.core.plugins``); ``pipeline.testing.ops.check_op``
 runs it through the contract.
 """
 

@@ -1,7 +1,7 @@
 """The registry of feature ops: the name an ``ops:`` item is keyed by -> its ``FeatureOp`` class.
 
 Each op's module registers its class when imported (``@register_op``), the built-in ones
-through ``pipeline.features.ops``; a plugin module (``pipeline.config.plugins``) does the same
+through ``pipeline.features.ops``; a plugin module (``pipeline.core.plugins``) does the same
 from outside the package. Nothing else lists the ops: the YAML validation of a ``features``
 stage (``op_step_union``, read when a config is validated, so ops registered after import
 are included), ``pipeline schema``, the generated reference, workflow.json loading

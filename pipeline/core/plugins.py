@@ -31,8 +31,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError, ConfigIssue
+from pipeline.core.settings import Settings, current_settings
 
-ENV_VAR = "PIPELINE_PLUGINS"
+ENV_VAR = Settings.variable("plugins")
 # Public names that installed distributions declare: never renamed with the modules.
 ENTRY_POINT_GROUP = "pipeline.plugins"
 HOOK_ENTRY_POINT_GROUP = "pipeline.hooks"
@@ -55,7 +56,7 @@ def load_plugins(modules: Iterable[str] = (), *, search_path: str | os.PathLike[
             sys.path.append(folder)
     imported = _entry_point_plugins()
     named = [(m, f"{where}[{i}]") for i, m in enumerate(modules)]
-    named += [(m.strip(), f"${ENV_VAR}") for m in os.environ.get(ENV_VAR, "").split(",") if m.strip()]
+    named += [(m.strip(), f"${ENV_VAR}") for m in (current_settings().plugins or "").split(",") if m.strip()]
     issues = []
     for module, origin in named:
         if module in _loaded:
@@ -94,24 +95,3 @@ def _entry_point_plugins() -> list[str]:
     if issues:
         raise ConfigError(issues)
     return imported
-
-
-def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = None) -> list[str]:
-    """The plugins a finished run used (its resolved ``config.yaml``), so its models load.
-
-    ``config_file`` (from the run record) is where the run's config was: modules beside it
-    import as they did for the run.
-    """
-    import yaml
-
-    from pipeline.runs.layout import RunLayout
-
-    try:
-        data = yaml.safe_load(RunLayout(Path(run_dir)).config.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        data = None
-    modules = data.get("plugins") if isinstance(data, dict) else None
-    modules = [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else []
-    folder = Path(config_file).parent if config_file else None
-    return load_plugins(modules, search_path=folder if folder is not None and folder.is_dir() else None,
-                        where="the run's plugins")
