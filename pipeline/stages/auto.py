@@ -679,7 +679,10 @@ class _Run:
     def _result(self, blended: TrainedModel, mode: str) -> AutoResult:
         better = HIGHER_IS_BETTER[self.metric]
         self.board.sort(key=lambda r: (r.status != "fitted", -(r.oof or 0.0) if better else (r.oof or math.inf)))
-        return AutoResult(blended, self.metric, self.board, time.perf_counter() - self.started, self.plan, mode)
+        seconds = time.perf_counter() - self.started
+        # The whole stage is the blend's fit: what evaluate sizes its importance by (explain.FIT_SHARE).
+        blended.fit_seconds = seconds
+        return AutoResult(blended, self.metric, self.board, seconds, self.plan, mode)
 
 
 def _has_score(scores: np.ndarray) -> np.ndarray:

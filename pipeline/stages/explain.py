@@ -39,6 +39,7 @@ were measured of how many and how they were chosen; the others have no permutati
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -72,6 +73,11 @@ BATCH_BYTES = 256 * 2**20
 PERMUTATION_CELLS = 1_000_000_000
 # Features permuted whatever the budget (a model's top few are what a reader looks at).
 MIN_PERMUTED = 10
+# A model's permutation importance may take this share of its fit's seconds, and at least
+# FLOOR_SECONDS (a model fitted in 50 ms is still explained in full): the unshuffled sample's
+# scoring is timed, and the features permuted are cut to what that rate affords.
+FIT_SHARE = 0.05
+FLOOR_SECONDS = 2.0
 RANKED_BY = ("absolute correlation of the feature with the model's score (log-odds) on the training rows "
              "(the evaluated sample's without any)")
 # What a model that cannot score rows other than its own (a plugin's, holding only its scores)
@@ -84,7 +90,9 @@ class ImportanceBudget(Options):
     """What explaining a model may cost: the permutation sample's ``rows`` at most, its
     ``repeats`` and ``seed``; ``max_cells`` (rows x columns of shuffled copies) and ``budget``
     (rows x outputs scored in all) per model; ``native_budget`` (rows x outputs of a model's own
-    explainer); ``batch_bytes`` of shuffled copies scored in one call.
+    explainer); ``batch_bytes`` of shuffled copies scored in one call; ``seconds``: the time one
+    model's shuffles may take, at the rate its unshuffled sample scored (None: no time cap;
+    ``explain_models`` sets it from each model's fit, ``FIT_SHARE``).
 
     Examples:
         >>> from pipeline.stages.explain import ImportanceBudget
@@ -99,6 +107,7 @@ class ImportanceBudget(Options):
     budget: int = SCORED_ROWS
     native_budget: int = NATIVE_ROW_OUTPUTS
     batch_bytes: int = BATCH_BYTES
+    seconds: float | None = None
 
     what: ClassVar[str] = "importance budget"
 
@@ -124,10 +133,10 @@ def explain_models(models: list[TrainedModel], limits: ImportanceBudget | None =
         cost = max(1, int(model.scoring_cost()))
         if cost > 1:            # a bag or an ensemble scores every member: the budget is the rows' share
             out.setdefault("model_budgets", {})[model.name] = {"estimators": cost, "scored_rows": budget // cost}
+        own = limits.replace(budget=max(1, budget // cost), seconds=time_cap(model, limits.seconds))
         try:
-            entry["permutation"] = permutation_importance(model, limits.replace(budget=max(1, budget // cost)),
-                                                          split=split, metric=metric, threshold=threshold,
-                                                          progress=progress)
+            entry["permutation"] = permutation_importance(model, own, split=split, metric=metric,
+                                                          threshold=threshold, progress=progress)
             out["rows"][model.name] = entry["permutation"].pop("rows")
             out["scored_rows"][model.name] = entry["permutation"].pop("scored_rows")
             chosen = entry["permutation"].pop("permuted")
@@ -176,7 +185,9 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
     def metric_of(scores: np.ndarray) -> float:
         return task_metrics(task, labels, scores, threshold=threshold)[metric]
 
+    timed = time.perf_counter()
     base_scores = model.scorer_for(sample)(SAMPLE)
+    budget = affordable(budget, limits.seconds, time.perf_counter() - timed, n, outputs)
     scored = n
     base = metric_of(base_scores)
     names = list(sample.feature_names)
@@ -214,12 +225,33 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
     permuted = {"features": len(chosen), "of": len(names)}
     if len(chosen) < len(names):
         permuted.update({"ranked_by": RANKED_BY, "max_cells": max_cells, "scored_rows": budget,
+                         **({"seconds": round(limits.seconds, 3)} if budget < limits.budget else {}),
                          "reason": f"{len(names)} features x {n} rows x {repeats} repeats x {outputs} outputs is "
                                    f"past the {max_cells:,} cells or the {budget:,} rows x outputs permutation "
-                                   f"importance scores per model"})
+                                   f"importance scores per model"
+                                   + (f" (cut to what {limits.seconds:.1f} s affords at the rate its sample scored)"
+                                      if budget < limits.budget else "")})
     return {"rows": n, "scored_rows": scored * outputs, "base": float(base),
             "mean": {name: mean[name] for name in order},
             "std": {name: float(np.nanstd(losses[name])) for name in order}, "permuted": permuted}
+
+
+def time_cap(model: TrainedModel, seconds: float | None) -> float | None:
+    """The seconds ``model``'s shuffles may take: ``seconds`` when given, else ``FIT_SHARE`` of
+    its fit (at least ``FLOOR_SECONDS``); None for a model that recorded no fit time."""
+    if seconds is not None:
+        return seconds
+    fit = float(getattr(model, "fit_seconds", 0.0) or 0.0)
+    return max(FLOOR_SECONDS, FIT_SHARE * fit) if fit > 0 else None
+
+
+def affordable(budget: int, seconds: float | None, took: float, rows: int, outputs: int) -> int:
+    """``budget`` (rows x outputs), cut to what ``seconds`` scores at the rate of one call that
+    scored ``rows`` in ``took`` seconds (a call's fixed cost counted in the rate: the batches
+    are larger, so this errs towards fewer rows)."""
+    if seconds is None or took <= 0:
+        return budget
+    return max(1, min(budget, int(seconds / took * rows * outputs)))
 
 
 def sample_rows(rows: int, width: int, repeats: int, outputs: int = 1, budget: int = SCORED_ROWS) -> int:

@@ -4,7 +4,8 @@ and what they used is recorded (importance.json, the evaluate stage's facts, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,8 @@ from pipeline.core.problems import Task
 from pipeline.features import Standardize
 from pipeline.stages import SplitData, build_features, train_model
 from pipeline.stages.evaluate import explained_facts
-from pipeline.stages.explain import (MIN_PERMUTED, MIN_SAMPLE_ROWS, explain_models, native_rows, permuted_count,
-                                     sample_rows)
+from pipeline.stages.explain import (FIT_SHARE, FLOOR_SECONDS, MIN_PERMUTED, MIN_SAMPLE_ROWS, explain_models,
+                                     native_rows, permuted_count, sample_rows, time_cap)
 from pipeline.stages.train import TrainedModel
 
 CLASSES = 7
@@ -102,6 +103,45 @@ def test_past_the_smallest_sample_fewer_features_are_permuted_and_the_budget_sti
     assert MIN_PERMUTED <= chosen["features"] < chosen["of"] == 40
     assert sum(model.scored) * CLASSES == found["scored_rows"]["logistic_regression"] <= 100_000
     assert found["native_rows"] == {}               # logistic regression has no explainer of its own
+
+
+@dataclass
+class Slow(Counted):
+    """Scores as a large ensemble does: a fixed 50 ms per call, whatever the rows."""
+
+    def scorer_for(self, features: Any):
+        inner = super().scorer_for(features)
+
+        def score(split: str):
+            time.sleep(0.05)
+            return inner(split)
+        return score
+
+
+def test_a_model_that_scores_slowly_gets_fewer_features_permuted_within_its_seconds(wide):
+    fitted = counted(wide, "logistic_regression", {"max_iter": 200})
+    fast = explain_models([fitted], split="test", metric="log_loss", threshold=0.5, rows=300, repeats=3,
+                          budget=10**9)
+    assert fast["permuted"] == {}                   # no time cap: all 40 features
+    slow = Slow(**{k: getattr(fitted, k) for k in TrainedModel.__dataclass_fields__})
+    started = time.perf_counter()
+    capped = explain_models([slow], split="test", metric="log_loss", threshold=0.5, rows=300, repeats=3,
+                            budget=10**9, seconds=0.2)
+    took = time.perf_counter() - started
+    chosen = capped["permuted"]["logistic_regression"]
+    # 0.2 s at 50 ms a call of 300 rows affords 4 x 300 rows: fewer than one feature's 3 repeats,
+    # so the floor of MIN_PERMUTED features, one batched call
+    assert chosen["features"] == MIN_PERMUTED < chosen["of"] == 40
+    assert chosen["seconds"] == 0.2 and "0.2 s affords" in chosen["reason"]
+    assert len(slow.scored) < 5 and took < 5
+
+
+def test_the_time_cap_is_a_share_of_the_model_fit_with_a_floor(narrow):
+    fitted = counted(narrow, "logistic_regression", {"max_iter": 50})
+    assert time_cap(replace(fitted, fit_seconds=300.0), None) == pytest.approx(FIT_SHARE * 300.0)
+    assert time_cap(replace(fitted, fit_seconds=0.05), None) == FLOOR_SECONDS
+    assert time_cap(replace(fitted, fit_seconds=0.0), None) is None          # no fit recorded: no cap
+    assert time_cap(replace(fitted, fit_seconds=300.0), 1.5) == 1.5          # given: as given
 
 
 @pytest.mark.parametrize("classes", [1, 2, 7, 50])

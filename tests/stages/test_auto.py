@@ -72,6 +72,8 @@ def test_the_plan_screens_every_member_on_the_holdout_then_bags_those_that_earn_
     models = ["linear", "extra_trees", "random_forest"]
     result = fit_auto(features, time_limit=300, models=models, seed=3)
     assert result.mode == "planned"
+    # The whole stage is the blend's fit: evaluate sizes its importance by it.
+    assert result.model.fit_seconds == result.seconds >= sum(s.seconds or 0 for s in result.plan)
     screens = [s for s in result.plan if s.step == "screen"]
     assert [s.model for s in screens] == models and all(s.decision == "fitted on the holdout" for s in screens)
     assert screens[0].projected is None and all(s.projected > 0 and s.seconds > 0 for s in screens[1:])
