@@ -360,7 +360,8 @@ def test_the_page_opens_with_the_answer_and_ends_with_the_run_details(churn_run)
     assert "the positive class is Yes" in result
     assert "evaluate-roc" not in _section(text, "models-evaluate")                    # not drawn twice
     summary = _section(text, "summary")
-    assert "<details><summary>Versions</summary>" in summary and summary.count("<details>") == 3
+    assert "<details><summary>Versions</summary>" in summary and summary.count("<details>") == 4
+    assert "<details><summary>Settings (the PIPELINE_* environment)</summary>" in summary
     assert "<details>" not in text[:text.index('<section id="summary">')].split('<section id="data">')[0]
 
 
