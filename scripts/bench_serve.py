@@ -9,7 +9,10 @@ server process on 127.0.0.1:
               in one model call (``--max-wait-ms`` / ``--max-batch-rows``);
   unbatched   ``pipeline serve RUN --max-batch-rows 1 --max-wait-ms 0``: one model call per request;
   anchor      ``scripts/serve_anchor.py``: the FastAPI app a user would write by hand, scoring each
-              request's rows in their own call (the same model folder and loader).
+              request's rows in their own call (the same model folder and loader);
+  mlflow      ``mlflow models serve`` of the same model folder saved as an MLflow pyfunc model
+              (``pipeline.tracking.mlflow_pyfunc.save_pyfunc``, what the MLflow hook logs), the
+              server an MLflow user would pick: ``/invocations`` with ``dataframe_records``.
 
 For each server and each ``--concurrency`` level, a client process (aiohttp on uvloop) keeps that
 many requests in flight for ``--seconds`` (after ``--warmup`` seconds not counted), each request
@@ -49,7 +52,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-SIDES = ("batched", "unbatched", "anchor")
+SIDES = ("batched", "unbatched", "anchor", "mlflow")
 SCORE_TOLERANCE = 1e-6
 
 
@@ -59,15 +62,16 @@ async def _drive(url: str, payloads: list[bytes], concurrency: int, seconds: flo
 
     latencies: list[float] = []
     errors: dict[str, int] = {}
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+    # perf_counter, not loop.time(): uvloop's clock has millisecond steps, coarser than a request.
+    clock = time.perf_counter
+    start = clock()
     window = (start + warmup, start + warmup + seconds)
     headers = {"Content-Type": "application/json"}
 
     async def client(k: int, session: aiohttp.ClientSession) -> None:
         i = k
         while True:
-            sent = loop.time()
+            sent = clock()
             if sent >= window[1]:
                 return
             try:
@@ -76,7 +80,7 @@ async def _drive(url: str, payloads: list[bytes], concurrency: int, seconds: flo
                     status = response.status
             except aiohttp.ClientError as exc:
                 status = type(exc).__name__
-            done = loop.time()
+            done = clock()
             if status != 200:
                 errors[str(status)] = errors.get(str(status), 0) + 1
             elif window[0] <= done <= window[1]:
@@ -158,6 +162,8 @@ def model_folder(run_dir: Path, model: str) -> Path:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # mlflow models serve starts `uvicorn` by name: this interpreter's scripts first on PATH.
+    env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
     return env
 
 
@@ -168,7 +174,11 @@ def free_port() -> int:
 
 
 def start(side: str, run_dir: Path, model: str, port: int, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
-    if side == "anchor":
+    if side == "mlflow":
+        command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(mlflow_model(run_dir, model, logs)),
+                   "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)]
+        ready = "/ping"
+    elif side == "anchor":
         command = [sys.executable, str(REPO / "scripts" / "serve_anchor.py"), str(model_folder(run_dir, model)), "--port", str(port)]
         ready = "/health"
     else:
@@ -195,6 +205,29 @@ def start(side: str, run_dir: Path, model: str, port: int, logs: Path) -> tuple[
     raise SystemExit(f"{side} server was not ready within 120 s")
 
 
+def mlflow_model(run_dir: Path, model: str, work: Path) -> Path:
+    """The model folder saved as an MLflow pyfunc model (once), with the run's threshold."""
+    from pipeline.predict.batch import open_model
+    from pipeline.tracking.mlflow_pyfunc import save_pyfunc
+
+    path = work / "mlflow-model"
+    if not path.exists():
+        threshold = open_model(run_dir, model=model, argument="RUN").threshold
+        save_pyfunc(model_folder(run_dir, model), path, name=model, threshold=threshold)
+    return path
+
+
+def endpoint(side: str) -> str:
+    return "/invocations" if side == "mlflow" else "/predict"
+
+
+def body_for(side: str, body: bytes) -> bytes:
+    """The same rows in the side's request format (MLflow's scoring protocol: dataframe_records)."""
+    if side != "mlflow":
+        return body
+    return json.dumps({"dataframe_records": json.loads(body)["rows"]}).encode()
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -204,19 +237,27 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def scores_of(base: str, bodies: list[bytes]) -> list[float]:
+def scores_of(base: str, bodies: list[bytes], side: str = "batched") -> list[float]:
     """The score of each body's rows, one request at a time (binary: ``score``)."""
     out = []
     for body in bodies:
-        request = urllib.request.Request(base + "/predict", data=body, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(base + endpoint(side), data=body_for(side, body),
+                                         headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=30) as response:
             answer = json.loads(response.read())
         out.extend(float(row["score"]) for row in answer["predictions"])
     return out
 
 
-def drive(base: str, body_file: Path, concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, "--client", base + "/predict", "--payloads", str(body_file),
+def drive(base: str, body_file: Path, concurrency: int, seconds: float, warmup: float,
+          side: str = "batched") -> dict[str, Any]:
+    if side == "mlflow":
+        converted = body_file.with_name(f"{body_file.stem}-{side}.jsonl")
+        if not converted.exists():
+            converted.write_text("\n".join(body_for(side, line.encode()).decode()
+                                           for line in body_file.read_text().splitlines() if line) + "\n")
+        body_file = converted
+    proc = subprocess.run([sys.executable, __file__, "--client", base + endpoint(side), "--payloads", str(body_file),
                            "--concurrency", str(concurrency), "--seconds", str(seconds), "--warmup", str(warmup)],
                           capture_output=True, text=True, env=_env())
     if proc.returncode != 0:
@@ -226,16 +267,45 @@ def drive(base: str, body_file: Path, concurrency: int, seconds: float, warmup: 
 
 # ---------------------------------------------------------------------------- the table
 def report(results: dict[str, dict[int, dict[str, Any]]], levels: list[int]) -> str:
-    lines = ["| clients | side | requests/s | / anchor | p50 ms | p99 ms | errors |",
-             "|--:|---|--:|--:|--:|--:|--:|"]
+    lines = ["| clients | side | requests/s | / anchor | / mlflow | p50 ms | p99 ms | errors |",
+             "|--:|---|--:|--:|--:|--:|--:|--:|"]
     for level in levels:
-        anchor = results.get("anchor", {}).get(level, {}).get("rps")
+        bases = {name: results.get(name, {}).get(level, {}).get("rps") for name in ("anchor", "mlflow")}
         for side in results:
             r = results[side][level]
-            ratio = f"{r['rps'] / anchor:.2f}" if anchor else "-"
-            lines.append(f"| {level} | {side} | {r['rps']:.0f} | {ratio} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                         f"{sum(r['errors'].values())} |")
+            ratios = [f"{r['rps'] / base:.2f}" if base else "-" for base in bases.values()]
+            lines.append(f"| {level} | {side} | {r['rps']:.0f} | {' | '.join(ratios)} | {r['p50_ms']:.1f} | "
+                         f"{r['p99_ms']:.1f} | {sum(r['errors'].values())} |")
     return "\n".join(lines)
+
+
+def call_costs(run_dir: Path, model: str, sizes: list[int], repeats: int = 20) -> list[dict[str, Any]]:
+    """CPU milliseconds of one model call (the server's ``score_merged``: feature workflow, model,
+    scores table) per batch size, on the frame path and on the few-rows path, best of
+    ``repeats``, in this process (``OMP_NUM_THREADS`` as set): where the paths cross is what
+    ``FEW_ROWS`` is set from."""
+    from pipeline.backends.few_rows import FEW_ROWS
+    from pipeline.serve.served_model import load_served_model
+
+    served = load_served_model(run_dir, model=model)
+    body = b"".join(payloads(run_dir, model, max(sizes), max(sizes), 0))
+    rows = json.loads(body)["rows"]
+    out = []
+    for size in sizes:
+        columns = {name: [row[name] for row in rows[:size]] for name in served.fields}
+        costs = {}
+        for path, frame_of in (("frame", served.frame_of), ("few_rows", served.few_rows_frame)):
+            best = math.inf
+            for _ in range(repeats):
+                started = time.process_time()
+                served.score_values(frame_of(columns))
+                best = min(best, time.process_time() - started)
+            costs[path] = round(1000 * best, 3)
+        out.append({"rows": size, "frame_ms": costs["frame"], "few_rows_ms": costs["few_rows"],
+                    "served_by": "few_rows" if size <= FEW_ROWS else "frame"})
+        print(f"  model call, {size:>5} rows: frame {costs['frame']:7.2f} ms CPU   few-rows {costs['few_rows']:7.2f} ms CPU",
+              flush=True)
+    return out
 
 
 def main() -> None:
@@ -249,6 +319,8 @@ def main() -> None:
     parser.add_argument("--model", default="xgb")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="write the results as JSON here")
+    parser.add_argument("--calls", default="1,8,64,256,1024",
+                        help="batch sizes whose model call's CPU is measured on both paths ('' for none)")
     # The client process (the script runs itself with these).
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--payloads", help=argparse.SUPPRESS)
@@ -270,6 +342,8 @@ def main() -> None:
         else:
             print("training the model (configs/churn.yaml's features, XGBoost)...", flush=True)
             run_dir, model = train(work / "project")
+        sizes = [int(x) for x in args.calls.split(",") if x]
+        calls = call_costs(run_dir, model, sizes) if sizes else []
         bodies = payloads(run_dir, model, 2000, args.rows_per_request, args.seed)
         body_file = work / "bodies.jsonl"
         body_file.write_text("\n".join(b.decode() for b in bodies) + "\n")
@@ -280,7 +354,7 @@ def main() -> None:
         for side in sides:
             proc, base = start(side, run_dir, model, free_port(), work)
             try:
-                scores = scores_of(base, check)
+                scores = scores_of(base, check, side)
                 if reference is None:
                     reference = scores
                 else:
@@ -290,7 +364,7 @@ def main() -> None:
                         failed = True
                 results[side] = {}
                 for level in levels:
-                    r = drive(base, body_file, level, args.seconds, args.warmup)
+                    r = drive(base, body_file, level, args.seconds, args.warmup, side)
                     results[side][level] = r
                     failed |= bool(r["errors"])
                     print(f"{side:>9} {level:>4} clients: {r['rps']:8.0f} req/s  p50 {r['p50_ms']:6.1f} ms  "
@@ -306,6 +380,7 @@ def main() -> None:
             "settings": {"seconds": args.seconds, "warmup": args.warmup, "rows_per_request": args.rows_per_request,
                          "concurrency": levels},
             "results": {side: {str(k): v for k, v in r.items()} for side, r in results.items()},
+            "model_calls": calls,
             "table": table}, indent=2))
     sys.exit(1 if failed else 0)
 

@@ -26,6 +26,10 @@ __all__ = [
 ]
 
 
+# Where ``ColumnFrame`` lives (not imported here: it imports pandas, which this package does not).
+FEW_ROWS_MODULE = "pipeline.backends.few_rows"
+
+
 @cache
 def get_backend(name: str) -> Backend:
     """The backend for an explicit device name (one instance per process)."""
@@ -47,6 +51,10 @@ def backend_for(data: object, backend: Backend | str | None = None) -> Backend:
 
     Lets library users call stage functions on the frame they hold without naming a device.
     """
+    if type(data).__module__ == FEW_ROWS_MODULE and (backend is None or getattr(backend, "name", backend) == "cpu"):
+        from pipeline.backends.few_rows import FewRowsBackend
+
+        return instance_of(FewRowsBackend)  # a few rows on the host, as NumPy columns
     if isinstance(backend, Backend):
         return backend
     if isinstance(backend, str):

@@ -23,6 +23,8 @@ its categorical, list, struct and decimal dtypes) and dtype names as a run recor
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Literal, get_args
 
 import pandas as pd
@@ -43,6 +45,18 @@ def dtype_kind(dtype: Any) -> DtypeKind:
     >>> dtype_kind("Int64"), dtype_kind("datetime64[ns, UTC]"), dtype_kind("timedelta64[ns]")
     ('integer', 'date', 'duration')
     """
+    try:
+        return _cached_kind(dtype)            # asked per column of every served request: once per dtype
+    except TypeError:                         # an unhashable dtype object
+        return _kind(dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_kind(dtype: Any) -> DtypeKind:
+    return _kind(dtype)
+
+
+def _kind(dtype: Any) -> DtypeKind:
     if isinstance(dtype, str):
         try:
             dtype = _API.pandas_dtype(dtype)

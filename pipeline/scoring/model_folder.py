@@ -173,12 +173,20 @@ def scores_with_counts(frame: Any, saved: SavedModel, name: str, threshold: floa
     """``scores_table``'s rows for ``frame`` and the drift counts of its feature matrix
     (``pipeline.metrics.drift.bin_counts``; None when the model has no reference profile), from
     one pass of the workflow: for a whole input, or one partition whose counts are then added."""
+    values, counts = score_values(frame, saved, name, threshold, backend)
+    return as_table(values, saved.task, name), counts
+
+
+def score_values(frame: Any, saved: SavedModel, name: str, threshold: float | None,
+                 backend: Any) -> tuple[dict[str, Any], Counts | None]:
+    """``scores_with_counts`` without the frame: output column -> host values (what a server
+    encodes as JSON straight away; no ``model`` column), and the drift counts."""
     if len(frame):
         scores, matrix = saved.score_matrix(frame)
     else:
         scores, matrix = empty_scores(saved.task), np.empty((0, len(saved.workflow.output_columns_)))
-    table = scores_table(frame, saved, name, threshold, backend, scores=scores)
-    return table, None if saved.reference is None else bin_counts(saved.reference, backend.to_host(matrix))
+    values = score_columns(frame, saved, name, threshold, backend, scores=scores)
+    return values, None if saved.reference is None else bin_counts(saved.reference, backend.to_host(matrix))
 
 
 def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, backend: Any, *,
@@ -191,6 +199,12 @@ def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, bac
     ``score_<class>`` per class and ``prediction`` (the original class value; names of class
     columns: ``pipeline.distributed.predictions``); regression: ``prediction``.
     """
+    return as_table(score_columns(frame, saved, name, threshold, backend, scores=scores), saved.task, name)
+
+
+def score_columns(frame: Any, saved: Any, name: str, threshold: float | None, backend: Any, *,
+                  scores: np.ndarray | None = None) -> dict[str, Any]:
+    """``scores_table``'s columns but ``model``, as host arrays (a Series for the id column)."""
     task = saved.task
     if scores is None:
         scores = saved.score(frame) if len(frame) else empty_scores(task)
@@ -202,8 +216,13 @@ def scores_table(frame: Any, saved: Any, name: str, threshold: float | None, bac
     table.update(task_columns(task, scores))
     if task.kind == "binary":
         table["prediction"] = (scores >= threshold).astype("int64")
-    table["model"] = pd.Series([name] * len(frame), dtype="str")
-    out = pd.DataFrame(table)
+    return table
+
+
+def as_table(columns: dict[str, Any], task: Any, name: str) -> pd.DataFrame:
+    """The scores table of ``score_columns``' columns, with ``model`` (``name``) last."""
+    rows = len(next(iter(columns.values())))
+    out = pd.DataFrame({**columns, "model": pd.Series([name] * rows, dtype="str")})
     if task.kind == "multiclass":          # Parquet keeps it: which class each score column is
         out.attrs[CLASS_COLUMNS_KEY] = class_column_map(task)
     return out

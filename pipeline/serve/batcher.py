@@ -1,7 +1,9 @@
 """Micro-batching: requests that arrive together are scored in one model call.
 
 Each request is a ``Job`` on a queue. One worker (an asyncio task) takes the first job, then
-collects more for up to ``max_wait`` seconds or until ``max_rows`` rows are queued, builds one
+collects more for up to ``max_wait`` seconds or until ``max_rows`` rows are queued (it does not
+wait when no other request is being read: ``arriving``, so one client alone is never held for
+``max_wait``), builds one
 frame, and scores it on a single scoring thread (``run_in_executor``), so the event loop keeps
 accepting and parsing requests meanwhile; the jobs that queue up during a model call form the
 next batch even with ``max_wait`` 0. ``max_rows`` 1 scores every request alone.
@@ -17,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +57,7 @@ class MicroBatcher:
         self._full: asyncio.Event | None = None
         self._carry: Job | None = None
         self._worker: asyncio.Task | None = None
+        self._arriving = 0                       # requests being read and validated now
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline-score")
 
     async def start(self) -> None:
@@ -68,8 +72,21 @@ class MicroBatcher:
             self._worker = None
         self._executor.shutdown(wait=True)
 
-    async def submit(self, job: Job) -> Any:
-        """Queue ``job`` and wait for its result (raises the scoring's exception)."""
+    @contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around reading and validating a request: while none is, a batch does not wait for
+        more (nothing is on its way), so a lone request is scored at once."""
+        self._arriving += 1
+        try:
+            yield
+        finally:
+            self._arriving -= 1
+            if self._arriving == 0 and self._full is not None:
+                self._full.set()                 # a batch waiting for it need not wait longer
+
+    def enqueue(self, job: Job) -> asyncio.Future:
+        """Queue ``job``; the future gets its result (or the scoring's exception). Called inside
+        ``arriving``, the job is queued before the batch stops waiting for it."""
         if self._queue is None or self._worker is None:
             raise RuntimeError("the batcher is not running")
         job.future = asyncio.get_running_loop().create_future()
@@ -77,7 +94,11 @@ class MicroBatcher:
         self._queue.put_nowait(job)
         if self._queued_rows >= self.max_rows:
             self._full.set()                     # type: ignore[union-attr]
-        return await job.future
+        return job.future
+
+    async def submit(self, job: Job) -> Any:
+        """Queue ``job`` and wait for its result (raises the scoring's exception)."""
+        return await self.enqueue(job)
 
     # ------------------------------------------------------------------ the worker
     async def _next(self) -> Job | None:
@@ -107,7 +128,7 @@ class MicroBatcher:
                 while rows < self.max_rows:
                     if self._queue.empty():      # type: ignore[union-attr]
                         remaining = deadline - loop.time()
-                        if remaining <= 0:
+                        if remaining <= 0 or self._arriving == 0:
                             break
                         self._full.clear()       # type: ignore[union-attr]
                         if self._queued_rows < self.max_rows - rows:

@@ -101,10 +101,12 @@ def build_app(state: ServeState) -> FastAPI:
         if content_type_of(content_type)[0] not in ("application/json", ""):
             raise RequestError(415, f"POST /predict takes application/json, not {content_type}; Arrow and "
                                     "Parquet bodies go to POST /predict/batch")
-        body = await read_body(request, state.options.max_body_bytes)
-        served = state.model                              # this request's model, even across a swap
-        columns, rows, orientation = served.parse_json(body)
-        result = await state.batcher.submit(Job(model=served, rows=rows, columns=columns))
+        with state.batcher.arriving():
+            body = await read_body(request, state.options.max_body_bytes)
+            served = state.model                          # this request's model, even across a swap
+            columns, rows, orientation = served.parse_json(body)
+            pending = state.batcher.enqueue(Job(model=served, rows=rows, columns=columns))
+        result = await pending
         if orientation == "records":
             keys = list(result)
             predictions: Any = [dict(zip(keys, values)) for values in zip(*result.values())]

@@ -38,13 +38,15 @@ import numpy as np
 import pandas as pd
 from pydantic import AllowInfNan, Field, Strict, TypeAdapter, ValidationError, with_config
 
+from pipeline.backends import backend_for
 from pipeline.backends.csv_dialect import CsvDialect, dialect_of
+from pipeline.backends.few_rows import FEW_ROWS, ColumnFrame
 from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 from pipeline.metrics.drift import Counts
 from pipeline.predict.batch import OpenedRun, check_types, open_model
 from pipeline.scoring.input_rows import read_input
-from pipeline.scoring.model_folder import scores_with_counts
+from pipeline.scoring.model_folder import score_values, scores_with_counts
 
 log = logging.getLogger("pipeline")
 
@@ -72,6 +74,7 @@ class ServedModel:
     request_schema: dict[str, Any]               # JSON schema of the request body (for OpenAPI)
     output_columns: list[str]                    # predictions' keys: predict's columns less `model`
     loaded_at: float = field(default_factory=time.time)
+    few_rows_failed: bool = False                # the few-rows path failed where pandas did not: not tried again
 
     @property
     def run_id(self) -> str:
@@ -120,29 +123,43 @@ class ServedModel:
 
     def frame_of(self, columns: Mapping[str, Sequence[Any]]) -> Any:
         """The backend frame of validated request columns, typed as predict's reader types a CSV."""
+        frame = pd.DataFrame(self._typed(columns, few_rows=False), copy=False)
+        backend = self.opened.backend
+        return frame if backend.name == "cpu" else backend.from_pandas(frame)
+
+    def few_rows_frame(self, columns: Mapping[str, Sequence[Any]]) -> ColumnFrame:
+        """The same columns, typed the same way, as NumPy arrays (``backends.few_rows``): what
+        a batch of at most ``FEW_ROWS`` rows is scored from on the CPU."""
+        return ColumnFrame(self._typed(columns, few_rows=True))
+
+    def _typed(self, columns: Mapping[str, Sequence[Any]], *, few_rows: bool) -> dict[str, Any]:
+        """Each field's values in the dtype predict's reader gives its column: text as text
+        (an object array of str and None on the few-rows path), numbers as float64 (int64 where
+        the column was an integer column and every value is whole), booleans as bool (float64
+        with NaN where one is missing), dates parsed in the run's format, the id as it came."""
         data: dict[str, Any] = {}
         for name, kind in self.fields.items():
             values = columns[name]
             if kind == TEXT:
-                data[name] = pd.array(values, dtype="str")
+                data[name] = np.array(values, dtype=object) if few_rows else pd.array(values, dtype="str")
             elif kind in (NUMBER, INTEGER):
                 numbers = np.array(values, dtype="float64")          # null -> NaN
                 if kind == INTEGER and not np.isnan(numbers).any() and bool((numbers == np.floor(numbers)).all()):
                     numbers = numbers.astype("int64")
                 data[name] = numbers
             elif kind == BOOLEAN:
-                data[name] = pd.Series(values, dtype="bool" if None not in values else "float64")
+                flags = pd.Series(values, dtype="bool" if None not in values else "float64")
+                data[name] = flags.to_numpy() if few_rows else flags
             elif kind == DATETIME:
                 fmt = self.opened.read["dates"].get(name)
                 try:
-                    data[name] = pd.to_datetime(pd.Series(values, dtype="object"), format=fmt)
+                    dates = pd.to_datetime(pd.Series(values, dtype="object"), format=fmt)
                 except (ValueError, TypeError) as exc:
                     raise RequestError(422, f"{name}: not a date{f' in format {fmt}' if fmt else ''} ({exc})") from None
+                data[name] = dates.to_numpy() if few_rows else dates
             else:                                # the id: echoed back as it came
-                data[name] = pd.Series(values, dtype="object")
-        frame = pd.DataFrame(data, copy=False)
-        backend = self.opened.backend
-        return frame if backend.name == "cpu" else backend.from_pandas(frame)
+                data[name] = np.array(values, dtype=object) if few_rows else pd.Series(values, dtype="object")
+        return data
 
     def frame_of_table(self, frame: pd.DataFrame, *, source: str) -> Any:
         """A decoded Arrow/Parquet body's columns the model needs, checked as predict checks a file."""
@@ -196,7 +213,31 @@ class ServedModel:
     def score_frame(self, frame: Any) -> tuple[pd.DataFrame, Counts | None]:
         """predict's scores table (with ``model``) and the drift counts of ``frame``'s rows."""
         opened = self.opened
-        return scores_with_counts(frame, opened.saved, opened.name, opened.threshold, opened.backend)
+        return scores_with_counts(frame, opened.saved, opened.name, opened.threshold,
+                                  backend_for(frame, opened.backend))
+
+    def score_values(self, frame: Any) -> tuple[dict[str, Any], Counts | None]:
+        """``score_frame``'s columns (no ``model``) as host arrays, without building a table."""
+        opened = self.opened
+        return score_values(frame, opened.saved, opened.name, opened.threshold, backend_for(frame, opened.backend))
+
+    def score_merged(self, columns: Mapping[str, Sequence[Any]], rows: int) -> tuple[dict[str, Any], Counts | None]:
+        """Scores of validated request columns: a batch of at most ``FEW_ROWS`` rows of a CPU
+        model on NumPy columns (the same ops and model, without pandas' cost per call), a
+        larger one through the frame. Where the few-rows path fails, the frame path scores the
+        batch, so an error is the one it has always been, and a plugin op the NumPy columns
+        cannot run still scores (logged once)."""
+        if rows > FEW_ROWS or self.opened.backend.name != "cpu" or self.few_rows_failed:
+            return self.score_values(self.frame_of(columns))
+        try:
+            return self.score_values(self.few_rows_frame(columns))
+        except Exception as exc:                  # noqa: BLE001 - the frame path decides
+            reason = exc
+        scored = self.score_values(self.frame_of(columns))
+        self.few_rows_failed = True
+        log.warning("serve: model %s of run %s scores few rows through pandas: the few-rows path failed where it "
+                    "did not (%s: %s)", self.name, self.run_id, type(reason).__name__, reason)
+        return scored
 
     def score_columns(self, parts: Sequence[Mapping[str, Sequence[Any]]]) -> tuple[list[dict[str, list[Any]]],
                                                                                    Counts | None]:
@@ -206,8 +247,8 @@ class ServedModel:
             merged = parts[0]
         else:
             merged = {name: list(chain.from_iterable(part[name] for part in parts)) for name in self.fields}
-        table, counts = self.score_frame(self.frame_of(merged))
-        values = {name: table[name].tolist() for name in self.output_columns}
+        scored, counts = self.score_merged(merged, sum(len(part[next(iter(self.fields))]) for part in parts))
+        values = {name: scored[name].tolist() for name in self.output_columns}
         out, start = [], 0
         for part in parts:
             stop = start + len(part[next(iter(self.fields))])
@@ -221,7 +262,9 @@ class ServedModel:
         for filler in ({NUMBER: 0.0, INTEGER: 0, BOOLEAN: False, TEXT: "", DATETIME: None, ID: "warm-up"},
                        {kind: None for kind in (NUMBER, INTEGER, BOOLEAN, TEXT, DATETIME, ID)}):
             try:
-                self.score_columns([{name: [filler[kind]] for name, kind in self.fields.items()}])
+                row = {name: [filler[kind]] for name, kind in self.fields.items()}
+                self.score_frame(self.frame_of(row))           # both paths: a large batch pays nothing first
+                self.score_columns([row])
                 return
             except Exception as exc:              # noqa: BLE001 - a warm-up row is no request
                 reason = exc

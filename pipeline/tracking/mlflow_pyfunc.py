@@ -250,6 +250,31 @@ def log_pyfunc(client: Any, *, experiment_id: str, run_id: str, folder: Path, na
     ``name``; returns ``{"model_id", "uri", "location"}`` (``models:/<model_id>``, and where its
     artifacts are). ``threshold``: the
     binary model's (None for other tasks). Raises what MLflow raises (the hook catches it)."""
+    logged = client.create_logged_model(experiment_id, name=name, source_run_id=run_id,
+                                        tags={"pipeline.model": name, **dict(tags or {})}, model_type="pipeline")
+    try:
+        with tempfile.TemporaryDirectory(prefix="pipeline-pyfunc-") as tmp:
+            local = Path(tmp) / "model"
+            described = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id, run_id=run_id,
+                              model_id=logged.model_id)
+            save_pyfunc(folder, local, name=name, threshold=threshold, mlflow_model=described)
+            client.log_model_artifacts(logged.model_id, str(local))
+        client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    except BaseException:
+        try:
+            client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+    return {"model_id": logged.model_id, "uri": f"models:/{logged.model_id}", "location": logged.artifact_location}
+
+
+def save_pyfunc(folder: Path, path: Path, *, name: str, threshold: float | None,
+                mlflow_model: Model | None = None) -> None:
+    """The exported model ``folder`` as an MLflow pyfunc model folder at ``path`` (what
+    ``log_pyfunc`` logs, and what ``mlflow models serve -m PATH`` serves), with its signature
+    and, where it scores, a generated input example."""
     saved = load_model(folder, device="cpu")
     threshold = threshold if saved.task.kind == "binary" else None
     example: pd.DataFrame | None = example_rows(saved)
@@ -264,28 +289,9 @@ def log_pyfunc(client: Any, *, experiment_id: str, run_id: str, folder: Path, na
     params = ParamSchema([ParamSpec("threshold", DataType.double, threshold)]) if threshold is not None else None
     signature = ModelSignature(inputs=input_schema(saved),
                                outputs=None if output is None else output_schema(output, id_column), params=params)
-    logged = client.create_logged_model(experiment_id, name=name, source_run_id=run_id,
-                                        tags={"pipeline.model": name, **dict(tags or {})}, model_type="pipeline")
-    try:
-        with tempfile.TemporaryDirectory(prefix="pipeline-pyfunc-") as tmp:
-            local = Path(tmp) / "model"
-            described = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id, run_id=run_id,
-                              model_id=logged.model_id)
-            mlflow.pyfunc.save_model(str(local), python_model=str(ENTRY_FILE),
-                                     artifacts={MODEL_ARTIFACT: str(folder)}, signature=signature,
-                                     input_example=example, pip_requirements=requirements(saved),
-                                     model_config={"model": name, "threshold": threshold},
-                                     mlflow_model=described)
-            client.log_model_artifacts(logged.model_id, str(local))
-        client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-    except BaseException:
-        try:
-            client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
-        except Exception:  # noqa: BLE001 - the first error is the one to report
-            pass
-        raise
-    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-    return {"model_id": logged.model_id, "uri": f"models:/{logged.model_id}", "location": logged.artifact_location}
+    mlflow.pyfunc.save_model(str(path), python_model=str(ENTRY_FILE), artifacts={MODEL_ARTIFACT: str(folder)},
+                             signature=signature, input_example=example, pip_requirements=requirements(saved),
+                             model_config={"model": name, "threshold": threshold}, mlflow_model=mlflow_model)
 
 
 def register_version(client: Any, registered: str, *, model_id: str, location: str, run_id: str,

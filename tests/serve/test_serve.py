@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -491,16 +492,69 @@ def test_the_champion_swaps_under_load_without_dropping_a_request(made):
     assert "swap" in server.request("GET", "/metrics")[1].decode()
 
 
+@pytest.mark.parametrize("run", ["a", "multiclass", "regression", "events"])
+def test_few_rows_score_as_the_frame_path_for_every_exported_model_and_task(made, run):
+    """A batch of a few rows is scored on NumPy columns (``backends.few_rows``): for every model
+    each run exported (linear, forest, XGBoost, MLP; binary, multiclass, regression, event
+    features), its table equals the frame path's exactly, with missing text and an unseen level."""
+    from pipeline.backends.few_rows import ColumnFrame
+    from pipeline.serve.served_model import load_served_model
+
+    run_dir = made["a"] if run == "a" else made["runs"][run]
+    names = sorted(p.name for p in (run_dir / "export" / "models").iterdir() if p.is_dir())
+    compared = []
+    for name in names:
+        served = load_served_model(run_dir, model=name, warm=False)
+        rng = np.random.default_rng(len(name))
+        columns = {}
+        for field_name, kind in served.fields.items():
+            values = [None, None, None, None, None]
+            if kind in ("number", "integer"):
+                values = [float(v) for v in rng.integers(0, 90, 5)]
+                values[1] = 0.5 if kind == "number" else 0.0
+            elif kind == "text":
+                values = ["Yes", "No", "never-seen-level", None, "Month-to-month"]
+            elif kind == "boolean":
+                values = [True, False, None, True, False]
+            elif kind == "id":
+                values = [f"id-{i}" for i in range(5)]
+            columns[field_name] = values
+        try:
+            few, _ = served.score_frame(served.few_rows_frame(columns))
+        except Exception as exc:  # noqa: BLE001 - then the frame path must refuse the rows the same way
+            with pytest.raises(type(exc), match=re.escape(str(exc)[:60])):
+                served.score_frame(served.frame_of(columns))
+            continue
+        assert isinstance(served.few_rows_frame(columns), ColumnFrame)
+        frame, _ = served.score_frame(served.frame_of(columns))
+        pd.testing.assert_frame_equal(few, frame, check_exact=True, obj=f"{run} {name}")
+        compared.append(name)
+    assert compared == names          # every model scored the rows (none refused them on both paths)
+
+
 def test_sigterm_answers_the_request_in_flight_and_exits_0(made):
-    server = made["servers"]["drain"]            # waits 1.5 s to fill a batch: the request is in flight meanwhile
-    good = records(csv_rows(made["project"], n=2, seed=9), fields_of(server))
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(server.post_json, {"rows": good})
-        time.sleep(0.5)
-        assert not pending.done()
+    """A request whose body is half sent when SIGTERM comes is read to its end, answered, and
+    the server exits 0 (a lone request is no longer held for a batch, so the body keeps it in
+    flight)."""
+    server = made["servers"]["drain"]
+    body = json.dumps({"rows": records(csv_rows(made["project"], n=2, seed=9), fields_of(server))}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.putrequest("POST", "/predict")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders()
+        conn.send(body[:len(body) // 2])
+        time.sleep(0.5)                                   # the handler is reading the body
         server.proc.send_signal(signal.SIGTERM)
-        status, body = pending.result(timeout=30)
-    assert status == 200 and body["rows"] == 2
+        time.sleep(0.3)
+        assert server.proc.poll() is None                 # still there for the request in flight
+        conn.send(body[len(body) // 2:])
+        response = conn.getresponse()
+        status, answer = response.status, json.loads(response.read())
+    finally:
+        conn.close()
+    assert status == 200 and answer["rows"] == 2
     assert server.proc.wait(timeout=60) == 0, server.stderr()
 
 
