@@ -39,6 +39,8 @@ class ServeMetrics:
         self.batch_seconds = Histogram("pipeline_serve_batch_seconds", "Time of one model call.",
                                        buckets=_LATENCY_BUCKETS, registry=r)
         self.rows = Counter("pipeline_serve_rows", "Rows scored.", ["model"], registry=r)
+        self.batches = Counter("pipeline_serve_batches", "Model calls by how they were scored: few_rows (NumPy "
+                               "columns on the host), frame (pandas) or device.", ["path"], registry=r)
         self.model_info = Gauge("pipeline_serve_model_info", "The model being served (1).", ["run_id", "model"],
                                 registry=r)
         self.reloads = Counter("pipeline_serve_reloads", "Champion swaps, by outcome.", ["outcome"], registry=r)
@@ -78,6 +80,8 @@ class ServeMetrics:
         self.batch_rows.observe(rows)
         self.batch_seconds.observe(seconds)
         self.rows.labels(model.name).inc(rows)
+        if getattr(model, "last_path", ""):
+            self.batches.labels(model.last_path).inc()
         reference = model.opened.saved.reference
         if counts is None or reference is None:
             return

@@ -50,6 +50,13 @@ from pipeline.scoring.model_folder import score_values, scores_with_counts
 
 log = logging.getLogger("pipeline")
 
+# How a batch is scored (``ServedModel.path_for``).
+FEW_ROWS_PATH, FRAME_PATH, DEVICE_PATH = "few_rows", "frame", "device"
+# A device model scores batches of up to this many rows on its host copy, larger ones on the
+# device. Provisional: the host side is measured (the few-rows call: 1.3 ms at one row, 5.3 ms at
+# 1,024, on this project's 2-core machine), the device side is not yet (no GPU was lent).
+DEVICE_FROM_ROWS = FEW_ROWS
+
 # The kind of a request field, from the column's fit-time dtype.
 NUMBER, INTEGER, BOOLEAN, TEXT, DATETIME, ID = "number", "integer", "boolean", "text", "datetime", "id"
 _MAX_REPORTED = 10          # errors listed in one 422 message (the count says how many more)
@@ -75,6 +82,8 @@ class ServedModel:
     output_columns: list[str]                    # predictions' keys: predict's columns less `model`
     loaded_at: float = field(default_factory=time.time)
     few_rows_failed: bool = False                # the few-rows path failed where pandas did not: not tried again
+    host: OpenedRun | None = None                # a device model's copy on the CPU, for batches of a few rows
+    last_path: str = ""                          # how the last batch was scored (``path_for``)
 
     @property
     def run_id(self) -> str:
@@ -123,9 +132,13 @@ class ServedModel:
 
     def frame_of(self, columns: Mapping[str, Sequence[Any]]) -> Any:
         """The backend frame of validated request columns, typed as predict's reader types a CSV."""
-        frame = pd.DataFrame(self._typed(columns, few_rows=False), copy=False)
+        frame = self.pandas_frame(columns)
         backend = self.opened.backend
         return frame if backend.name == "cpu" else backend.from_pandas(frame)
+
+    def pandas_frame(self, columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+        """``frame_of`` on the host: a pandas frame, whatever the model's device."""
+        return pd.DataFrame(self._typed(columns, few_rows=False), copy=False)
 
     def few_rows_frame(self, columns: Mapping[str, Sequence[Any]]) -> ColumnFrame:
         """The same columns, typed the same way, as NumPy arrays (``backends.few_rows``): what
@@ -213,28 +226,45 @@ class ServedModel:
     def score_frame(self, frame: Any) -> tuple[pd.DataFrame, Counts | None]:
         """predict's scores table (with ``model``) and the drift counts of ``frame``'s rows."""
         opened = self.opened
+        self.last_path = FRAME_PATH if opened.backend.name == "cpu" else DEVICE_PATH
         return scores_with_counts(frame, opened.saved, opened.name, opened.threshold,
                                   backend_for(frame, opened.backend))
 
-    def score_values(self, frame: Any) -> tuple[dict[str, Any], Counts | None]:
-        """``score_frame``'s columns (no ``model``) as host arrays, without building a table."""
-        opened = self.opened
+    def score_values(self, frame: Any, opened: OpenedRun | None = None) -> tuple[dict[str, Any], Counts | None]:
+        """``score_frame``'s columns (no ``model``) as host arrays, without building a table;
+        ``opened``: the model to score with (default the served one; the host copy for a few
+        rows of a device model)."""
+        opened = opened or self.opened
         return score_values(frame, opened.saved, opened.name, opened.threshold, backend_for(frame, opened.backend))
 
+    def path_for(self, rows: int) -> str:
+        """How a batch of ``rows`` is scored: ``few_rows`` (NumPy columns on the host, the CPU
+        model or a device model's host copy), ``frame`` (pandas, a CPU model) or ``device``
+        (the device's frame library and model)."""
+        on_cpu = self.opened.backend.name == "cpu"
+        host = on_cpu or self.host is not None
+        if host and not self.few_rows_failed and rows <= (FEW_ROWS if on_cpu else DEVICE_FROM_ROWS):
+            return FEW_ROWS_PATH
+        return FRAME_PATH if on_cpu else DEVICE_PATH
+
     def score_merged(self, columns: Mapping[str, Sequence[Any]], rows: int) -> tuple[dict[str, Any], Counts | None]:
-        """Scores of validated request columns: a batch of at most ``FEW_ROWS`` rows of a CPU
-        model on NumPy columns (the same ops and model, without pandas' cost per call), a
-        larger one through the frame. Where the few-rows path fails, the frame path scores the
-        batch, so an error is the one it has always been, and a plugin op the NumPy columns
-        cannot run still scores (logged once)."""
-        if rows > FEW_ROWS or self.opened.backend.name != "cpu" or self.few_rows_failed:
+        """Scores of validated request columns by ``path_for``'s path (``last_path`` says
+        which): a few rows on NumPy columns on the host (the same ops and model, without a frame
+        library's cost per call), more through the frame on the model's device. Where the
+        few-rows path fails, pandas on the host scores the batch, so an error is the one it has
+        always been, and a plugin op the NumPy columns cannot run still scores (logged once)."""
+        path = self.last_path = self.path_for(rows)
+        host = self.host or self.opened
+        if path == DEVICE_PATH:
             return self.score_values(self.frame_of(columns))
+        if path == FRAME_PATH:
+            return self.score_values(self.pandas_frame(columns), host)
         try:
-            return self.score_values(self.few_rows_frame(columns))
-        except Exception as exc:                  # noqa: BLE001 - the frame path decides
+            return self.score_values(self.few_rows_frame(columns), host)
+        except Exception as exc:                  # noqa: BLE001 - pandas decides
             reason = exc
-        scored = self.score_values(self.frame_of(columns))
-        self.few_rows_failed = True
+        scored = self.score_values(self.pandas_frame(columns), host)
+        self.few_rows_failed, self.last_path = True, FRAME_PATH
         log.warning("serve: model %s of run %s scores few rows through pandas: the few-rows path failed where it "
                     "did not (%s: %s)", self.name, self.run_id, type(reason).__name__, reason)
         return scored
@@ -298,13 +328,28 @@ def load_served_model(run: str | Path, *, runs_dir: str | Path = "runs", pipelin
     fields = request_fields(opened.saved.workflow.input_columns_, opened.saved.meta.get("id_column"))
     adapter, schema = body_schema(fields, title=f"{opened.name} rows")
     served = ServedModel(opened=opened, fields=fields, body_adapter=adapter, request_schema=schema,
-                         output_columns=[])
+                         output_columns=[], host=host_copy(opened))
     empty = served.frame_of({name: [] for name in fields})
     table, _ = served.score_frame(empty)
     served.output_columns = [c for c in table.columns if c != "model"]
     if warm:
         served.warm()
     return served
+
+
+def host_copy(opened: OpenedRun) -> OpenedRun | None:
+    """A device model's copy loaded on the CPU (None for a CPU model, or where the model's
+    files do not load on the CPU: every batch then goes to the device)."""
+    if opened.backend.name == "cpu":
+        return None
+    from pipeline.scoring.run_models import open_run     # as predict opens it (imported here: it reads configs)
+
+    try:
+        return open_run(opened.run_dir, model=opened.name, device="cpu", threshold=opened.threshold)
+    except Exception as exc:  # noqa: BLE001 - the device serves every batch then
+        log.warning("serve: model %s of run %s has no CPU copy for small batches (%s: %s); every batch goes to "
+                    "the %s", opened.name, opened.run_id, type(exc).__name__, exc, opened.backend.name)
+        return None
 
 
 # ------------------------------------------------------------------ the schema

@@ -532,6 +532,45 @@ def test_few_rows_score_as_the_frame_path_for_every_exported_model_and_task(made
     assert compared == names          # every model scored the rows (none refused them on both paths)
 
 
+def test_a_device_model_scores_a_few_rows_on_its_host_copy_and_more_on_the_device(made, monkeypatch):
+    """Through the backend seam, on the CPU: a stand-in device backend (the CPU backend under
+    the GPU's name) serves the model; a batch up to DEVICE_FROM_ROWS rows is scored on the host
+    copy's NumPy columns, a larger one on the "device", with the same scores, and /metrics-style
+    counts say which path each call took."""
+    import dataclasses
+
+    from pipeline.backends.cpu import CpuBackend
+    from pipeline.serve import served_model as sm
+    from pipeline.serve.prometheus_metrics import ServeMetrics
+
+    class DeviceStandIn(CpuBackend):
+        name = "gpu"
+
+    served = sm.load_served_model(made["a"], model="xgb", warm=False)
+    assert served.host is None and sm.host_copy(served.opened) is None           # a CPU model needs no copy
+    device = dataclasses.replace(served.opened, backend=DeviceStandIn())
+    host = sm.host_copy(device)
+    assert host is not None and host.backend.name == "cpu" and host.name == "xgb"
+    on_device = dataclasses.replace(served, opened=device, host=host)
+    monkeypatch.setattr(sm, "DEVICE_FROM_ROWS", 8)
+    rows = records(csv_rows(made["project"], n=20, seed=4), list(served.fields))
+    columns = {name: [row[name] for row in rows] for name in served.fields}
+    metrics = ServeMetrics()
+    small, _ = on_device.score_merged({k: v[:3] for k, v in columns.items()}, 3)
+    assert on_device.last_path == "few_rows"
+    metrics.observe_batch(on_device, 3, None, 0.0)
+    large, _ = on_device.score_merged(columns, 20)
+    assert on_device.last_path == "device"
+    metrics.observe_batch(on_device, 20, None, 0.0)
+    assert served.path_for(20) == "few_rows" and served.path_for(5000) == "frame"
+    cpu, _ = served.score_merged(columns, 20)
+    assert small["score"].tolist() == large["score"][:3].tolist()
+    assert large["score"].tolist() == cpu["score"].tolist() and large["prediction"].tolist() == cpu["prediction"].tolist()
+    text = metrics.render().decode()
+    assert 'pipeline_serve_batches_total{path="few_rows"} 1.0' in text
+    assert 'pipeline_serve_batches_total{path="device"} 1.0' in text
+
+
 def test_sigterm_answers_the_request_in_flight_and_exits_0(made):
     """A request whose body is half sent when SIGTERM comes is read to its end, answered, and
     the server exits 0 (a lone request is no longer held for a batch, so the body keeps it in

@@ -215,7 +215,11 @@ def _restore_dask_client(saved: tuple | None) -> None:
 
 
 def _registries() -> list[dict]:
-    """The module-level registries that plugins (and so configs) add to."""
+    """The module-level registries that plugins (and so configs) add to, with the package's own
+    run-level hooks (report, cost, tracking, budget) registered first: a run in process that
+    imported them for the first time would otherwise have them taken out again with the plugins'
+    entries, while their modules stay imported and never register again."""
+    import pipeline.config.run_outputs  # noqa: F401 - registers the built-in run-level hooks
     from pipeline.features.ops.op_registry import OPS
     from pipeline.hooks.hook_registry import HOOKS
     from pipeline.models.registry import MODELS
