@@ -388,10 +388,14 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
                  '<p class="note">No importances were recorded (evaluate with importance: true writes them).</p>')
     for model, reason in (importance.get("skipped") or {}).items():
         parts.append(f'<p class="note">{e(model)}: no permutation importance: {e(reason)}.</p>')
-    for model, chosen in (importance.get("permuted") or {}).items():     # a table too wide to permute all
-        parts.append(f'<p class="note">{e(model)}: permutation importance of {e(chosen.get("features"))} of '
-                     f'{e(chosen.get("of"))} features, those ranked first by {e(chosen.get("ranked_by"))}; '
-                     'the others were not permuted.</p>')
+    for model, chosen in (importance.get("permuted") or {}).items():     # too wide, or too slow, to permute all
+        if "ranked_by" in chosen:
+            parts.append(f'<p class="note">{e(model)}: permutation importance of {e(chosen.get("features"))} of '
+                         f'{e(chosen.get("of"))} features, those ranked first by {e(chosen.get("ranked_by"))}; '
+                         'the others were not permuted.</p>')
+        if "time" in chosen:
+            parts.append(f'<p class="note">{e(model)}: permutation importance held to {e(chosen["time"])} '
+                         "(a share of the model's fit).</p>")
     return f"explanations-{key}", f"Explanations ({key})", "".join(parts)
 
 

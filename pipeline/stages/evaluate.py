@@ -281,9 +281,12 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
             for name, reason in importance["skipped"].items():
                 ctx.logger.info("%s: importances of %s skipped: %s", ctx.stage, name, reason)
             for name, chosen in importance["permuted"].items():
-                ctx.logger.info("%s: permutation importance of %s measured on %d of %d features (the table is "
-                                "too wide to permute all; ranked by %s)", ctx.stage, name, chosen["features"],
-                                chosen["of"], chosen["ranked_by"])
+                if "ranked_by" in chosen:
+                    ctx.logger.info("%s: permutation importance of %s measured on %d of %d features (the table is "
+                                    "too wide to permute all; ranked by %s)", ctx.stage, name, chosen["features"],
+                                    chosen["of"], chosen["ranked_by"])
+                if "time" in chosen:
+                    ctx.logger.info("%s: permutation importance of %s held to %s", ctx.stage, name, chosen["time"])
     ctx.facts["best"] = evaluation.best
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation

@@ -73,6 +73,8 @@ BATCH_BYTES = 256 * 2**20
 PERMUTATION_CELLS = 1_000_000_000
 # Features permuted whatever the budget (a model's top few are what a reader looks at).
 MIN_PERMUTED = 10
+# Rows a sample keeps when even the floors above cost more than the time cap allows.
+MIN_TIMED_ROWS = 50
 # A model's permutation importance may take this share of its fit's seconds, and at least
 # FLOOR_SECONDS (a model fitted in 50 ms is still explained in full): the unshuffled sample's
 # scoring is timed, and the features permuted are cut to what that rate affords.
@@ -140,7 +142,7 @@ def explain_models(models: list[TrainedModel], limits: ImportanceBudget | None =
             out["rows"][model.name] = entry["permutation"].pop("rows")
             out["scored_rows"][model.name] = entry["permutation"].pop("scored_rows")
             chosen = entry["permutation"].pop("permuted")
-            if chosen["features"] < chosen["of"]:
+            if chosen["features"] < chosen["of"] or "time" in chosen:
                 out["permuted"][model.name] = chosen
         except DataError as exc:
             out["skipped"][model.name] = str(exc)
@@ -187,7 +189,8 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
 
     timed = time.perf_counter()
     base_scores = model.scorer_for(sample)(SAMPLE)
-    budget = affordable(budget, limits.seconds, time.perf_counter() - timed, n, outputs)
+    took = time.perf_counter() - timed
+    budget = affordable(budget, limits.seconds, took, n, outputs)
     scored = n
     base = metric_of(base_scores)
     names = list(sample.feature_names)
@@ -204,6 +207,19 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
         chosen = permuted_features(screen.X[SAMPLE], log_odds(screen_scores, task.kind), repeats=repeats,
                                    max_cells=max_cells, rows=n, outputs=outputs,
                                    budget=max(0, budget - (scored - n) * outputs))
+    cut = within_seconds(limits.seconds, took / n, time.perf_counter() - timed, len(chosen), repeats, n)
+    if cut is not None:
+        # The floors (MIN_PERMUTED features, MIN_SAMPLE_ROWS rows, the repeats) still cost more
+        # than the time allows: fewer shuffles per feature, then fewer rows of the sample.
+        repeats, kept = cut
+        if kept < n:
+            step = stride(n, kept)
+            sample = strided_sample(sample, SAMPLE, kept)
+            n = sample.rows()[SAMPLE]                     # every step-th row: up to ``kept``
+            base_scores = base_scores[::step][:n]
+            labels = sample.labels(SAMPLE)
+            base = metric_of(base_scores)
+            x = sample.X[SAMPLE]
     rng = np.random.default_rng(seed)
     shuffles = [(j, rng.permutation(n)) for j in chosen for _ in range(repeats)]
     losses: dict[str, list[float]] = {names[j]: [] for j in chosen}
@@ -223,6 +239,10 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
     mean = {name: float(np.nanmean(v)) for name, v in losses.items()}
     order = sorted(mean, key=lambda name: -np.nan_to_num(mean[name], nan=-np.inf))
     permuted = {"features": len(chosen), "of": len(names)}
+    if cut is not None:
+        permuted.update({"repeats": repeats, "rows": n, "seconds": round(limits.seconds, 3),
+                         "time": f"{limits.seconds:.1f} s afford {repeats} shuffle(s) of {n} rows per feature at "
+                                 "the rate its sample scored"})
     if len(chosen) < len(names):
         permuted.update({"ranked_by": RANKED_BY, "max_cells": max_cells, "scored_rows": budget,
                          **({"seconds": round(limits.seconds, 3)} if budget < limits.budget else {}),
@@ -252,6 +272,21 @@ def affordable(budget: int, seconds: float | None, took: float, rows: int, outpu
     if seconds is None or took <= 0:
         return budget
     return max(1, min(budget, int(seconds / took * rows * outputs)))
+
+
+def within_seconds(seconds: float | None, per_row: float, spent: float, features: int, repeats: int,
+                   rows: int) -> tuple[int, int] | None:
+    """(repeats, rows) that fit the shuffles of ``features`` into what is left of ``seconds``
+    at ``per_row`` seconds a scored row (``spent`` already gone): fewer repeats first, then
+    fewer rows (at least ``MIN_TIMED_ROWS``); None when the plan fits as it is or no cap applies."""
+    if seconds is None or per_row <= 0:
+        return None
+    left = max(0.0, seconds - spent) / per_row               # rows the time left scores
+    if features * repeats * rows <= left:
+        return None
+    repeats = max(1, min(repeats, int(left // max(1, features * rows))))
+    rows = max(min(rows, MIN_TIMED_ROWS), min(rows, int(left // max(1, features * repeats))))
+    return repeats, rows
 
 
 def sample_rows(rows: int, width: int, repeats: int, outputs: int = 1, budget: int = SCORED_ROWS) -> int:

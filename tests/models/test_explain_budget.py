@@ -17,8 +17,9 @@ from pipeline.core.problems import Task
 from pipeline.features import Standardize
 from pipeline.stages import SplitData, build_features, train_model
 from pipeline.stages.evaluate import explained_facts
-from pipeline.stages.explain import (FIT_SHARE, FLOOR_SECONDS, MIN_PERMUTED, MIN_SAMPLE_ROWS, explain_models,
-                                     native_rows, permuted_count, sample_rows, time_cap)
+from pipeline.stages.explain import (FIT_SHARE, FLOOR_SECONDS, MIN_PERMUTED, MIN_SAMPLE_ROWS, MIN_TIMED_ROWS,
+                                     explain_models, native_rows, permuted_count, sample_rows, time_cap,
+                                     within_seconds)
 from pipeline.stages.train import TrainedModel
 
 CLASSES = 7
@@ -133,7 +134,20 @@ def test_a_model_that_scores_slowly_gets_fewer_features_permuted_within_its_seco
     # so the floor of MIN_PERMUTED features, one batched call
     assert chosen["features"] == MIN_PERMUTED < chosen["of"] == 40
     assert chosen["seconds"] == 0.2 and "0.2 s affords" in chosen["reason"]
+    # Even the floors (10 features x 3 repeats x 300 rows) cost more than 0.2 s: one shuffle per
+    # feature, on fewer rows.
+    assert chosen["repeats"] == 1 and MIN_TIMED_ROWS <= chosen["rows"] < 300 and "0.2 s afford" in chosen["time"]
+    assert capped["rows"]["logistic_regression"] == chosen["rows"]
     assert len(slow.scored) < 5 and took < 5
+
+
+def test_within_seconds_cuts_repeats_first_then_rows_never_below_the_floor():
+    assert within_seconds(None, 0.001, 0.0, 10, 3, 200) is None                 # no cap
+    assert within_seconds(100.0, 0.001, 0.0, 10, 3, 200) is None                # 6,000 rows fit
+    assert within_seconds(1.0, 0.001, 0.0, 10, 3, 200) == (1, 100)              # 1,000 rows: 1 x 100
+    assert within_seconds(5.0, 0.001, 0.0, 10, 3, 200) == (2, 200)              # 5,000 rows: 2 repeats
+    assert within_seconds(0.01, 0.001, 0.0, 10, 3, 200) == (1, MIN_TIMED_ROWS)  # the floor holds
+    assert within_seconds(1.0, 0.001, 0.9, 10, 3, 200) == (1, MIN_TIMED_ROWS)   # what was spent counts
 
 
 def test_the_time_cap_is_a_share_of_the_model_fit_with_a_floor(narrow):
