@@ -173,7 +173,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(side: str, run_dir: Path, model: str, port: int, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(side: str, run_dir: Path, model: str, port: int, logs: Path,
+          device: str = "cpu") -> tuple[subprocess.Popen[bytes], str]:
     if side == "mlflow":
         command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(mlflow_model(run_dir, model, logs)),
                    "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)]
@@ -183,7 +184,7 @@ def start(side: str, run_dir: Path, model: str, port: int, logs: Path) -> tuple[
         ready = "/health"
     else:
         command = [sys.executable, "-m", "pipeline", "serve", str(run_dir), "--model", model, "--port", str(port),
-                   "--device", "cpu"]
+                   "--device", device]
         if side == "unbatched":
             command += ["--max-batch-rows", "1", "--max-wait-ms", "0"]
         ready = "/ready"
@@ -279,32 +280,41 @@ def report(results: dict[str, dict[int, dict[str, Any]]], levels: list[int]) -> 
     return "\n".join(lines)
 
 
-def call_costs(run_dir: Path, model: str, sizes: list[int], repeats: int = 20) -> list[dict[str, Any]]:
-    """CPU milliseconds of one model call (the server's ``score_merged``: feature workflow, model,
-    scores table) per batch size, on the frame path and on the few-rows path, best of
-    ``repeats``, in this process (``OMP_NUM_THREADS`` as set): where the paths cross is what
-    ``FEW_ROWS`` is set from."""
-    from pipeline.backends.few_rows import FEW_ROWS
+def call_costs(run_dir: Path, model: str, sizes: list[int], repeats: int = 20,
+               device: str = "cpu") -> list[dict[str, Any]]:
+    """Milliseconds of one model call (the server's ``score_values``: feature workflow, model,
+    the answer's columns) per batch size, best of ``repeats``, in this process
+    (``OMP_NUM_THREADS`` as set), on each path: ``frame`` (pandas) and ``few_rows`` (NumPy
+    columns) on the host, and ``device`` when the model is served on a GPU. CPU time for the
+    host paths, wall time for the device's (its work is not this process's CPU). Where the
+    paths cross is what ``FEW_ROWS`` (host) and ``DEVICE_FROM_ROWS`` (device) are set from."""
     from pipeline.serve.served_model import load_served_model
 
-    served = load_served_model(run_dir, model=model)
+    served = load_served_model(run_dir, model=model, device=device)
+    host = served.host or served.opened
+    paths: dict[str, Any] = {}
+    if host.backend.name == "cpu":
+        paths["frame"] = lambda columns: served.score_values(served.pandas_frame(columns), host)
+        paths["few_rows"] = lambda columns: served.score_values(served.few_rows_frame(columns), host)
+    if served.opened.backend.name != "cpu":
+        paths["device"] = lambda columns: served.score_values(served.frame_of(columns))
     body = b"".join(payloads(run_dir, model, max(sizes), max(sizes), 0))
     rows = json.loads(body)["rows"]
     out = []
     for size in sizes:
         columns = {name: [row[name] for row in rows[:size]] for name in served.fields}
-        costs = {}
-        for path, frame_of in (("frame", served.frame_of), ("few_rows", served.few_rows_frame)):
+        row: dict[str, Any] = {"rows": size, "served_by": served.path_for(size)}
+        for path, call in paths.items():
+            clock = time.perf_counter if path == "device" else time.process_time
             best = math.inf
             for _ in range(repeats):
-                started = time.process_time()
-                served.score_values(frame_of(columns))
-                best = min(best, time.process_time() - started)
-            costs[path] = round(1000 * best, 3)
-        out.append({"rows": size, "frame_ms": costs["frame"], "few_rows_ms": costs["few_rows"],
-                    "served_by": "few_rows" if size <= FEW_ROWS else "frame"})
-        print(f"  model call, {size:>5} rows: frame {costs['frame']:7.2f} ms CPU   few-rows {costs['few_rows']:7.2f} ms CPU",
-              flush=True)
+                started = clock()
+                call(columns)
+                best = min(best, clock() - started)
+            row[f"{path}_ms"] = round(1000 * best, 3)
+        out.append(row)
+        print(f"  model call, {size:>5} rows: " + "   ".join(f"{path} {row[f'{path}_ms']:7.2f} ms" for path in paths)
+              + f"   (served by {row['served_by']})", flush=True)
     return out
 
 
@@ -319,6 +329,8 @@ def main() -> None:
     parser.add_argument("--model", default="xgb")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="write the results as JSON here")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                        help="where pipeline serve scores (gpu: also the device path's cost in --calls)")
     parser.add_argument("--calls", default="1,8,64,256,1024",
                         help="batch sizes whose model call's CPU is measured on both paths ('' for none)")
     # The client process (the script runs itself with these).
@@ -343,7 +355,7 @@ def main() -> None:
             print("training the model (configs/churn.yaml's features, XGBoost)...", flush=True)
             run_dir, model = train(work / "project")
         sizes = [int(x) for x in args.calls.split(",") if x]
-        calls = call_costs(run_dir, model, sizes) if sizes else []
+        calls = call_costs(run_dir, model, sizes, device=args.device) if sizes else []
         bodies = payloads(run_dir, model, 2000, args.rows_per_request, args.seed)
         body_file = work / "bodies.jsonl"
         body_file.write_text("\n".join(b.decode() for b in bodies) + "\n")
@@ -352,7 +364,7 @@ def main() -> None:
         results: dict[str, dict[int, dict[str, Any]]] = {}
         failed = False
         for side in sides:
-            proc, base = start(side, run_dir, model, free_port(), work)
+            proc, base = start(side, run_dir, model, free_port(), work, args.device)
             try:
                 scores = scores_of(base, check, side)
                 if reference is None:
