@@ -364,7 +364,3 @@ class FewRowsBackend(CpuBackend):
         return Column(np.fromiter((0 if gone else positions.get(value, 0)
                                    for value, gone in zip(values.tolist(), missing.tolist())),
                                   dtype=np.int32, count=len(values)))
-
-
-def is_few_rows(data: object) -> bool:
-    return isinstance(data, ColumnFrame)
