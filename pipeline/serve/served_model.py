@@ -56,6 +56,8 @@ FEW_ROWS_PATH, FRAME_PATH, DEVICE_PATH = "few_rows", "frame", "device"
 # device. Provisional: the host side is measured (the few-rows call: 1.3 ms at one row, 5.3 ms at
 # 1,024, on this project's 2-core machine), the device side is not yet (no GPU was lent).
 DEVICE_FROM_ROWS = FEW_ROWS
+# Batches the few-rows path may fail where pandas scores them before the model stops trying it.
+FEW_ROWS_MISSES = 3
 
 # The kind of a request field, from the column's fit-time dtype.
 NUMBER, INTEGER, BOOLEAN, TEXT, DATETIME, ID = "number", "integer", "boolean", "text", "datetime", "id"
@@ -81,7 +83,7 @@ class ServedModel:
     request_schema: dict[str, Any]               # JSON schema of the request body (for OpenAPI)
     output_columns: list[str]                    # predictions' keys: predict's columns less `model`
     loaded_at: float = field(default_factory=time.time)
-    few_rows_failed: bool = False                # the few-rows path failed where pandas did not: not tried again
+    few_rows_misses: int = 0                     # batches the few-rows path failed and pandas scored
     host: OpenedRun | None = None                # a device model's copy on the CPU, for batches of a few rows
     last_path: str = ""                          # how the last batch was scored (``path_for``)
 
@@ -243,7 +245,7 @@ class ServedModel:
         (the device's frame library and model)."""
         on_cpu = self.opened.backend.name == "cpu"
         host = on_cpu or self.host is not None
-        if host and not self.few_rows_failed and rows <= (FEW_ROWS if on_cpu else DEVICE_FROM_ROWS):
+        if host and self.few_rows_misses < FEW_ROWS_MISSES and rows <= (FEW_ROWS if on_cpu else DEVICE_FROM_ROWS):
             return FEW_ROWS_PATH
         return FRAME_PATH if on_cpu else DEVICE_PATH
 
@@ -252,7 +254,8 @@ class ServedModel:
         which): a few rows on NumPy columns on the host (the same ops and model, without a frame
         library's cost per call), more through the frame on the model's device. Where the
         few-rows path fails, pandas on the host scores the batch, so an error is the one it has
-        always been, and a plugin op the NumPy columns cannot run still scores (logged once)."""
+        always been, and a plugin op the NumPy columns cannot run still scores; after
+        ``FEW_ROWS_MISSES`` such batches (not one odd request) pandas scores them all (logged)."""
         path = self.last_path = self.path_for(rows)
         host = self.host or self.opened
         if path == DEVICE_PATH:
@@ -264,9 +267,12 @@ class ServedModel:
         except Exception as exc:                  # noqa: BLE001 - pandas decides
             reason = exc
         scored = self.score_values(self.pandas_frame(columns), host)
-        self.few_rows_failed, self.last_path = True, FRAME_PATH
-        log.warning("serve: model %s of run %s scores few rows through pandas: the few-rows path failed where it "
-                    "did not (%s: %s)", self.name, self.run_id, type(reason).__name__, reason)
+        self.few_rows_misses += 1
+        self.last_path = FRAME_PATH
+        if self.few_rows_misses == FEW_ROWS_MISSES:
+            log.warning("serve: model %s of run %s scores few rows through pandas from now on: the few-rows path "
+                        "failed %d times where pandas did not (last: %s: %s)", self.name, self.run_id,
+                        FEW_ROWS_MISSES, type(reason).__name__, reason)
         return scored
 
     def score_columns(self, parts: Sequence[Mapping[str, Sequence[Any]]]) -> tuple[list[dict[str, list[Any]]],

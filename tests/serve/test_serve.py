@@ -571,6 +571,34 @@ def test_a_device_model_scores_a_few_rows_on_its_host_copy_and_more_on_the_devic
     assert 'pipeline_serve_batches_total{path="device"} 1.0' in text
 
 
+def test_the_few_rows_path_gives_way_to_pandas_only_after_repeated_misses_not_bad_rows(made, monkeypatch, caplog):
+    """A batch the few-rows path cannot run is scored by pandas; the model stops trying the path
+    after FEW_ROWS_MISSES such batches, with one warning. Rows that pandas refuses too are the
+    request's fault: they raise the same error and count as no miss."""
+    from pipeline.core.errors import DataError
+    from pipeline.serve import served_model as sm
+
+    served = sm.load_served_model(made["a"], model="xgb", warm=False)
+    rows = records(csv_rows(made["project"], n=4, seed=5), list(served.fields))
+    columns = {name: [row[name] for row in rows] for name in served.fields}
+    bad = {**columns, "tenure": [None, *columns["tenure"][1:]]}        # not filled by any op: refused
+    with pytest.raises(DataError, match="tenure"):
+        served.score_merged(bad, 4)
+    assert served.few_rows_misses == 0 and served.path_for(4) == "few_rows"
+    expected, _ = served.score_merged(columns, 4)
+
+    def unable(_columns):
+        raise TypeError("a plugin op called a pandas method the NumPy columns lack")
+
+    monkeypatch.setattr(served, "few_rows_frame", unable)
+    with caplog.at_level("WARNING", logger="pipeline"):
+        for miss in range(1, sm.FEW_ROWS_MISSES + 1):
+            got, _ = served.score_merged(columns, 4)
+            assert got["score"].tolist() == expected["score"].tolist() and served.few_rows_misses == miss
+    assert served.path_for(4) == "frame"
+    assert sum("from now on" in r.message for r in caplog.records) == 1
+
+
 def test_sigterm_answers_the_request_in_flight_and_exits_0(made):
     """A request whose body is half sent when SIGTERM comes is read to its end, answered, and
     the server exits 0 (a lone request is no longer held for a batch, so the body keeps it in
