@@ -6,7 +6,9 @@ its penalty and its solver see columns of every scale, and a code is no quantity
 estimator takes the same matrix and the categorical columns' positions (``fit(X, y,
 categorical=...)``, from the registry entry's fit arguments) and fits on its own encoding:
 
-- numbers: a missing value filled with the training mean, then standardised;
+- numbers: with ``skew_max`` set, a column of no negative value whose skewness passes it is
+  taken as ``log1p`` first (a price, a count: a linear model otherwise spends its slope on the
+  few largest values); then a missing value filled with the training mean, then standardised;
 - a categorical column of at most ``one_hot_max`` levels: one-hot;
 - one of more levels: target encoded (scikit-learn's ``TargetEncoder``: cross-fitted on the
   training rows, so a level's own label does not leak into its encoding; one column per class
@@ -34,9 +36,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from pipeline.backends.matrices import host_array as host
 from pipeline.core.problems import BINARY
 from pipeline.models.formats import LinearPredictor
-from pipeline.models.linear_tables import LevelTable, column_codes
+from pipeline.models.linear_tables import LevelTable, column_codes, log_columns
 
-__all__ = ["ONE_HOT_MAX", "LinearClassifier", "LinearRegressor"]
+__all__ = ["ONE_HOT_MAX", "LinearClassifier", "LinearRegressor", "skewed_columns"]
 
 # Levels up to which a categorical column is one-hot encoded; more are target encoded (one
 # coefficient per level over thousands of levels overfits what the penalty does not hold).
@@ -48,6 +50,7 @@ class _EncodedLinear(BaseEstimator):
 
     one_hot_max: int
     random_state: int | None
+    skew_max: float | None
 
     def _inner(self) -> Any:
         raise NotImplementedError
@@ -65,6 +68,8 @@ class _EncodedLinear(BaseEstimator):
         if any(not 0 <= i < columns for i in categorical):
             raise ValueError(f"categorical positions must be below the {columns} columns: {categorical}")
         numbers = [i for i in range(columns) if i not in set(categorical)]
+        logged = skewed_columns(x, numbers, self.skew_max)
+        x = log_columns(x, logged)
         mean, scale = _moments(x[:, numbers])
         blocks = [(np.where(np.isnan(x[:, numbers]), mean, x[:, numbers]) - mean) / scale]
         encodings: list[_Encoding] = []
@@ -86,7 +91,7 @@ class _EncodedLinear(BaseEstimator):
             start += encoding.width
         fill = np.zeros(columns)
         fill[numbers] = mean
-        self.fill_, self.tables_ = fill, tuple(tables)
+        self.fill_, self.tables_, self.logged_ = fill, tuple(tables), logged
         self.n_features_in_ = columns
         self.n_iter_ = getattr(model, "n_iter_", None)
         self._set_coefficients(model, coef, intercept)
@@ -97,20 +102,22 @@ class _EncodedLinear(BaseEstimator):
 
     def _predictor(self, kind: str) -> LinearPredictor:
         return LinearPredictor(np.asarray(self.coef_), np.atleast_1d(np.asarray(self.intercept_)), "float64", kind,
-                               BINARY, self.fill_, self.tables_)
+                               BINARY, self.fill_, self.tables_, self.logged_)
 
 
 class LinearClassifier(ClassifierMixin, _EncodedLinear):
     """Logistic regression (L2, lbfgs) on the encoding: binary, or multinomial over K classes."""
 
     def __init__(self, *, C: float = 1.0, max_iter: int = 1000, tol: float = 1e-4, class_weight: Any = None,
-                 one_hot_max: int = ONE_HOT_MAX, random_state: int | None = None) -> None:
+                 one_hot_max: int = ONE_HOT_MAX, random_state: int | None = None,
+                 skew_max: float | None = None) -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
         self.class_weight = class_weight
         self.one_hot_max = one_hot_max
         self.random_state = random_state
+        self.skew_max = skew_max
 
     def _inner(self) -> Any:
         from sklearn.linear_model import LogisticRegression
@@ -138,12 +145,14 @@ class LinearRegressor(RegressorMixin, _EncodedLinear):
     """Ridge regression (an L2 penalty ``alpha``) on the encoding."""
 
     def __init__(self, *, alpha: float = 1.0, max_iter: int | None = None, tol: float = 1e-4,
-                 one_hot_max: int = ONE_HOT_MAX, random_state: int | None = None) -> None:
+                 one_hot_max: int = ONE_HOT_MAX, random_state: int | None = None,
+                 skew_max: float | None = None) -> None:
         self.alpha = alpha
         self.max_iter = max_iter
         self.tol = tol
         self.one_hot_max = one_hot_max
         self.random_state = random_state
+        self.skew_max = skew_max
 
     def _inner(self) -> Any:
         from sklearn.linear_model import Ridge
@@ -158,6 +167,23 @@ class LinearRegressor(RegressorMixin, _EncodedLinear):
 
     def predict(self, X: Any) -> np.ndarray:
         return self._predictor("regression")(X, None)
+
+
+def skewed_columns(x: np.ndarray, numbers: Sequence[int], skew_max: float | None) -> np.ndarray:
+    """Positions among ``numbers`` of the columns taken as ``log1p``: no negative value, and a
+    skewness (the third standardised moment of the values present) above ``skew_max``."""
+    if skew_max is None:
+        return np.empty(0, dtype=np.int64)
+    chosen = []
+    for column in numbers:
+        values = x[:, column]
+        values = values[~np.isnan(values)]
+        if values.size < 3 or values.min() < 0:
+            continue
+        std = values.std()
+        if std > 0 and float(np.mean(((values - values.mean()) / std) ** 3)) > skew_max:
+            chosen.append(column)
+    return np.asarray(chosen, dtype=np.int64)
 
 
 def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

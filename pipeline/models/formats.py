@@ -32,7 +32,8 @@ import numpy as np
 
 from pipeline.core.errors import DataError
 from pipeline.core.problems import BINARY, Task
-from pipeline.models.linear_tables import LevelTable, fill_missing, table_offsets, tables_from_json, tables_to_json
+from pipeline.models.linear_tables import (LevelTable, fill_missing, log_columns, table_offsets, tables_from_json,
+                                           tables_to_json)
 
 if TYPE_CHECKING:
     from pipeline.backends import Backend
@@ -200,11 +201,14 @@ class LinearPredictor:
     # missing value per column, and each categorical column's term per level.
     fill: np.ndarray | None = None
     tables: tuple[LevelTable, ...] = ()
+    # Column positions taken as log1p before anything else (skewed non-negative numbers).
+    logged: np.ndarray | None = None
 
     def __call__(self, X: Any, codes: Any) -> np.ndarray:
         from pipeline.backends import backend_for
 
-        host = fill_missing(np.asarray(backend_for(X).to_host(X), dtype=self.dtype), self.fill)
+        host = np.asarray(backend_for(X).to_host(X), dtype=self.dtype)
+        host = fill_missing(log_columns(host, self.logged), self.fill)
         offsets = table_offsets(host, self.tables)
         if self.kind == "regression":
             values = host @ np.asarray(self.coef, dtype=self.dtype) + np.asarray(self.intercept[0], dtype=self.dtype)
@@ -488,6 +492,9 @@ class LinearCoefficientsFormat(ModelFormat):
         if tables is not None:        # fitted on its own encoding: its fill values and level terms
             body["fill"] = np.asarray(estimator.fill_, dtype="float64").tolist()
             body["tables"] = tables_to_json(tables)
+            logged = getattr(estimator, "logged_", None)
+            if logged is not None and len(logged):
+                body["log1p"] = [int(i) for i in logged]      # columns taken as log1p before the rest
             meta["tables"] = len(tables)      # model.json names them; the levels stay in the file
         atomic_write_json(path, body)
         return [path], meta
@@ -516,8 +523,8 @@ class LinearCoefficientsFormat(ModelFormat):
         _check_coefficients(file, kind, coef, intercept)
         task = task_of(folder, meta)
         _check_linear_task(file, kind, coef, task)
-        fill, tables = _encoding(file, body, kind, coef)
-        return LinearPredictor(coef, intercept, dtype, kind, task, fill, tables)
+        fill, tables, logged = _encoding(file, body, kind, coef)
+        return LinearPredictor(coef, intercept, dtype, kind, task, fill, tables, logged)
 
 
 def _linear_kind(estimator: Any, coef: np.ndarray, intercept: np.ndarray) -> str:
@@ -538,11 +545,11 @@ def _linear_kind(estimator: Any, coef: np.ndarray, intercept: np.ndarray) -> str
 
 
 def _encoding(file: Path, body: dict[str, Any], kind: str,
-              coef: np.ndarray) -> tuple[np.ndarray | None, tuple[LevelTable, ...]]:
-    """A file's ``fill`` values and level ``tables`` (a model fitted on its own encoding),
-    checked against its coefficients; (None, ()) for a plain linear model."""
+              coef: np.ndarray) -> tuple[np.ndarray | None, tuple[LevelTable, ...], np.ndarray | None]:
+    """A file's ``fill`` values, level ``tables`` and ``log1p`` columns (a model fitted on its
+    own encoding), checked against its coefficients; (None, (), None) for a plain linear model."""
     if "fill" not in body and "tables" not in body:
-        return None, ()
+        return None, (), None
     columns = coef.shape[-1]
     outputs = coef.shape[0] if kind == "multinomial" else 1
     try:
@@ -550,9 +557,14 @@ def _encoding(file: Path, body: dict[str, Any], kind: str,
         if fill.shape != (columns,) or not np.isfinite(fill).all():
             raise ValueError(f"fill must be {columns} finite numbers, one per column")
         tables = tables_from_json(body.get("tables", []), columns=columns, outputs=outputs)
+        logged = body.get("log1p", [])
+        if not isinstance(logged, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in logged) \
+                or len(set(logged)) != len(logged) or any(not 0 <= i < columns for i in logged) \
+                or set(logged) & {t.column for t in tables}:
+            raise ValueError(f"log1p must list distinct number-column positions below {columns}")
     except (ValueError, TypeError) as exc:
         raise DataError(f"{file}: not a readable coefficients file ({exc})") from None
-    return fill, tables
+    return fill, tables, np.asarray(logged, dtype=np.int64) if logged else None
 
 
 def _check_coefficients(file: Path, kind: str, coef: np.ndarray, intercept: np.ndarray) -> None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LevelTable", "column_codes", "fill_missing", "table_offsets", "tables_from_json", "tables_to_json"]
+__all__ = ["LevelTable", "column_codes", "fill_missing", "log_columns", "table_offsets", "tables_from_json",
+           "tables_to_json"]
 
 # The code a missing value (NaN) is read as: a level of its own, like any other.
 MISSING_CODE = -1
@@ -61,6 +62,16 @@ def table_offsets(host: np.ndarray, tables: Sequence[LevelTable]) -> np.ndarray 
     for table in tables[1:]:
         total = total + table.terms(host)
     return total
+
+
+def log_columns(host: np.ndarray, logged: np.ndarray | None) -> np.ndarray:
+    """``host`` with the ``logged`` columns taken as ``log1p`` (a value below 0, which training
+    did not have, as 0; a missing one stays missing); ``host`` itself when none is."""
+    if logged is None or not len(logged):
+        return host
+    out = np.array(host, dtype="float64", copy=True)
+    out[:, logged] = np.log1p(np.maximum(out[:, logged], 0.0))
+    return out
 
 
 def fill_missing(host: np.ndarray, fill: np.ndarray | None) -> np.ndarray:

@@ -150,3 +150,66 @@ def test_the_entry_serves_every_task_and_refuses_the_other_tasks_penalty():
     assert spec.task_problems("regression", {"C": 2.0})[0].startswith("'C' does not apply to a regression task")
     assert spec.check_params({"one_hot_max": -1}) == ["one_hot_max must be a whole number of levels (0 or more), "
                                                       "not -1"]
+
+
+def skewed_matrix(n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``matrix``'s columns and a price-like column (lognormal: no negative value, skewness far
+    past 0.75) whose logarithm carries the signal; a label."""
+    X, _, _ = matrix(n, seed)
+    rng = np.random.default_rng(seed + 7)
+    price = rng.lognormal(3, 1.2, n)
+    price[rng.random(n) < 0.05] = np.nan
+    signal = (np.nan_to_num(np.log1p(price), nan=3.0) - 3) + (X[:, 1] == 2) * 1.2
+    label = (rng.random(n) < 1 / (1 + np.exp(-signal))).astype("int64")
+    return np.column_stack([X, price]), label
+
+
+def test_skew_max_takes_skewed_non_negative_numbers_as_log1p_only():
+    from pipeline.models.encoded_linear import skewed_columns
+
+    X, label = skewed_matrix()
+    # column 0: N(500, 200) with gaps; 3: N(0, 0.01) (negatives); 4: the lognormal price
+    assert skewed_columns(X, [0, 3, 4], 0.75).tolist() == [4]
+    assert skewed_columns(X, [0, 3, 4], None).tolist() == []
+    assert skewed_columns(X, [0, 3, 4], 100.0).tolist() == []
+    plain = LinearClassifier(random_state=SEED).fit(X, label, categorical=[1, 2])
+    logged = LinearClassifier(random_state=SEED, skew_max=0.75).fit(X, label, categorical=[1, 2])
+    assert plain.logged_.tolist() == [] and logged.logged_.tolist() == [4]
+    test, test_label = skewed_matrix(2000, seed=3)
+    assert roc_auc_score(test_label, logged.predict_proba(test)[:, 1]) > \
+        roc_auc_score(test_label, plain.predict_proba(test)[:, 1])
+
+
+@needs_cv_splitter
+def test_logged_scores_equal_scikit_learns_pipeline_with_log1p_first():
+    from sklearn.preprocessing import FunctionTransformer
+
+    X, label = skewed_matrix()
+    folds = StratifiedKFold(5, shuffle=True, random_state=SEED)
+    encode = ColumnTransformer([
+        ("numbers", make_pipeline(SimpleImputer(strategy="mean"), StandardScaler()), [0, 3]),
+        ("price", make_pipeline(FunctionTransformer(np.log1p), SimpleImputer(strategy="mean"), StandardScaler()), [4]),
+        ("few", OneHotEncoder(handle_unknown="ignore"), [1]),
+        ("many", make_pipeline(TargetEncoder(target_type="binary", cv=folds), StandardScaler()), [2]),
+    ])
+    theirs = make_pipeline(encode, LogisticRegression(C=1.0, max_iter=1000, tol=1e-4)).fit(X, label)
+    ours = LinearClassifier(random_state=SEED, skew_max=0.75).fit(X, label, categorical=[1, 2])
+    new, _ = skewed_matrix(400, seed=4)
+    np.testing.assert_allclose(ours.predict_proba(new), theirs.predict_proba(new), rtol=0, atol=1e-8)
+
+
+def test_the_coefficients_file_keeps_the_log1p_columns_and_refuses_bad_ones(tmp_path):
+    X, label = skewed_matrix(1500)
+    estimator = LinearClassifier(skew_max=0.75).fit(X, label, categorical=[1, 2])
+    written, meta = LINEAR_COEFFICIENTS.save(estimator, tmp_path, backend=get_backend("cpu"))
+    body = json.loads(written[0].read_text())
+    assert body["log1p"] == [4]
+    meta["task"] = BINARY.to_dict()
+    scores = LINEAR_COEFFICIENTS.load(tmp_path, meta, backend=None)(X, None)
+    np.testing.assert_allclose(scores, estimator.predict_proba(X)[:, 1], rtol=0, atol=1e-12)
+    for bad in ([9], [1], [4, 4], ["4"]):                  # past the columns, a categorical one, twice, text
+        written[0].write_text(json.dumps({**body, "log1p": bad}))
+        with pytest.raises(DataError, match="log1p must list distinct number-column positions"):
+            LINEAR_COEFFICIENTS.load(tmp_path, meta, backend=None)
+    assert get_model_spec("linear").check_params({"skew_max": "high"}) == [
+        "skew_max must be a number (or null: no column taken as log1p), not 'high'"]

@@ -387,7 +387,7 @@ def test_the_presets_and_the_models_key_choose_members_in_portfolio_order():
     full = [m.label for m in portfolio_for("multiclass", "auto") if not m.extra]
     assert full[:3] == ["lightgbm", "catboost", "xgboost"] and full[-2:] == ["mlp", "linear"]
     extras = [m for m in portfolio_for("multiclass", "auto") if m.extra]
-    assert [m.label for m in extras] == ["lightgbm_large", "lightgbm_xt", "xgboost_deep"]
+    assert [m.label for m in extras] == ["lightgbm_large", "lightgbm_xt", "xgboost_deep", "linear_log"]
     assert not any(m.extra for m in portfolio_for("binary", "quick"))
     assert [m.model for m in portfolio_for("binary", "auto", ["mlp", "lightgbm"])] == ["mlp", "lightgbm"]
 

@@ -71,11 +71,21 @@ def linear_fit_arguments(inputs: FitInputs) -> dict[str, Any]:
     return {"categorical": list(inputs.categorical)}
 
 
+# ``linear_log``'s skewness past which a number column with no negative value is taken as log1p.
+# No one threshold helped every table (docs/benchmarks.md, "The linear member's skewed
+# numbers"), so ``auto`` tries it as a second configuration and the blend weighs it.
+SKEW_MAX = 0.75
+
+
 def _linear_param_rules(params: Mapping[str, Any]) -> list[str]:
+    problems = []
     value = params.get("one_hot_max", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return [f"one_hot_max must be a whole number of levels (0 or more), not {value!r}"]
-    return []
+        problems.append(f"one_hot_max must be a whole number of levels (0 or more), not {value!r}")
+    skew = params.get("skew_max")
+    if skew is not None and (isinstance(skew, bool) or not isinstance(skew, (int, float)) or skew != skew):
+        problems.append(f"skew_max must be a number (or null: no column taken as log1p), not {skew!r}")
+    return problems
 
 
 def _linear_task_rules(params: Mapping[str, Any], task: str) -> list[str]:
@@ -153,7 +163,7 @@ LINEAR = ModelSpec(
     name="linear",
     cpu_class="pipeline.models.encoded_linear:LinearClassifier",
     gpu_class="pipeline.models.encoded_linear:LinearClassifier",
-    params=same("C", "alpha", "max_iter", "tol", "class_weight", "one_hot_max", "random_state"),
+    params=same("C", "alpha", "max_iter", "tol", "class_weight", "one_hot_max", "random_state", "skew_max"),
     param_rules=_linear_param_rules,
     task_param_rules=_linear_task_rules,
     format=LINEAR_COEFFICIENTS,
@@ -161,12 +171,19 @@ LINEAR = ModelSpec(
     regression=EstimatorClasses(cpu="pipeline.models.encoded_linear:LinearRegressor",
                                 gpu="pipeline.models.encoded_linear:LinearRegressor"),
     fit_arguments=linear_fit_arguments,
-    description="a linear model on its own encoding of the features: numbers standardised, categorical "
+    description="a linear model on its own encoding of the features: numbers standardised (log1p first where "
+                "a column has no negative value and a skewness above skew_max), categorical "
                 "columns one-hot (at most one_hot_max levels) or target encoded; logistic regression "
                 "(C) or ridge (alpha); exported as coefficients and a table per categorical column",
     # It encodes the matrix for itself (numbers standardised, few levels one-hot, many
     # target encoded); logistic regression or ridge.
     portfolio=(PortfolioMember("linear", {"binary": {"C": 1.0, "max_iter": 300},
                                           "multiclass": {"C": 1.0, "max_iter": 300},
-                                          "regression": {"alpha": 1.0}}, cost=0.3, rank=7, quick=True),),
+                                          "regression": {"alpha": 1.0}}, cost=0.3, rank=7, quick=True),
+               # A second configuration: skewed non-negative numbers as log1p (it helps some
+               # tables and hurts others, so the blend decides; docs/benchmarks.md).
+               PortfolioMember("linear", {"binary": {"C": 1.0, "max_iter": 300, "skew_max": SKEW_MAX},
+                                          "multiclass": {"C": 1.0, "max_iter": 300, "skew_max": SKEW_MAX},
+                                          "regression": {"alpha": 1.0, "skew_max": SKEW_MAX}},
+                               name="linear_log", extra=True, cost=0.3, rank=10),),
 )
