@@ -130,7 +130,7 @@ def import_status(module: str, provided: Mapping[str, Sequence[str]] | None = No
 def _status_from_metadata(module: str, dists: Sequence[DistMeta]) -> ModuleStatus:
     """torch's version and CUDA build from its metadata (``2.13.0+cu128``: CUDA 12.8)."""
     meta = dists[0]
-    needs, major, _ = _torch_cuda(meta.version, meta.requires)
+    needs, major, _ = _labelled_cuda(meta.version, meta.requires)
     label = _CUDA_LOCAL_LABEL.match(meta.version.partition("+")[2])
     if label:
         detail = f"built for CUDA {label['major']}.{label[0][-1]}"
@@ -180,6 +180,9 @@ _BUILD_OF_NAME = {
     "xgboost-cpu": (False, None, "xgboost-cpu: the CPU build"),
     "xgboost": (True, 12, "plain xgboost is the CUDA 12 build (requires nvidia-nccl-cu12)"),
 }
+# Builds that carry their CUDA major in a local version label (``+cu130``, ``+cpu``) or, without
+# one, in the CUDA libraries they require (``_labelled_cuda``): PyTorch's wheels.
+LABELLED_BUILDS = ("torch",)
 _REQUIREMENT_NAME = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)")
 _REQUIREMENT_FLOOR = re.compile(r"(?:===|==|>=|~=)\s*(?P<major>\d+)")
 _EXTRA_MARKER = re.compile(r"\bextra\s*==")
@@ -205,8 +208,8 @@ def distribution_cuda_major(meta: DistMeta) -> int | None:
     name = canonical_name(meta.name)
     if name in CUDA_VERSIONED:
         return int(meta.version.split(".")[0])
-    if name == "torch":
-        return _torch_cuda(meta.version, meta.requires)[1]
+    if name in LABELLED_BUILDS:
+        return _labelled_cuda(meta.version, meta.requires)[1]
     if name in _BUILD_OF_NAME:
         return _BUILD_OF_NAME[name][1]
     suffix = _CUDA_NAME_SUFFIX.search(name)
@@ -216,8 +219,8 @@ def distribution_cuda_major(meta: DistMeta) -> int | None:
 def cuda_need(module: str, meta: DistMeta) -> CudaNeed:
     """The CUDA major ``meta`` (the distribution providing ``module``) is built for."""
     name = canonical_name(meta.name)
-    if module == "torch":
-        needs, major, basis = _torch_cuda(meta.version, meta.requires)
+    if name in LABELLED_BUILDS:
+        needs, major, basis = _labelled_cuda(meta.version, meta.requires)
     elif name in _BUILD_OF_NAME:
         needs, major, basis = _BUILD_OF_NAME[name]
     else:
@@ -225,8 +228,9 @@ def cuda_need(module: str, meta: DistMeta) -> CudaNeed:
     return CudaNeed(module, name, meta.version, needs, major, basis)
 
 
-def _torch_cuda(version: str, requires: Sequence[str]) -> tuple[bool | None, int | None, str]:
-    """torch: the local label (``+cu130``, ``+cpu``), else the CUDA libraries it requires."""
+def _labelled_cuda(version: str, requires: Sequence[str]) -> tuple[bool | None, int | None, str]:
+    """A labelled build (torch): the local label (``+cu130``, ``+cpu``), else the CUDA libraries it
+    requires."""
     label = version.partition("+")[2]
     if label:
         cuda = _CUDA_LOCAL_LABEL.match(label)
