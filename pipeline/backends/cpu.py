@@ -188,19 +188,11 @@ class CpuBackend(Backend):
     def category_codes(self, series: pd.Series, categories: Sequence[Any]) -> pd.Series:
         # Index.get_indexer gives -1 for anything not listed (unseen, rare, missing); casting
         # to a CategoricalDtype would too, but pandas deprecates that for unlisted values.
-        try:
-            key: tuple[Any, ...] | None = (tuple(categories), series.dtype)
-            hash(key)
-        except TypeError:                    # an unhashable category or dtype: no reuse
-            key = None
+        key = category_key(categories, series.dtype)
         if key is not None and len(series) <= SMALL_LOOKUP_ROWS:
             # A few rows (a served request): a dict lookup per value is a tenth of the cost of
             # the vectorised lookups' set-up. Same codes: both match by equality and hash.
-            positions = _category_positions(*key)
-            missing = series.isna().to_numpy()           # NaN, None and pd.NA: code 0, never compared
-            codes = np.fromiter((0 if gone else positions.get(value, 0)
-                                 for value, gone in zip(series.tolist(), missing, strict=True)),
-                                dtype=np.int32, count=len(series))
+            codes = looked_up_codes(series.tolist(), series.isna().to_numpy(), key)
             return pd.Series(codes, index=series.index, dtype="int32")
         index = _category_index(*key) if key is not None else _new_category_index(categories, series.dtype)
         codes = arrow_string_positions(series, index)
@@ -239,6 +231,24 @@ def _taken_or_missing(source: pd.Series, positions: np.ndarray, index: pd.Index)
         values = source.array.take(positions, allow_fill=True)
     # the dtype given, or pandas would infer ``str`` for an object column of text
     return pd.Series(values, index=index, dtype=values.dtype, copy=False, name=source.name)
+
+
+def category_key(categories: Sequence[Any], dtype: Any) -> tuple[Any, ...] | None:
+    """(categories, dtype) as the key of the cached lookups; None when either is unhashable."""
+    key = (tuple(categories), dtype)
+    try:
+        hash(key)
+    except TypeError:                        # an unhashable category or dtype: no reuse
+        return None
+    return key
+
+
+def looked_up_codes(values: Sequence[Any], missing: Sequence[bool], key: tuple[Any, ...]) -> np.ndarray:
+    """int32 codes of a few ``values`` by a dict lookup each (``category_key``'s categories:
+    1..n, 0 for any other value); a ``missing`` one (NaN, None, pd.NA) is 0, never compared."""
+    positions = _category_positions(*key)
+    return np.fromiter((0 if gone else positions.get(value, 0) for value, gone in zip(values, missing, strict=True)),
+                       dtype=np.int32, count=len(values))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends.cpu import CpuBackend, _category_positions
+from pipeline.backends.cpu import CpuBackend, category_key, looked_up_codes
 
 # Up to this many rows a batch takes the few-rows path (measured: scripts/bench_serve.py --calls,
 # docs/benchmarks.md "Online scoring"); a larger one goes through pandas, whose per-call cost
@@ -350,17 +350,9 @@ class FewRowsBackend(CpuBackend):
         return np.asarray(series).astype(dtype, copy=False)
 
     def category_codes(self, series: Any, categories: Sequence[Any]) -> Column:
-        # The CPU backend's few-rows lookup (a dict per category list), on the array itself.
+        # The CPU backend's few-rows lookup (a cached dict per category list), on the array itself.
         values = np.asarray(series)
-        try:
-            key: tuple[Any, ...] | None = (tuple(categories), values.dtype)
-            hash(key)
-        except TypeError:
-            key = None
+        key = category_key(categories, values.dtype)
         if key is None:
-            return _taken_back(super().category_codes(series.series(), categories))
-        positions = _category_positions(*key)
-        missing = np.asarray(Column(values).isna())
-        return Column(np.fromiter((0 if gone else positions.get(value, 0)
-                                   for value, gone in zip(values.tolist(), missing.tolist())),
-                                  dtype=np.int32, count=len(values)))
+            return _taken_back(super().category_codes(Column(values).series(), categories))
+        return Column(looked_up_codes(values.tolist(), np.asarray(Column(values).isna()).tolist(), key))
