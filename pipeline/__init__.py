@@ -20,7 +20,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from pipeline.core.host_memory import arrow_pool_before_load
 from pipeline.version import __version__
+
+# Before pandas loads pyarrow, whose C++ readers pick their allocator once (core.host_memory).
+arrow_pool_before_load()
 
 _EXPORTS = {
     "PipelineConfig": "pipeline.config",

@@ -336,7 +336,11 @@ _INSTANCES: dict[type, Backend] = {}
 
 
 def instance_of(cls: type[Backend]) -> Backend:
-    """The one instance of a backend class in this process."""
+    """The one instance of a backend class in this process; the host memory policy
+    (``host_memory``) is in force before it touches any data."""
     if cls not in _INSTANCES:
+        from pipeline.core.host_memory import apply_page_policy
+
+        apply_page_policy()
         _INSTANCES[cls] = cls()
     return _INSTANCES[cls]

@@ -50,6 +50,8 @@ class Settings:
     threads: str | None = _variable("threads for column work (1 turns the pool off); default: the cores this "
                                     "process may use")
     reductions: str | None = _variable("how the Polars engine adds floats: repeatable (default) or fast")
+    huge_pages: str | None = _variable("off (default: host memory in 4 KiB pages) or on (NumPy's and pyarrow's own "
+                                       "transparent huge pages)")
     plugins: str | None = _variable("plugin modules to import, comma-separated")
     report: str | None = _variable("on or off: overrides the config's report.enabled")
     progress_seconds: str | None = _variable("seconds between a bar's lines where no bar can be drawn (0: each "

@@ -1,0 +1,61 @@
+"""Host memory in 4 KiB pages by default (``PIPELINE_HUGE_PAGES``): NumPy's huge-page advice off
+and pyarrow on the system allocator once a backend exists; ``on`` gives both their own back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow
+import pytest
+
+from pipeline.core import host_memory
+from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings
+
+PROBE = ("from pipeline.backends import get_backend; import numpy, pyarrow; "
+         "from pipeline.core.host_memory import numpy_huge_pages; "
+         "before = pyarrow.default_memory_pool().backend_name; advice = numpy_huge_pages(); "
+         "get_backend('cpu'); "
+         "print(before, advice, pyarrow.default_memory_pool().backend_name, numpy_huge_pages())")
+
+
+def _probe(**env: str) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("PIPELINE_HUGE_PAGES", "ARROW_DEFAULT_MEMORY_POOL")}
+    done = subprocess.run([sys.executable, "-c", PROBE], env={**environ, **env}, capture_output=True, text=True,
+                          check=True, timeout=120)
+    return done.stdout.split()
+
+
+def test_a_process_takes_small_pages_once_it_has_a_backend():
+    before_pool, before_advice, pool, advice = _probe()
+    assert pool == "system"
+    if before_advice != "None":              # this NumPy has the switch: its advice is off now
+        assert advice == "False"
+
+
+def test_on_leaves_numpy_and_pyarrow_their_own_choice():
+    before_pool, before_advice, pool, advice = _probe(PIPELINE_HUGE_PAGES="on")
+    assert (pool, advice) == (before_pool, before_advice)
+
+
+def test_on_after_off_restores_what_the_libraries_had():
+    try:
+        assert host_memory.apply_page_policy(Settings(huge_pages="off")) == "off"
+        assert pyarrow.default_memory_pool().backend_name == "system"
+        advice = host_memory.numpy_huge_pages()
+        assert advice in (False, None)
+        # What each library had before this process's first backend changed it.
+        had = dict(host_memory._library_defaults)
+        assert host_memory.apply_page_policy(Settings(huge_pages="ON ")) == "on"
+        assert host_memory.numpy_huge_pages() == (had["numpy"] if advice is not None else None)
+        assert pyarrow.default_memory_pool().backend_name == had["arrow"].backend_name
+    finally:
+        host_memory.apply_page_policy(Settings())       # the suite's processes run with the default
+    assert pyarrow.default_memory_pool().backend_name == "system"
+
+
+def test_an_unknown_value_is_refused_naming_the_variable():
+    with pytest.raises(ConfigError, match=r"\$PIPELINE_HUGE_PAGES is 'sometimes': use off"):
+        host_memory.huge_pages_choice(Settings(huge_pages="sometimes"))
