@@ -20,9 +20,10 @@ in float64, as pandas divides timedelta64 values.
 **Repeatable to the bit** (``repeatable``, the default): Polars' streaming group-by adds its
 threads' partial float sums in the order they finish, so two runs on the same events differed
 in the last bits of up to 12% of the sums. Here a float column's ``sum`` and ``mean`` are exact
-instead: each value becomes a 128-bit integer at a fixed scale from the column's largest
-magnitude (``_FixedSums``), the integers are summed per group (integer addition has no order) and
-the sum is scaled back in float64. The result is the same in every run
+instead: each value becomes an integer (``_FixedSums``: of its last decimal place where every
+value has at most 6, else a 128-bit integer at a fixed scale from the column's largest
+magnitude), the integers are summed per group (exact, so in any order) and the sum is scaled
+back in float64. The result is the same in every run
 and within an ulp or two of the true sum (pandas' own sum is within its rounding). ``std`` of a
 float column has no such split here: a query with one runs on Polars' in-memory engine, which
 adds each group's rows in row order. ``repeatable=False`` runs the streaming engine's own float
@@ -66,18 +67,34 @@ WindowAggregate = tuple[str, str, "str | None", "pd.Timedelta | None"]
 # largest magnitude: each below 2**96, so up to 2**31 of them sum without overflow.
 _FIXED_BITS = 96
 _MOST_ROWS = 2**31
+# A column whose values all have at most this many decimal places (prices, amounts) is summed as
+# float64 integers of its last place instead: exact, in any order, while rows x the largest
+# integer stay below 2**53 (checked on up to this many values at a time, then the next run).
+_MOST_DECIMALS = 6
+_EXACT_FLOAT_INTEGERS = 2.0**53
+_CHECK_RUN = 1 << 20
+_SAMPLE = 4096
 
 
 class _FixedSums:
-    """Exact sums of float columns (see the module): each value ``x`` of a column whose largest
-    magnitude is below ``2**e`` becomes the 128-bit integer ``trunc(x * 2**(96-e))`` (an exact
-    scaling by a power of 2; only bits below ``2**(e-96)`` are cut, the same in every run), and
-    a group's sum is the sum of those integers, scaled back in float64."""
+    """Exact sums of float columns (see the module), by one of two integer forms:
+
+    - ``decimals``: where every finite value has at most ``k`` decimal places (``x ==
+      round(x * 10**k) / 10**k`` in float64: prices, amounts, whole numbers), the integers
+      ``round(x * 10**k)`` as float64; while rows x the largest stay below 2**53 every partial
+      sum is an integer float64 holds exactly, so any order gives the same sum, which is
+      scaled back by 10**-k. Polars' float sums are vectorised: 0.2 s less than the 128-bit
+      form on the events benchmark's 10M amounts.
+    - ``exponent``: any other column whose largest magnitude is below ``2**e``, the 128-bit
+      integers ``trunc(x * 2**(96-e))`` (an exact scaling by a power of 2; only bits below
+      ``2**(e-96)`` are cut, the same in every run), summed per group and scaled back in float64.
+    """
 
     def __init__(self, frame: Any, columns: Sequence[str]) -> None:
         import polars as pl
 
         self.exponent: dict[str, int] = {}
+        self.decimals: dict[str, int] = {}
         self.infinite: set[str] = set()           # columns holding an infinity
         if frame.height >= _MOST_ROWS:            # a group's integer sum could overflow: Polars' own
             return
@@ -88,12 +105,16 @@ class _FixedSums:
                                for i, c in enumerate(columns)),
                              *(pl.col(c).is_infinite().any().alias(f"infinite {i}") for i, c in enumerate(columns))).row(0)
         for i, column in enumerate(columns):
-            self.exponent[column] = math.frexp(found[i] or 0.0)[1]
             if found[len(columns) + i]:
                 self.infinite.add(column)
+            places = _decimal_places(frame[column], found[i] or 0.0, frame.height)
+            if places is None:
+                self.exponent[column] = math.frexp(found[i] or 0.0)[1]
+            else:
+                self.decimals[column] = places
 
     def __contains__(self, column: object) -> bool:
-        return column in self.exponent
+        return column in self.exponent or column in self.decimals
 
     @staticmethod
     def name(column: str) -> str:
@@ -103,18 +124,55 @@ class _FixedSums:
         """The integer column of every exact column."""
         import polars as pl
 
-        return [pl.when(pl.col(column).is_finite()).then(pl.col(column) * (2.0 ** (_FIXED_BITS - exponent)))
-                .cast(pl.Int128).alias(self.name(column)) for column, exponent in self.exponent.items()]
+        finite = {column: pl.when(pl.col(column).is_finite()) for column in [*self.exponent, *self.decimals]}
+        return [*(finite[column].then(pl.col(column) * (2.0 ** (_FIXED_BITS - exponent))).cast(pl.Int128)
+                  .alias(self.name(column)) for column, exponent in self.exponent.items()),
+                *(finite[column].then((pl.col(column) * float(10**places)).round()).alias(self.name(column))
+                  for column, places in self.decimals.items())]
 
     def sum(self, column: str, masked: Callable[[str], Any]) -> Any:
         """The exact sum of ``column`` over a group's rows (``masked`` keeps a window's)."""
         import polars as pl
 
-        total = masked(self.name(column)).sum().cast(pl.Float64) * (2.0 ** (self.exponent[column] - _FIXED_BITS))
+        if column in self.decimals:
+            total = masked(self.name(column)).sum() / float(10 ** self.decimals[column])
+        else:
+            total = (masked(self.name(column)).sum().cast(pl.Float64)
+                     * (2.0 ** (self.exponent[column] - _FIXED_BITS)))
         if column in self.infinite:         # with an infinity the sum is inf (or NaN) in any order
             values = masked(column)
             total = pl.when(values.is_infinite().any()).then(values.sum()).otherwise(total)
         return total
+
+
+def _decimal_places(series: Any, largest: float, rows: int) -> int | None:
+    """The fewest decimal places (at most ``_MOST_DECIMALS``) that write every finite value of
+    ``series`` exactly in float64, where the integers of that place sum exactly in any order
+    (``rows`` x the largest below 2**53); None otherwise. The places a sample needs come first,
+    then the whole column is checked in runs (stopping at the first value that needs more),
+    each run in a thread."""
+    from pipeline.core.threads import map_in_threads
+
+    values = series.to_numpy()                    # missing values as NaN
+    sample = values[:_SAMPLE]
+    for places in range(_MOST_DECIMALS + 1):
+        scale = float(10**places)
+        if rows * math.floor(largest * scale + 0.5) >= _EXACT_FLOAT_INTEGERS:
+            return None
+        if not _written_with(sample, scale):
+            continue
+        runs = range(0, len(values), _CHECK_RUN)
+        if all(map_in_threads(lambda start: _written_with(values[start:start + _CHECK_RUN], scale), runs)):
+            return places
+    return None
+
+
+def _written_with(values: np.ndarray, scale: float) -> bool:
+    """Whether every finite value is ``round(x * scale) / scale`` in float64."""
+    scaled = np.rint(values * scale)
+    with np.errstate(invalid="ignore"):
+        exact = np.equal(scaled / scale, values)
+    return bool(exact.all()) or bool((exact | ~np.isfinite(values)).all())
 
 
 def _streams_by_default() -> bool:
@@ -148,7 +206,7 @@ class PolarsTableEngine:
             return None, False
         floats = {name for name, dtype in frame.schema.items() if dtype.is_float()}
         fixed = _FixedSums(frame, [c for c in dict.fromkeys(sums) if c in floats])
-        return (fixed if fixed.exponent else None), any(c in floats for c in spreads)
+        return (fixed if fixed.exponent or fixed.decimals else None), any(c in floats for c in spreads)
 
     # ------------------------------------------------------------------ windows
     def aggregate_windows(self, events: pd.DataFrame, *, keys: Sequence[str], time: str,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+import polars as pl
 import pytest
 
 from pipeline.backends import get_backend
@@ -297,6 +298,47 @@ def test_exact_sums_survive_cancellation_and_an_infinity_sums_as_pandas_does(mon
     out = aggregate_events(events, by="k", time="t", as_of="2020-01-02", features={"s": {"sum": "v"}, "m": {"mean": "v"}})
     assert out["s_all"].tolist()[0] == 1.0 and out["m_all"].tolist()[0] == pytest.approx(1 / 3, rel=1e-15)
     assert out["s_all"].tolist()[1] == np.inf and out["s_all"].tolist()[2] == 0.0
+
+
+def amounts(n: int = 400_000, seed: int = 6) -> pd.DataFrame:
+    """Prices in cents (two decimal places), some missing: the floats most event logs sum."""
+    rng = np.random.default_rng(seed)
+    cents = np.round(rng.lognormal(7, 2, n)) * rng.choice([-1, 1], n)
+    values = cents / 100
+    values[rng.random(n) < 0.01] = np.nan
+    return pd.DataFrame({"k": rng.integers(0, 3000, n),
+                         "t": START + pd.to_timedelta(rng.integers(0, 365 * 24, n), unit="h"), "v": values})
+
+
+@pytest.mark.parametrize("column, places", [("v", 2), ("whole", 0), ("ratio", None)])
+def test_decimal_columns_are_summed_as_integers_of_their_last_place(column, places):
+    from pipeline.backends.polars_engine import _FixedSums
+
+    events = amounts(50_000)
+    events["whole"] = np.floor(events["v"])
+    events["ratio"] = events["v"] / 3
+    frame = pl.from_pandas(events, nan_to_null=True)
+    fixed = _FixedSums(frame, [column])
+    assert column in fixed and fixed.decimals.get(column) == places
+
+
+def test_decimal_sums_are_the_correctly_rounded_sums_of_the_decimals_on_every_run(monkeypatch):
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    monkeypatch.delenv("PIPELINE_REDUCTIONS", raising=False)
+    events = amounts()
+    spec = dict(by="k", time="t", as_of="2020-12-31", windows=["30d", "all"],
+                features={"s": {"sum": "v"}, "m": {"mean": "v"}})
+    first = aggregate_events(events, **spec)
+    for _ in range(3):
+        pd.testing.assert_frame_equal(aggregate_events(events, **spec), first, check_exact=True)
+    # Each group's cents summed as Python integers: the exact decimal sum, then one rounding
+    # (the division by 100 may round once more: Polars multiplies by the reciprocal).
+    cents = (events["v"] * 100).round()
+    exact = cents.groupby(events["k"]).agg(lambda c: int(c.dropna().astype("int64").sum()) / 100)
+    got = first.set_index("k")["s_all"].loc[exact.index]
+    np.testing.assert_allclose(got, exact, rtol=2.3e-16, atol=0)
+    counts = events["v"].notna().groupby(events["k"]).sum()
+    np.testing.assert_allclose(first.set_index("k")["m_all"].loc[exact.index], exact / counts, rtol=5e-16)
 
 
 def test_fast_reductions_are_an_option_the_run_record_names(monkeypatch):
