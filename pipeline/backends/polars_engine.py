@@ -100,18 +100,26 @@ class _FixedSums:
             return
         if not columns:
             return
-        # One pass for every column: each one's largest finite magnitude, and whether it holds an infinity.
-        found = frame.select(*(pl.col(c).filter(pl.col(c).is_finite()).abs().max().alias(f"largest {i}")
-                               for i, c in enumerate(columns)),
-                             *(pl.col(c).is_infinite().any().alias(f"infinite {i}") for i, c in enumerate(columns))).row(0)
-        for i, column in enumerate(columns):
-            if found[len(columns) + i]:
+        # Decimal columns first (NumPy, which also finds their infinities); one Polars pass for
+        # the others: each one's largest finite magnitude, and whether it holds an infinity.
+        others = []
+        for column in columns:
+            found = _decimal_places(frame[column], frame.height)
+            if found is None:
+                others.append(column)
+                continue
+            self.decimals[column], infinite = found
+            if infinite:
                 self.infinite.add(column)
-            places = _decimal_places(frame[column], found[i] or 0.0, frame.height)
-            if places is None:
-                self.exponent[column] = math.frexp(found[i] or 0.0)[1]
-            else:
-                self.decimals[column] = places
+        if not others:
+            return
+        found = frame.select(*(pl.col(c).filter(pl.col(c).is_finite()).abs().max().alias(f"largest {i}")
+                               for i, c in enumerate(others)),
+                             *(pl.col(c).is_infinite().any().alias(f"infinite {i}") for i, c in enumerate(others))).row(0)
+        for i, column in enumerate(others):
+            self.exponent[column] = math.frexp(found[i] or 0.0)[1]
+            if found[len(others) + i]:
+                self.infinite.add(column)
 
     def __contains__(self, column: object) -> bool:
         return column in self.exponent or column in self.decimals
@@ -144,34 +152,46 @@ class _FixedSums:
         return total
 
 
-def _decimal_places(series: Any, largest: float, rows: int) -> int | None:
+def _decimal_places(series: Any, rows: int) -> tuple[int, bool] | None:
     """The fewest decimal places (at most ``_MOST_DECIMALS``) that write every finite value of
     ``series`` exactly in float64, where the integers of that place sum exactly in any order
-    (``rows`` x the largest below 2**53); None otherwise. The places a sample needs come first,
-    then the whole column is checked in runs (stopping at the first value that needs more),
-    each run in a thread."""
+    (``rows`` x the largest below 2**53), and whether the column holds an infinity; None where
+    there is no such place. The places a sample needs come first, then the whole column is
+    checked in runs (stopping at the first value that needs more), each run in a thread."""
     from pipeline.core.threads import map_in_threads
 
     values = series.to_numpy()                    # missing values as NaN
     sample = values[:_SAMPLE]
     for places in range(_MOST_DECIMALS + 1):
         scale = float(10**places)
-        if rows * math.floor(largest * scale + 0.5) >= _EXACT_FLOAT_INTEGERS:
-            return None
-        if not _written_with(sample, scale):
+        if _written_with(sample, scale) is None:
             continue
-        runs = range(0, len(values), _CHECK_RUN)
-        if all(map_in_threads(lambda start: _written_with(values[start:start + _CHECK_RUN], scale), runs)):
-            return places
+        runs = map_in_threads(lambda start: _written_with(values[start:start + _CHECK_RUN], scale),
+                              range(0, len(values), _CHECK_RUN))
+        if all(run is not None for run in runs):
+            largest = max((run[0] for run in runs), default=0.0)
+            if rows * largest >= _EXACT_FLOAT_INTEGERS:
+                return None
+            return places, any(run[1] for run in runs)
     return None
 
 
-def _written_with(values: np.ndarray, scale: float) -> bool:
-    """Whether every finite value is ``round(x * scale) / scale`` in float64."""
+def _written_with(values: np.ndarray, scale: float) -> tuple[float, bool] | None:
+    """(the largest ``|round(x * scale)|`` of the finite values, whether one is infinite) where
+    every finite value is ``round(x * scale) / scale`` in float64; None where one is not."""
     scaled = np.rint(values * scale)
     with np.errstate(invalid="ignore"):
         exact = np.equal(scaled / scale, values)
-    return bool(exact.all()) or bool((exact | ~np.isfinite(values)).all())
+    if exact.all():                               # no NaN (NaN != NaN); infinities are equal
+        infinite = bool(np.isinf(values).any())
+        finite = scaled[np.isfinite(scaled)] if infinite else scaled
+    else:
+        finite_rows = np.isfinite(values)
+        if not (exact | ~finite_rows).all():
+            return None
+        infinite = bool(np.isinf(values).any())
+        finite = scaled[finite_rows]
+    return (float(np.abs(finite).max()) if finite.size else 0.0), infinite
 
 
 def _streams_by_default() -> bool:

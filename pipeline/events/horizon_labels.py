@@ -234,7 +234,7 @@ def entity_rows(entities: Any, plan: LabelPlan, time_dtype: Any, backend: Backen
 
 def _check_entity_cutoffs(entities: Any, plan: LabelPlan) -> None:
     column = entities[plan.cutoff_column]
-    unknown = ~column.isin(list(plan.cutoffs)) & column.notna()
+    unknown = ~_at_listed_cutoffs(column, plan.cutoffs) & column.notna()
     if bool(unknown.any()):
         value = pd.Timestamp(column[unknown].iloc[0])
         listed = ", ".join(_date_text(c) for c in plan.cutoffs)
@@ -268,6 +268,21 @@ def _targets_of_rows(rows: Any, targets: Any, plan: LabelPlan, backend: Backend)
     if len(plan.cutoffs) == 1 and not bool(rows[plan.cutoff_column].isna().any()):
         return lookup(rows, targets.drop(columns=[plan.cutoff_column]), list(plan.keys), backend)
     return lookup(rows, targets, plan.join_keys, backend)
+
+
+# Up to this many cut-offs, "is the row at a listed cut-off" is one comparison per cut-off: on
+# 3.4M rows at one cut-off 5x faster than ``isin``, which hashes every date.
+_COMPARED_CUTOFFS = 8
+
+
+def _at_listed_cutoffs(column: Any, cutoffs: Sequence[pd.Timestamp]) -> Any:
+    """A row mask: True where ``column`` holds one of ``cutoffs``."""
+    if len(cutoffs) > _COMPARED_CUTOFFS:
+        return column.isin(list(cutoffs))
+    listed = column == cutoffs[0]
+    for cutoff in cutoffs[1:]:
+        listed = listed | (column == cutoff)
+    return listed
 
 
 def _cutoff_like(targets: Any, dtype: Any, plan: LabelPlan) -> Any:

@@ -320,6 +320,15 @@ def test_decimal_columns_are_summed_as_integers_of_their_last_place(column, plac
     frame = pl.from_pandas(events, nan_to_null=True)
     fixed = _FixedSums(frame, [column])
     assert column in fixed and fixed.decimals.get(column) == places
+    assert not fixed.infinite
+
+
+def test_a_decimal_column_with_an_infinity_sums_to_it_where_it_is(monkeypatch):
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    monkeypatch.delenv("PIPELINE_REDUCTIONS", raising=False)
+    events = pd.DataFrame({"k": [1, 1, 2, 2, 3], "t": [START] * 5, "v": [0.1, 0.2, np.inf, 1.25, -np.inf]})
+    out = aggregate_events(events, by="k", time="t", as_of="2020-01-02", features={"s": {"sum": "v"}})
+    assert out["s_all"].tolist() == [0.3, np.inf, -np.inf]       # 0.1 + 0.2 in cents: 0.3, not 0.30000000000000004
 
 
 def test_decimal_sums_are_the_correctly_rounded_sums_of_the_decimals_on_every_run(monkeypatch):
