@@ -208,6 +208,22 @@ def test_joins_on_two_keys_agree(monkeypatch):
                                                                     validate="one_to_one")))
 
 
+@pytest.mark.parametrize("keys, dense", [
+    (np.array([5, -100, 100, 0, -3], dtype=np.int8), False),        # span 201 > 2 x 5: Polars' sort
+    (np.random.default_rng(3).permutation(np.arange(-120, 120)).astype(np.int8), True),
+    (np.random.default_rng(4).permutation(np.arange(10**12, 10**12 + 3000, 2)), True),
+    (np.random.default_rng(5).choice(10**9, 3000, replace=False), False),
+])
+def test_the_key_order_sorts_distinct_integer_keys_dense_or_not(keys, dense):
+    from pipeline.backends.polars_engine import _dense_order, _key_order
+
+    assert (_dense_order(pl.Series(keys)) is not None) == dense
+    result = pl.DataFrame({"k": np.concatenate([keys, keys[::-1]]), "cut": np.repeat([1, 2], len(keys))})
+    order = _key_order(result, ["k"], "cut")
+    expected = np.concatenate([np.argsort(keys, kind="stable"), len(keys) + np.argsort(keys[::-1], kind="stable")])
+    np.testing.assert_array_equal(order, expected)
+
+
 def test_a_category_column_is_left_to_the_pandas_code(monkeypatch):
     events = random_events(seed=8)
     events["w"] = events["w"].astype("category")
