@@ -46,8 +46,8 @@ def huge_pages_choice(settings: Settings | None = None) -> str:
     """``off`` unless ``$PIPELINE_HUGE_PAGES`` says ``on``; anything else is refused."""
     text = ((settings or current_settings()).huge_pages or "").strip().lower() or "off"
     if text not in HUGE_PAGES:
-        raise ConfigError(f"${HUGE_PAGES_VARIABLE} is {text!r}: use off (the default: 4 KiB pages, whose first "
-                          "touch costs the same on any machine) or on (NumPy's and pyarrow's own huge pages)")
+        raise ConfigError(f"${HUGE_PAGES_VARIABLE} is {text!r}: use off (the default: host memory in 4 KiB "
+                          "pages) or on (NumPy's and pyarrow's own transparent huge pages)")
     return text
 
 
