@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow
 import pytest
@@ -59,3 +60,14 @@ def test_on_after_off_restores_what_the_libraries_had():
 def test_an_unknown_value_is_refused_naming_the_variable():
     with pytest.raises(ConfigError, match=r"\$PIPELINE_HUGE_PAGES is 'sometimes': use off"):
         host_memory.huge_pages_choice(Settings(huge_pages="sometimes"))
+
+
+def test_a_run_with_an_unknown_value_stops_with_exit_2_naming_it(tmp_path):
+    environ = {**os.environ, "PIPELINE_HUGE_PAGES": "sometimes"}
+    config = Path(__file__).resolve().parents[2] / "configs" / "churn.yaml"
+    done = subprocess.run([sys.executable, "-m", "pipeline", "run", str(config), "--runs-dir", str(tmp_path)],
+                          env=environ, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert "$PIPELINE_HUGE_PAGES is 'sometimes'" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+    assert not list(tmp_path.glob("*/manifest.json"))          # nothing ran, nothing recorded
