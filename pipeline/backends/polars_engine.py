@@ -180,18 +180,12 @@ def _written_with(values: np.ndarray, scale: float) -> tuple[float, bool] | None
     """(the largest ``|round(x * scale)|`` of the finite values, whether one is infinite) where
     every finite value is ``round(x * scale) / scale`` in float64; None where one is not."""
     scaled = np.rint(values * scale)
+    finite = np.isfinite(values)
     with np.errstate(invalid="ignore"):
-        exact = np.equal(scaled / scale, values)
-    if exact.all():                               # no NaN (NaN != NaN); infinities are equal
-        infinite = bool(np.isinf(values).any())
-        finite = scaled[np.isfinite(scaled)] if infinite else scaled
-    else:
-        finite_rows = np.isfinite(values)
-        if not (exact | ~finite_rows).all():
+        if not (np.equal(scaled / scale, values) | ~finite).all():
             return None
-        infinite = bool(np.isinf(values).any())
-        finite = scaled[finite_rows]
-    return (float(np.abs(finite).max()) if finite.size else 0.0), infinite
+    largest = float(np.max(np.abs(scaled, out=scaled), where=finite, initial=0.0))
+    return largest, not bool(finite.all()) and bool(np.isinf(values).any())
 
 
 def _streams_by_default() -> bool:

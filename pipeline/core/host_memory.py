@@ -18,9 +18,10 @@ Two steps, as the libraries allow:
   CSV) take their allocator from ``$ARROW_DEFAULT_MEMORY_POOL`` once, as pyarrow loads, so
   where it has not loaded yet that variable is set to ``system`` (unless it is set already);
   the processes this one starts (Dask workers, DDP ranks) inherit it.
-- ``apply_page_policy``, when the process makes its first backend (``contract.instance_of``),
-  before any table is read: NumPy's advice, and pyarrow's Python-level pool (``to_pandas``
-  and the conversions) where pyarrow had loaded first. Both switches are process-wide.
+- ``apply_page_policy``, when a run starts (with the settings it records) and when the process
+  makes its first backend (``contract.instance_of``), before any table is read: NumPy's advice,
+  and pyarrow's Python-level pool (``to_pandas`` and the conversions) where pyarrow had loaded
+  first. Both switches are process-wide.
 """
 
 from __future__ import annotations
@@ -75,16 +76,6 @@ def apply_page_policy(settings: Settings | None = None) -> str:
     _set_arrow_pool(choice == "on")
     _applied = choice
     return choice
-
-
-def numpy_huge_pages() -> bool | None:
-    """Whether NumPy advises huge pages for its large arrays now (None: this NumPy has no switch)."""
-    switch = _numpy_switch()
-    if switch is None:
-        return None
-    current = bool(switch(True))
-    switch(current)
-    return current
 
 
 def _numpy_switch() -> Any:

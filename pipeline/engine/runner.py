@@ -34,6 +34,7 @@ from pipeline.config.schema import ClusterConfig
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, PipelineError, StageError, StorageError
 from pipeline.core.fingerprints import defining_modules
+from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
 from pipeline.core.settings import current_settings
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
@@ -184,6 +185,8 @@ class Runner:
         self.cache = StageCache(self.store.layout.cache_dir)
         # The PIPELINE_* environment this run is shaped by, taken once and recorded in its manifest.
         self.settings = current_settings()
+        # Host memory is the process's (core.host_memory): a bad value stops the run before any stage.
+        apply_page_policy(self.settings)
         # Bytes the cache may keep after a run (None: no limit): the option (--cache-max-size),
         # else $PIPELINE_CACHE_MAX_SIZE, else the config's cache.max_size.
         self.cache_limit = resolve_max_size(config.cache.max_size, options.cache_max_size, self.settings)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow
 import pytest
@@ -14,12 +13,26 @@ import pytest
 from pipeline.core import host_memory
 from pipeline.core.errors import ConfigError
 from pipeline.core.settings import Settings
+from tests.support.cli import ROOT, run_cli
 
-PROBE = ("from pipeline.backends import get_backend; import numpy, pyarrow; "
-         "from pipeline.core.host_memory import numpy_huge_pages; "
-         "before = pyarrow.default_memory_pool().backend_name; advice = numpy_huge_pages(); "
-         "get_backend('cpu'); "
-         "print(before, advice, pyarrow.default_memory_pool().backend_name, numpy_huge_pages())")
+PROBE = ("from pipeline.backends import get_backend; import pyarrow; from pipeline.core.host_memory import _numpy_switch\n"
+         "def advice():\n"
+         "    switch = _numpy_switch()\n"
+         "    current = None if switch is None else bool(switch(True))\n"
+         "    return current if switch is None else (switch(current), current)[1]\n"
+         "before, was = pyarrow.default_memory_pool().backend_name, advice()\n"
+         "get_backend('cpu')\n"
+         "print(before, was, pyarrow.default_memory_pool().backend_name, advice())")
+
+
+def numpy_huge_pages() -> bool | None:
+    """Whether NumPy advises huge pages for its large arrays now (None: this NumPy has no switch)."""
+    switch = host_memory._numpy_switch()
+    if switch is None:
+        return None
+    current = bool(switch(True))
+    switch(current)
+    return current
 
 
 def _probe(**env: str) -> list[str]:
@@ -45,12 +58,12 @@ def test_on_after_off_restores_what_the_libraries_had():
     try:
         assert host_memory.apply_page_policy(Settings(huge_pages="off")) == "off"
         assert pyarrow.default_memory_pool().backend_name == "system"
-        advice = host_memory.numpy_huge_pages()
+        advice = numpy_huge_pages()
         assert advice in (False, None)
         # What each library had before this process's first backend changed it.
         had = dict(host_memory._library_defaults)
         assert host_memory.apply_page_policy(Settings(huge_pages="ON ")) == "on"
-        assert host_memory.numpy_huge_pages() == (had["numpy"] if advice is not None else None)
+        assert numpy_huge_pages() == (had["numpy"] if advice is not None else None)
         assert pyarrow.default_memory_pool().backend_name == had["arrow"].backend_name
     finally:
         host_memory.apply_page_policy(Settings())       # the suite's processes run with the default
@@ -63,10 +76,8 @@ def test_an_unknown_value_is_refused_naming_the_variable():
 
 
 def test_a_run_with_an_unknown_value_stops_with_exit_2_naming_it(tmp_path):
-    environ = {**os.environ, "PIPELINE_HUGE_PAGES": "sometimes"}
-    config = Path(__file__).resolve().parents[2] / "configs" / "churn.yaml"
-    done = subprocess.run([sys.executable, "-m", "pipeline", "run", str(config), "--runs-dir", str(tmp_path)],
-                          env=environ, capture_output=True, text=True, timeout=300)
+    done = run_cli("run", ROOT / "configs" / "churn.yaml", "--runs-dir", tmp_path, cwd=tmp_path,
+                   env={"PIPELINE_HUGE_PAGES": "sometimes"})
     assert done.returncode == 2
     assert "$PIPELINE_HUGE_PAGES is 'sometimes'" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
