@@ -36,6 +36,7 @@ def numpy_huge_pages() -> bool | None:
 
 
 def _probe(**env: str) -> list[str]:
+    # A fresh interpreter: what is checked is process-wide state from the first import on.
     environ = {k: v for k, v in os.environ.items() if k not in ("PIPELINE_HUGE_PAGES", "ARROW_DEFAULT_MEMORY_POOL")}
     done = subprocess.run([sys.executable, "-c", PROBE], env={**environ, **env}, capture_output=True, text=True,
                           check=True, timeout=120)
