@@ -44,8 +44,8 @@ class Backend(ABC):
     frame: ModuleType          # pandas or cudf
     array: ModuleType          # numpy or cupy
     dask_backend: str          # value for dask.config "dataframe.backend"
-    # Whether ``_read_csv`` refuses a row wider than the header itself when it reads some
-    # columns; else ``read`` checks the widths first (``input_files.check_row_widths``).
+    # Whether ``_read_csv`` refuses a row with more or fewer fields than the header itself;
+    # else ``read`` checks the widths first (``input_files.check_row_widths``).
     csv_checks_row_widths: bool = False
 
     # ------------------------------------------------------------------ I/O
@@ -67,7 +67,7 @@ class Backend(ABC):
             raise input_not_found(path)
         fmt = (how.format or infer_format(path)).lower()
         check_source(path, fmt, dialect)
-        if fmt == "csv" and columns and not self.csv_checks_row_widths:
+        if fmt == "csv" and not self.csv_checks_row_widths:
             check_row_widths(path, dialect)
         try:
             if fmt == "csv":

@@ -7,7 +7,7 @@ as pandas has them; missing values as NaN), so what a stage computes does not de
 reader. Where pyarrow cannot give that frame, the C parser reads the file, as it did before,
 and the debug log says why:
 
-- pyarrow refuses the file (a short or long row, a line of blanks, bytes that are not UTF-8,
+- pyarrow refuses the file (a line of blanks, bytes that are not UTF-8,
   a column named in ``columns`` that the file lacks): the C parser reads it or raises its own
   error, so a bad file's message is the one it always was;
 - an option only the C parser has: a dtype other than ``str``, an ``na_values`` entry that is
@@ -78,8 +78,9 @@ class CParserNeeded(Exception):
 def read_csv_frame(path: Path, *, columns: Sequence[str] | None = None, dtypes: Mapping[str, str] | None = None,
                    na_values: Sequence[str] | None = None, dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
     """``path`` as the frame pandas' C parser gives (see the module's docstring), read by pyarrow
-    on every core where it can give it. A row wider than the header is refused whatever is read
-    (``input_files.row_width_error``); the C parser's own errors are raised as they are. A file
+    on every core where it can give it. A row with more or fewer fields than the header is
+    refused, naming its line (``input_files.row_width_error``); the C parser's own errors are
+    raised as they are. A file
     of another dialect than the default (a separator, encoding, decimal mark or thousands
     separator of its own) is the C parser's: its options are the ones users know from pandas."""
     try:
@@ -88,13 +89,11 @@ def read_csv_frame(path: Path, *, columns: Sequence[str] | None = None, dtypes: 
         return read_with_arrow(path, columns=columns, dtypes=dtypes, na_values=na_values)
     except CParserNeeded as why:
         reason = str(why)
-        if columns:                            # the C parser drops the extra fields of the rows it reads
-            check_row_widths(path, dialect)
+        check_row_widths(path, dialect)        # the C parser fills short rows and drops wide rows' extra fields
     except pa.ArrowException as exc:
-        if columns:                            # the C parser drops the extra fields of the rows it reads
-            wide = row_width_error(path, exc)
-            if wide is not None:
-                raise wide from None
+        ragged = row_width_error(path, exc, dialect)
+        if ragged is not None:
+            raise ragged from None
         reason = f"pyarrow: {one_line(exc)}"
     log.debug("%s: read with pandas' C parser (%s)", path, reason)
     return read_with_c_parser(path, columns=columns, dtypes=dtypes, na_values=na_values, dialect=dialect)

@@ -83,13 +83,15 @@ _WIDTH_ERROR = re.compile(r"Expected (\d+) columns, got (\d+): ?(.*)", re.S)
 
 
 def check_row_widths(path: Path, dialect: CsvDialect = DEFAULT_DIALECT) -> None:
-    """Refuse a CSV row with more fields than the header when only some columns are read.
+    """Refuse a CSV row with more or fewer fields than the header, naming its line.
 
-    Reading every column, pandas and cuDF refuse such a row themselves; reading some
-    (``usecols``: predict reads only what the model needs) they drop the extra fields and
-    score the row. pyarrow's parser counts the fields of every row while converting one
-    column, at about the cost of the read itself. Its other complaints are left to the
-    reader of record, which decides what the file means.
+    The readers accept both quietly: pandas and cuDF fill a short row (a line cut off, a field
+    missing its separator) with missing values, which the features then fill as if the value
+    were unknown; reading some columns (``usecols``: predict reads only what the model needs)
+    they drop a wide row's extra fields; a separator at the end of every data line makes pandas
+    take the first column as the index and shift every other. pyarrow's parser counts the
+    fields of every row while converting one column, at about the cost of the read itself.
+    Its other complaints are left to the reader of record, which decides what the file means.
     """
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -97,26 +99,57 @@ def check_row_widths(path: Path, dialect: CsvDialect = DEFAULT_DIALECT) -> None:
     try:
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(autogenerate_column_names=True,
                                                                      block_size=1 << 24, encoding=dialect.encoding),
-                                parse_options=pacsv.ParseOptions(delimiter=dialect.sep),
+                                parse_options=pacsv.ParseOptions(delimiter=dialect.sep,
+                                                                 newlines_in_values=True),
                                 convert_options=pacsv.ConvertOptions(include_columns=["f0"],
                                                                      column_types={"f0": pa.string()}))
         for _ in reader:
             pass
     except (pa.ArrowInvalid, pa.ArrowKeyError, OSError, ValueError) as exc:
-        wide = row_width_error(path, exc)
-        if wide is not None:
-            raise wide from None
+        ragged = row_width_error(path, exc, dialect)
+        if ragged is not None:
+            raise ragged from None
 
 
-def row_width_error(path: Path, exc: BaseException) -> DataError | None:
-    """The DataError for pyarrow's complaint ``exc`` when it is a row wider than the header
-    (None for any other complaint): ``check_row_widths``'s message, from whichever pyarrow read
-    found the row."""
+def row_width_error(path: Path, exc: BaseException, dialect: CsvDialect = DEFAULT_DIALECT) -> DataError | None:
+    """The DataError for pyarrow's complaint ``exc`` when it is a row with more or fewer fields
+    than the header (None for any other complaint, and for a line of blanks, which the readers
+    take as no row): ``check_row_widths``'s message, from whichever pyarrow read found the row.
+    The line is found again by Python's ``csv`` reader, which counts the lines a quoted value
+    spans; it runs only on this error's path."""
     found = _WIDTH_ERROR.search(str(exc))
-    if found and int(found.group(2)) > int(found.group(1)):
-        row = one_line(found.group(3))[:120]
-        return DataError(f"{path}: a row has {found.group(2)} fields where the header has {found.group(1)} "
-                         f"(row: {row!r}); fix the row or quote the field that holds the separator")
+    if not found:
+        return None
+    expected, got, text = int(found.group(1)), int(found.group(2)), found.group(3)
+    if got == expected or (got == 1 and not text.strip()):
+        return None
+    line, fields = _first_ragged_row(path, dialect, expected) or (None, [])
+    where = f"line {line}" if line is not None else "a row"
+    row = one_line(ValueError(text))[:120]
+    if len(fields) == expected + 1 and not fields[-1].strip():
+        hint = ("the row ends with the separator: remove the trailing one from every line, or add a name for "
+                "the extra column to the header")
+    elif got > expected:
+        hint = "fix the row or quote the field that holds the separator"
+    else:
+        hint = ("fields are missing: a line cut short (an interrupted export?) or a value that holds a line break "
+                "without quotes; fix or remove the row")
+    return DataError(f"{path}: {where} has {got} fields where the header has {expected} (row: {row!r}); {hint}")
+
+
+def _first_ragged_row(path: Path, dialect: CsvDialect, expected: int) -> tuple[int, list[str]] | None:
+    """The line number and fields of the first record whose field count is not ``expected``
+    (a line of blanks skipped, as the readers skip it); None when it cannot be told."""
+    try:
+        with open(path, newline="", encoding=dialect.text_encoding, errors="replace") as fh:
+            reader = csv.reader(fh, delimiter=dialect.sep)
+            start = 1
+            for i, record in enumerate(reader):
+                if i and record and len(record) != expected and not (len(record) == 1 and not record[0].strip()):
+                    return start, record
+                start = reader.line_num + 1
+    except (OSError, csv.Error):
+        return None
     return None
 
 

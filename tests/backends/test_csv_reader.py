@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from pipeline.backends import get_backend
+from pipeline.backends.csv_dialect import dialect_of
 from pipeline.backends.csv_reader import CParserNeeded, read_csv_frame, read_with_arrow, read_with_c_parser
 from pipeline.core.errors import DataError
 from tests.conftest import ROOT
@@ -78,9 +79,7 @@ CASES: dict[str, tuple[bytes, str]] = {
     "CRLF line ends": (b"a,b\r\n1,2\r\n3,4\r\n", "arrow"),
     "blank lines": (b"\n\na,b\n1,2\n\n3,4\n", "arrow"),
     "unicode text": ("a,b\nčaj,1\n日本,2\n".encode(), "arrow"),
-    "short rows": (b"a,b,c\n1,2,3\n4,5\n", "pyarrow"),
     "a line of blanks": (b"a,b\n1,2\n   \n3,4\n", "pyarrow"),
-    "trailing separators": (b"a,b\n1,2,\n3,4,\n", "pyarrow"),
     "an empty header name": (b"a,,c\n1,2,3\n", "empty column name"),
     "signed integers": (b"a,b\n+5,1\n-6,2\n", "with a sign"),
     "hexadecimal": (b"a,b\n0x10,1\n0X1f,2\n", "hexadecimal"),
@@ -197,8 +196,25 @@ def test_bad_files_give_the_one_paragraph_error_they_gave(tmp_path, content, pro
 def test_a_wide_row_is_refused_when_some_columns_are_read_on_either_path(tmp_path, dtypes):
     path = tmp_path / "ragged.csv"
     path.write_text("a,b,c\n1,2,3\n4,5,6,7\n8,9,10\n")
-    with pytest.raises(DataError, match=r"ragged\.csv: a row has 4 fields where the header has 3"):
+    with pytest.raises(DataError, match=r"ragged\.csv: line 3 has 4 fields where the header has 3"):
         CPU.read(path, columns=["a", "b"], dtypes=dtypes)
+
+
+@pytest.mark.parametrize(("content", "line", "hint"), [
+    (b"a,b,c\n1,2,3\n4,5\n", 3, "fields are missing"),                         # a line cut short
+    (b"a,b\n1,2,\n3,4,\n", 2, "ends with the separator"),                        # pandas shifts every column
+    (b'a,b,c\n1,"two\nlines",3\n\n4,5\n', 5, "fields are missing"),          # lines a quoted value spans count
+    (b"a,b,c\n1,2,3\n4,5,6,7\n", 3, "quote the field"),
+])
+@pytest.mark.parametrize("read", [{}, {"columns": ["a"]}, {"sep": ","}, {"encoding": "latin-1"}],
+                         ids=["all columns", "some columns", "given separator", "C parser"])
+def test_a_row_with_more_or_fewer_fields_than_the_header_is_refused_naming_its_line(tmp_path, content, line,
+                                                                                     hint, read):
+    path = tmp_path / "ragged.csv"
+    path.write_bytes(content)
+    dialect = dialect_of({k: v for k, v in read.items() if k != "columns"})
+    with pytest.raises(DataError, match=rf"ragged\.csv: line {line} has \d+ fields where the header has .*{hint}"):
+        CPU.read(path, columns=read.get("columns"), dialect=dialect)
 
 
 def test_a_column_the_file_lacks_is_the_c_parsers_error(tmp_path):

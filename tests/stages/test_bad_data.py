@@ -125,11 +125,19 @@ def test_a_row_with_more_fields_than_the_header_is_refused_whatever_is_read(tmp_
     assert "4" in str(caught.value)       # the field count (all columns) or the row (some)
 
 
-def test_short_rows_and_quoted_separators_still_read_when_some_columns_are_read(tmp_path):
+def test_quoted_separators_and_blank_lines_read_when_some_columns_are_read(tmp_path):
     path = tmp_path / "fine.csv"
-    path.write_text('a,b,c\n1,"x,y",3\n4,5\n\n7,8,9\n')
+    path.write_text('a,b,c\n1,"x,y",3\n\n7,8,9\n')
     frame = get_backend("cpu").read(path, columns=["a", "b"])
-    assert frame["a"].tolist() == [1, 4, 7] and frame["b"].tolist() == ["x,y", "5", "8"]
+    assert frame["a"].tolist() == [1, 7] and frame["b"].tolist() == ["x,y", "8"]
+
+
+def test_a_short_row_is_refused_not_filled_with_missing_values(tmp_path):
+    """pandas fills a line cut short with NaN, which a fill_missing op then fills as unknown."""
+    path = tmp_path / "cut.csv"
+    path.write_text('a,b,c\n1,"x,y",3\n4,5\n\n7,8,9\n')
+    with pytest.raises(DataError, match=r"cut\.csv: line 3 has 2 fields where the header has 3"):
+        get_backend("cpu").read(path, columns=["a", "b"])
 
 
 def test_a_binary_parquet_file_names_the_file(tmp_path):
