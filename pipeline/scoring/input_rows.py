@@ -61,13 +61,11 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
     written (the run's load's, unless the caller was told otherwise).
     """
     needed = check_headers(files, fitted, id_column, dialect)
-    text_columns = [c for c, dtype in fitted.items() if not is_number_or_bool(dtype)]
+    text_columns = csv_text_columns(fitted, id_column, dtypes)
     run_dtypes = {c: t for c, t in (dtypes or {}).items() if c in needed}
     run_dates = {c: f for c, f in (dates or {}).items() if c in needed} or None
     frames = []
     for path, fmt in files:
-        # Text columns are read as text from CSV, as at training: digits-only categories would
-        # otherwise become numbers and silently match no category.
         types = {**run_dtypes, **({c: "str" for c in text_columns} if fmt == "csv" else {})} or None
         frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
                              na_values=list(na_values) if na_values else None, dates=run_dates, dialect=dialect)
@@ -75,6 +73,19 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
     if len(frames) == 1:
         return frames[0]
     return backend.frame.concat(frames, ignore_index=True)
+
+
+def csv_text_columns(fitted: Mapping[str, str], id_column: str | None,
+                     dtypes: Mapping[str, str] | None = None) -> list[str]:
+    """The columns new rows read as text from CSV: those text at fit (digits-only categories
+    would otherwise become numbers and silently match no category) and the id, unless the run's
+    load gave it a dtype. An id is a label, kept as written: read as a number, ``0001800``
+    would come back as ``1800`` and a 19-digit id with a gap as ``1.2345678901234568e+18``, and
+    the scores could not be joined back to their rows."""
+    text = [c for c, dtype in fitted.items() if not is_number_or_bool(dtype)]
+    if id_column and id_column not in fitted and id_column not in (dtypes or {}):
+        text.append(id_column)
+    return text
 
 
 def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_column: str | None,

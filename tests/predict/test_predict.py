@@ -178,6 +178,26 @@ def test_an_unseen_category_scores(churn_run, tmp_path):
     np.testing.assert_allclose(table["score"].iloc[2:], predictions["score_logreg"].iloc[2:], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("partitioned", [False, True], ids=["in memory", "partitioned"])
+def test_ids_that_look_like_numbers_come_back_as_written(churn_run, tmp_path, partitioned):
+    """An id is a label: read as a number, 0001800 came back as 1800 and a 19-digit id beside
+    a blank one as 1.2345678901234568e+18, and the scores could not be joined back."""
+    rows = churn_run["test_rows"].iloc[:6].copy()
+    ids = ["0001800", "0000000", "1234567890123456789", "", "1234567890123456790", "-07"]
+    rows["customerID"] = ids
+    folder = tmp_path / "in"
+    folder.mkdir()
+    source = write_rows(rows, folder / "new.csv")
+    out = tmp_path / ("scores" if partitioned else "scores.parquet")
+    proc = cli("--run", "latest", "--model", "logreg", "--input", str(folder if partitioned else source),
+               "--output", str(out), "--na-values", " ", *(["--partitioned"] if partitioned else []),
+               cwd=churn_run["project"])
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_parquet(out)
+    assert table["customerID"].fillna("").tolist() == ids
+    np.testing.assert_allclose(table["score"], churn_run["predictions"]["score_logreg"].iloc[:6], rtol=0, atol=1e-6)
+
+
 def test_a_truncated_model_file_is_reported_corrupt_and_nothing_is_written(churn_run, tmp_path):
     run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
     model_file = run_copy / "export" / "models" / "xgb" / "model.xgb.json"
