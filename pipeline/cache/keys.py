@@ -23,13 +23,19 @@ def stage_key(spec: Any, input_keys: dict[str, str | None], *, fingerprint: Mapp
     ``code`` names the modules the stage runs (``StageKind.code_modules``): their source and that
     of every module of the package they import is in the key (``code_fingerprint``), nothing else
     of the package's, so an edit to the report or the CLI reruns no stage.
+
+    ``input_keys`` maps each input stage to its key, in the order of ``spec.inputs`` (a kind
+    with roles lists them in role order); the key hashes them as a list of pairs in that order,
+    not as a dict (which ``sort_keys`` would sort by name): which upstream output feeds which
+    role or position is part of what a stage computes (a join with left and right swapped is
+    another join). The names stay in: a ``python`` stage's function receives its inputs by name.
     """
     if fingerprint is None or any(key is None for key in input_keys.values()):
         return None
     payload: dict[str, Any] = {
         "kind": spec.kind,
         "params": spec.model_dump(mode="json", exclude={"description", "inputs", "budget"}),
-        "inputs": input_keys,
+        "inputs": [[name, key] for name, key in input_keys.items()],
         "declared": dict(fingerprint),
         "code": code_fingerprint([*code, *ENTRY_CODE]), "pipeline": __version__,
         "backend": backend, "versions": versions, "seed": seed,
