@@ -58,10 +58,18 @@ class FeaturesSpec(StageSpec):
         return [op_of_step(step) for step in self.ops]
 
     def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
-        """``id`` in the split's table, and each op's columns in the table the ops before it
-        leave (the target and the id are not in it: the ops never see them)."""
+        """``id`` in the split's table but not its target (a model whose id is the label cannot
+        score rows without one), and each op's columns in the table the ops before it leave
+        (the target and the id are not in it: the ops never see them)."""
         (split,) = inputs.values()
-        refs = [ColumnRef(("id",), self.id, "id column")] if self.id is not None else []
+        refs = []
+        if self.id is not None:
+            among = None                                # the split's table
+            if split.target is not None:                # known even where the columns are not
+                table = split.columns if split.columns is not None else ColumnSet((), "the split's table", open=True)
+                among = table.plus([split.target]).without([split.target], "is the split's target: the label cannot be the id (rows "
+                                                      "to score have no label); name a column that identifies a row")
+            refs.append(ColumnRef(("id",), self.id, "id column", among=among))
         if split.columns is None:
             return refs
         columns = split.columns

@@ -249,6 +249,40 @@ def test_a_column_an_earlier_op_removed_says_which_op(small):
     ], found
 
 
+ID_IS_TARGET = """\
+  features:
+    kind: features
+    inputs: [split]
+    id: {target}
+    ops:
+      - standardize: {{columns: [tenure]}}
+"""
+
+
+def test_the_id_column_cannot_be_the_target(small):
+    """The label as the id: the model could not score a row without its label (predict wants
+    the id column), so it is refused with the key path as an op naming the target is."""
+    text = config_text(SPLIT + ID_IS_TARGET.format(target="churned"))
+    found = issues_of(text, small)
+    assert found == [
+        f"stages.features.id (line {line_of(text, 'id: churned')}): id column 'churned' is the split's target: "
+        "the label cannot be the id (rows to score have no label); name a column that identifies a row",
+    ], found
+
+
+def test_the_id_column_cannot_be_the_target_where_the_columns_are_unknown(small):
+    (small / "my_steps.py").write_text("def passthrough(ctx, inputs):\n    return next(iter(inputs.values()))\n")
+    text = config_text("""\
+  custom:
+    kind: python
+    inputs: [raw]
+    function: my_steps:passthrough
+""" + SPLIT.replace("[raw]", "[custom]").replace("target: churned", "target: made")
+                       + ID_IS_TARGET.format(target="made"))
+    found = issues_of(text, small)
+    assert len(found) == 1 and found[0].startswith("stages.features.id ") and "'made' is the split's target" in found[0]
+
+
 def test_load_keys_name_columns_of_the_file(small):
     text = config_text("""\
     columns: [id, tenure, churned]
