@@ -49,7 +49,8 @@ class Backend(ABC):
     csv_checks_row_widths: bool = False
 
     # ------------------------------------------------------------------ I/O
-    def read(self, path: str | os.PathLike[str], how: TableRead | None = None, /, **changes: Any) -> Any:
+    def read(self, path: str | os.PathLike[str], how: TableRead | None = None, /, *,
+             layouts: dict[str, str | None] | None = None, **changes: Any) -> Any:
         """Read a CSV or Parquet file into a frame of this backend: what ``how`` (a ``TableRead``)
         or its fields by name ask for (a CSV file as its ``dialect`` says it is written:
         separator, encoding, decimal mark, thousands separator).
@@ -58,6 +59,8 @@ class Backend(ABC):
         for CSV, so both formats give the same rows. ``dates`` (column -> strptime format, None
         for the first value's layout) are parsed right after the read (``backends.dates``), so
         a filter on one of them compares dates and is applied after the read on both formats.
+        ``layouts``, when given, gets each ``dates`` column's format as parsed (the layout of its
+        first value where none was given: ``dates.parse_dates``).
         """
         how = TableRead.build(how, **changes)
         columns, dtypes, na_values, filters, dates, dialect = (how.columns, how.dtypes, how.na_values, how.filters,
@@ -87,7 +90,8 @@ class Backend(ABC):
         if missing:
             raise DataError(f"{path}: missing columns {missing}")
         if dates:
-            frame = parse_dates(self, frame, dates, source=str(path), csv_files=[path] if fmt == "csv" else ())
+            frame = parse_dates(self, frame, dates, source=str(path), csv_files=[path] if fmt == "csv" else (),
+                                layouts=layouts)
         late = filters if fmt == "csv" else late_filters(filters, dates)
         if late:
             frame = apply_filters(frame, late, source=str(path))

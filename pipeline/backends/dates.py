@@ -77,8 +77,12 @@ def missing_date_columns(columns: Sequence[Any], dates: Mapping[str, Any]) -> li
 
 
 def parse_dates(backend: DateBackend, frame: Any, dates: Mapping[str, str | None], *, source: str,
-                csv_files: Sequence[Path] = ()) -> Any:
-    """``frame`` with each ``dates`` column as naive datetimes (one frame or one partition)."""
+                csv_files: Sequence[Path] = (), layouts: dict[str, str | None] | None = None) -> Any:
+    """``frame`` with each ``dates`` column as naive datetimes (one frame or one partition).
+    ``layouts``, when given, gets each column's format as parsed: the one given, else the layout
+    its first value had (None for a column of datetimes or of no value), so that a record of the
+    read can say how later reads must parse (``predict`` on a batch whose first value is
+    ``03/04/2024`` would otherwise guess again, and may guess the other way)."""
     missing = missing_date_columns(frame.columns, dates)
     if missing:
         raise DataError(f"{source}: dates names column(s) {missing} that the data does not have "
@@ -87,16 +91,19 @@ def parse_dates(backend: DateBackend, frame: Any, dates: Mapping[str, str | None
         return frame
     frame = frame.copy(deep=False)
     for column, fmt in dates.items():
-        frame[column] = to_dates(backend, frame[column], fmt, column=column, source=source, csv_files=csv_files)
+        frame[column] = to_dates(backend, frame[column], fmt, column=column, source=source, csv_files=csv_files,
+                                 layouts=layouts)
     return frame
 
 
 def to_dates(backend: DateBackend, series: Any, fmt: str | None = None, *, column: str, source: str,
-             csv_files: Sequence[Path] = ()) -> Any:
+             csv_files: Sequence[Path] = (), layouts: dict[str, str | None] | None = None) -> Any:
     """``series`` as naive datetimes: datetimes as they are (an aware one converted to UTC),
-    text and integers parsed with ``fmt`` (see the module's rules)."""
+    text and integers parsed with ``fmt`` (see the module's rules; ``layouts``: ``parse_dates``'s)."""
     dtype = series.dtype
     kind = dtype_kind(dtype)
+    if layouts is not None:
+        layouts[column] = fmt
     if kind == "date":
         return naive_utc(series)
     if kind == "bool":
@@ -107,7 +114,7 @@ def to_dates(backend: DateBackend, series: Any, fmt: str | None = None, *, colum
         text = series if str(dtype) != "object" else series.astype("str")
     else:
         raise DataError(f"{source}: column '{column}' is {dtype}, not dates or text holding dates")
-    return text_to_dates(backend, text, fmt, column=column, source=source, csv_files=csv_files)
+    return text_to_dates(backend, text, fmt, column=column, source=source, csv_files=csv_files, layouts=layouts)
 
 
 def naive_utc(series: Any) -> Any:
@@ -129,7 +136,7 @@ def integer_text(series: Any) -> Any:
 
 
 def text_to_dates(backend: DateBackend, text: Any, fmt: str | None, *, column: str, source: str,
-                  csv_files: Sequence[Path] = ()) -> Any:
+                  csv_files: Sequence[Path] = (), layouts: dict[str, str | None] | None = None) -> Any:
     """Text parsed with ``fmt`` (or the first value's layout); offsets converted to UTC."""
     first = first_value(backend, text)
     if first is None:                                   # no values: all missing, in the date unit
@@ -138,6 +145,8 @@ def text_to_dates(backend: DateBackend, text: Any, fmt: str | None, *, column: s
     if layout is None:
         raise DataError(f"{source}: column '{column}': cannot tell the date format from its first value {first!r}; "
                         f"give it, e.g. dates: {{{column}: '%d/%m/%Y'}}")
+    if layouts is not None:
+        layouts[column] = layout
     zoned = layout.endswith("%z")
     plain = text.str.replace(ZONE, "", regex=True) if zoned else text
     parsed, bad = backend.strptime(plain, layout.removesuffix("%z"))

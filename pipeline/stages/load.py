@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -184,11 +185,13 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
         )
         # Lazy: counting rows would read everything once more; partitions are known now.
         ctx.facts["partitions"] = int(frame.npartitions)
+        layouts = None
     else:
-        frame = _load_stream(spec, ctx) if is_stream(spec.path) else load_table(
+        layouts = {}
+        frame = _load_stream(spec, ctx, layouts) if is_stream(spec.path) else load_table(
             spec.path, backend=ctx.backend, format=spec.format, columns=spec.columns,
             dtypes=spec.dtypes, na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
-            **spec.dialect.reader_options(),
+            layouts=layouts, **spec.dialect.reader_options(),
         )
         if spec.sample is not None and len(frame) > spec.sample:
             rng = np.random.default_rng(ctx.seed)
@@ -202,11 +205,11 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
 
             atomic_write_json(ctx.artifact_path("columns.json"), column_summary(frame, ctx.backend))
     ctx.facts["columns"] = int(len(frame.columns))
-    ctx.facts["read_options"] = read_options(spec)
+    ctx.facts["read_options"] = read_options(spec, layouts)
     return frame
 
 
-def _load_stream(spec: LoadSpec, ctx: StageContext) -> Any:
+def _load_stream(spec: LoadSpec, ctx: StageContext, layouts: dict[str, str | None]) -> Any:
     """A pipe, ``/dev/fd/N`` or standard input, read once: its bytes spooled into a file beside
     the stage's artifacts (a temporary folder without them), read as a file (CSV unless
     ``format`` or the name says Parquet), then deleted."""
@@ -218,7 +221,7 @@ def _load_stream(spec: LoadSpec, ctx: StageContext) -> Any:
     fmt = spec.format or ("parquet" if spec.path.lower().endswith((".parquet", ".pq")) else "csv")
     try:
         return load_table(spooled, backend=ctx.backend, format=fmt, columns=spec.columns, dtypes=spec.dtypes,
-                          na_values=spec.na_values, filters=spec.filters, dates=spec.dates,
+                          na_values=spec.na_values, filters=spec.filters, dates=spec.dates, layouts=layouts,
                           **spec.dialect.reader_options())
     except DataError as exc:           # the spooled copy's name means nothing to the user: theirs does
         raise DataError(str(exc).replace(str(spooled), spec.path)) from None
@@ -237,10 +240,13 @@ def column_summary(frame: Any, backend: Backend) -> dict[str, Any]:
                         for name, dtype in frame.dtypes.items()]}
 
 
-def read_options(spec: LoadSpec) -> dict[str, Any]:
+def read_options(spec: LoadSpec, layouts: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """How this stage read its input, for the run record: ``pipeline predict`` reads new rows
     the same way (placeholders such as " " as missing, the same dtypes and date formats) unless
-    told otherwise."""
-    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns, "dates": spec.dates,
+    told otherwise. ``layouts``: the date formats as parsed; a column given none is recorded
+    with the layout its first value had, so new rows parse as the training rows did rather than
+    by a fresh guess from their own first value (``03/04/2024`` is March or April)."""
+    dates = {**spec.dates, **{c: f for c, f in (layouts or {}).items() if f}} if spec.dates else None
+    options = {"na_values": spec.na_values, "dtypes": spec.dtypes, "columns": spec.columns, "dates": dates,
                **spec.dialect.reader_options()}
     return {key: value for key, value in options.items() if value is not None}

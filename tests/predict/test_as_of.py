@@ -8,6 +8,7 @@ own scores) and at a later one.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -197,3 +198,32 @@ def test_predict_reads_dates_with_the_runs_formats(tmp_path):
     scores = pd.read_parquet(tmp_path / "scores.parquet").merge(own, on="id")
     assert len(scores) == 80
     np.testing.assert_allclose(scores["score"], scores["score_logreg"], rtol=1e-9, atol=1e-12)
+
+
+def test_predict_reads_dates_with_the_layout_the_run_inferred(tmp_path):
+    """A load given no format (``dates: {signup: null}``) records the layout its first value
+    had. A batch whose first value fits another layout (04/07/2021 of ISO training dates written
+    day first) is refused naming the value, not guessed again and read month first."""
+    from pipeline import run_pipeline
+    from pipeline.core.errors import DataError
+
+    rng = np.random.default_rng(4)
+    days = pd.Timestamp("2020-01-01") + pd.to_timedelta(rng.integers(0, 360, size=80), unit="D")
+    rows = pd.DataFrame({"id": range(80), "signup": days.strftime("%Y-%m-%d"), "a": rng.normal(size=80),
+                         "churn": (days.month > 6).astype(int)})
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "dates.yaml").write_text(
+        "name: dates\ndevice: cpu\nstages:\n"
+        "  raw: {kind: load, path: rows.csv, dates: {signup: null}}\n"
+        "  split: {kind: split, inputs: [raw], target: churn, test: 0.25}\n"
+        "  features: {kind: features, inputs: [split], id: id, ops: [{date_diff: {columns: [signup], until: 2021-01-01}}]}\n"
+        "  logreg: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  export: {kind: export, inputs: [logreg], split: all}\n")
+    day_first = rows.assign(signup=days.strftime("%d/%m/%Y"))
+    day_first.iloc[:20].to_csv(tmp_path / "new.csv", index=False)
+    with working_directory(tmp_path):
+        result = run_pipeline("dates.yaml", runs_dir=tmp_path / "runs")
+        manifest = json.loads((Path(result.run_dir) / "manifest.json").read_text())
+        assert manifest["stages"]["raw"]["facts"]["read_options"]["dates"] == {"signup": "%Y-%m-%d"}
+        with pytest.raises(DataError, match=r"new\.csv: column 'signup' holds '\d\d/\d\d/2020' at line 2, .*'%Y-%m-%d'"):
+            predict_batch(result.run_dir, "new.csv", tmp_path / "scores.parquet", device="cpu")
