@@ -360,7 +360,8 @@ stages:
 
     latest = tmp_path / "runs" / "dates" / "latest"
     facts = read_manifest(latest).stages["raw"].facts
-    assert facts["read_options"]["dates"] == {"signup": "%Y%m%d", "last": None}
+    # The layout the first value had is recorded, so predict parses as the run did.
+    assert facts["read_options"]["dates"] == {"signup": "%Y%m%d", "last": "%Y-%m-%dT%H:%M:%S%z"}
     workflow = json.loads((latest / "export" / "models" / "logreg" / "workflow.json").read_text())
     assert workflow["input_columns"] == {"signup": "datetime64[us]", "last": "datetime64[us]"}
     # The raw CSV scores as the run scored its test rows.
