@@ -255,11 +255,17 @@ class Runner:
             if error is exc:
                 raise
             raise error from exc
-        try:
-            self.store.mark_latest(run)
-        except StorageError as exc:
-            raise StorageError(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
-                               "run before it") from exc
+        if selected == set(self.config.stages):
+            try:
+                self.store.mark_latest(run)
+            except StorageError as exc:
+                raise StorageError(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
+                                   "run before it") from exc
+        else:
+            # A run of some stages (--only/--from/--until) is a look at part of the DAG: 'latest',
+            # which nightly scoring and serving name, stays at the last run of all of it.
+            log.info("run %s ran %d of %d stages: 'latest' stays where it was", run.run_id, len(selected),
+                     len(self.config.stages))
         self._mark_aliases(run, manifest)
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)
 

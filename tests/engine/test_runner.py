@@ -46,10 +46,19 @@ def test_selection_runs_needed_upstream_stages(in_project):
         run_pipeline("configs/churn.yaml", overrides=FAST, only=["nope"])
 
 
+MINI = """name: churn
+device: cpu
+stages:
+  raw: {kind: load, path: data/telco_customer_churn.csv, na_values: [" "]}
+  split: {kind: split, inputs: [raw], target: Churn, positive: "Yes"}
+"""
+
+
 def test_failed_stage_is_recorded_and_latest_untouched(in_project):
-    ok = run_pipeline("configs/churn.yaml", overrides=FAST, until=["raw"])
+    (in_project / "configs" / "mini.yaml").write_text(MINI)
+    ok = run_pipeline("configs/mini.yaml")
     with pytest.raises(DataError) as info:
-        run_pipeline("configs/churn.yaml", overrides=[*FAST, "stages.split.target=Nope"])
+        run_pipeline("configs/mini.yaml", overrides=["stages.split.target=Nope"])
     assert info.value.stage == "split"
     runs = sorted(p for p in (in_project / "runs" / "churn").iterdir() if p.name[0].isdigit())
     failed = read_manifest(runs[-1])
@@ -57,6 +66,19 @@ def test_failed_stage_is_recorded_and_latest_untouched(in_project):
     # raw is unchanged since the first run: it comes from the stage cache.
     assert failed.stages["split"].status == "failed" and failed.stages["raw"].status == "cached"
     assert os.readlink(in_project / "runs" / "churn" / "latest") == ok.run_dir.name
+
+
+@pytest.mark.parametrize("selection", [{"until": ["raw"]}, {"only": ["split"]}, {"from_": ["split"]}])
+def test_a_run_of_some_stages_leaves_latest_at_the_last_whole_run(in_project, selection):
+    """Nightly scoring names 'latest': a look at part of the DAG (--until raw) must not become
+    the run it scores with (it has no models; predict and serve refused it)."""
+    (in_project / "configs" / "mini.yaml").write_text(MINI)
+    whole = run_pipeline("configs/mini.yaml")
+    part = run_pipeline("configs/mini.yaml", **selection)
+    assert part.manifest.status == "succeeded" and part.run_dir != whole.run_dir
+    assert os.readlink(in_project / "runs" / "churn" / "latest") == whole.run_dir.name
+    again = run_pipeline("configs/mini.yaml", until=["split"])        # selects every stage: a whole run
+    assert os.readlink(in_project / "runs" / "churn" / "latest") == again.run_dir.name
 
 
 def test_unexpected_exception_becomes_stage_error(in_project, tmp_path):
