@@ -175,16 +175,31 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
     try:
         with open(path, newline="", encoding=dialect.text_encoding) as fh:
             row = next((r for r in csv.reader(fh, delimiter=dialect.sep) if r), None)
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except (csv.Error, UnicodeError) as exc:         # UnicodeError: a UTF-16 file without its byte order mark
         text_like = isinstance(exc, UnicodeDecodeError) and b"\x00" not in bytes(exc.object[:4096])
         hint = "" if not text_like or not dialect.utf8 else (
-            "; if it was written by an older Windows program, set encoding: cp1252 (or latin-1) on its load stage")
+            "; if it was written by an older Windows program, give its encoding, cp1252 (or latin-1): encoding: on "
+            "the load stage that reads it, --encoding for predict")
         raise DataError(f"{path} is not a text CSV file in {dialect.encoding} ({one_line(exc)}){hint}") from exc
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if row is None:
         raise DataError(f"{path} is empty: a CSV file needs a header line")
     return row
+
+
+def nested_columns(path: Path, columns: Sequence[str]) -> dict[str, str]:
+    """Those of ``columns`` that a Parquet file holds as lists, structs or maps, with their
+    types: the readers give them as Python objects, which no op or model reads as a value."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except read_errors() as exc:
+        raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+    wanted = set(columns)
+    return {f.name: str(f.type) for f in schema if f.name in wanted and pa.types.is_nested(f.type)}
 
 
 def partitioned_sources(text: str | list[str]) -> list[Path]:

@@ -114,7 +114,18 @@ def check_headers(files: list[tuple[Path, str]], fitted: dict[str, str], id_colu
         if missing:
             raise DataError(f"{path}: missing column(s) {missing} that the model needs"
                             + (f" (id column: {id_column})" if id_column in missing else ""))
+        nested = _nested(path, fmt, list(fitted))
+        if nested:
+            shown = ", ".join(f"'{c}' ({t})" for c, t in nested.items())
+            raise DataError(f"{path}: column(s) {shown} hold nested values (lists, structs or maps); the model was "
+                            f"trained on {', '.join(f'{c} as {fitted[c]}' for c in nested)}: write each as one value")
     return needed
+
+
+def _nested(path: Path, fmt: str, columns: list[str]) -> dict[str, str]:
+    from pipeline.backends.input_files import nested_columns
+
+    return nested_columns(path, columns) if fmt == "parquet" else {}
 
 
 def _header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:

@@ -263,3 +263,14 @@ def test_text_is_read_as_pandas_holds_it_with_no_cast_after_the_read(tmp_path, m
     assert frame["plan"].array._pa_array.type == pa.large_string()
     pd.testing.assert_frame_equal(frame, read_with_c_parser(path), check_dtype=False)
     assert str(frame["id"].dtype) == str(read_with_c_parser(path)["id"].dtype)
+
+
+@pytest.mark.parametrize("content", ["a,b\n1,2\n".encode("utf-8"), "a,b\n1,2\n".encode("utf-16-le")],
+                         ids=["UTF-8 bytes", "UTF-16 without its byte order mark"])
+def test_a_utf16_read_of_a_file_without_its_byte_order_mark_is_a_data_error(tmp_path, content):
+    """Python's UTF-16 codec raises UnicodeError (not UnicodeDecodeError) on a stream without a
+    BOM: it was exit 1, "internal error ... this is a bug"."""
+    path = tmp_path / "wide.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=r"wide\.csv is not a text CSV file in utf-16 \(.*BOM"):
+        CPU.read(path, dialect=dialect_of({"encoding": "utf-16"}))

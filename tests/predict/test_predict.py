@@ -155,6 +155,23 @@ def test_wrong_dtype_exit_3_names_the_column(churn_run, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("nested", [[{"a": "One year"}], [["One year"]]], ids=["struct", "list"])
+def test_nested_values_in_a_parquet_feature_are_a_data_error(churn_run, tmp_path, nested):
+    """A struct column where text was: both are ``object`` to pandas, so the type check let it
+    through and the encoder failed with "unhashable type: 'dict'" (exit 1, "this is a bug")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = churn_run["test_rows"].iloc[:5]
+    table = pa.Table.from_pandas(rows, preserve_index=False)
+    index = table.schema.get_field_index("Contract")
+    table = table.set_column(index, "Contract", pa.array(nested * len(rows)))
+    pq.write_table(table, tmp_path / "new.parquet")
+    with pytest.raises(DataError, match=r"new\.parquet: column\(s\) 'Contract' \((struct|list)<.*nested values"):
+        predict_batch(churn_run["run_dir"], tmp_path / "new.parquet", tmp_path / "s.csv", device="cpu")
+    assert not (tmp_path / "s.csv").exists()
+
+
 def test_blank_placeholders_without_na_values_name_the_column_and_the_option(churn_run, tmp_path):
     source = write_rows(churn_run["test_rows"], tmp_path / "new.csv")   # TotalCharges holds " "
     # The run's own na_values ([" "]) apply by default; a list given replaces them.
