@@ -6,6 +6,7 @@ column), then taken on the device, so the same seed selects the same rows on CPU
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -28,6 +29,8 @@ from pipeline.stages.spec import (
     only_input,
     register_stage,
 )
+
+log = logging.getLogger("pipeline")
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_TEST = 0.2
@@ -160,12 +163,28 @@ def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) 
     if positive is None:
         if set(values) <= {"0", "1", "True", "False", "0.0", "1.0"}:
             return series.astype("int8")
+        if len(values) == 1:
+            raise DataError(f"target column '{column}' has one value, {values[0]!r}, in every row; a binary "
+                            "classifier needs rows of two classes")
         raise DataError(f"target column '{column}' has values {values[:10]}; set positive: to the one that means 1")
     if str(positive) not in values:
         raise DataError(f"positive value {positive!r} does not occur in target column '{column}' (values: {values[:10]})")
     # More than two values: one-vs-rest, ``positive`` against every other value (the user
     # named the class that means 1; the partitioned path labels the same way).
+    warn_near_positive(values, positive, column)
     return (series == positive).astype("int8")
+
+
+def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
+    """One-vs-rest counts every other value as 0, ``yes`` beside ``positive: "Yes"`` too: a
+    value that differs from ``positive`` only in case or surrounding spaces is most likely the
+    same class written another way, so it is named (a warning: it may be a class of its own)."""
+    key = str(positive).strip().casefold()
+    near = [v for v in values if v != str(positive) and v.strip().casefold() == key]
+    if near:
+        log.warning("target column '%s': %s differ(s) from positive: %r only in case or spaces and count(s) as the "
+                    "other class (0); if they mean the same, write them alike in the data", column,
+                    ", ".join(map(repr, near)), positive)
 
 
 def class_counts(series: Any, backend: Backend) -> dict[Any, int]:

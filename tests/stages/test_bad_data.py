@@ -34,6 +34,26 @@ def test_a_target_with_one_class_names_the_column_and_the_counts(labels, positiv
         split_frame(frame, "y", positive=positive)
 
 
+def test_a_one_value_text_target_says_so_not_which_value_is_positive():
+    frame = pd.DataFrame({"y": ["Yes"] * 8, "x": range(8)})
+    with pytest.raises(DataError, match=r"target column 'y' has one value, 'Yes', in every row"):
+        split_frame(frame, "y", task="binary")
+
+
+def test_a_label_that_differs_from_positive_only_in_case_or_spaces_is_named(caplog):
+    """One-vs-rest counts ``yes`` as 0 beside ``positive: "Yes"``: most likely the same class
+    written another way, so the run says so (it trained on them as negatives without a word)."""
+    frame = pd.DataFrame({"y": ["Yes", "No", "yes", " Yes", "No", "Yes", "No", "No"] * 4, "x": range(32)})
+    with caplog.at_level("WARNING", logger="pipeline"):
+        split_frame(frame, "y", positive="Yes", stratify=False)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("' Yes', 'yes' differ(s) from positive: 'Yes' only in case or spaces" in m for m in warned), warned
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline"):
+        split_frame(frame.assign(y=frame["y"].str.strip().str.title()), "y", positive="Yes", stratify=False)
+    assert not [r for r in caplog.records if "only in case" in r.getMessage()]
+
+
 def test_a_target_with_only_missing_values_names_the_column():
     frame = pd.DataFrame({"y": [np.nan] * 4, "x": range(4)})
     with pytest.raises(DataError, match="target column 'y' has 4 missing values"):
