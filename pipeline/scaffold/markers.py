@@ -58,7 +58,7 @@ def missing_markers(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
                 add(token, column, int(rest[token]))
         total = int(counts.sum())
         for token in rest.index:
-            if MARKER_TEXT.match(token) and rest[token] >= MARKER_SHARE * total:
+            if MARKER_TEXT.match(token.strip()) and rest[token] >= MARKER_SHARE * total:   # " ?" after ", "
                 add(token, column, int(rest[token]))
     return found
 

@@ -439,3 +439,13 @@ def test_a_semicolon_latin1_table_with_markers_gets_a_config_that_runs_first_tim
     assert re.search(r"read as missing: '-999' \(\d% of rows\)", reasons["alter"]), reasons["alter"]
     ran = cli("run", "kunden.yaml", "--device", "cpu", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
+
+
+def test_a_marker_after_a_separator_and_a_space_is_read_as_missing() -> None:
+    """UCI's Adult writes ", ?": the value read is " ?", the marker with the space before it."""
+    from pipeline.scaffold.markers import missing_markers
+
+    frame = pd.DataFrame({"workclass": [" Private", " ?", " Self-emp", " Private"] * 25,
+                          "note": [" a-b", " c", " d", " e"] * 25})
+    found = missing_markers(frame)
+    assert found == {" ?": {"workclass": 0.25}}
