@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from pipeline.backends import cpu_engine as _cpu_engine  # noqa: F401 - registers the CPU engine's settings checks
 from pipeline.backends.contract import Backend, instance_of
 from pipeline.backends.dask_collections import cluster_client, compute_lazy, has_cluster, is_partitioned
 from pipeline.backends.estimators import estimator_output, scores_for_task

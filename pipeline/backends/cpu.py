@@ -11,23 +11,16 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.contract import Backend
+from pipeline.backends.cpu_engine import cpu_engine_choice, reductions_choice
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.csv_reader import read_csv_frame
 from pipeline.backends.dask_collections import compute_lazy, is_partitioned
 from pipeline.backends.matrices import row_major_matrix
 from pipeline.core.dtypes import dtype_kind
-from pipeline.core.errors import ConfigError
-from pipeline.core.settings import Settings, current_settings
 from pipeline.core.threads import map_in_threads, thread_count
 
-# The CPU table engine for event windows, horizon targets and join matching: polars (every
-# core) or pandas (the reference, one core). Read on each use, so a test or a caller can switch.
-CPU_ENGINE_VARIABLE = Settings.variable("cpu_engine")
-CPU_ENGINES = ("polars", "pandas")
-# How the Polars engine adds floats: repeatable (the same bits every run: exact sums) or fast
-# (its threads' partial sums in the order they finish). The pandas engine is always repeatable.
-REDUCTIONS_VARIABLE = Settings.variable("reductions")
-REDUCTIONS = ("repeatable", "fast")
+# The table engine and how it adds floats: read on each use (backends.cpu_engine), so a test or
+# a caller can switch.
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -47,11 +40,7 @@ class CpuBackend(Backend):
     @property
     def table_engine_name(self) -> str:
         """``polars`` unless ``$PIPELINE_CPU_ENGINE`` says ``pandas``; anything else is refused."""
-        choice = (current_settings().cpu_engine or "").strip().lower() or "polars"
-        if choice not in CPU_ENGINES:
-            raise ConfigError(f"${CPU_ENGINE_VARIABLE} is {choice!r}: use polars (the default, every core) or "
-                              "pandas (the reference engine, one core)")
-        return choice
+        return cpu_engine_choice()
 
     @property
     def table_engine(self) -> Any | None:
@@ -64,10 +53,7 @@ class CpuBackend(Backend):
     def reductions(self) -> str:
         """``repeatable`` unless ``$PIPELINE_REDUCTIONS`` says ``fast`` (and the engine is
         Polars: pandas' sums are in row order); anything else is refused."""
-        choice = (current_settings().reductions or "").strip().lower() or "repeatable"
-        if choice not in REDUCTIONS:
-            raise ConfigError(f"${REDUCTIONS_VARIABLE} is {choice!r}: use repeatable (the default: the same bits on "
-                              "every run) or fast (Polars' own float sums, which differ in the last bits run to run)")
+        choice = reductions_choice()
         return "repeatable" if self.table_engine_name == "pandas" else choice
 
     def versions(self) -> dict[str, str]:

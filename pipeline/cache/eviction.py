@@ -20,7 +20,7 @@ from typing import Any
 
 from pipeline.cache.entries import ASIDE_PREFIXES, TMP_PREFIX, make_private, read_record, remove_tree, set_aside
 from pipeline.core.errors import ConfigError, ConfigIssue, StorageError
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.settings import Settings, current_settings, register_check
 from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
 
 log = logging.getLogger("pipeline")
@@ -189,3 +189,6 @@ def resolve_max_size(configured: object, override: object = None, settings: Sett
         return parse_size(value)
     except ValueError as exc:
         raise ConfigError([ConfigIssue(source, str(exc))]) from None
+
+
+register_check("cache_max_size", check=lambda settings: resolve_max_size(None, settings=settings))

@@ -32,7 +32,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from pipeline.core.errors import ConfigError
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.settings import Settings, current_settings, register_check
 
 HUGE_PAGES_VARIABLE = Settings.variable("huge_pages")
 HUGE_PAGES = ("off", "on")
@@ -50,6 +50,9 @@ def huge_pages_choice(settings: Settings | None = None) -> str:
         raise ConfigError(f"${HUGE_PAGES_VARIABLE} is {text!r}: use off (the default: host memory in 4 KiB "
                           "pages) or on (NumPy's and pyarrow's own transparent huge pages)")
     return text
+
+
+register_check("huge_pages", check=huge_pages_choice)
 
 
 def arrow_pool_before_load(environ: MutableMapping[str, str] = os.environ) -> None:

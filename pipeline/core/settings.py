@@ -11,16 +11,23 @@ CPU backend, the budget with the cache): ``Settings`` holds the text as the envi
 and ``None`` for a variable that is unset. Code deep in a Dask worker or a DDP rank, whose only
 channel from the run is the process environment, reads ``current_settings()``: the same
 snapshot, taken in that process.
+
+Each owner also registers its parser here (``register_check``), and a run calls
+``check_settings`` as it starts: a value no owner can use stops the run before any stage, in one
+paragraph naming the variable, whether or not a stage that reads it runs (a cached one does
+not). The settings in ``FREE_TEXT`` take any text and have no check.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from pipeline.core.errors import ConfigError, ConfigIssue, UsageError
 
 PREFIX = "PIPELINE_"
 REDACTED = "(redacted)"
@@ -102,6 +109,48 @@ def current_settings() -> Settings:
     return Settings.from_environ()
 
 
+# Settings whose every text is a value, so nothing parses them as a run starts: module names
+# (imported as the config loads, which names one that does not import) and a currency's name.
+FREE_TEXT = {"plugins": "module names, imported as the config loads", "cost_currency": "a currency's name"}
+# Setting -> its owner's parser, which raises ConfigError or ValueError on a value it refuses.
+_CHECKS: dict[str, Callable[[Settings], object]] = {}
+
+
+def register_check(*names: str, check: Callable[[Settings], object]) -> None:
+    """``check(settings)`` parses the settings ``names`` as their owner does (the thread count in
+    ``core/threads``, the engine in the CPU backend): ``check_settings`` calls it as a run starts."""
+    for name in names:
+        Settings.variable(name)                 # KeyError on a misspelt name
+        _CHECKS[name] = check
+
+
+def checked_settings() -> list[str]:
+    """The settings that have a check registered in this process."""
+    return [name for name in _FIELDS if name in _CHECKS]
+
+
+def check_settings(settings: Settings | None = None) -> None:
+    """Parse every setting that is set with its owner's check; a ``UsageError`` (exit 2) with one
+    sentence per refused value, each naming its variable."""
+    settings = current_settings() if settings is None else settings
+    issues: list[ConfigIssue] = []
+    done: list[Callable[[Settings], object]] = []
+    for name in checked_settings():
+        check = _CHECKS[name]
+        if getattr(settings, name) is None or check in done:
+            continue
+        done.append(check)                      # one check for several variables (the signing key) runs once
+        try:
+            check(settings)
+        except ConfigError as exc:
+            issues += [ConfigIssue(Settings.variable(name), f"{i.path}: {i.message}" if i.path else i.message)
+                       for i in exc.issues]
+        except ValueError as exc:
+            issues.append(ConfigIssue(Settings.variable(name), str(exc)))
+    if issues:
+        raise UsageError(issues)
+
+
 def describe() -> list[tuple[str, str, bool]]:
     """(variable, what it does, secret) for every setting: the docs' table."""
     return [(Settings.variable(f.name), f.metadata["what"], f.metadata["secret"]) for f in fields(Settings)]
@@ -128,4 +177,5 @@ def _set(variable: str, value: str | None) -> None:
         os.environ[variable] = value
 
 
-__all__ = ["PREFIX", "REDACTED", "Settings", "current_settings", "describe", "environment"]
+__all__ = ["FREE_TEXT", "PREFIX", "REDACTED", "Settings", "check_settings", "checked_settings", "current_settings",
+           "describe", "environment", "register_check"]

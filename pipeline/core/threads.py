@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pipeline.core.errors import ConfigError
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.settings import Settings, current_settings, register_check
 
 THREADS_ENV = Settings.variable("threads")
 
@@ -42,9 +42,9 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def thread_count() -> int:
+def thread_count(settings: Settings | None = None) -> int:
     """Threads for column work: ``PIPELINE_THREADS`` when set, else the available cores."""
-    text = (current_settings().threads or "").strip()
+    text = ((current_settings() if settings is None else settings).threads or "").strip()
     if not text:
         return available_cores()
     try:
@@ -55,6 +55,9 @@ def thread_count() -> int:
         raise ConfigError(f"environment variable {THREADS_ENV}={text!r} must be a whole number of threads, "
                           "1 or more (1 runs the feature ops on one core); unset it to use every available core")
     return count
+
+
+register_check("threads", check=thread_count)
 
 
 def _executor(size: int) -> ThreadPoolExecutor:

@@ -36,7 +36,7 @@ from pipeline.core.errors import BudgetError, ConfigError, PipelineError, StageE
 from pipeline.core.fingerprints import defining_modules
 from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
-from pipeline.core.settings import current_settings
+from pipeline.core.settings import check_settings, current_settings
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.engine.run_options import RunOptions
 from pipeline.hooks.hook_registry import HookContext, build_hooks
@@ -172,6 +172,10 @@ class Runner:
         self.store = RunStore(options.runs_dir or config.runs_dir, config.name)
         self.check_budget_estimate = options.check_budget_estimate
         self._worker_usage: dict[str, dict[str, Any]] = {}
+        # The PIPELINE_* environment this run is shaped by, taken once and recorded in its manifest;
+        # a value its owner refuses stops the run here, whether or not a stage that reads it runs.
+        self.settings = current_settings()
+        check_settings(self.settings)
         hooks: tuple[RunHook, ...] = options.hooks if options.hooks is not None else (LibraryLogHook(),)
         if options.progress:
             hooks = (*(options.hooks or ()), LibraryLogHook(show=True))
@@ -183,8 +187,6 @@ class Runner:
         self.keep_outputs = options.keep_outputs
         self.config_path = config_path
         self.cache = StageCache(self.store.layout.cache_dir)
-        # The PIPELINE_* environment this run is shaped by, taken once and recorded in its manifest.
-        self.settings = current_settings()
         # Host memory is the process's (core.host_memory): a bad value stops the run before any stage.
         apply_page_policy(self.settings)
         # Bytes the cache may keep after a run (None: no limit): the option (--cache-max-size),

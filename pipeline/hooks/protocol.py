@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings, current_settings, register_check
 from pipeline.runs.record import RunManifest, StageRecord
 
 log = logging.getLogger("pipeline")
@@ -65,13 +66,33 @@ def elapsed(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def step_line_seconds() -> float:
-    """The interval of a bar's lines: ``$PIPELINE_PROGRESS_SECONDS`` if it is a number >= 0."""
-    try:
-        value = float(current_settings().progress_seconds or "")
-    except ValueError:
+def progress_seconds(settings: Settings | None = None) -> float:
+    """``$PIPELINE_PROGRESS_SECONDS`` as a number of seconds >= 0 (unset: ``STEP_LINE_SECONDS``);
+    anything else is refused (a run checks it as it starts)."""
+    text = ((current_settings() if settings is None else settings).progress_seconds or "").strip()
+    if not text:
         return STEP_LINE_SECONDS
-    return value if value >= 0 else STEP_LINE_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"${STEP_LINE_ENV} is {text!r}: use a number of seconds, 0 or more, between a bar's "
+                          f"lines (0: a line per step), or unset it for {STEP_LINE_SECONDS:g}")
+    return value
+
+
+register_check("progress_seconds", check=progress_seconds)
+
+
+def step_line_seconds() -> float:
+    """The interval of a bar's lines: ``$PIPELINE_PROGRESS_SECONDS``, or the default where the
+    value is unusable (outside a run, which refuses it as it starts, a bar's lines are no reason
+    to fail)."""
+    try:
+        return progress_seconds()
+    except ConfigError:
+        return STEP_LINE_SECONDS
 
 
 @contextmanager

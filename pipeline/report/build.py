@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ConfigError, ConfigIssue
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.settings import Settings, current_settings, register_check
 from pipeline.report.sources import read_sources
 
 REPORT = "report.html"
@@ -28,6 +28,9 @@ def report_enabled(configured: bool, settings: Settings | None = None) -> bool:
     if value in _ON or value in _OFF:
         return value in _ON
     raise ConfigError([ConfigIssue(f"${ENV_REPORT}", f"must be on or off (1/0, true/false, yes/no), not {value!r}")])
+
+
+register_check("report", check=lambda settings: report_enabled(True, settings))
 
 
 def build_report(run_dir: str | Path, output: str | Path | None = None) -> Path:

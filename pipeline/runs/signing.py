@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import DataError, StorageError, UsageError
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.settings import Settings, current_settings, register_check
 from pipeline.runs.layout import MANIFEST, MODEL_DESCRIPTION
 from pipeline.runs.store import atomic_write_text, json_text, sha256_file
 
@@ -68,6 +68,9 @@ def signing_key(settings: Settings | None = None) -> bytes | None:
                          f"{MIN_KEY_BYTES} random bytes (for example the output of: openssl rand -hex 32), or unset it "
                          "to run without signatures")
     return key
+
+
+register_check("signing_key", "signing_key_file", check=signing_key)
 
 
 def check_signing_key() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.core.errors import ConfigError, ConfigIssue
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.settings import Settings, current_settings, register_check
 from pipeline.core.sizes import parse_duration
 
 IDLE_UTILISATION = 10.0
@@ -86,6 +86,9 @@ def rates_from(config: Mapping[str, Any] | None, settings: Settings | None = Non
             values[key] = value
     currency = settings.cost_currency or config.get("currency") or "USD"
     return Rates(gpu_hour=gpu_hour, currency=str(currency), **values)
+
+
+register_check(*RATE_SETTINGS.values(), check=lambda settings: rates_from(None, settings))
 
 
 def rates_of(section: Any) -> Rates:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from pipeline.backends.devices.gpu_usage import MJ_PER_WH, visible_gpus
-from pipeline.core.settings import Settings, current_settings
+from pipeline.core.errors import ConfigError
+from pipeline.core.settings import Settings, current_settings, register_check
 
 if TYPE_CHECKING:
     from pipeline.backends.devices.device_memory import DevicePeak
@@ -137,8 +138,15 @@ def sampling_interval(settings: Settings | None = None) -> float | None:
     """Seconds between samples: ``STAGE_INTERVAL``, or None (start and end only) with
     ``$PIPELINE_SAMPLING=off``."""
     settings = current_settings() if settings is None else settings
-    value = (settings.sampling or "on").strip().lower()
-    return None if value in ("off", "0", "false", "no") else STAGE_INTERVAL
+    value = (settings.sampling or "").strip().lower() or "on"
+    if value not in _SAMPLING_ON and value not in _SAMPLING_OFF:
+        raise ConfigError(f"${ENV_SAMPLING} is {value!r}: use on (the default: a stage's memory sampled while it "
+                          "runs) or off (only as it starts and ends); 1/0, true/false and yes/no say the same")
+    return None if value in _SAMPLING_OFF else STAGE_INTERVAL
+
+
+_SAMPLING_ON, _SAMPLING_OFF = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
+register_check("sampling", check=sampling_interval)
 
 
 def release_freed_memory() -> int:

@@ -100,3 +100,67 @@ def test_a_run_records_its_settings_and_the_report_shows_them(tmp_path, monkeypa
     report = (Path(result.run_dir) / "report.html").read_text(encoding="utf-8")
     assert "PIPELINE_COST_CURRENCY" in report and key not in report
     assert key not in json.dumps(manifest)
+
+
+# A value each setting refuses. The settings missing here take any text: FREE_TEXT says why.
+BAD_VALUES = {
+    "cpu_engine": "duckdb", "threads": "abc", "reductions": "sloppy", "huge_pages": "maybe", "report": "maybe",
+    "progress_seconds": "soon", "sampling": "sometimes", "cache_max_size": "lots", "cost_gpu_hour": "cheap",
+    "cost_cpu_core_hour": "-1", "cost_memory_gb_hour": "free", "signing_key": "short",
+    "signing_key_file": "/nonexistent/pipeline-key",
+}
+
+
+@pytest.fixture(scope="module")
+def cached_run(tmp_path_factory) -> Path:
+    """A small pipeline run once with no setting, so that every stage of a rerun is in the cache."""
+    from pipeline import run_pipeline
+    from tests.conftest import small_config
+
+    folder = tmp_path_factory.mktemp("settings")
+    data = folder / "rows.csv"
+    data.write_text("id,a,b,churn\n" + "".join(f"{i},{i % 7},{i % 5},{'yes' if i % 2 else 'no'}\n"
+                                               for i in range(80)), encoding="utf-8")
+    (folder / "config.yaml").write_text(small_config("checked", data), encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, _, _ in describe():
+            patch.delenv(variable, raising=False)
+        run_pipeline(folder / "config.yaml", runs_dir=folder / "runs")
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VALUES))
+def test_a_run_refuses_a_bad_setting_as_it_starts(cached_run: Path, monkeypatch, name: str) -> None:
+    """Whether or not a stage would read it (here every stage is cached), a setting the run
+    cannot use stops it before any stage, exit 2, in one paragraph naming the variable."""
+    from pipeline import ConfigError, run_pipeline
+
+    for variable, _, _ in describe():
+        monkeypatch.delenv(variable, raising=False)
+    variable = Settings.variable(name)
+    monkeypatch.setenv(variable, BAD_VALUES[name])
+    runs = sorted((cached_run / "runs" / "checked").iterdir())
+    with pytest.raises(ConfigError) as caught:
+        run_pipeline(cached_run / "config.yaml", runs_dir=cached_run / "runs")
+    message = str(caught.value)
+    assert caught.value.exit_code == 2 and variable in message and "\n" not in message, message
+    assert "(top level)" not in message, message
+    assert sorted((cached_run / "runs" / "checked").iterdir()) == runs        # no run folder was started
+
+
+def test_every_setting_is_checked_as_a_run_starts_or_takes_any_text() -> None:
+    """Each setting's owner registers its parser (``register_check``) where the runner's imports
+    reach it, so a new setting without one fails here. Run in a fresh interpreter: only what
+    importing the runner registers counts."""
+    import subprocess
+    import sys
+
+    code = ("import pipeline.engine.runner\nfrom pipeline.core.settings import checked_settings\n"
+            "print(','.join(sorted(checked_settings())))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    checked = set(done.stdout.strip().split(","))
+    from pipeline.core.settings import FREE_TEXT
+
+    every = {f for f in Settings.__dataclass_fields__}
+    assert every - checked - set(FREE_TEXT) == set(), "a setting nothing checks as a run starts"
+    assert set(BAD_VALUES) == every - set(FREE_TEXT)

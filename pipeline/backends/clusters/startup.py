@@ -122,7 +122,7 @@ def worker_environment(threads_per_worker: int | None) -> dict[str, str]:
     of the machine: in n one-thread workers that is n x cores threads contending for the cores.
     ``POLARS_MAX_THREADS`` sizes it to the worker's own threads (a value already set in this
     process's environment is passed on instead). The feature ops' column threads: one."""
-    from pipeline.backends.cpu import CPU_ENGINE_VARIABLE
+    from pipeline.backends.cpu_engine import CPU_ENGINE_VARIABLE
 
     threads = os.environ.get("POLARS_MAX_THREADS") or str(max(1, int(threads_per_worker or 1)))
     engine = (current_settings().cpu_engine or "").strip() or "pandas"
