@@ -382,3 +382,39 @@ def test_commands_and_config_code_do_not_sniff_stage_specs():
                         and "spec" in ast.unparse(node.comparators[0].value)):
                     offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
+
+
+# ----------------------------------------------------------------------- text where numbers go
+# The sample frame's numeric columns: an op whose example names only these reads numbers.
+NUMERIC_SAMPLE_COLUMNS = {"num", "count"}
+
+
+def example_on_text(op: type[FeatureOp]) -> dict[str, Any]:
+    """The op's example params with each column it names (``columns``, and a parameter naming
+    one, as date_diff's ``until``) replaced by the text column ``words``."""
+    sample = set(default_sample_frame().columns)
+    params = json.loads(json.dumps(op.example))
+    params["columns"] = ["words" for _ in params["columns"]]
+    return {key: "words" if isinstance(value, str) and value in sample else value for key, value in params.items()}
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_op_refuses_text_where_it_needs_numbers_with_a_data_error(name: str):
+    """Every op given a text column either takes it or refuses it with a DataError naming the
+    column (exit 3), never a raw TypeError from a comparison (exit 4); an op that reads numbers
+    (its example names numeric columns only) says so as every such op does."""
+    from pipeline.core.errors import DataError
+
+    op = OPS[name]
+    frame = pd.DataFrame({"words": ["x", "y", "z"] * 4, "n": np.arange(12.0)})
+    uses_target = getattr(op, "uses_target", False)
+    target = np.array([i % 2 for i in range(len(frame))]) if uses_target else None
+    try:
+        FeatureWorkflow([{name: example_on_text(op)}]).fit(frame, target)
+    except DataError as exc:
+        assert "'words'" in str(exc), str(exc)
+        if set(op.example["columns"]) <= NUMERIC_SAMPLE_COLUMNS and name != "fill_missing":
+            assert f"{name}: column 'words' is " in str(exc) and str(exc).endswith(", not numeric"), str(exc)
+    else:
+        assert not set(op.example["columns"]) <= NUMERIC_SAMPLE_COLUMNS or name == "fill_missing", (
+            f"{name} reads numbers but took a text column")

@@ -12,21 +12,19 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 
 from pipeline.backends import Backend
-from pipeline.core.errors import DataError
 from pipeline.features.ops.encoding import code_dtype
 from pipeline.features.ops.op_base import FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
-from pipeline.features.ops.op_support import as_float, merged, per_column, replace_in_place, require_finite
+from pipeline.features.ops.op_support import (
+    as_float, merged, per_column, replace_in_place, require_finite, require_numeric,
+)
 
 
 def numeric_quantiles(op: str, frame: Any, columns: list[str], quantiles: list[float], backend: Backend) -> dict[str, Any]:
     """``<col>.q<i>``: the ``quantiles[i]`` quantile of each column (a DataError for a column
     that is not numeric)."""
     def column_quantiles(col: str) -> dict[str, Any]:
-        series = frame[col]
-        if not backend.is_numeric(series):
-            raise DataError(f"{op}: column '{col}' is {series.dtype}, not numeric")
-        values = series.astype("float64")
+        values = require_numeric(op, col, frame[col], backend).astype("float64")
         return {f"{col}.q{i}": values.quantile(q) for i, q in enumerate(quantiles)}
 
     return merged(per_column(backend, frame, column_quantiles, columns))

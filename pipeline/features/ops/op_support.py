@@ -61,6 +61,14 @@ def as_float(value: Any) -> float:
         return math.nan
 
 
+def require_numeric(op: str, col: str, series: Any, backend: Backend) -> Any:
+    """``series``, or the DataError of every op that reads numbers given another column
+    (``clip: column 'sex' is str, not numeric``)."""
+    if not backend.is_numeric(series):
+        raise DataError(f"{op}: column '{col}' is {series.dtype}, not numeric")
+    return series
+
+
 def require_finite(op: str, col: str, what: str, value: float) -> float:
     """``value``, or a DataError naming the op and the column saying why it is not a number."""
     if math.isfinite(value):

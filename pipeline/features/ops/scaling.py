@@ -11,7 +11,7 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
-    merged, missing_value, moments, per_column, plain, replace_in_place, require_finite, stable,
+    merged, missing_value, moments, per_column, plain, replace_in_place, require_finite, require_numeric, stable,
 )
 
 
@@ -29,10 +29,7 @@ class Standardize(FeatureOp):
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
         def column_moments(col: str) -> dict[str, Any]:
-            series = frame[col]
-            if not backend.is_numeric(series):
-                raise DataError(f"standardize: column '{col}' is {series.dtype}, not numeric")
-            return moments(series, ("mean", "std"), col)
+            return moments(require_numeric("standardize", col, frame[col], backend), ("mean", "std"), col)
 
         return merged(per_column(backend, frame, column_moments, self.columns))
 
@@ -63,7 +60,7 @@ class Log1p(FeatureOp):
     example: ClassVar[dict[str, Any]] = {"columns": ["count"]}
 
     def statistics(self, frame: Any, backend: Backend) -> dict[str, Any]:
-        return {col: frame[col].min() for col in self.columns}
+        return {col: require_numeric("log1p", col, frame[col], backend).min() for col in self.columns}
 
     def fit_from(self, stats: dict[str, Any], backend: Backend) -> EmptyState:
         for col in self.columns:
