@@ -29,7 +29,7 @@ from pipeline.core.yaml_source import (
     read_document,
 )
 from pipeline.core.dag import graph_problems, topological_order
-from pipeline.core.errors import ConfigError, ConfigIssue
+from pipeline.core.errors import ConfigError, ConfigIssue, UsageError
 from pipeline.features import COLUMNS_TAGS, OPS, SELECTOR_TAG, ColumnSelector
 from pipeline.core.plugins import load_plugins
 from pipeline.stages import STAGE_KINDS
@@ -64,9 +64,9 @@ def load_config(
         ('churn', 6)
     """
     source = str(path) if path is not None else "<string>"
+    if text is None or path is not None:
+        check_config_path(path)
     if text is None:
-        if path is None:
-            raise ConfigError("no config file given")
         text = read_document(path)
     doc = parse_yaml(text, source=source)
     issues = list(doc.duplicates)
@@ -94,6 +94,19 @@ def load_config(
         raise ConfigError(sorted(issues, key=lambda i: (i.line or 10**9, i.path)), file=source)
     assert config is not None
     return config
+
+
+def check_config_path(path: object) -> None:
+    """A ``UsageError`` unless ``path`` is a path (``str`` or ``os.PathLike``): an int would be
+    opened as a file descriptor (0 reads stdin), a mapping or bytes would fail deep inside with
+    Python's own message."""
+    if isinstance(path, (str, os.PathLike)):
+        return
+    given = f"{type(path).__name__} {path!r:.60}" if path is not None else "None"
+    hint = ("; a config held as a mapping is read with load_config(text=yaml.safe_dump(mapping)), which validates "
+            "it as the file would be" if isinstance(path, Mapping) else "")
+    raise UsageError(f"the config must be a path to a YAML file (a str or os.PathLike) or a loaded PipelineConfig, "
+                     f"got {given}{hint}")
 
 
 def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:

@@ -5,8 +5,10 @@ and named changes, with a misspelt name refused by name (a frozen dataclass woul
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+
+from pipeline.core.errors import UsageError
 
 O = TypeVar("O", bound="Options")
 
@@ -32,6 +34,11 @@ class Options:
         if unknown:
             raise TypeError(f"unknown {cls.what}(s) {', '.join(map(repr, unknown))}; the options are: "
                             f"{', '.join(known)}")
+        if options is not None and not isinstance(options, cls):
+            given = f"{type(options).__name__} {options!r:.80}"
+            keywords = ", ".join(f"{k}={v!r}" for k, v in options.items()) if isinstance(options, Mapping) else "name=value"
+            raise UsageError(f"the options argument must be a {cls.__name__} (or left out), got {given}; give the "
+                             f"options as keywords ({keywords}) or as {cls.__name__}(...)")
         base = cls() if options is None else options
         return dataclasses.replace(base, **changes) if changes else base  # type: ignore[type-var]
 

@@ -14,11 +14,17 @@ and the run disagree.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, get_args
 
+from pipeline.config.schema import PipelineConfig
+from pipeline.core.errors import UsageError
 from pipeline.core.option_objects import Options, names
 from pipeline.hooks.protocol import RunHook
+
+# The devices a run takes: the config's ``device:`` values (the CLI's --device choices), as written.
+DEVICES: tuple[str, ...] = get_args(PipelineConfig.model_fields["device"].annotation)
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,26 @@ class RunOptions(Options):
     def __post_init__(self) -> None:
         for name in ("overrides", "only", "from_", "until"):
             object.__setattr__(self, name, names(getattr(self, name)))
+        if self.device is not None and self.device not in DEVICES:
+            raise UsageError(f"device {self.device!r} is not one of {', '.join(DEVICES)} (lower case, as the "
+                             "config's device: key and --device take it)")
         if self.hooks is not None:
-            object.__setattr__(self, "hooks", tuple(self.hooks))
+            object.__setattr__(self, "hooks", run_hooks(self.hooks))
         if not isinstance(self.force, bool):
             object.__setattr__(self, "force", names(self.force))
 
 
-__all__ = ["RunOptions"]
+def run_hooks(hooks: object) -> tuple[RunHook, ...]:
+    """``hooks`` (a list of ``RunHook`` objects, or one) as a tuple; a ``UsageError`` naming
+    what is not a hook."""
+    if isinstance(hooks, RunHook):
+        return (hooks,)
+    items = tuple(hooks) if isinstance(hooks, Iterable) and not isinstance(hooks, (str, bytes, Mapping)) else None
+    wrong = [hooks] if items is None else [item for item in items if not isinstance(item, RunHook)]
+    if wrong:
+        raise UsageError(f"hooks must be a list of RunHook objects (pipeline.hooks.protocol.RunHook subclasses), "
+                         f"got {'' if items is None else 'a list holding '}{type(wrong[0]).__name__} {wrong[0]!r:.60}")
+    return items  # type: ignore[return-value]
+
+
+__all__ = ["DEVICES", "RunOptions"]

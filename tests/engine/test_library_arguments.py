@@ -1,0 +1,64 @@
+"""The library's entry points given the wrong kind of argument: a typed error (exit 2) that
+says what was expected, never a bare AttributeError or TypeError from deep inside, nor a
+device that silently runs on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import RunOptions, load_config, run_pipeline
+from pipeline.core.errors import BackendUnavailable, UsageError
+from pipeline.backends import available_devices
+
+
+@pytest.mark.parametrize("device", ["GPU", "cuda", "tpu", "", "Cpu"])
+def test_a_device_the_config_does_not_take_is_refused_with_the_choices(device):
+    with pytest.raises(UsageError, match=r"device .* auto, cpu, gpu"):
+        RunOptions(device=device)
+    with pytest.raises(UsageError, match="auto, cpu, gpu"):
+        RunOptions(device="cpu").replace(device=device)
+    assert RunOptions(device="cpu").device == "cpu" and RunOptions().device is None
+
+
+@pytest.mark.parametrize("device", ["GPU", "tpu"])
+def test_run_pipeline_refuses_a_bad_device_before_the_run(in_project, device):
+    with pytest.raises(UsageError, match="auto, cpu, gpu"):
+        run_pipeline("configs/churn.yaml", device=device, until=["raw"], runs_dir="runs")
+    assert not (in_project / "runs").exists()
+
+
+@pytest.mark.skipif("gpu" in available_devices(), reason="a GPU is here")
+def test_lower_case_gpu_without_one_is_still_backend_unavailable(in_project):
+    with pytest.raises(BackendUnavailable):
+        run_pipeline("configs/churn.yaml", device="gpu", until=["raw"], runs_dir="runs")
+
+
+def test_options_given_as_a_mapping_are_refused_naming_the_keywords(in_project):
+    with pytest.raises(UsageError, match=r"RunOptions.*got dict.*device="):
+        run_pipeline("configs/churn.yaml", {"device": "cpu"})
+    with pytest.raises(UsageError, match="RunOptions"):
+        RunOptions.build({"device": "cpu"})
+
+
+@pytest.mark.parametrize("config", [{"name": "x", "stages": {}}, 42, 0, None, b"configs/churn.yaml"])
+def test_a_config_that_is_not_a_path_is_refused(in_project, config):
+    with pytest.raises(UsageError, match=r"a path to a YAML file .*got") as error:
+        load_config(config)
+    if isinstance(config, dict):
+        assert "load_config(text=" in str(error.value)
+    with pytest.raises(UsageError, match="got"):
+        run_pipeline(config, device="cpu", runs_dir="runs")
+    assert not (in_project / "runs").exists()
+
+
+@pytest.mark.parametrize("hooks", [object(), 3, "report", [object()]])
+def test_hooks_that_are_not_run_hooks_are_refused(hooks):
+    with pytest.raises(UsageError, match=r"hooks.*RunHook"):
+        RunOptions(hooks=hooks)
+
+
+def test_the_text_path_still_loads_a_config_held_as_a_mapping(in_project):
+    import yaml
+
+    data = yaml.safe_load(open("configs/churn.yaml", encoding="utf-8"))
+    assert load_config(text=yaml.safe_dump(data)).name == "churn"
