@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends import Backend, backend_for, get_backend
+from pipeline.backends import FEW_ROWS_MODULE, Backend, backend_for, get_backend
 from pipeline.scoring.columns import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, UsageError
 from pipeline.features import FeatureWorkflow
 from pipeline.runs.layout import REFERENCE_FILE
 from pipeline.metrics.drift import Counts, bin_counts, check_profile
@@ -78,8 +78,28 @@ class SavedModel:
     def score(self, frame: Any) -> np.ndarray:
         """Scores per row of ``frame`` (pandas or cuDF, raw columns), host float64, shaped by the
         task: binary the positive-class probability, multiclass an ``n x K`` matrix of class
-        probabilities (``task.classes`` order), regression the predicted value."""
-        return self.score_matrix(frame)[0]
+        probabilities (``task.classes`` order), regression the predicted value. A column whose
+        type is not its fit-time kind (text where a number was fitted) is a ``DataError`` naming
+        it and both types, as ``pipeline predict`` says it; anything but a frame, a ``UsageError``."""
+        return self.score_matrix(self.checked(frame))[0]
+
+    def checked(self, frame: Any) -> Any:
+        """``frame`` as ``score`` takes it: a pandas or cuDF frame whose input columns have their
+        fit-time kinds (predict's ``check_types``; a column with no value is cast to its kind in
+        a shallow copy, the caller's frame is left as it is); a missing column is left to the
+        workflow, which names it."""
+        from pipeline.scoring.input_rows import check_types
+
+        module = type(frame).__module__
+        if module == FEW_ROWS_MODULE:                 # the server's NumPy columns, typed already
+            return frame
+        if module.split(".")[0] not in ("pandas", "cudf") or not hasattr(frame, "columns"):
+            raise UsageError(f"score takes a DataFrame of raw rows (pandas, or cuDF on a GPU), got "
+                             f"{type(frame).__name__}; build one first, e.g. pandas.DataFrame(rows) or "
+                             "pandas.read_csv(path)")
+        fitted = {column: dtype for column, dtype in self.workflow.input_columns_.items() if column in frame.columns}
+        return check_types(frame.copy(deep=False), fitted, backend_for(frame, self.backend),
+                           source=Path("the frame"), fmt="frame")
 
     def score_matrix(self, frame: Any) -> tuple[np.ndarray, Any]:
         """``score``'s scores and the feature matrix they came from (on the frame's device), so
