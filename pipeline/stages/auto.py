@@ -64,7 +64,7 @@ from pydantic import Field, field_validator
 
 from pipeline.backends import is_partitioned
 from pipeline.backends.headers import HeaderReader
-from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, DataError
+from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, DataError, UsageError
 from pipeline.core.option_objects import Options
 from pipeline.core.problems import Task
 from pipeline.core.sizes import parse_duration
@@ -122,17 +122,9 @@ class AutoSpec(StageSpec):
     @field_validator("models")
     @classmethod
     def _known_members(cls, models: list[str] | None) -> list[str] | None:
-        if models is None:
-            return models
-        known = [m.label for m in portfolio()]
-        unknown = [m for m in models if m not in known]
-        if unknown:
-            raise ValueError(f"not in the portfolio: {', '.join(unknown)} (portfolio: {', '.join(known)})")
-        if not models:
-            raise ValueError("models must name at least one portfolio member (or be left out)")
-        twice = sorted({m for m in models if models.count(m) > 1})
-        if twice:
-            raise ValueError(f"names {', '.join(twice)} more than once; each member is fitted once: list it once")
+        problem = member_names_problem(models)
+        if problem:
+            raise ValueError(problem)
         return models
 
     def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
@@ -153,6 +145,23 @@ class AutoSpec(StageSpec):
         (source,) = inputs.values() if len(inputs) == 1 else (Preview(),)
         return Preview(features=source.features or stage, valid=source.valid, folds=source.folds,
                        target=source.target)
+
+
+def member_names_problem(models: Sequence[str] | None) -> str | None:
+    """What is wrong with a ``models:`` list (None: nothing), the same for the YAML key and
+    ``fit_auto``: a name that is not a portfolio member, an empty list, a name listed twice."""
+    if models is None:
+        return None
+    known = [m.label for m in portfolio()]
+    unknown = [m for m in models if m not in known]
+    if unknown:
+        return f"not in the portfolio: {', '.join(map(str, unknown))} (portfolio: {', '.join(known)})"
+    if not models:
+        return "models must name at least one portfolio member (or be left out)"
+    twice = sorted({m for m in models if list(models).count(m) > 1})
+    if twice:
+        return f"names {', '.join(twice)} more than once; each member is fitted once: list it once"
+    return None
 
 
 @dataclass
@@ -362,6 +371,11 @@ def fit_auto(features: FeatureSet, options: AutoOptions | None = None, /, *,
     """
     options = AutoOptions.build(options, **changes)
     time_limit, preset, models, bag = options.time_limit, options.preset, options.models, options.bag
+    if isinstance(models, str):
+        models = [models]
+    problem = member_names_problem(models)
+    if problem:
+        raise UsageError(f"fit_auto models: {problem}")
     ensemble, seed, name = options.ensemble, options.seed, options.name
     started = time.perf_counter()
     features = features.in_memory("the auto stage bags its members on the training matrix in memory; load the "

@@ -59,3 +59,23 @@ def test_a_hook_watches_a_run(in_project, capsys):
     assert out[-1] == f"{result.run_dir} succeeded {result.manifest.metrics['best']}"
     assert any(line.startswith("mlp 2 {'loss'") for line in out)
     assert any(line.startswith("evaluate xgb {'roc_auc'") for line in out)
+
+
+def test_the_auto_example_fits_both_members_it_names(project):
+    """The library page's bagging/auto block as written: every name in its ``models=`` is a
+    portfolio member (a registry name that is not one is refused), and both are on the leaderboard."""
+    import ast
+    import re
+
+    from tests.docs.test_readme import SETUP_EXAMPLE, file_blocks
+    from tests.support.cli import run_script
+
+    (block,) = [b for b in file_blocks(SETUP_EXAMPLE, "python") if "fit_auto(" in b.text]
+    models = re.search(r"fit_auto\(features, .*models=(\[[^]]*\])", block.text).group(1)
+    script = project / "auto_example.py"
+    script.write_text(block.text, encoding="utf-8")
+    done = run_script(script, cwd=project)
+    assert done.returncode == 0, done.stderr[-3000:]
+    board = done.stdout.strip().splitlines()[-1]
+    for name in ast.literal_eval(models):
+        assert f"('{name}', 'fitted'" in board, board

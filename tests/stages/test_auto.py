@@ -482,3 +482,20 @@ def test_member_views_split_a_column_kept_beside_its_encoding_and_leave_the_rest
     # Without a kept column (a user's op list), every member reads every column.
     assert member_views(["x", "shop", "plan"], ["shop", "plan"]) == {ENCODED: ["x", "shop", "plan"],
                                                                        CODES: ["x", "shop", "plan"]}
+
+
+@pytest.mark.parametrize("models", [["lightgbm", "logistic_regression"], ["lightgmb"], [], ["linear", "linear"]])
+def test_fit_auto_refuses_the_member_names_a_config_refuses(models):
+    """A name that is not a portfolio member (a registry name that is not one, a typo) was
+    dropped in silence by the function while the YAML refused it: one check, one message."""
+    from pipeline.core.errors import UsageError
+
+    features = features_of(table(200), "binary")
+    with pytest.raises(ConfigError) as library:
+        fit_auto(features, time_limit=30, models=models)
+    assert isinstance(library.value, UsageError) and "fit_auto models:" in str(library.value)
+    base = ("name: t\nstages:\n  raw: {kind: load, path: rows.csv}\n"
+            "  split: {kind: split, inputs: [raw], target: target, positive: 'yes'}\n")
+    with pytest.raises(ConfigError) as config:
+        load_config(text=base + f"  auto: {{kind: auto, inputs: [split], models: {models}}}\n")
+    assert str(library.value).split("fit_auto models: ", 1)[1] in str(config.value)
