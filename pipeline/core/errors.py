@@ -112,6 +112,8 @@ class ConfigError(PipelineError):
     def _render(self) -> str:
         head = f"{self.file}: " if self.file else ""
         count = len(self.issues)
+        if count == 1 and not self.issues[0].path and self.issues[0].line is None and not self.issues[0].source:
+            return f"{head}{self.issues[0].message}"        # one problem that no key locates: one paragraph
         noun = "problem" if count == 1 else "problems"
         lines = [f"{head}{count} config {noun}:"]
         lines += [f"  - {issue}" for issue in self.issues]
@@ -139,6 +141,26 @@ class DataError(PipelineError):
     """
 
     exit_code = ExitCode.DATA
+
+
+class RowsError(DataError):
+    """Values in some rows of a frame that cannot be scored (a missing value no op fills, a
+    number beyond what the models read). The message is the library's; ``rows`` says where, for
+    a caller that names rows its own way (the server's ``rows[3].tenure``): (column, 0-based
+    position in the frame, what is wrong there) per problem.
+
+    Examples:
+        >>> from pipeline.core.errors import RowsError
+        >>> error = RowsError("missing values remain", [("tenure", 3, "a missing value remains")])
+        >>> error.rows[0], error.exit_code
+        (('tenure', 3, 'a missing value remains'), 3)
+    """
+
+    rows: tuple[tuple[str, int, str], ...] = ()
+
+    def __init__(self, message: str, rows: list[tuple[str, int, str]]) -> None:
+        super().__init__(message)
+        self.rows = tuple(rows)
 
 
 def input_not_found(path: str | os.PathLike[str], what: str = "input file") -> DataError:

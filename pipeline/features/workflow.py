@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.core.dtypes import dtype_kind
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, RowsError
 from pipeline.core.problems import Task
 from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
@@ -38,6 +38,8 @@ from pipeline.features.selection import resolve_selectors
 FORMAT_VERSION = 1
 # The models read one float32 matrix: a float64 value beyond this becomes infinity there.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Rows named per column in a ``RowsError`` of missing values (the message counts them all).
+MAX_ROWS_NAMED = 100
 
 
 def op_from_spec(spec: FeatureOp | Mapping[str, Any]) -> FeatureOp:
@@ -274,8 +276,10 @@ class FeatureWorkflow:
         carry it on as inf or NaN. Named with the first row (1-based, in ``frame``'s order)."""
         for column in infinite_columns(frame, list(self.input_columns_), backend):
             row = first_infinite_row(frame[column], backend)
-            raise DataError(f"column '{column}' holds infinite values in the {what} (first at row {row}); "
-                            "replace them (with a number, or leave them blank and add a fill_missing op)")
+            raise RowsError(f"column '{column}' holds infinite values in the {what} (first at row {row}); "
+                            "replace them (with a number, or leave them blank and add a fill_missing op)",
+                            [(str(column), row - 1, "an infinite value; replace it with a number, or leave it "
+                                                    "blank where a fill_missing op fills the column")])
 
     @staticmethod
     def _check_float32_range(frame: Any, backend: Backend, what: str) -> None:
@@ -284,19 +288,24 @@ class FeatureWorkflow:
         wide = [c for c in frame.columns if str(frame[c].dtype) == "float64"]
         for column in _beyond(frame, wide, backend, FLOAT32_MAX):
             row, value = first_row_beyond(frame[column], backend, FLOAT32_MAX)
-            raise DataError(f"column '{column}' reaches values beyond the float32 range (about ±3.4e38) in the "
+            raise RowsError(f"column '{column}' reaches values beyond the float32 range (about ±3.4e38) in the "
                             f"{what} after the feature ops (first at row {row}: {value:g}), and the models read "
-                            "float32; scale it with standardize or log1p")
+                            "float32; scale it with standardize or log1p",
+                            [(str(column), row - 1, f"becomes {value:g} after the feature ops, beyond the float32 "
+                                                    "range (about ±3.4e38) the models read")])
 
     @staticmethod
     def _check_no_missing(frame: Any, backend: Backend, what: str) -> None:
         counts = backend.to_host(frame.isna().sum())
         bad = {str(c): int(n) for c, n in counts.items() if n}
         if bad:
-            raise DataError(
+            rows = [(str(column), int(position), "a missing value remains after the feature ops (no fill_missing op "
+                                            "fills this column)")
+                    for column, n in counts.items() if n
+                    for position in np.flatnonzero(np.asarray(backend.to_host(frame[column].isna())))[:MAX_ROWS_NAMED]]
+            raise RowsError(
                 f"missing values remain in the {what} after the feature ops: {bad}; add these "
-                "columns to a fill_missing op"
-            )
+                "columns to a fill_missing op", rows)
 
     def __repr__(self) -> str:
         ops = ", ".join(op.op for op in self.ops)

@@ -24,12 +24,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, RowsError
 from pipeline.runs.layout import CHAMPION
 from pipeline.serve.batcher import Job, MicroBatcher
 from pipeline.serve.prometheus_metrics import CONTENT_TYPE, ServeMetrics
 from pipeline.serve.serve_options import ServeOptions
-from pipeline.serve.served_model import RequestError, ServedModel, load_served_model
+from pipeline.serve.served_model import RequestError, ServedModel, load_served_model, rows_request_error
 
 log = logging.getLogger("pipeline")
 
@@ -106,7 +106,10 @@ def build_app(state: ServeState) -> FastAPI:
             served = state.model                          # this request's model, even across a swap
             columns, rows, orientation = served.parse_json(body)
             pending = state.batcher.enqueue(Job(model=served, rows=rows, columns=columns))
-        result = await pending
+        try:
+            result = await pending
+        except RowsError as exc:                          # values the features refuse, named by row
+            raise rows_request_error(exc, orientation, served.fields) from None
         if orientation == "records":
             keys = list(result)
             predictions: Any = [dict(zip(keys, values)) for values in zip(*result.values())]
@@ -135,14 +138,21 @@ def build_app(state: ServeState) -> FastAPI:
             dialect = served.csv_dialect({**({"encoding": parameters["charset"]} if "charset" in parameters else {}),
                                           **dict(request.query_params)})
             frame = await asyncio.to_thread(served.frame_of_csv, body, dialect)
-            table = await state.batcher.submit(Job(model=served, rows=len(frame), frame=frame))
+            table = await scored_table(served, frame)
             answer = table.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal).encode("utf-8")
             return Response(answer, media_type=f"{CSV_TYPE}; charset=utf-8")
         fmt = "arrow" if media_type == ARROW_STREAM else "parquet"
         frame = decode_table(body, fmt)
         frame = served.frame_of_table(frame, source=f"the {fmt} body")
-        table = await state.batcher.submit(Job(model=served, rows=len(frame), frame=frame))
+        table = await scored_table(served, frame)
         return Response(encode_table(table, fmt), media_type=media_type)
+
+    async def scored_table(served: ServedModel, frame: Any) -> Any:
+        """A table body's scores; values the features refuse are named by row (``rows[3]``, 0-based)."""
+        try:
+            return await state.batcher.submit(Job(model=served, rows=len(frame), frame=frame))
+        except RowsError as exc:
+            raise rows_request_error(exc, "records", served.fields) from None
 
     @app.get("/health", summary="200 while the process lives")
     async def health() -> Response:

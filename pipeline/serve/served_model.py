@@ -12,7 +12,12 @@ it), so the numbers are the same; only the way rows arrive differs:
   missing field. The id column (when the model has one) is a field as well: it comes back with
   the scores.
 - A column of whole numbers that was an integer column at fit is made ``int64`` again (a CSV
-  reader would type it so); one with a missing value stays ``float64``, as in a CSV.
+  reader would type it so); one with a missing value stays ``float64``, as in a CSV, and so
+  does one with a number past int64 (``1e19``, ``-10**30``): a cast would wrap it to -2**63,
+  and predict reads such a file column as numbers too (never as int64).
+- A value that the feature ops cannot carry (a missing value no op fills, a number beyond the
+  float32 range the models read) is a 422 naming its row and field as validation errors do
+  (``rows[3].tenure``, 0-based), from the ``RowsError`` the workflow raises.
 - Arrow and Parquet bodies are typed already and are checked like predict's input files
   (``check_types``, ``check_finite``).
 - A CSV body is a file to predict: it is read by predict's own reader (``read_input``: the
@@ -42,7 +47,7 @@ from pipeline.backends import backend_for
 from pipeline.backends.csv_dialect import CsvDialect, dialect_of
 from pipeline.backends.few_rows import FEW_ROWS, ColumnFrame
 from pipeline.core.dtypes import dtype_kind
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, RowsError
 from pipeline.metrics.drift import Counts
 from pipeline.predict.batch import OpenedRun, check_types, open_model
 from pipeline.scoring.input_rows import read_input
@@ -159,7 +164,7 @@ class ServedModel:
                 data[name] = np.array(values, dtype=object) if few_rows else pd.array(values, dtype="str")
             elif kind in (NUMBER, INTEGER):
                 numbers = np.array(values, dtype="float64")          # null -> NaN
-                if kind == INTEGER and not np.isnan(numbers).any() and bool((numbers == np.floor(numbers)).all()):
+                if kind == INTEGER and whole_int64(numbers):
                     numbers = numbers.astype("int64")
                 data[name] = numbers
             elif kind == BOOLEAN:
@@ -322,6 +327,38 @@ class ServedModel:
             "drift_reference": opened.saved.reference is not None,
             "loaded_at": self.loaded_at,
         }
+
+
+def whole_int64(numbers: np.ndarray) -> bool:
+    """Whether float64 ``numbers`` can be made int64 unchanged: no missing value, every one whole
+    and within int64 (2**63 and past it would wrap to -2**63 in the cast)."""
+    with np.errstate(invalid="ignore"):
+        return bool(((numbers == np.floor(numbers)) & (numbers >= -INT64_LIMIT) & (numbers < INT64_LIMIT)).all())
+
+
+INT64_LIMIT = 2.0 ** 63
+
+
+def rows_request_error(exc: RowsError, orientation: str, fields: Mapping[str, str]) -> RequestError:
+    """A 422 for values the features refused (``RowsError``), in the shape of the validation
+    errors: ``rows[3].tenure: ...`` (``columns.tenure[3]`` for a body of columns), 0-based, with
+    ``errors`` (``loc``, ``msg``, ``type``); a feature column that is not a field is named in
+    the message at its row."""
+    lines, detail = [], []
+    for column, position, what in exc.rows:
+        field_name = column if column in fields else None
+        if orientation == "columns" and field_name is not None:
+            where, loc = f"columns.{column}[{position}]", ["columns", column, position]
+        else:
+            where = f"rows[{position}]" + (f".{column}" if field_name is not None else "")
+            loc = ["rows", position, *([column] if field_name is not None else [])]
+        message = f"field '{column}': {what}" if field_name is not None else f"feature column '{column}': {what}"
+        lines.append(f"{where}: {message}")
+        detail.append({"loc": loc, "msg": message, "type": "value_error"})
+    if not lines:                                 # rebuilt from its message (another process): as it was
+        return RequestError(422, str(exc))
+    more = f" (and {len(lines) - _MAX_REPORTED} more)" if len(lines) > _MAX_REPORTED else ""
+    return RequestError(422, "; ".join(lines[:_MAX_REPORTED]) + more, detail)
 
 
 def load_served_model(run: str | Path, *, runs_dir: str | Path = "runs", pipeline: str | None = None,

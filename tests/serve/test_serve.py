@@ -135,8 +135,9 @@ def made(tmp_path_factory):
     servers = {
         "champion": start(project, "champion", "--pipeline", "churn", "--reload-seconds", "0.3",
                           "--max-wait-ms", "20", "--drift-window", "50"),
-        "multiclass": start(project, "latest", "--pipeline", "telco_contract"),
-        "regression": start(project, "latest", "--pipeline", "telco_charges", "--no-batching"),
+        # By folder: a run of some stages (until) leaves `latest` where it was.
+        "multiclass": start(project, str(contract)),
+        "regression": start(project, str(charges), "--no-batching"),
         "events": start(project, "latest", "--pipeline", "events_predict"),
         "drain": start(project, str(churn_a), "--max-wait-ms", "1500", "--max-batch-rows", "100000"),
     }
@@ -368,6 +369,52 @@ def test_a_missing_value_is_null_where_predict_reads_a_blank(made, tmp_path):
     status, body = server.post_json({"rows": records(frame, fields_of(server))})
     assert status == 200, body
     assert_same(pd.DataFrame(body["predictions"]), expected)
+
+
+def test_whole_numbers_past_int64_score_as_predict_scores_them(made, tmp_path):
+    """An integer column's values past int64 (1e19, 2**63, +-1e30) were cast to int64 and
+    wrapped to -2**63: a 200 with the score of that number. predict reads them as numbers; the
+    served scores equal its, sent as JSON floats or as integer literals, in both orientations."""
+    server = made["servers"]["champion"]
+    frame = csv_rows(made["project"], n=6, seed=12)
+    frame["tenure"] = frame["tenure"].astype("float64")
+    frame.loc[:3, "tenure"] = [1e19, 2.0 ** 63, 1e30, -1e30]
+    expected = predicted(made["a"], frame, tmp_path)
+    fields = fields_of(server)
+    rows = records(frame, fields)
+    literals = [{**row, "tenure": int(row["tenure"])} for row in rows]          # 10000000000000000000, ...
+    assert str(10 ** 19) in json.dumps(literals)
+    for body in (rows, literals):
+        status, answer = server.post_json({"rows": body})
+        assert status == 200, answer
+        assert_same(pd.DataFrame(answer["predictions"]), expected)
+        status, answer = server.post_json({"columns": {name: [row[name] for row in body] for name in fields}})
+        assert status == 200, answer
+        assert_same(pd.DataFrame(answer["predictions"]), expected)
+    for row, score in zip(literals[:4], expected["score"]):                     # one row alone: the few-rows path
+        status, answer = server.post_json({"rows": [row]})
+        assert status == 200 and answer["predictions"][0]["score"] == pytest.approx(score, abs=1e-6), answer
+
+
+def test_a_value_the_features_refuse_is_a_422_naming_its_row_as_validation_does(made):
+    """A null where no fill_missing op fills the column, or a number the ops take past the
+    float32 range, passes the schema and fails in the features: the 422 names ``rows[3].tenure``
+    (0-based, as a validation error does) and lists it under ``errors``."""
+    server = made["servers"]["champion"]
+    fields = fields_of(server)
+    rows = records(csv_rows(made["project"], n=5, seed=13), fields)
+    for name, value in (("tenure", None), ("MonthlyCharges", 1e308)):
+        bad = [dict(row) for row in rows]
+        bad[3][name] = value
+        status, body = server.post_json({"rows": bad})
+        assert status == 422, body
+        assert body["detail"].startswith(f"rows[3].{name}: field '{name}'"), body
+        assert "row 4" not in body["detail"]
+        assert body["errors"][0]["loc"] == ["rows", 3, name] and body["errors"][0]["type"] == "value_error", body
+        status, body = server.post_json({"columns": {field: [row[field] for row in bad] for field in fields}})
+        assert status == 422 and body["detail"].startswith(f"columns.{name}[3]: "), body
+        assert body["errors"][0]["loc"] == ["columns", name, 3]
+    assert server.post_json({"rows": rows})[0] == 200                           # still serving
 
 
 def test_a_request_the_model_cannot_score_fails_alone_not_its_batch(made):
