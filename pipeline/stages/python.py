@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from pipeline.core.errors import ConfigError
 from pipeline.core.fingerprints import ModuleName, module_fingerprint
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
 
@@ -33,14 +34,17 @@ class PythonSpec(StageSpec):
 
 
 def resolve_function(target: str) -> Any:
+    """The function ``target`` names. A module that does not import, or lacks the function, is a
+    ConfigError (exit 2, as for a plugin): the config names code that is not there."""
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"cannot import module '{module_name}': {exc}") from exc
+        raise ConfigError(f"function: cannot import module '{module_name}' ({exc}); a module beside the config "
+                          "file or on the Python path is imported by its dotted name") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"module '{module_name}' has no function '{attr}'")
+        raise ConfigError(f"function: module '{module_name}' has no function '{attr}'")
     return fn
 
 

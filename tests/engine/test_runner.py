@@ -81,6 +81,20 @@ def test_a_run_of_some_stages_leaves_latest_at_the_last_whole_run(in_project, se
     assert os.readlink(in_project / "runs" / "churn" / "latest") == again.run_dir.name
 
 
+@pytest.mark.parametrize(("function", "message"), [("nomod_here:fn", "cannot import module 'nomod_here'"),
+                                                   ("boom2:nope", "module 'boom2' has no function 'nope'")])
+def test_a_python_stage_naming_code_that_is_not_there_is_a_config_error(in_project, function, message):
+    """Exit 2, as for a plugin that does not import, in one paragraph (it was exit 4, a stage
+    failure, with a ValueError)."""
+    (in_project / "configs" / "boom2.py").write_text("def explode(ctx, inputs):\n    return None\n")
+    (in_project / "configs" / "boom2.yaml").write_text(
+        f"name: boom2\nstages:\n  b:\n    kind: python\n    function: {function}\n")
+    with pytest.raises(ConfigError) as info:
+        run_pipeline("configs/boom2.yaml")
+    assert info.value.exit_code == 2 and info.value.stage == "b"
+    assert str(info.value).startswith(f"function: {message}") and "\n" not in str(info.value)
+
+
 def test_unexpected_exception_becomes_stage_error(in_project, tmp_path):
     (in_project / "configs" / "boom.py").write_text(
         "def explode(ctx, inputs, **params):\n    raise RuntimeError('kaboom ' + params['word'])\n")
