@@ -266,7 +266,7 @@ class Runner:
         else:
             # A run of some stages (--only/--from/--until) is a look at part of the DAG: 'latest',
             # which nightly scoring and serving name, stays at the last run of all of it.
-            log.info("run %s ran %d of %d stages: 'latest' stays where it was", run.run_id, len(selected),
+            log.debug("run %s ran %d of %d stages: 'latest' stays where it was", run.run_id, len(selected),
                      len(self.config.stages))
         self._mark_aliases(run, manifest)
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)

@@ -88,7 +88,7 @@ def test_a_dialect_reads_the_same_table_as_its_plain_twin(tmp_path, sep, encodin
 
 def test_a_file_that_is_not_utf8_names_the_encoding_key(tmp_path):
     path = european(table(), tmp_path / "odd.csv")
-    with pytest.raises(DataError, match=r"not a text CSV file in utf-8 .*set encoding: cp1252 \(or latin-1\)"):
+    with pytest.raises(DataError, match=r"not a text CSV file in utf-8 .*give its encoding, cp1252 \(or latin-1\): encoding: on the load stage"):
         load_table(path, sep=";")
 
 

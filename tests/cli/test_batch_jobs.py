@@ -219,7 +219,7 @@ def test_sigterm_records_an_interrupted_run_and_exits_143(project):
     newest = max(p for p in runs.iterdir() if p.name[0].isdigit())
     manifest = read_manifest(newest)
     assert manifest.status == "interrupted" and manifest.error == "terminated (SIGTERM)"
-    assert os.readlink(runs / "latest") != newest.name
+    assert not os.path.lexists(runs / "latest")          # its one succeeded run ran some stages
 
 
 def test_json_logs_are_one_object_per_line(project):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli as _pipeline
+from tests.support.cli import newest_run, run_cli as _pipeline
 from pipeline.core.errors import ExitCode
 from pipeline.runs.record import read_manifest
 
@@ -53,7 +53,7 @@ def test_shipped_torch_stage_trains_zero_copy_and_keeps_its_curve(project):
     """The MLP of the shipped config: AUC target, Keras-style epoch lines, artifacts, no copies."""
     proc = cli("run", "configs/churn.yaml", "--until", "mlp", "--device", "cpu", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    latest = project / "runs" / "churn" / "latest"
+    latest = newest_run(project / "runs" / "churn")               # --until: 'latest' stays
     facts = read_manifest(latest).stages["mlp"].facts
     assert facts["bytes_copied"] == 0 and all(h["zero_copy"] for h in facts["handoffs"])
     assert {h["name"] for h in facts["handoffs"]} == {f"{s}.{t}" for s in ("train", "valid", "test") for t in "Xy"}
@@ -126,7 +126,7 @@ def test_doctor_reports_what_auto_would_choose(project):
 def test_until_runs_a_prefix(project):
     proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    manifest = read_manifest(project / "runs" / "churn" / "latest")
+    manifest = read_manifest(newest_run(project / "runs" / "churn"))
     assert list(manifest.stages) == ["raw", "split", "features"]
 
 

@@ -17,7 +17,7 @@ from pipeline.core.settings import Settings
 from pipeline.report import REPORT, report_enabled
 from pipeline.report.html import duration, number
 from pipeline.runs.record import read_manifest
-from tests.support.cli import run_cli as _pipeline
+from tests.support.cli import newest_run, run_cli as _pipeline
 
 pytestmark = pytest.mark.slow
 TRAIN_SAMPLE = 2000          # evaluate's train_rows in the churn run: its ~4,900 training rows are sampled
@@ -241,20 +241,15 @@ def test_report_command_names_a_run_that_is_not_there(tmp_path):
     assert proc.returncode == ExitCode.CONFIG and "Traceback" not in proc.stderr
 
 
-def newest_run(project: Path) -> Path:
-    """The last run folder (run ids sort by time): a run --until some stage leaves 'latest'."""
-    return max(p for p in (project / "runs" / "churn").iterdir() if p.name[0].isdigit())
-
-
 def test_the_switch_and_the_environment_turn_it_off_and_on(project):
     proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu",
                "--set", "report.enabled=false", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert not (newest_run(project) / REPORT).exists()
+    assert not (newest_run(project / "runs" / "churn") / REPORT).exists()
     proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu",
                "--set", "report.enabled=false", cwd=project, report="on")
     assert proc.returncode == 0, proc.stderr
-    assert (newest_run(project) / REPORT).is_file()
+    assert (newest_run(project / "runs" / "churn") / REPORT).is_file()
     proc = cli("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", cwd=project, report="maybe")
     assert proc.returncode == ExitCode.CONFIG and "PIPELINE_REPORT" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -273,3 +273,9 @@ def _restore_logging(state: tuple) -> None:
         logger.propagate = propagate
     logging.captureWarnings(False)
     warnings.showwarning = showwarning
+
+
+def newest_run(pipeline_dir: Path) -> Path:
+    """The last run folder of ``pipeline_dir`` (run ids sort by their start): where a test finds a
+    run of some stages (``--until``), which leaves ``latest`` at the last whole run."""
+    return max(p for p in Path(pipeline_dir).iterdir() if p.name[0].isdigit() and p.is_dir())

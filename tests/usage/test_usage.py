@@ -14,7 +14,7 @@ from pipeline.core.errors import ExitCode
 from pipeline.core.settings import Settings
 from pipeline.usage.costs import Rates, idle_gpus, rates_from, run_totals, stage_cost
 from pipeline.usage.memory import MemorySampler
-from tests.support.cli import run_cli as _pipeline
+from tests.support.cli import newest_run, run_cli as _pipeline
 
 
 class Replay:
@@ -139,14 +139,13 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
     run = ("run", "configs/churn.yaml", "--until", "features", "--device", "cpu", "--no-cache")
     proc = cli(*run, cwd=project)
     assert proc.returncode == 0, proc.stderr
-    newest = lambda: max(p for p in (project / "runs" / "churn").iterdir() if p.name[0].isdigit())  # noqa: E731
-    manifest = json.loads((newest() / "manifest.json").read_text())        # --until: 'latest' does not move
+    manifest = json.loads((newest_run(project / "runs" / "churn") / "manifest.json").read_text())
     assert manifest["usage"]["cpu_seconds"] > 0 and "gpus" not in manifest["usage"]
     assert manifest["cost"] is None and all(s["cost"] is None for s in manifest["stages"].values())
     proc = cli(*run, "--set", "cost.memory_gb_hour=0.5", cwd=project,
                env={"PIPELINE_COST_CPU_CORE_HOUR": "36", "PIPELINE_REPORT": "on"})
     assert proc.returncode == 0, proc.stderr
-    manifest = json.loads((newest() / "manifest.json").read_text())
+    manifest = json.loads((newest_run(project / "runs" / "churn") / "manifest.json").read_text())
     stages = [s for s in manifest["stages"].values() if s["status"] == "succeeded"]
     for stage in stages:                                  # 36 per core-hour: a cent per CPU second
         assert stage["cost"]["cpu"] == pytest.approx(stage["usage"]["cpu_seconds"] / 100, abs=1e-6)
@@ -157,7 +156,7 @@ def test_a_cpu_run_records_cpu_time_no_gpu_fields_and_a_cost_only_when_priced(pr
     from pipeline.usage.costs import format_cost
     from tests.report.test_report import Page
 
-    page = Page((newest() / "report.html").read_text(encoding="utf-8"))
+    page = Page((newest_run(project / "runs" / "churn") / "report.html").read_text(encoding="utf-8"))
     table = next(t for t in page.tables if t and t[0][:3] == ["stage", "kind", "status"])
     header = table[0]
     for row in table[1:]:
