@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, one_column_header, show
 from pipeline.core.errors import DataError, input_not_found
 
@@ -200,6 +202,26 @@ def nested_columns(path: Path, columns: Sequence[str]) -> dict[str, str]:
         raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
     wanted = set(columns)
     return {f.name: str(f.type) for f in schema if f.name in wanted and pa.types.is_nested(f.type)}
+
+
+def parquet_column_types(path: Path, columns: Sequence[str]) -> dict[str, str]:
+    """The pandas dtype each of ``columns`` has in a Parquet file's schema, without reading its
+    rows (a column the file lacks is left out)."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except read_errors() as exc:
+        raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+    wanted = set(columns)
+    types: dict[str, str] = {}
+    for field in schema:
+        if field.name in wanted:
+            try:
+                types[field.name] = np.dtype(field.type.to_pandas_dtype()).name
+            except (NotImplementedError, TypeError):     # no NumPy dtype of its own (nested, ...)
+                types[field.name] = "object"
+    return types
 
 
 def partitioned_sources(text: str | list[str]) -> list[Path]:

@@ -47,8 +47,8 @@ from pipeline.runs import layout
 from pipeline.runs.record import RunManifest  # noqa: F401 - predict's record type, as callers import it
 # What predict shares with serving and the promotion gate, kept importable from here.
 from pipeline.scoring.input_rows import (  # noqa: F401
-    INPUT_SUFFIXES, check_finite, check_headers, check_types, csv_text_columns, input_files, read_input,
-    training_read_options,
+    INPUT_SUFFIXES, check_finite, check_headers, check_parquet_types, check_types, csv_text_columns, input_files,
+    read_input, training_read_options,
 )
 from pipeline.scoring.model_folder import scores_with_counts
 from pipeline.scoring.run_models import (  # noqa: F401
@@ -206,6 +206,7 @@ def _predict_partitioned(opened: OpenedRun, files: list[tuple[Path, str]], outpu
     saved, backend = opened.saved, opened.backend
     fitted = saved.workflow.input_columns_
     needed = check_headers(files, fitted, saved.meta.get("id_column"), how.dialect)
+    check_parquet_types(files, fitted)
     text_columns = csv_text_columns(fitted, saved.meta.get("id_column"), opened.read["dtypes"])
     dates = {c: f for c, f in (how.dates or {}).items() if c in needed} or None
     return score_partitioned(opened, files, output, how.replace(columns=needed, dates=dates),

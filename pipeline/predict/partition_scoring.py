@@ -15,10 +15,12 @@ the write, so the drift summary costs no second pass over the input.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.backends.input_files import one_line
 from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError, UsageError
 from pipeline.metrics.drift import Counts, sum_counts
@@ -77,8 +79,25 @@ def score_partitioned(opened: OpenedRun, files: Sequence[tuple[Path, str]], outp
         try:
             _, (rows, counts) = _compute(scheduler, backend.name, write, total)
         except (ValueError, TypeError, KeyError) as exc:
-            raise DataError(f"scoring {source} failed: {type(exc).__name__}: {exc}") from exc
+            raise DataError(f"scoring {source} failed: {_what_failed(exc)}") from exc
     return rows, counts
+
+
+# A row of Dask's table of CSV columns whose later rows did not fit the first rows' type.
+_MISMATCH_ROW = re.compile(r"^\|\s*(.+?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|$", re.M)
+
+
+def _what_failed(exc: BaseException) -> str:
+    """One paragraph for a partition that failed: Dask's table of mismatched CSV dtypes as the
+    columns it names (reading in parts, each column's type comes from the first rows)."""
+    rows = [(c, found, expected) for c, found, expected in _MISMATCH_ROW.findall(str(exc)) if c != "Column"]
+    if not rows:
+        return f"{type(exc).__name__}: {one_line(exc)}"
+    named = "; ".join(f"column '{c}' holds {found} values in a later part, {expected} in the first rows"
+                      for c, found, expected in rows)
+    cause = re.search(r"ValueError\((.*?)\)\s*$", str(exc), re.M)
+    return (f"{named}{f' ({cause.group(1)})' if cause else ''}: fix the values, or pass --na-values for a "
+            "placeholder such as ' '")
 
 
 def _total(rows: list[int], counts: list[Counts | None]) -> tuple[int, Counts | None]:

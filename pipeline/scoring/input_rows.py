@@ -163,6 +163,26 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
     return frame
 
 
+def check_parquet_types(files: Sequence[tuple[Path, str]], fitted: dict[str, str]) -> None:
+    """Every Parquet file's schema against the fit-time kinds, before a partitioned read: Dask
+    takes a column's type from the first file, so a later file whose column is text where numbers
+    were failed mid-scoring with "could not convert string to float" and no file or column."""
+    from pipeline.backends.input_files import parquet_column_types
+
+    for path, fmt in files:
+        if fmt != "parquet":
+            continue
+        problems = []
+        for column, now in parquet_column_types(path, list(fitted)).items():
+            was = fitted[column]
+            if now != "object" and is_number_or_bool(was) != is_number_or_bool(now):
+                problems.append(f"'{column}' is {now} now, {was} at fit")
+            elif now == "object" and is_number_or_bool(was):
+                problems.append(f"'{column}' is text now, {was} at fit")
+        if problems:
+            raise DataError(f"{path}: column type(s) differ from training: {'; '.join(problems)}")
+
+
 def check_finite(frame: Any, columns: list[str], backend: Any, *, source: Path) -> None:
     """No infinity in a numeric column ("inf", "-Infinity" in a CSV read as numbers): training
     refused them too, and a model scores them as nonsense or not at all."""

@@ -438,6 +438,27 @@ def test_partitioned_scoring_checks_schema_and_options_first(churn_run, tmp_path
     assert not (tmp_path / "o").exists()
 
 
+def test_partitioned_scoring_names_a_later_file_whose_column_changed_type(churn_run, tmp_path):
+    """Dask types each column from the first file: a later Parquet file with text where numbers
+    were, or a later CSV part with '12a' among numbers, failed mid-scoring naming neither."""
+    rows = pd.read_csv(write_rows(churn_run["test_rows"], tmp_path / "all.csv"), na_values=[" "])
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    rows.iloc[:300].to_parquet(folder / "a.parquet", index=False)
+    rows.iloc[300:].astype({"MonthlyCharges": str}).to_parquet(folder / "b.parquet", index=False)
+    with pytest.raises(DataError, match=r"b\.parquet: column type\(s\) differ from training: 'MonthlyCharges' is "
+                                        r"text now, float64 at fit"):
+        predict_batch(churn_run["run_dir"], folder, tmp_path / "o1", partitioned=True, device="cpu")
+    raw = churn_run["test_rows"].copy()
+    raw.loc[len(raw) - 1, "tenure"] = "12a"
+    source = _split_into_files(raw, tmp_path / "csv")
+    with pytest.raises(DataError, match=r"column 'tenure' holds \S+ values in a later part, int64 in the first "
+                                        r"rows .*'12a'") as info:
+        predict_batch(churn_run["run_dir"], source, tmp_path / "o2", partitioned=True, device="cpu", na_values=[" "])
+    assert "\n" not in str(info.value) and "+---" not in str(info.value)
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
 def test_partitioned_scoring_runs_on_a_cluster(churn_run, tmp_path):
     from distributed import LocalCluster
 
