@@ -418,3 +418,20 @@ def test_every_op_refuses_text_where_it_needs_numbers_with_a_data_error(name: st
     else:
         assert not set(op.example["columns"]) <= NUMERIC_SAMPLE_COLUMNS or name == "fill_missing", (
             f"{name} reads numbers but took a text column")
+
+
+@pytest.mark.parametrize("op", [{"standardize": {"columns": ["n"]}},
+                                {"fill_missing": {"columns": ["n"], "strategy": "median"}}])
+def test_numbers_with_a_stray_word_name_how_many_values_are_not_numbers_and_the_first(op):
+    """A '12a' among numbers (or a header line repeated where two files were joined) reads the
+    column as text; the error names that value, not only the dtype."""
+    from pipeline.core.errors import DataError
+
+    frame = pd.DataFrame({"n": [str(i) for i in range(50)] + ["12a", None, "n"]})
+    workflow = FeatureWorkflow([op], backend="cpu")
+    with pytest.raises(DataError, match=r"column.*'n' is \w+.*2 of its 52 values are not numbers \(the first: '12a'\)"):
+        workflow.fit(frame)
+    words = pd.DataFrame({"n": ["a", "b", None]})
+    with pytest.raises(DataError) as info:
+        FeatureWorkflow([op], backend="cpu").fit(words)
+    assert "are not numbers" not in str(info.value)       # a column of words: the dtype says it all

@@ -13,7 +13,7 @@ from pipeline.core.errors import DataError
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
-    as_fillable, count_pairs, median, merged, missing_value, moments, per_column, plain, replace_columns,
+    as_fillable, count_pairs, median, merged, missing_value, moments, not_numbers, per_column, plain, replace_columns,
     replace_in_place, require_finite, stable,
 )
 
@@ -61,7 +61,7 @@ class FillMissing(FeatureOp):
                 return {col: series.value_counts(dropna=True)}
             if not backend.is_numeric(series):
                 raise DataError(f"fill_missing: strategy '{self.strategy}' needs a numeric column; "
-                                f"'{col}' is {series.dtype}")
+                                f"'{col}' is {series.dtype}{not_numbers(series, backend)}")
             if self.strategy == "median":
                 return {col: median(series)}
             return moments(series, ("mean",), col)

@@ -65,8 +65,24 @@ def require_numeric(op: str, col: str, series: Any, backend: Backend) -> Any:
     """``series``, or the DataError of every op that reads numbers given another column
     (``clip: column 'sex' is str, not numeric``)."""
     if not backend.is_numeric(series):
-        raise DataError(f"{op}: column '{col}' is {series.dtype}, not numeric")
+        raise DataError(f"{op}: column '{col}' is {series.dtype}, not numeric{not_numbers(series, backend)}")
     return series
+
+
+def not_numbers(series: Any, backend: Backend) -> str:
+    """Which values kept a column of numbers from reading as numbers ("12a", a header line
+    repeated where two files were joined), on the error's path only: how many, and the first."""
+    import pandas as pd
+
+    host = pd.Series(backend.to_host(series)).dropna()
+    if host.empty or host.dtype == bool:
+        return ""
+    text = host.astype(str)
+    bad = text[pd.to_numeric(text.str.strip(), errors="coerce").isna()]
+    if len(bad) == len(text):
+        return ""                                     # text throughout: a column of words, not numbers
+    return (f": {len(bad):,} of its {len(text):,} values are not numbers (the first: {bad.iloc[0]!r}); if they "
+            "stand for missing, add them to the load's na_values, else fix them in the data")
 
 
 def require_finite(op: str, col: str, what: str, value: float) -> float:
