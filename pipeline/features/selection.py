@@ -75,9 +75,42 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
                         position, op.op, words)
             continue
         log.info("feature ops[%d] (%s): %s -> %s", position, op.op, words, ", ".join(names))
+        for name, count, total, first in numbers_read_as_text(current, names, backend):
+            log.warning("feature ops[%d] (%s): column '%s' is text, but %s of the %s values looked at are numbers "
+                        "(the first that is not: %r); fix the values, or add the placeholder to the load's "
+                        "na_values, to type it as numeric", position, op.op, name, f"{total - count:,}",
+                        f"{total:,}", first)
         taken.update(names)
         resolved.append(op.model_copy(update={"columns": names}))
     return resolved, selections
+
+
+# How many values of a text column are looked at for numbers, and the share that makes it a
+# column of numbers with a stray word in it rather than words with a number among them.
+NUMBERS_SAMPLE = 10_000
+NUMBERS_SHARE = 0.95
+
+
+def numbers_read_as_text(frame: Any, names: Sequence[str], backend: Backend) -> list[tuple[str, int, int, str]]:
+    """Text columns among ``names`` whose values (the first ``NUMBERS_SAMPLE``) are nearly all
+    numbers: a column of numbers that one stray word ('12a') made text, which a type selector
+    then takes as categorical (a one-hot column per number). (name, values that are not
+    numbers, values looked at, the first of them) for each."""
+    import pandas as pd
+
+    from pipeline.core.dtypes import dtype_kind
+
+    found = []
+    for name in names:
+        if dtype_kind(frame[name].dtype) != "text":
+            continue
+        text = pd.Series(backend.to_host(frame[name].head(NUMBERS_SAMPLE))).dropna().astype(str)
+        if text.empty:
+            continue
+        bad = text[pd.to_numeric(text.str.strip(), errors="coerce").isna()]
+        if 0 < len(bad) <= (1 - NUMBERS_SHARE) * len(text):
+            found.append((name, len(bad), len(text), bad.iloc[0]))
+    return found
 
 
 def _named(op: FeatureOp) -> set[str]:

@@ -364,3 +364,15 @@ def test_a_selector_after_an_op_that_learns_from_the_label() -> None:
     out = workflow.fit_transform(frame, target)
     assert [op.columns for op in workflow.ops] == [["city"], ["city", "amount"]]
     assert abs(float(out["city"].mean())) < 1e-6       # the encoded column was standardized too
+
+
+def test_numbers_made_text_by_a_stray_word_are_named_when_a_selector_takes_them(caplog):
+    """'12a' among 200 numbers makes tenure text, and {type: categorical} one-hot encodes it (a
+    column per number): the resolution warns, naming the column and the value."""
+    frame = table(200).drop(columns=["signup"]).assign(tenure=lambda t: t["tenure"].astype(str))
+    frame.loc[7, "tenure"] = "12a"
+    with caplog.at_level("WARNING"):
+        fitted([{"one_hot": {"columns": {"type": "categorical"}}}, {"fill_missing": {"columns": ["amount_paid"]}}], frame)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("column 'tenure' is text, but" in m and "'12a'" in m for m in warned), warned
+    assert not any("'plan'" in m for m in warned)               # words with no number among them: no warning
