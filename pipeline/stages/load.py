@@ -92,6 +92,20 @@ class LoadSpec(StageSpec):
         """How the CSV file is written (separator, encoding, decimal mark, thousands separator)."""
         return CsvDialect(sep=self.sep, encoding=self.encoding, decimal=self.decimal, thousands=self.thousands)
 
+    @field_validator("dtypes")
+    @classmethod
+    def _known_dtypes(cls, dtypes: dict[str, str] | None) -> dict[str, str] | None:
+        """A dtype pandas does not know is refused here, at its key, not by the reader mid-run."""
+        import pandas as pd
+
+        for column, dtype in (dtypes or {}).items():
+            try:
+                pd.api.types.pandas_dtype(dtype)
+            except TypeError:
+                raise ValueError(f"column '{column}': {dtype!r} is not a dtype (use e.g. str, int64, float64, "
+                                 "category, bool)") from None
+        return dtypes
+
     @field_validator("dates")
     @classmethod
     def _date_formats(cls, dates: dict[str, str | None] | None, info: ValidationInfo) -> dict[str, str | None] | None:

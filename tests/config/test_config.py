@@ -54,6 +54,14 @@ def test_unknown_kind_and_op_get_suggestions():
     assert "'median'" in messages["stages.f.ops[1].fill_missing.strategy"]
 
 
+def test_a_dtype_pandas_does_not_know_is_a_config_error_at_its_key():
+    """It was a data error (exit 3) from the reader, mid-run, after validate said valid."""
+    text = MINIMAL.replace("    path: data.csv\n", "    path: data.csv\n    dtypes: {age: banana, id: str, n: Int64}\n")
+    (issue,) = issues_of(text)
+    assert issue.path == "stages.raw.dtypes" and "column 'age': 'banana' is not a dtype" in issue.message
+    assert load_config(text=text.replace("banana", "float64")).stages["raw"].dtypes["id"] == "str"
+
+
 def test_model_param_typo_is_named():
     text = MINIMAL + (
         "  f:\n    kind: features\n    inputs: [split]\n"
