@@ -114,3 +114,13 @@ def test_python_stage_gets_inputs_and_context(in_project):
         "  count:\n    kind: python\n    function: custom_stage:rows\n    inputs: [raw]\n    params: {factor: 2}\n")
     result = run_pipeline("configs/custom.yaml")
     assert result.outputs["count"] == {"rows": 14086, "device": "cpu"}
+
+
+@pytest.mark.parametrize("value", ["high", "-1"])
+def test_a_model_param_value_scikit_learn_refuses_is_a_config_error_at_its_key(in_project, value):
+    """scikit-learn checks a value's type and range as it fits: that was exit 4, a stage failure."""
+    with pytest.raises(ConfigError) as info:
+        run_pipeline("configs/churn.yaml", overrides=[*FAST, f"stages.logreg.params.C={value}"], until=["logreg"])
+    (issue,) = info.value.issues
+    assert issue.path == "stages.logreg.params" and "The 'C' parameter of LogisticRegression" in issue.message
+    assert info.value.exit_code == 2 and info.value.stage == "logreg"

@@ -157,6 +157,10 @@ def train_model(
         try:
             streamed = features.fit(estimator, fit_kwargs, stage=name or model, model=model,
                                     external_memory=external_memory)
+        except invalid_parameter_errors() as exc:
+            # scikit-learn checks a value's type and range as it fits: a config mistake (exit 2)
+            # at the params key, not a stage failure.
+            raise ConfigError([ConfigIssue(f"stages.{name}.params" if name else "params", str(exc))]) from exc
         finally:
             if attached:      # the fitted estimator is cached and exported: it must not hold the display
                 estimator.set_params(**{key: constructor.get(key) for key in attached})
@@ -166,6 +170,16 @@ def train_model(
         name=name or model, model=model, estimator=estimator, features=features, scores=scores,
         params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
     )
+
+
+def invalid_parameter_errors() -> tuple[type[BaseException], ...]:
+    """What scikit-learn raises for a parameter value of the wrong type or range (``C: high``,
+    ``C: -1``); nothing where it has no such class."""
+    try:
+        from sklearn.utils._param_validation import InvalidParameterError
+    except ImportError:
+        return ()
+    return (InvalidParameterError,)
 
 
 def model_meta(model: TrainedModel) -> dict[str, Any]:
