@@ -215,6 +215,14 @@ def test_ids_that_look_like_numbers_come_back_as_written(churn_run, tmp_path, pa
     np.testing.assert_allclose(table["score"], churn_run["predictions"]["score_logreg"].iloc[:6], rtol=0, atol=1e-6)
 
 
+def test_a_file_with_a_header_and_no_rows_scores_to_an_empty_output(churn_run, tmp_path):
+    """A night with nothing new to score is not a failure: exit 0, the usual columns, no rows."""
+    source = write_rows(churn_run["test_rows"].iloc[:0], tmp_path / "none.csv")
+    predict_batch(churn_run["run_dir"], source, tmp_path / "s.parquet", device="cpu", model="logreg")
+    table = pd.read_parquet(tmp_path / "s.parquet")
+    assert len(table) == 0 and list(table.columns) == ["customerID", "score", "prediction", "model"]
+
+
 def test_a_truncated_model_file_is_reported_corrupt_and_nothing_is_written(churn_run, tmp_path):
     run_copy = copy_run(churn_run["run_dir"], tmp_path / "runs")
     model_file = run_copy / "export" / "models" / "xgb" / "model.xgb.json"
