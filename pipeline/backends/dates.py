@@ -141,7 +141,7 @@ def text_to_dates(backend: DateBackend, text: Any, fmt: str | None, *, column: s
     first = first_value(backend, text)
     if first is None:                                   # no values: all missing, in the date unit
         return text.astype(DATE_UNIT)
-    layout = fmt or pd.tseries.api.guess_datetime_format(first)
+    layout = fmt or _guessed_layout(first)
     if layout is None:
         raise DataError(f"{source}: column '{column}': cannot tell the date format from its first value {first!r}; "
                         f"give it, e.g. dates: {{{column}: '%d/%m/%Y'}}")
@@ -158,6 +158,17 @@ def text_to_dates(backend: DateBackend, text: Any, fmt: str | None, *, column: s
     if zoned:
         parsed = parsed - zone_offsets(text)
     return parsed.astype(DATE_UNIT)
+
+
+def _guessed_layout(first: str) -> str | None:
+    """pandas' guess of ``first``'s layout. Its warning on a day-first guess ("Pass
+    `dayfirst=True`...") is about an argument of its own parser that is not the user's to pass:
+    the layout is recorded and named in any error, so the warning is left out of the output."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return pd.tseries.api.guess_datetime_format(first)
 
 
 def first_value(backend: DateBackend, text: Any) -> str | None:

@@ -67,6 +67,17 @@ def test_plain_dates_inferred_or_given(backend, tmp_path):
     assert frame["c"].iloc[0] == pd.Timestamp("1997-01-02 10:30") and pd.isna(frame["c"].iloc[1])
 
 
+def test_a_day_first_layout_is_guessed_without_pandas_warning_and_recorded(backend, tmp_path, recwarn):
+    """pandas warns "Pass `dayfirst=True`" on a day-first guess: an argument that is not the
+    user's to pass. The layout is recorded instead (predict parses with it)."""
+    path = write(tmp_path / "t.csv", "a\n31/12/1998\n01/02/1999\n")
+    layouts: dict = {}
+    frame = backend.to_host(backend.read(path, dates={"a": None}, layouts=layouts))
+    assert frame["a"].tolist() == [pd.Timestamp("1998-12-31"), pd.Timestamp("1999-02-01")]
+    assert layouts == {"a": "%d/%m/%Y"}
+    assert not [w for w in recwarn if "dayfirst" in str(w.message)]
+
+
 def test_a_parquet_timestamp_column_stays_and_an_aware_one_becomes_utc(backend, tmp_path):
     stamps = pd.to_datetime(["2017-01-01 10:00", "2017-07-01 10:00"])
     pd.DataFrame({"naive": stamps, "aware": stamps.tz_localize("America/New_York")}).to_parquet(tmp_path / "t.parquet")
