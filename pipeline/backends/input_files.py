@@ -216,7 +216,9 @@ def parquet_column_types(path: Path, columns: Sequence[str]) -> dict[str, str]:
     wanted = set(columns)
     types: dict[str, str] = {}
     for field in schema:
-        if field.name in wanted:
+        if field.name in wanted and str(field.type).startswith("decimal"):
+            types[field.name] = "float64"                # read as floats (``cpu.decimals_as_floats``)
+        elif field.name in wanted:
             try:
                 types[field.name] = np.dtype(field.type.to_pandas_dtype()).name
             except (NotImplementedError, TypeError):     # no NumPy dtype of its own (nested, ...)

@@ -274,3 +274,20 @@ def test_a_utf16_read_of_a_file_without_its_byte_order_mark_is_a_data_error(tmp_
     path.write_bytes(content)
     with pytest.raises(DataError, match=r"wide\.csv is not a text CSV file in utf-16 \(.*BOM"):
         CPU.read(path, dialect=dialect_of({"encoding": "utf-16"}))
+
+
+def test_parquet_decimals_read_as_floats_as_cudf_reads_them_as_numbers(tmp_path):
+    """A warehouse's NUMERIC(10, 2) column: pandas gave Decimal objects, taken for text."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.backends.input_files import parquet_column_types
+
+    prices = pa.array([decimal.Decimal("12.50"), None, decimal.Decimal("-3.05")], type=pa.decimal128(10, 2))
+    pq.write_table(pa.table({"price": prices, "name": ["a", "b", "c"]}), tmp_path / "t.parquet")
+    frame = CPU.read(tmp_path / "t.parquet")
+    assert frame["price"].dtype == "float64" and frame["price"].isna().tolist() == [False, True, False]
+    assert frame["price"].iloc[[0, 2]].tolist() == [12.5, -3.05]
+    assert parquet_column_types(tmp_path / "t.parquet", ["price", "name"]) == {"price": "float64", "name": "object"}
