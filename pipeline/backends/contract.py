@@ -26,7 +26,8 @@ from pipeline.backends.estimators import (
 )
 from pipeline.backends.filters import apply_filters, late_filters, pushed_filters, text_dates
 from pipeline.backends.input_files import (
-    check_row_widths, check_source, infer_format, one_line, partitioned_sources, read_errors, read_header,
+    check_row_widths, check_source, decimals_as_floats, infer_format, one_line, partitioned_sources, read_errors,
+    read_header,
 )
 from pipeline.backends.table_read import TableRead
 from pipeline.core.dtypes import dtype_kind, is_number_or_bool
@@ -77,7 +78,8 @@ class Backend(ABC):
                 types = text_dates(dtypes, dates, read_header(path, fmt, dialect)) if dates else dtypes
                 frame = self._read_csv(path, columns=columns, dtypes=types, na_values=na_values, dialect=dialect)
             elif fmt == "parquet":
-                frame = self._read_parquet(path, columns=columns, filters=pushed_filters(filters, dates))
+                frame = decimals_as_floats(self._read_parquet(path, columns=columns,
+                                                              filters=pushed_filters(filters, dates)), path)
                 if dtypes:
                     frame = frame.astype(dict(dtypes))
             else:

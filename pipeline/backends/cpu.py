@@ -77,7 +77,7 @@ class CpuBackend(Backend):
         import pyarrow
 
         pyarrow.default_memory_pool().release_unused()
-        return decimals_as_floats(frame, path)
+        return frame
 
     def from_pandas(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame
@@ -189,22 +189,6 @@ class CpuBackend(Backend):
 
 # Up to this many values, category codes come from a dict lookup per value.
 SMALL_LOOKUP_ROWS = 64
-
-
-def decimals_as_floats(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """Parquet decimal columns (a warehouse's NUMERIC(10, 2) prices) as float64, as a model
-    reads them: pandas gives Python ``Decimal`` objects, which every type check takes for text,
-    while cuDF's decimal columns are numbers. The file's schema says which (no rows are read)."""
-    import pyarrow.parquet as pq
-
-    paths = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-    if not paths:
-        return frame
-    schema = pq.read_schema(paths[0])
-    decimals = [f.name for f in schema if f.name in frame.columns and str(f.type).startswith("decimal")]
-    for name in decimals:
-        frame[name] = frame[name].astype("float64")
-    return frame
 
 
 def _threaded_rows(frame: Any, rows: int) -> bool:
