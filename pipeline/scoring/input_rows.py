@@ -70,23 +70,24 @@ def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: A
         frame = backend.read(path, format=fmt, columns=needed, dtypes=types,
                              na_values=list(na_values) if na_values else None, dates=run_dates, dialect=dialect)
         frames.append(check_types(frame, fitted, backend, source=path, fmt=fmt))
-    frame = frames[0] if len(frames) == 1 else backend.frame.concat(frames, ignore_index=True)
     if id_column in text_columns and id_column not in fitted:
-        frame[id_column] = written_ids(frame[id_column])
-    return frame
+        read_as_text = [f for f, (_, fmt) in zip(frames, files) if fmt == "csv"]
+        if read_as_text and all(plain_integers(f[id_column]) for f in read_as_text):
+            for f in read_as_text:
+                f[id_column] = f[id_column].astype("int64")
+    return frames[0] if len(frames) == 1 else backend.frame.concat(frames, ignore_index=True)
 
 
 # An integer as int64 writes it back: no sign but a minus, no leading zero, at most 18 digits.
 PLAIN_INTEGER = r"^(0|-?[1-9][0-9]{0,17})$"
 
 
-def written_ids(ids: Any) -> Any:
-    """Ids read as text, as integers where that loses nothing: every id present and written as
-    int64 writes it back (``1800``, not ``0001800`` or ``+5``). Plain numbers stay the numbers a
-    reader infers, so scores join to the run's own predictions; any other id stays as written."""
-    if len(ids) and not bool(ids.isna().any()) and bool(ids.str.match(PLAIN_INTEGER).all()):
-        return ids.astype("int64")
-    return ids
+def plain_integers(ids: Any) -> bool:
+    """Whether ids read as text are integers that lose nothing as int64: every id present and
+    written as int64 writes it back (``1800``, not ``0001800`` or ``+5``). Those become numbers
+    again, as a reader infers them, so scores join to the run's own predictions; any other id
+    stays as written. Every CSV file of one input is decided together: one type for all."""
+    return bool(len(ids)) and not bool(ids.isna().any()) and bool(ids.str.match(PLAIN_INTEGER).all())
 
 
 def csv_text_columns(fitted: Mapping[str, str], id_column: str | None,
@@ -95,7 +96,7 @@ def csv_text_columns(fitted: Mapping[str, str], id_column: str | None,
     would otherwise become numbers and silently match no category) and the id, unless the run's
     load gave it a dtype. An id is a label, kept as written: read as a number, ``0001800``
     would come back as ``1800`` and a 19-digit id with a gap as ``1.2345678901234568e+18``, and
-    the scores could not be joined back to their rows (``written_ids`` makes plain integers
+    the scores could not be joined back to their rows (``plain_integers`` makes plain integers
     numbers again)."""
     text = [c for c, dtype in fitted.items() if not is_number_or_bool(dtype)]
     if id_column and id_column not in fitted and id_column not in (dtypes or {}):

@@ -215,6 +215,22 @@ def test_ids_that_look_like_numbers_come_back_as_written(churn_run, tmp_path, pa
     np.testing.assert_allclose(table["score"], churn_run["predictions"]["score_logreg"].iloc[:6], rtol=0, atol=1e-6)
 
 
+def test_integer_ids_in_parquet_and_plain_integer_ids_in_csv_stay_integers(churn_run, tmp_path):
+    """A Parquet file's integer ids keep their type (exit 1 once: the text check ran on them);
+    a CSV file beside it whose ids are plain integers reads them as integers too."""
+    rows = pd.read_csv(write_rows(churn_run["test_rows"].iloc[:8], tmp_path / "all.csv"), na_values=[" "])
+    rows["customerID"] = range(100, 108)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rows.iloc[:4].to_csv(folder / "a.csv", index=False)
+    rows.iloc[4:].to_parquet(folder / "b.parquet", index=False)
+    predict_batch(churn_run["run_dir"], folder / "b.parquet", tmp_path / "b.parquet", device="cpu", model="logreg")
+    predict_batch(churn_run["run_dir"], folder, tmp_path / "both.parquet", device="cpu", model="logreg")
+    assert pd.read_parquet(tmp_path / "b.parquet")["customerID"].tolist() == [104, 105, 106, 107]
+    both = pd.read_parquet(tmp_path / "both.parquet")["customerID"]
+    assert both.dtype == "int64" and both.tolist() == list(range(100, 108))
+
+
 def test_a_file_with_a_header_and_no_rows_scores_to_an_empty_output(churn_run, tmp_path):
     """A night with nothing new to score is not a failure: exit 0, the usual columns, no rows."""
     source = write_rows(churn_run["test_rows"].iloc[:0], tmp_path / "none.csv")
