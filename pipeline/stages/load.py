@@ -132,8 +132,14 @@ class LoadSpec(StageSpec):
         return {} if self.partitioned else {"sample": rows}
 
     def reading(self, path: str, format: str) -> LoadSpec:
-        """The same read (dates, dtypes, missing-value strings...) of ``path`` in ``format``."""
-        return self.model_copy(update={"path": path, "format": format})
+        """The same read (dates, dtypes, missing-value strings, filters on other columns...) of
+        ``path`` in ``format``, less what chose the training rows: ``sample`` (a random subset
+        of tonight's events would score a random subset of customers) and a filter on a
+        ``dates`` column (it bounds the training period; at scoring the cut-off bounds the
+        events, and ``date < 1998-01-01`` would drop every event since)."""
+        dates = set(self.dates or {})
+        kept = [f for f in self.filters or [] if f[0] not in dates] if self.filters else self.filters
+        return self.model_copy(update={"path": path, "format": format, "sample": None, "filters": kept or None})
 
     def source_columns(self, headers: HeaderReader) -> ColumnSet | None:
         """The columns of the file as its header or schema names them (None: unknown)."""

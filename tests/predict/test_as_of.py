@@ -227,3 +227,27 @@ def test_predict_reads_dates_with_the_layout_the_run_inferred(tmp_path):
         assert manifest["stages"]["raw"]["facts"]["read_options"]["dates"] == {"signup": "%Y-%m-%d"}
         with pytest.raises(DataError, match=r"new\.csv: column 'signup' holds '\d\d/\d\d/2020' at line 2, .*'%Y-%m-%d'"):
             predict_batch(result.run_dir, "new.csv", tmp_path / "scores.parquet", device="cpu")
+
+
+def test_the_loads_date_filter_and_sample_chose_training_rows_and_do_not_apply_at_scoring(events_run, tmp_path):
+    """A date filter bounds the training period (here it leaves training as it was): applied to
+    tonight's log it dropped every later event, and the scores were those of the old log."""
+    from pipeline.stages.load import LoadSpec
+
+    project = events_run["project"]
+    filtered = CONFIG.replace("name: events_predict", "name: events_filtered").replace(
+        'dates: {day: "%Y%m%d"}}', 'dates: {day: "%Y%m%d"}, filters: [[day, "<", "2020-11-01"], [amount, ">", 0]]}')
+    (project / "filtered.yaml").write_text(filtered)
+    assert cli("run", "filtered.yaml", cwd=project).returncode == 0
+    scores = {}
+    for name in ("events_predict", "events_filtered"):
+        out = tmp_path / f"{name}.parquet"
+        proc = cli("predict", "--run", "latest", "--pipeline", name, "--input", "events.csv", "--as-of", "2020-12-31",
+                   "--output", str(out), cwd=project)
+        assert proc.returncode == 0, proc.stderr
+        scores[name] = pd.read_parquet(out).set_index("customer_id")["score"].sort_index()
+    pd.testing.assert_series_equal(scores["events_filtered"], scores["events_predict"], rtol=1e-9)
+    spec = LoadSpec(kind="load", path="a.csv", dates={"day": None}, sample=100,
+                    filters=[["day", "<", "2020-11-01"], ["amount", ">", 0]])
+    replay = spec.reading("b.csv", "csv")
+    assert (replay.path, replay.sample, replay.filters) == ("b.csv", None, [("amount", ">", 0)])
