@@ -11,7 +11,9 @@ config.yaml:
 - every stage with a cut-off runs at ``as_of`` (``StageSpec.at_cutoff``);
 - a stage that looks past the cut-off (a label) passes its entity table on instead of running
   (``StageSpec.scoring_passthrough``): there is no future at scoring time;
-- other loads (a customer table to join) read their paths as the run did.
+- other loads (a customer table to join) read their paths as the run did;
+- a stage whose output is known only when it runs (``python``) that reads tables only is
+  replayed as one of them.
 
 The table the model's split read comes out, and ``pipeline.predict.batch`` scores it as it scores
 any input. Nothing here names a stage kind: kinds say what they do through their specs and
@@ -65,7 +67,7 @@ def plan_tables(stages: Mapping[str, StageSpec], model_stage: str) -> TablePlan:
     if model_stage not in stages:
         raise DataError(f"the run's config has no stage '{model_stage}' (the model's); cannot rebuild its input")
     upstream = _upstream(stages, model_stage)
-    tables = {name for name in upstream if _is_table(stages[name])}
+    tables = _tables(stages, upstream)
     finals = sorted({i for name in upstream - tables for i in stages[name].inputs if i in tables})
     if len(finals) != 1:
         raise DataError(f"model '{model_stage}' reads {len(finals)} tables ({', '.join(finals) or 'none'}); "
@@ -126,9 +128,22 @@ def _upstream(stages: Mapping[str, StageSpec], stage: str) -> set[str]:
     return seen
 
 
-def _is_table(spec: StageSpec) -> bool:
-    kind = STAGE_KINDS.get(spec.kind)
-    return kind is not None and isinstance(kind.produces, type) and issubclass(kind.produces, Table)
+def _tables(stages: Mapping[str, StageSpec], names: set[str]) -> set[str]:
+    """The stages among ``names`` whose output is a table: those of a kind that produces one,
+    and those of a kind whose output is known only when it runs (a ``python`` stage) reading
+    tables only: a step between the table stages (clipping a column, dropping duplicate
+    events) is part of the table the model was trained from, and is replayed with them."""
+    graph = {name: [i for i in stages[name].inputs if i in names] for name in names}
+    tables: set[str] = set()
+    for name in topological_order(graph):
+        kind = STAGE_KINDS.get(stages[name].kind)
+        if kind is None:
+            continue
+        if isinstance(kind.produces, type) and issubclass(kind.produces, Table):
+            tables.add(name)
+        elif kind.produces is object and stages[name].inputs and all(i in tables for i in stages[name].inputs):
+            tables.add(name)
+    return tables
 
 
 def _has_cutoff(spec: StageSpec) -> bool:

@@ -251,3 +251,27 @@ def test_the_loads_date_filter_and_sample_chose_training_rows_and_do_not_apply_a
                     filters=[["day", "<", "2020-11-01"], ["amount", ">", 0]])
     replay = spec.reading("b.csv", "csv")
     assert (replay.path, replay.sample, replay.filters) == ("b.csv", None, [("amount", ">", 0)])
+
+
+def test_a_python_stage_between_the_table_stages_and_the_split_is_replayed(events_run, tmp_path):
+    """A step of the user's on the labelled table (capping spend) is part of the table the model
+    learnt from: --as-of skipped it, and scores at the run's own cut-off differed from its own."""
+    project = events_run["project"]
+    (project / "capping.py").write_text(
+        "def cap(ctx, inputs, upper):\n"
+        "    (table,) = inputs.values()\n"
+        "    return table.assign(spend_all=table['spend_all'].clip(upper=upper))\n")
+    config = CONFIG.replace("name: events_predict", "name: events_capped").replace(
+        "  split: {kind: split, inputs: [joined]",
+        "  capped: {kind: python, inputs: [joined], function: 'capping:cap', params: {upper: 40}}\n"
+        "  split: {kind: split, inputs: [capped]")
+    (project / "capped.yaml").write_text(config)
+    assert cli("run", "capped.yaml", cwd=project).returncode == 0
+    out = tmp_path / "capped.csv"
+    proc = cli("predict", "--run", "latest", "--pipeline", "events_capped", "--input", "events.csv", "--as-of", CUTOFF,
+               "--output", str(out), cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    own = pd.read_parquet(project / "runs" / "events_capped" / "latest" / "export" / "predictions.parquet")
+    merged = own.merge(pd.read_csv(out, dtype={"customer_id": str}), on="customer_id")
+    assert len(merged) == len(own)
+    np.testing.assert_allclose(merged["score"], merged["score_logreg"], rtol=1e-9, atol=1e-12)
