@@ -86,9 +86,18 @@ def cutoff_text(value: Any) -> str:
     return str(value)
 
 
+# A cut-off's only layouts: ISO 8601 (a date, or a date and time; a zone is refused below) or
+# YYYYMMDD. pandas reads "10/01/2024" month first and "13/01/2024" day first: one config could
+# hold both readings.
+ISO_CUTOFF = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$|^\d{8}$")
+
+
 def parse_cutoff(value: Any) -> pd.Timestamp:
     """One cut-off as a timezone-naive Timestamp; ValueError naming the value otherwise."""
     text = cutoff_text(value)
+    if not ISO_CUTOFF.match(text.strip()):
+        raise ValueError(f"{text!r} is not a date written YYYY-MM-DD (or YYYY-MM-DD HH:MM:SS): other layouts "
+                         "read day or month first depending on the values")
     try:
         stamp = pd.Timestamp(text)
     except (ValueError, TypeError, OverflowError):

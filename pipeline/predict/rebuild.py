@@ -48,16 +48,14 @@ class TablePlan:
 
 
 def parse_as_of(text: str) -> str:
-    """``--as-of`` as an ISO date(-time) text; anything pandas cannot read is a usage error."""
+    """``--as-of`` as an ISO date(-time) text, read by the rule a config's ``as_of`` follows
+    (``events.durations.parse_cutoff``); anything else is a usage error."""
+    from pipeline.events.durations import parse_cutoff
+
     try:
-        stamp = pd.Timestamp(text)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"--as-of {text!r} is not a date (write it as YYYY-MM-DD): {exc}") from None
-    if stamp is pd.NaT:
-        raise UsageError(f"--as-of {text!r} is not a date (write it as YYYY-MM-DD)")
-    if stamp.tzinfo is not None:
-        raise UsageError(f"--as-of {text!r} has a time zone; give the cut-off as the run's event times are "
-                         "written (no zone: a load converts offsets to UTC)")
+        stamp = parse_cutoff(text)
+    except ValueError as exc:
+        raise UsageError(f"--as-of: {exc}") from None
     return stamp.isoformat()
 
 

@@ -262,6 +262,8 @@ def test_data_errors_name_the_column(change, message):
     ({"features": {}}, "features is empty"),
     ({"as_of": "not a date"}, "'not a date' is not a date"),
     ({"as_of": ["2020-01-01", "2020-01-01"]}, "twice"),
+    ({"as_of": "10/01/2024"}, "'10/01/2024' is not a date written YYYY-MM-DD"),     # month or day first?
+    ({"as_of": ["2024-01-01", "13/01/2024"]}, "'13/01/2024' is not a date written YYYY-MM-DD"),
     ({"cutoff_column": "k"}, "cutoff_column 'k' is also a key"),
 ])
 def test_bad_parameters_are_config_errors(kwargs, message):

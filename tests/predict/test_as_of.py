@@ -147,6 +147,7 @@ def test_new_events_in_a_folder_of_files_are_read_like_the_runs_events(events_ru
 
 @pytest.mark.parametrize("args, expected", [
     (["--as-of", "not-a-date"], "is not a date"),
+    (["--as-of", "01/02/2020"], "is not a date written YYYY-MM-DD"),
     (["--as-of", CUTOFF, "--partitioned"], "cannot be combined"),
 ])
 def test_bad_as_of_usage_is_exit_2(events_run, tmp_path, args, expected):
