@@ -20,7 +20,7 @@ from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Ta
 
 __all__ = ["AggregateSpec", "aggregate_events", "run_aggregate"]
 
-FeatureValue = Annotated[str | dict[str, str | list[str]], AfterValidator(check_feature_value)]
+FeatureValue = Annotated[str | dict[str, str | bool | list[str]], AfterValidator(check_feature_value)]
 
 
 class CutoffFields(StageSpec):

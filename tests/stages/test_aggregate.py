@@ -86,6 +86,17 @@ def test_config_errors_name_the_key(old, new, expected):
     assert any(issue.startswith(expected) for issue in found), found
 
 
+def test_an_aggregate_of_the_events_with_its_own_windows_loads_as_the_guide_writes_it():
+    """configuration.md's `last_seen: {recency: true, windows: [all]}`: the config type took no
+    `true`, so the form the docs show was always refused."""
+    text = CONFIG.replace("      biggest: {max: amount, windows: [all]}\n",
+                          "      biggest: {max: amount, windows: [all]}\n      last_seen: {recency: true, windows: [all]}\n")
+    spec = load_config(text=text).stages["customers"]
+    assert spec.features["last_seen"] == {"recency": True, "windows": ["all"]}
+    (message,) = issues_of(text.replace("{recency: true, windows: [all]}", "{recency: amount, windows: [all]}"))
+    assert "'recency' takes no column" in message
+
+
 def test_empty_features_and_clashing_names_are_config_errors():
     text = CONFIG.replace("""    features:
       orders: count""", """    cutoff_column: customer_id
