@@ -140,4 +140,19 @@ def run_aggregate(spec: AggregateSpec, ctx: StageContext, inputs) -> Any:
     if not len(out):
         raise DataError(f"no entity has an event before the cut-off(s) {', '.join(ctx.facts['cutoffs'])} "
                         f"(time column '{spec.time}'): check as_of against the dates in the events")
+    if len(plan.cutoffs) > 1:
+        warn_empty_cutoffs(out, plan.cutoffs, spec.cutoff_column, spec.time, ctx)
     return out
+
+
+def warn_empty_cutoffs(out: Any, cutoffs: list[Any], column: str, time: str, ctx: StageContext) -> None:
+    """A cut-off of a list before every event gives no rows: most likely a mistyped year, and
+    the training rows it should have given are gone, so it is named (the other cut-offs stand)."""
+    import pandas as pd
+
+    present = {pd.Timestamp(v) for v in ctx.backend.to_host(out[column].unique()).tolist()}
+    empty = [c.isoformat() for c in cutoffs if pd.Timestamp(c) not in present]
+    ctx.facts["empty_cutoffs"] = empty
+    if empty:
+        ctx.logger.warning("cut-off(s) %s gave no rows: no entity has an event before them (time column '%s'); "
+                           "check as_of against the dates in the events", ", ".join(empty), time)

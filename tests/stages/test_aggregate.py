@@ -153,6 +153,17 @@ def test_a_cutoff_before_every_event_is_a_data_error():
         run_stage("aggregate", spec, {"events": events})
 
 
+def test_one_cutoff_of_a_list_before_every_event_is_named_in_a_warning(caplog):
+    """Its rows were dropped in silence: a mistyped year lost a cut-off's training rows."""
+    events = pd.DataFrame({"customer_id": ["a", "b"], "day": pd.to_datetime(["2020-07-01", "2020-07-05"]),
+                           "amount": [1.0, 2.0]})
+    spec = load_config(text=CONFIG).stages["customers"]
+    with caplog.at_level("WARNING", logger="test"):
+        out, facts = run_stage("aggregate", spec, {"events": events})
+    assert facts["empty_cutoffs"] == ["2020-06-01T00:00:00"] and len(out) == 2
+    assert any("cut-off(s) 2020-06-01T00:00:00 gave no rows" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.slow
 def test_pipeline_run_builds_a_labelled_customer_table_and_trains_on_it(tmp_path):
     from pipeline.runs.record import read_manifest
