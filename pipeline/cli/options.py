@@ -103,7 +103,8 @@ def failure_of(exc: BaseException, *, outputs: Sequence[str] = (), config_path: 
     text = one_paragraph(f"{type(exc).__name__}: {exc}")
     if len(text) > LONGEST_MESSAGE:
         text = text[:LONGEST_MESSAGE] + " ..."
-    return Failure(ExitCode.INTERNAL, f"{text} (this is a bug; run with --debug for the traceback)",
+    return Failure(ExitCode.INTERNAL,
+                   f"{text} (this is a bug; run it again as `pipeline --debug COMMAND ...` for the traceback)",
                    label="internal error")
 
 
