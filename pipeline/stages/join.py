@@ -487,7 +487,13 @@ def run_join(spec: JoinSpec, ctx: StageContext, inputs) -> Any:
         ctx.facts["partitions"] = int(joined.npartitions)
     else:
         ctx.facts.update(counts)
-        if counts["unmatched_left_rows"]:
+        if counts["left_rows"] and counts["unmatched_left_rows"] == counts["left_rows"]:
+            # No key matched at all: most likely keys written differently on the two sides
+            # (zero-padded, another case); every joined column is then missing.
+            ctx.logger.warning("%s: none of the %d left rows has a match on %s among the %d right rows; check that "
+                               "the keys are written alike on both sides", ctx.stage, counts["left_rows"], spec.on,
+                               counts["right_rows"])
+        elif counts["unmatched_left_rows"]:
             ctx.logger.info("%s: %d of %d left rows have no match on %s", ctx.stage, counts["unmatched_left_rows"],
                             counts["left_rows"], spec.on)
     return joined

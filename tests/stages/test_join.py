@@ -465,3 +465,25 @@ def test_a_partitioned_join_computes_on_a_cluster(cluster_client):
                        on="customer", how="right")
     got = cluster_client.compute(lazy).result().reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+def test_a_join_that_matches_no_left_row_is_named_in_a_warning(caplog):
+    """Keys written differently on the two sides ('007' against '7') match nothing, and every
+    joined column comes out missing: a left join ran on with an info line only."""
+    import logging
+
+    from pipeline.backends import get_backend
+    from pipeline.stages import STAGE_KINDS, StageContext
+    from pipeline.stages.join import JoinSpec
+
+    spec = JoinSpec(kind="join", inputs={"left": "a", "right": "b"}, on="k", how="left")
+    ctx = StageContext(backend=get_backend("cpu"), seed=0, stage="joined", logger=logging.getLogger("test"))
+    left = pd.DataFrame({"k": ["007", "008"], "x": [1, 2]})
+    with caplog.at_level("INFO", logger="test"):
+        STAGE_KINDS["join"].run(spec, ctx, {"a": left, "b": pd.DataFrame({"k": ["7", "8"], "y": [3, 4]})})
+        assert ctx.facts["unmatched_left_rows"] == 2
+        STAGE_KINDS["join"].run(spec, ctx, {"a": left, "b": pd.DataFrame({"k": ["007", "9"], "y": [3, 4]})})
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("WARNING", "joined: none of the 2 left rows has a match on k among the 2 right rows; check that the keys "
+            "are written alike on both sides") in messages
+    assert ("INFO", "joined: 1 of 2 left rows have no match on k") in messages
