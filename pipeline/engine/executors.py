@@ -68,7 +68,7 @@ class StageOutcome:
     """What running a stage produced: its output (None when failed) and the record of it."""
 
     name: str
-    status: str                             # succeeded | failed | cached
+    status: str                             # succeeded | failed | cached | interrupted (on the exception)
     output: Any = None
     started: str | None = None
     ended: str | None = None
@@ -107,34 +107,47 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     sampler = MemorySampler(sampling_interval(), device_meter=ProcessDeviceMemory(), gpu_meter=gpu_meter())
     t0 = time.perf_counter()
     try:
-        with sampler:
-            outcome.output = kind.run(task.spec, ctx, inputs)
-        outcome.status = "succeeded"
-    except PipelineError as exc:
-        exc.stage = task.name  # type: ignore[attr-defined]
-        outcome.status, outcome.error = "failed", exc
-        outcome.traceback = traceback.format_exc()
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
-        if termination_requested():         # a library turned our SIGTERM into its own error
-            raise Terminated() from exc
-        if budget_stop():                   # ... or the budget's stop
-            raise BudgetExceeded() from exc
-        # sys.exit() in user code ends the stage, not the process: exit 1 is kept for bugs.
-        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
-        error = StageError(task.name, what)
-        error.__cause__ = exc
-        outcome.status, outcome.error = "failed", error
-        outcome.traceback = traceback.format_exc()
+        try:
+            with sampler:
+                outcome.output = kind.run(task.spec, ctx, inputs)
+            outcome.status = "succeeded"
+        except PipelineError as exc:
+            exc.stage = task.name  # type: ignore[attr-defined]
+            outcome.status, outcome.error = "failed", exc
+            outcome.traceback = traceback.format_exc()
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure inside a stage is a stage failure
+            if termination_requested():         # a library turned our SIGTERM into its own error
+                raise Terminated() from exc
+            if budget_stop():                   # ... or the budget's stop
+                raise BudgetExceeded() from exc
+            # sys.exit() in user code ends the stage, not the process: exit 1 is kept for bugs.
+            what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+            error = StageError(task.name, what)
+            error.__cause__ = exc
+            outcome.status, outcome.error = "failed", error
+            outcome.traceback = traceback.format_exc()
+    except KeyboardInterrupt as stop:           # the budget, SIGTERM or SIGINT stopped the stage
+        # What it used until then is measured as a failed stage's is: the run's record (its
+        # usage, its cost) adds it up. The runner records the stage from ``stop.outcome``.
+        outcome.status = "interrupted"
+        _measure(outcome, t0, sampler, ctx)
+        stop.outcome = outcome  # type: ignore[attr-defined]
+        raise
+    _measure(outcome, t0, sampler, ctx)
+    outcome.run_record = _declared(task, kind.records, ctx.run_record)
+    if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:
+        _store(task, outcome, cache_writer)
+    return outcome
+
+
+def _measure(outcome: StageOutcome, t0: float, sampler: MemorySampler, ctx: StageContext) -> None:
+    """The stage's end, seconds, peaks, usage and facts, however it ended."""
     outcome.ended = utc_now()
     outcome.seconds = round(time.perf_counter() - t0, 4)
     outcome.peak_rss_bytes, outcome.peak_device_bytes = sampler.peak_rss, sampler.peak_device
     outcome.peak_device_source = sampler.peak_device_source
     outcome.usage = sampler.usage()
     outcome.facts = ctx.facts
-    outcome.run_record = _declared(task, kind.records, ctx.run_record)
-    if outcome.status == "succeeded" and task.cache_root is not None and task.cache_key is not None:
-        _store(task, outcome, cache_writer)
-    return outcome
 
 
 def _declared(task: StageTask, declared: Sequence[str], fields: dict[str, Any]) -> dict[str, Any]:

@@ -407,7 +407,11 @@ class Runner:
                     pending.remove(name)
                     executor.submit(self._task(name, backend, run))
                     running += 1
-                outcome = executor.next_finished()
+                try:
+                    outcome = executor.next_finished()
+                except KeyboardInterrupt as stop:    # the budget, SIGTERM or SIGINT stopped a stage
+                    self._record_stopped(getattr(stop, "outcome", None), events)
+                    raise
                 running -= 1
                 self._record(outcome, run, manifest, events.get(outcome.name) or event(outcome.name))
                 done.add(outcome.name)
@@ -483,6 +487,25 @@ class Runner:
         except StorageError as exc:      # the stage's failure is why the run ends; its end writes again
             log.debug("could not record the failure of stage %s: %s", record.name, exc)
         raise outcome.error
+
+    def _record_stopped(self, outcome: StageOutcome | None, events: dict[str, StageEvent]) -> None:
+        """What a stopped stage used until it stopped (times, peaks, usage, facts) and, from the
+        hooks, its cost, as a failed stage's; its status and why are set as the run ends."""
+        event = events.get(outcome.name) if outcome is not None else None
+        if event is None:                       # on a cluster the stage's worker has not said
+            return
+        record = event.record
+        record.started = outcome.started or record.started
+        record.ended, record.seconds = outcome.ended, outcome.seconds
+        record.peak_rss_bytes, record.peak_device_bytes = outcome.peak_rss_bytes, outcome.peak_device_bytes
+        record.peak_device_source = outcome.peak_device_source
+        record.usage = outcome.usage
+        record.facts, record.worker = outcome.facts, outcome.worker
+        try:
+            self.hooks.stage_recorded(event)    # its cost
+        except Exception as exc:  # noqa: BLE001 - the stop stays why the run ends
+            log.warning("stage %s: what it used until it stopped could not be priced: %s: %s",
+                        record.name, type(exc).__name__, exc)
 
     def _add_to_record(self, manifest: RunManifest, event: StageEvent, fields: dict[str, Any]) -> None:
         """The run-record fields a stage set; the first stage (in plan order) to set one keeps it."""
@@ -574,7 +597,7 @@ def _stop_unfinished_stages(manifest: RunManifest, status: str, why: str) -> Non
     now = utc_now()
     for record in manifest.stages.values():
         if record.status == "running":
-            record.status, record.ended = "interrupted", now
+            record.status, record.ended = "interrupted", record.ended or now
             record.error = record.error or f"the run ended ({status}) before this stage finished: {why}"
 
 

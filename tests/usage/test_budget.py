@@ -94,6 +94,32 @@ stages:
     assert manifest["stages"]["burn"]["status"] == "interrupted"
 
 
+def test_the_stopped_stage_records_its_usage_and_cost_and_the_run_adds_it_up(tmp_path):
+    folder = project(tmp_path, """\
+name: b
+device: cpu
+cost: {cpu_core_hour: 3600}
+stages:
+  first: {kind: python, function: "slow_stages:busy", params: {seconds: 0.2}}
+  burn: {kind: python, function: "slow_stages:busy", inputs: [first], params: {seconds: 60},
+         budget: {max_cost: 0.5}}
+""")
+    proc = cli("run", "budget.yaml", cwd=folder)
+    assert proc.returncode == ExitCode.BUDGET, proc.stderr
+    manifest = only_run(folder)
+    burn = manifest["stages"]["burn"]
+    assert burn["status"] == "interrupted" and burn["error"].startswith("the run ended (interrupted)")
+    # What the stopped stage used is recorded, as a failed stage's is: the budget saw it spend.
+    assert burn["seconds"] > 0 and burn["ended"] is not None
+    assert burn["usage"]["cpu_seconds"] >= 0.4
+    assert burn["cost"]["total"] >= 0.4
+    # The run's cost is its stages' added up, the stopped one included.
+    stages = [s["cost"]["total"] for s in manifest["stages"].values()]
+    assert manifest["cost"]["total"] == pytest.approx(sum(stages), abs=1e-5)
+    assert manifest["cost"]["total"] >= manifest["budget"]["reached"] * 0.8
+    assert manifest["usage"]["cpu_seconds"] >= burn["usage"]["cpu_seconds"]
+
+
 def test_the_estimate_from_earlier_runs_refuses_to_start_unless_told(tmp_path):
     folder = project(tmp_path, """\
 name: b
