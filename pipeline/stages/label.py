@@ -13,7 +13,7 @@ from pipeline.events import label_events, parse_duration, parse_target, plan_lab
 from pipeline.events.durations import normalize_duration
 from pipeline.stages.aggregate import CutoffFields
 from pipeline.backends.headers import HeaderReader
-from pipeline.stages.spec import ColumnRef, Preview, StageContext, Table, register_stage
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, Table, register_stage
 
 __all__ = ["LabelSpec", "label_events", "run_label"]
 
@@ -69,6 +69,18 @@ class LabelSpec(CutoffFields):
             return Preview()
         added = [self.cutoff_column, parse_target(self.target).name]
         return Preview(columns=entities.plus(added).renamed(f"the output of label '{stage}'"))
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """A target or cut-off column the entity table already has: found at run time otherwise."""
+        entities = inputs[self.inputs[1]].columns if len(self.inputs) == 2 and self.inputs[1] in inputs else None
+        if entities is None:
+            return []
+        name = parse_target(self.target).name
+        problems: list[tuple[KeyPath, str]] = []
+        if name in entities.names:
+            problems.append((("target",), f"the target '{name}' is already a column of the entity table "
+                                          f"('{self.inputs[1]}'); name it otherwise"))
+        return problems
 
     def scoring_passthrough(self) -> int:
         """At scoring time there is no future to label: the entity table (input 1) goes on."""

@@ -86,6 +86,19 @@ def test_config_errors_name_the_key(old, new, expected):
     assert any(issue.startswith(expected) for issue in found), found
 
 
+def test_a_label_target_the_entity_table_already_has_is_a_config_error_before_any_row(tmp_path):
+    """It passed validate and failed the run at the label stage (exit 3)."""
+    from tests.conftest import working_directory
+
+    write_events(tmp_path)
+    (tmp_path / "p.yaml").write_text(CONFIG.replace("target: {churn: no_event}", "target: {orders_all: no_event}"))
+    with working_directory(tmp_path), pytest.raises(ConfigError) as info:
+        load_config("p.yaml", check_data=True)
+    (issue,) = info.value.issues
+    assert issue.path == "stages.labelled.target" and issue.line is not None
+    assert "the target 'orders_all' is already a column of the entity table ('customers')" in issue.message
+
+
 def test_an_aggregate_of_the_events_with_its_own_windows_loads_as_the_guide_writes_it():
     """configuration.md's `last_seen: {recency: true, windows: [all]}`: the config type took no
     `true`, so the form the docs show was always refused."""
