@@ -4,8 +4,9 @@
 message and the event's fields (``event``, ``stage``, ``seconds``, ``metrics``...), which
 Loki, Elasticsearch, CloudWatch and friends index without a parser. In JSON mode nothing else
 reaches the log: Python warnings are log records, Dask's local worker processes log JSON lines
-too (``worker_json_logging``), and the CLI writes its own output (metrics, the run's result,
-errors) with ``json_line``.
+too (``worker_json_logging``), a library's loggers with handlers of their own (MLflow's) are
+brought back to this one (``pipeline.core.library_logs``), and the CLI writes its own output
+(metrics, the run's result, errors) with ``json_line``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pipeline.core.interrupts import request_termination
+from pipeline.core.library_logs import route_library_logs
 
 # Extra fields the reporters attach to records (logging's ``extra=``).
 EVENT_FIELDS = ("event", "run_id", "stage", "kind", "status", "seconds", "peak_rss_bytes", "worker",
@@ -83,6 +85,9 @@ def setup_logging(*, quiet: bool = False, log_format: str = "text") -> None:
     # Libraries' own chatter (matplotlib's font cache notice) is not part of a run's log.
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Loggers a library gives a handler of its own (MLflow's, at import) come back to this one,
+    # now and after the modules that import it do so.
+    route_library_logs()
 
 
 def stop_on_sigterm() -> None:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.library_logs import adopt_library_loggers
 from pipeline.hooks.protocol import MetricEvent, RunEvent, RunHook, RunInfo, StageEvent
 from pipeline.runs.layout import CONFIG, MANIFEST
 from pipeline.runs.record import RunManifest
@@ -88,6 +89,7 @@ class MlflowHook(RunHook):
         except ImportError:
             self._fail("mlflow is not installed (pip install 'pipeline[mlflow]')")
             return
+        adopt_library_loggers()            # MLflow's import gave its loggers a text handler of their own
         self.client = self._call("connect", lambda: MlflowClient(tracking_uri=self.uri))
         name = self.experiment or run.pipeline
         experiment = self._call("find the experiment", lambda: self.client.get_experiment_by_name(name))

@@ -51,11 +51,13 @@ from mlflow.pyfunc import PythonModel
 from mlflow.types.schema import AnyType, ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
 from pipeline.backends import backend_for
+from pipeline.core.library_logs import adopt_library_loggers
 from pipeline.core.dtypes import dtype_kind
 from pipeline.scoring.model_folder import SavedModel, load_model, model_format_of, scores_table
 from pipeline.version import __version__
 
 log = logging.getLogger("pipeline")
+adopt_library_loggers()        # MLflow's import gave its loggers a text handler of their own
 
 # The file MLflow runs to get the model object (copied into every logged model).
 ENTRY_FILE = Path(__file__).with_name("pyfunc_entry.py")

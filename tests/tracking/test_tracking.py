@@ -88,3 +88,34 @@ def test_tuning_trials_are_logged_with_the_trial_number_as_step(tmp_path):
     assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(0, 0.71), (2, 0.74)]
     assert client.get_run(hook.run_id).data.metrics["stage.xgb.seconds"] == 2.5
     assert json.loads((tmp_path / "tracking.json").read_text())["mlflow"]["run_id"] == hook.run_id
+
+
+def test_json_logs_stay_json_with_mlflow_and_its_own_loggers_say_only_warnings(tmp_path):
+    """MLflow gives its loggers (mlflow, alembic) a plain-text handler of their own at import:
+    with --log-format json every stderr line is still JSON, and their INFO chatter (creating
+    the store's tables, validating a model's input example) is not part of the run's log."""
+    from tests.conftest import small_config
+
+    lines = ["id,a,b,churn"] + [f"{i},{i % 7 / 7:.4f},{i % 5 / 5:.4f},{'yes' if i % 3 == 0 else 'no'}"
+                                for i in range(80)]
+    (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
+    after = ("  evaluate:\n    kind: evaluate\n    inputs: [logreg]\n"
+             "  export:\n    kind: export\n    inputs: [logreg]\n")
+    (tmp_path / "p.yaml").write_text(small_config("p", tmp_path / "data.csv", after=after))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = _pipeline("run", "p.yaml", "--log-format", "json", "--set", f"tracking.mlflow.uri={uri}",
+                     "--set", "tracking.mlflow.register=p", cwd=tmp_path, env={"PIPELINE_REPORT": "off"})
+    assert proc.returncode == 0, proc.stderr
+    records = []
+    for line in proc.stderr.splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pytest.fail(f"not a JSON line on stderr: {line!r}\n{proc.stderr}")
+    assert any(r.get("event") == "run_finished" or r["logger"] == "pipeline" for r in records)
+    chatter = [r for r in records if r["logger"].split(".")[0] in ("mlflow", "alembic", "sqlalchemy", "huey")
+               and r["level"] in ("debug", "info")]
+    assert chatter == [], chatter
+    tracked = json.loads((newest_run(tmp_path / "runs" / "p") / "tracking.json").read_text())["mlflow"]
+    assert tracked["error"] is None and tracked["run_id"]
+    assert tracked["models"] and tracked["registered"]          # a pyfunc model logged (an input example validated)
