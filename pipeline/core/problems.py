@@ -59,7 +59,7 @@ class Task:
 
     @property
     def label_dtype(self) -> str:
-        return "float32" if self.kind == "regression" else "int32"
+        return "float64" if self.kind == "regression" else "int32"
 
     def decode(self, codes: Any) -> np.ndarray:
         """Original target values of multiclass codes (or of binary 0/1: ``positive`` for 1)."""

@@ -187,6 +187,22 @@ def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
                     ", ".join(map(repr, near)), positive)
 
 
+def warn_float32_labels(labels: Any, backend: Backend, *, column: str) -> None:
+    """XGBoost and LightGBM hold labels as float32 (7 digits), and scikit-learn's ridge casts
+    them to the float32 feature matrix's type: a target whose values are large against their
+    spread (1e12 + 1e4 * x) loses its spread there, and those models learn steps of 65,536.
+    The labels and every metric stay float64; the warning says what to do."""
+    values = np.asarray(backend.to_host(labels), dtype="float64")
+    if not values.size:
+        return
+    spread, largest = float(values.std()), float(np.abs(values).max())
+    step = float(np.spacing(np.float32(largest)))
+    if spread > 0 and step > 1e-3 * spread:
+        log.warning("target column '%s': its values (up to %.6g) are large against their spread (std %.6g): "
+                    "models that hold labels as float32 (XGBoost, LightGBM, ridge) see steps of %.6g; subtract a constant "
+                    "from the target (a python stage) or predict a difference", column, largest, spread, step)
+
+
 def class_counts(series: Any, backend: Backend) -> dict[Any, int]:
     """Rows per target value, for messages: ``{'No': 9, 'Yes': 1}``."""
     counts = backend.to_host(series.value_counts(dropna=False))
@@ -302,7 +318,8 @@ def _first_distinct(part: Any, limit: int) -> Any:
 
 def task_labels(series: Any, task: Task, backend: Backend, *, column: str) -> Any:
     """The target as the task's labels (``pipeline.core.problems``): 0/1 int8 (binary, as before tasks),
-    class codes int32 in ``task.classes`` order (multiclass), float32 (regression)."""
+    class codes int32 in ``task.classes`` order (multiclass), float64 (regression: float32 keeps
+    7 digits, and a target of 1e12 + 1e4 * x came back as two distinct values)."""
     if task.kind == "binary":
         return binary_labels(series, task.positive, backend, column=column)
     missing = int(backend.to_host(series.isna().sum()))
@@ -310,7 +327,7 @@ def task_labels(series: Any, task: Task, backend: Backend, *, column: str) -> An
         raise DataError(f"target column '{column}' has {missing} missing values; {MISSING_TARGET_HINT}")
     if task.kind == "regression":
         check_numeric_target(series, column=column)
-        return series.astype("float32")
+        return series.astype(task.label_dtype)
     return (backend.category_codes(series, task.classes) - 1).astype("int32")
 
 
@@ -408,6 +425,8 @@ def split_frame(frame: Any, target: str, plan: SplitPlan | None = None, /, *, po
     original = frame[target]
     resolved = resolve_task(original, backend, column=target, declared=task, positive=positive)
     labels = task_labels(original, resolved, backend, column=target)
+    if resolved.kind == "regression":
+        warn_float32_labels(labels, backend, column=target)
     if resolved.kind == "binary":
         check_two_classes(original, labels, backend, column=target)
     frame = frame.assign(**{target: labels})

@@ -80,7 +80,7 @@ class Objective:
         if self.kind == "multiclass":
             return y.long()
         if self.kind == "regression":
-            return (y.float() - self.target_mean) / self.target_std
+            return ((y.double() - self.target_mean) / self.target_std).float()   # in float64 first: an offset of 1e12
         return y.float()
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

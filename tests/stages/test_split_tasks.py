@@ -125,12 +125,18 @@ def test_numeric_multiclass_codes_follow_the_numbers_order():
     assert every_row(data)["y"].tolist() == [(2, 7, 10).index(v) for v in values]
 
 
-def test_regression_labels_are_the_numbers_as_float32():
+def test_regression_labels_are_the_numbers_as_float64():
+    """float32 labels kept 7 digits: 1e12 + 1e4 * a came back as two distinct values, and every
+    model and metric used them."""
     values = list(np.random.default_rng(0).normal(50, 20, 200))
     data = split_frame(frame_of(values), "y", test=0.25, valid=0.1, seed=3)
     assert data.task == REGRESSION
-    assert all(str(f["y"].dtype) == "float32" for f in data.frames.values())
-    np.testing.assert_array_equal(every_row(data)["y"].to_numpy(), np.asarray(values, dtype="float32"))
+    assert all(str(f["y"].dtype) == "float64" for f in data.frames.values())
+    np.testing.assert_array_equal(every_row(data)["y"].to_numpy(), np.asarray(values, dtype="float64"))
+    offset = [1e12 + 1e4 * v for v in values]
+    exact = every_row(split_frame(frame_of(offset), "y", test=0.25, valid=0.1, seed=3))["y"].to_numpy()
+    np.testing.assert_array_equal(exact, np.asarray(offset))
+    assert len(np.unique(exact)) == len(np.unique(offset))
 
 
 # ------------------------------------------------------------------ stratification
@@ -201,7 +207,7 @@ def test_partitioned_multiclass_and_regression_label_each_partition():
     numbers = list(np.linspace(-3, 3, 120))
     data = split_frame(dd.from_pandas(frame_of(numbers), npartitions=4), "y", test=0.2, seed=3)
     assert data.task == REGRESSION
-    np.testing.assert_array_equal(every_row(data)["y"].to_numpy(), np.asarray(numbers, dtype="float32"))
+    np.testing.assert_array_equal(every_row(data)["y"].to_numpy(), np.asarray(numbers, dtype="float64"))
 
 
 def test_partitioned_inference_counts_classes_across_partitions():
@@ -262,7 +268,7 @@ def test_the_split_stage_records_the_task_and_logs_an_inferred_one(caplog):
     assert ctx.facts["task"] == {"kind": "regression"} and "inferred" not in caplog.text
 
 
-@pytest.mark.parametrize(("values", "dtype"), [(READMITTED * 30, "int32"), (list(np.arange(90.0)), "float32"),
+@pytest.mark.parametrize(("values", "dtype"), [(READMITTED * 30, "int32"), (list(np.arange(90.0)), "float64"),
                                                (["yes", "no", "no"] * 30, "int32")])
 def test_in_memory_features_carry_the_task_and_its_label_dtype(backend, values, dtype):
     frame = backend.from_pandas(frame_of(values))
@@ -283,3 +289,12 @@ def test_a_feature_set_restored_from_the_stage_cache_keeps_its_task(tmp_path):
     restored = cache.lookup("k" * 32).load_output()
     assert restored.task == features.task == Task("multiclass", classes=("<30", ">30", "NO"))
     np.testing.assert_array_equal(restored.y["train"], features.y["train"])
+
+
+def test_a_regression_target_large_against_its_spread_is_named_for_float32_models(caplog):
+    values = [1e12 + 1e4 * v for v in np.random.default_rng(0).normal(0, 1, 200)]
+    with caplog.at_level("WARNING", logger="pipeline"):
+        split_frame(frame_of(values), "y", test=0.25, seed=3)
+        split_frame(frame_of([v - 1e12 for v in values]), "y", test=0.25, seed=3)
+    warned = [r.getMessage() for r in caplog.records if "large against their spread" in r.getMessage()]
+    assert len(warned) == 1 and "target column 'y'" in warned[0] and "XGBoost, LightGBM, ridge" in warned[0]
