@@ -96,7 +96,11 @@ def prune_entries(runs_dir: str, pipeline_name: str | None, max_size: str | None
     """
     limit = resolve_max_size(DEFAULT_MAX_SIZE, max_size, option="--max-size")
     failures: list[str] = []
-    for folder in history.pipeline_dirs(runs_dir, pipeline_name):
+    folders = history.pipeline_dirs(runs_dir, pipeline_name)
+    if not folders:
+        stderr.print(Text(f"no runs under {runs_dir}, so no stage cache entries"))
+        return
+    for folder in folders:
         cache_ = StageCache(folder / CACHE_DIR)
         with _locked(folder, wait, dry_run):
             _remove_leftovers(cache_, dry_run)
@@ -123,7 +127,11 @@ def clear_entries(runs_dir: str, pipeline_name: str | None, dry_run: bool, wait:
     Refuses (exit 7) while a run of the pipeline holds its lock.
     """
     failures: list[str] = []
-    for folder in history.pipeline_dirs(runs_dir, pipeline_name):
+    folders = history.pipeline_dirs(runs_dir, pipeline_name)
+    if not folders:
+        stderr.print(Text(f"no runs under {runs_dir}, so no stage cache entries"))
+        return
+    for folder in folders:
         cache_ = StageCache(folder / CACHE_DIR)
         with _locked(folder, wait, dry_run):
             _remove_leftovers(cache_, dry_run)
@@ -155,6 +163,8 @@ def prune_unreferenced(folder: Path, kept: Sequence[history.Run], dry_run: bool)
             _summary(folder.name, cache_, removed, dry_run, "entries no kept run uses")
     except LockTimeout as exc:
         stdout.print(Text(f"{folder.name}: cache not pruned: {exc}"))
+    except StorageError as exc:                 # the lock cannot be taken (a read-only folder)
+        failures.append(f"{folder.name}: cache not pruned: {exc}")
     return failures
 
 

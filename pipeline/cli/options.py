@@ -40,7 +40,16 @@ from pipeline.core.interrupts import Terminated
 
 JSON_ERRORS = {"on": False}     # --log-format json: errors are JSON lines too
 
-stdout = Console(soft_wrap=True)
+class _Stdout(Console):
+    """stdout's console: a reader that went away (``| head``) is a ``BrokenPipeError`` for the
+    error mapping (exit 141, nothing printed), not rich's ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
+
+
+stdout = _Stdout(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
 # errno values only a write produces.
@@ -200,6 +209,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise                          # usage errors: PipelineGroup prints them
         except BaseException as exc:  # noqa: BLE001 - the one mapping of failures to exit codes
+            if stdout_closed(exc):
+                raise                      # PipelineGroup: exit 141, nothing more said
             sys.exit(report_failure(exc, debug=_debug(ctx), ctx=ctx))
 
     return wrapper
@@ -213,6 +224,22 @@ def _debug(ctx: click.Context | None) -> bool:
 class PipelineGroup(click.Group):
     """The root group: click's usage errors as one paragraph (exit 2), and the error mapping
     for anything a command let escape."""
+
+    # Click turns an EPIPE inside ``main`` into exit 1 before ``main``'s caller sees it; these two
+    # are everything ``main`` runs (parsing, --help, the command), so each turns it into 141 first.
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except OSError as exc:
+            _exit_if_stdout_closed(exc)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            _exit_if_stdout_closed(exc)
+            raise
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -231,7 +258,7 @@ class PipelineGroup(click.Group):
             code = ExitCode.CONFIG
             emit_failure(Failure(code, usage_message(exc)), json_lines=json_lines)
         except OSError as exc:
-            if exc.errno != errno.EPIPE:
+            if not stdout_closed(exc):
                 code = report_failure(exc, debug="--debug" in argv, json_lines=json_lines,
                                       ctx=_innermost_context(exc))
             else:                          # the reader of stdout went away (`| head`)
@@ -267,6 +294,30 @@ def usage_message(exc: click.ClickException) -> str:
 def _asks_for_json(argv: Sequence[str]) -> bool:
     pairs = zip(argv, [*argv[1:], ""])
     return "--log-format=json" in argv or any(a == "--log-format" and b == "json" for a, b in pairs)
+
+
+def stdout_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` is stdout's reader going away (EPIPE), not a broken network connection:
+    a pipe whose reading end is closed polls as an error; when that cannot be asked (stdout is
+    not a file), an EPIPE is taken to be stdout's."""
+    if not isinstance(exc, OSError) or exc.errno != errno.EPIPE:
+        return False
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):
+        return True
+    return any(flags & (select.POLLERR | select.POLLHUP) for _, flags in events)
+
+
+def _exit_if_stdout_closed(exc: OSError) -> None:
+    """Exit 141, saying nothing more, when ``exc`` is stdout's reader going away."""
+    if stdout_closed(exc):
+        _silence_stdout()
+        sys.exit(ExitCode.BROKEN_PIPE)
 
 
 def _silence_stdout() -> None:

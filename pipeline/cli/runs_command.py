@@ -19,7 +19,7 @@ from pipeline.runs import history
 from pipeline.cli.cache_command import prune_unreferenced
 from pipeline.cli.options import handle_errors, metrics_setting, print_wide, stderr, stdout
 from pipeline.usage.costs import format_cost
-from pipeline.core.errors import StorageError
+from pipeline.core.errors import DataError, PipelineError, StorageError
 from pipeline.runs.record import RunManifest, StageRecord, as_number
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "running": "cyan",
@@ -280,41 +280,57 @@ def diff_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | None, 
 def prune_runs(keep: int, runs_dir: str, pipeline_name: str | None, dry_run: bool) -> None:
     """Delete all but the newest N finished runs of each pipeline.
 
-    Never deletes the run `latest` points to, a run that is still running (a "running" run whose
-    process is gone from this host is abandoned and may go), or a run whose manifest cannot be read.
-    Then drops the stage-cache entries that no kept run uses (not while a run of the pipeline
-    is going: it may still add references).
+    Never deletes the runs `latest` and `champion` point to, a run that is still running (a
+    "running" run whose process is gone from this host is abandoned and may go), or a run whose
+    manifest cannot be read; a pipeline whose alias is not a link (which run it means cannot be
+    told) is left whole, and the command fails (exit 3). Then drops the stage-cache entries that
+    no kept run uses (not while a run of the pipeline is going: it may still add references).
+    Every failure is reported; the summary counts what was deleted.
     """
-    failures: list[str] = []
-    deleted = 0
+    failures: list[PipelineError] = []
     verb = "would delete" if dry_run else "deleted"
-    for folder in history.pipeline_dirs(runs_dir, pipeline_name):
+    folders = history.pipeline_dirs(runs_dir, pipeline_name)
+    if not folders:
+        stderr.print(Text(f"no runs under {runs_dir}"))
+        return
+    for folder in folders:
+        try:
+            history.check_aliases(folder)
+        except DataError as exc:
+            failures.append(DataError(f"{folder.name}: no run deleted: {exc}"))
+            stdout.print(Text(f"{folder.name}: every run kept: an alias is not a link"))
+            continue
         for leftover in history.leftovers(folder):
             if not dry_run:
                 try:
                     history.remove_leftover(leftover)
                 except StorageError as exc:
-                    failures.append(str(exc))
+                    failures.append(exc)
                     continue
             stdout.print(Text(f"{verb} {leftover} (left by an interrupted prune)"))
         plan = history.plan_prune(history.runs_in(folder), keep)
         for run, reason in plan.keep:
             if not reason.startswith("one of the"):
                 stdout.print(Text(f"kept {folder.name}/{run.run_id}: {reason}"))
+        deleted, kept = 0, [run for run, _ in plan.keep]
         for run in reversed(plan.delete):                 # oldest first
             if not dry_run:
                 try:
                     history.delete_run(run)
-                except StorageError as exc:
-                    failures.append(str(exc))
+                except (StorageError, DataError) as exc:
+                    failures.append(exc)
+                    kept.append(run)                      # still there: its cache entries stay too
                     continue
             deleted += 1
             stdout.print(Text(f"{verb} {folder.name}/{run.run_id} ({run.status}, started {_time(run.started)})"))
-        stdout.print(Text(f"{folder.name}: {len(plan.keep)} kept, {len(plan.delete)} {verb}"
-                          + (" (dry run)" if dry_run else "")))
-        failures += prune_unreferenced(folder, [run for run, _ in plan.keep], dry_run)
+        left = len(plan.delete) - deleted
+        stdout.print(Text(f"{folder.name}: {len(plan.keep)} kept, {deleted} {verb}"
+                          + (f", {left} could not be deleted" if left else "") + (" (dry run)" if dry_run else "")))
+        failures += [StorageError(text) for text in prune_unreferenced(folder, kept, dry_run)]
     if failures:
-        raise StorageError(f"{len(failures)} run folder(s) could not be deleted: " + "; ".join(failures))
+        kind = StorageError if any(isinstance(exc, StorageError) for exc in failures) else DataError
+        raise kind(f"runs prune: {len(failures)} problem{'s' if len(failures) > 1 else ''}: "
+                   + "; ".join(str(exc) for exc in failures))
 
 
 # ---------------------------------------------------------------------------- rendering helpers

@@ -32,7 +32,7 @@ from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig
 from pipeline.core.dag import plan, select
-from pipeline.core.errors import BudgetError, ConfigError, PipelineError, StageError, StorageError
+from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
 from pipeline.core.fingerprints import defining_modules
 from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
@@ -240,6 +240,13 @@ class Runner:
     def _run_locked(self, lock: RunLock, steps: list[tuple[str, bool]], selected: set[str], forced: set[str],
                     backend: Backend, choice: DeviceChoice) -> RunResult:
         clear_budget_stop()
+        if selected == set(self.config.stages):
+            # A run of every stage moves 'latest': with something that is not a link in its place
+            # the run would succeed and not be marked, so it does not start (exit 3).
+            try:
+                self.store.check_alias(LATEST)
+            except DataError as exc:
+                raise DataError(f"run not started: it would move 'latest', and {exc}") from None
         run, manifest = self._open_run(lock, backend, choice, steps, selected)
         info = RunInfo(run.run_id, run.path, self.config.name, backend.name, choice.reason, len(steps), self.config)
         started = time.perf_counter()
@@ -260,9 +267,10 @@ class Runner:
         if selected == set(self.config.stages):
             try:
                 self.store.mark_latest(run)
-            except StorageError as exc:
-                raise StorageError(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
-                                   "run before it") from exc
+            except (StorageError, DataError) as exc:
+                kind = StorageError if isinstance(exc, StorageError) else DataError
+                raise kind(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
+                           "run before it, and no other alias was moved") from exc
         else:
             # A run of some stages (--only/--from/--until) is a look at part of the DAG: 'latest',
             # which nightly scoring and serving name, stays at the last run of all of it.
@@ -288,9 +296,10 @@ class Runner:
         for name in wanted:
             try:
                 self.store.mark_alias(run, name)
-            except StorageError as exc:
-                raise StorageError(f"run {run.run_id} succeeded, but {exc}; '{name}' still points to the "
-                                   "run before it") from exc
+            except (StorageError, DataError) as exc:
+                kind = StorageError if isinstance(exc, StorageError) else DataError
+                raise kind(f"run {run.run_id} succeeded, but {exc}; '{name}' still points to the "
+                           "run before it") from exc
             log.info("%s now points to run %s", name, run.run_id)
 
     def _open_run(self, lock: RunLock, backend: Backend, choice: DeviceChoice, steps: list[tuple[str, bool]],

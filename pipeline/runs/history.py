@@ -93,6 +93,14 @@ def alias_target(pipeline_dir: Path, alias: str) -> str | None:
         return None
 
 
+def check_aliases(pipeline_dir: Path) -> None:
+    """A ``DataError`` naming the first alias of the pipeline that is there but is not a link
+    (a plain file or folder in its place): the run it means cannot be told, so nothing that
+    must spare that run (prune) may go on."""
+    for alias in ALIASES:
+        alias_target(pipeline_dir, alias)
+
+
 def aliases_of(pipeline_dir: Path) -> dict[str, str]:
     """Run id -> the aliases pointing to it, joined (one readlink per alias; an alias that is
     not a link points to no run here, and is refused where it is used)."""
@@ -233,10 +241,30 @@ def _alias_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument:
     target = alias_target(folder, alias)
     if target is None:
         raise _not_found(argument, f"pipeline '{folder.name}' has no {alias} run ({unset})")
+    outside = _outside(folder, alias)
+    if outside is not None:
+        fix = ("the next run of every stage points it again" if alias == LATEST
+               else "point it again with `pipeline runs promote RUN`")
+        raise _not_found(argument, f"'{folder / alias}' points to '{outside}', outside the folder of pipeline "
+                                   f"'{folder.name}' ({folder}); an alias names a run of its own pipeline: {fix}")
     run = next((r for r in runs_in(folder) if r.run_id == target), None)
     if run is None:
-        raise _not_found(argument, f"'{folder / alias}' points to '{target}', which is not a run folder")
+        what = "which is not a run folder" if (folder / target).exists() else "which is not there (deleted?)"
+        raise _not_found(argument, f"'{folder / alias}' points to '{target}', {what}")
     return run
+
+
+def _outside(folder: Path, alias: str) -> str | None:
+    """Where the link ``folder/alias`` leads when that is not a folder directly in ``folder``
+    (a link into another runs folder), else None."""
+    path = folder / alias
+    try:
+        link = os.readlink(path)
+        leads_to = Path(os.path.realpath(path))
+        here = Path(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return None
+    return None if leads_to.parent == here else link
 
 
 def require_manifest(run: Run) -> RunManifest:
@@ -544,8 +572,10 @@ def delete_run(run: Run) -> None:
 
     The rename is atomic, so a reader sees the whole run or no run; if the removal stops half
     way (a crash, a permission) what is left is hidden and ``remove_leftover`` finishes it.
-    Refuses a run that an alias (``latest``, ``champion``) has come to point at since the plan was made.
+    Refuses a run that an alias (``latest``, ``champion``) has come to point at since the plan was
+    made, and any run while an alias is not a link (``DataError``: which run it means cannot be told).
     """
+    check_aliases(run.path.parent)            # an alias that is not a link may mean this run: DataError
     pointing = aliases_of(run.path.parent).get(run.run_id)
     if pointing:
         names = " and ".join(f"'{name}'" for name in pointing.split(","))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,12 @@ def check_metrics(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
         if not isinstance(values, dict):
             raise _field_problem(f"metrics.models.{name}", f"must be a mapping of metric to value, "
                                                            f"not {_type_name(values)}")
+        for metric, value in values.items():
+            # A number (a NumPy one too, as a stage reports it), or null: an undefined metric (an
+            # AUC on one class) is written as null.
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise _field_problem(f"metrics.models.{name}.{metric}",
+                                     f"must be a number or null, not {_type_name(value)}")
     return metrics
 
 

@@ -314,13 +314,19 @@ class RunStore:
         """Point ``latest`` at a finished run, atomically (symlink swap by rename)."""
         self.mark_alias(run, LATEST)
 
+    def check_alias(self, alias: str) -> Path:
+        """The link ``alias`` is, or would be; a ``DataError`` when something that is not a link
+        is in its place (never replaced: it holds something of someone's)."""
+        link = self.layout.alias_link(alias)
+        if os.path.lexists(link) and not link.is_symlink():
+            raise DataError(not_a_link(link))
+        return link
+
     def mark_alias(self, run: RunDir | Path, alias: str) -> None:
         """Point ``alias`` (``pipeline.runs.layout.ALIASES``) at a run of this pipeline, atomically:
         a reader resolving it (``pipeline serve champion`` polling it) sees the old run or the
         new one, never a missing link."""
-        link = self.layout.alias_link(alias)
-        if os.path.lexists(link) and not link.is_symlink():
-            raise DataError(not_a_link(link))     # never replaced: it holds something of someone's
+        link = self.check_alias(alias)
         name = run.path.name if isinstance(run, RunDir) else Path(run).name
         tmp = self.pipeline_dir / f".{alias}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
