@@ -256,6 +256,15 @@ def _fit_rows(models: list[TrainedModel], features: FeatureSet, on: str) -> tupl
     if wrong:
         raise DataError(f"ensemble: out-of-fold scores of {', '.join(wrong)} do not cover the training split's "
                         f"{len(labels)} rows")
+    # Rows some member has no out-of-fold score for (the oldest block of an order_by split,
+    # never scored) are left out of the fit, as the stack leaves them out.
+    scored = np.all([np.isfinite(s.reshape(len(labels), -1)).all(axis=1) for s in scores], axis=0)
+    if not scored.any():
+        raise DataError(f"ensemble: no training row has an out-of-fold score from every member "
+                        f"({', '.join(m.name for m in models)})")
+    if not scored.all():
+        labels, scores = np.asarray(labels)[scored], [s.reshape(len(scored), -1)[scored].reshape(-1, *s.shape[1:])
+                                                        for s in scores]
     return "oof", labels, scores
 
 

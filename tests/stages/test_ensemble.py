@@ -304,3 +304,29 @@ def test_fixed_weights_must_name_each_input(tmp_path):
     text = config(tmp_path / "rows.csv", blend="    inputs: [logreg, raw]\n")
     with pytest.raises(ConfigError, match="input .raw. is a .load. stage"):
         load_config(text=text)
+
+
+def test_an_ensemble_on_order_by_folds_fits_on_the_rows_every_member_scored(tmp_path):
+    """With order_by folds the oldest block is never scored out of fold: the ensemble took its
+    NaN scores for the members' fault ("scored values that are not finite numbers")."""
+    from pipeline import run_pipeline
+    from tests.conftest import working_directory
+
+    rng = np.random.default_rng(5)
+    n = 300
+    x = rng.normal(size=n)
+    pd.DataFrame({"rid": range(n), "t": np.arange(n), "x": x, "z": rng.normal(size=n),
+                  "y": (x + rng.normal(0, 1, n) > 0).astype(int)}).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "p.yaml").write_text(
+        "name: ordered\ndevice: cpu\nstages:\n"
+        "  raw: {kind: load, path: rows.csv}\n"
+        "  split: {kind: split, inputs: [raw], target: y, test: 0.2, folds: 3, order_by: t}\n"
+        "  features: {kind: features, inputs: [split], id: rid, ops: [{drop: {columns: [t]}}]}\n"
+        "  lr: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  xgb: {kind: train, inputs: [features], model: xgboost, params: {n_estimators: 10}}\n"
+        "  e: {kind: ensemble, inputs: [lr, xgb]}\n")
+    with working_directory(tmp_path):
+        result = run_pipeline("p.yaml", runs_dir=tmp_path / "runs")
+    facts = result.manifest.stages["e"].facts
+    assert result.manifest.status == "succeeded"
+    assert abs(sum(facts["weights"].values()) - 1) < 1e-9, facts
