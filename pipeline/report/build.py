@@ -52,10 +52,14 @@ def build_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 def build_comparison(run_a: Any, run_b: Any, output: str | Path) -> Path:
     """Write the comparison page of two runs (``history.Run``s) to ``output``, atomically."""
-    from pipeline.report.compare import render_comparison
+    from pipeline.report.compare import render_comparison, unused_files
 
-    return _write(Path(output), lambda generated, version: render_comparison(run_a, run_b, generated=generated,
-                                                                           version=version))
+    sources = {"A": read_sources(run_a.path), "B": read_sources(run_b.path)}
+    path = _write(Path(output), lambda generated, version: render_comparison(
+        run_a, run_b, generated=generated, version=version, sources=sources))
+    for line in unused_files(sources, run_a, run_b):     # named at the page's top too
+        log.warning("compare: not shown: %s", line)
+    return path
 
 
 def _write(path: Path, render: Callable[[datetime, str], str]) -> Path:

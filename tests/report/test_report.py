@@ -291,6 +291,34 @@ def test_runs_compare_writes_differences_metrics_and_overlaid_curves(churn_run, 
     assert len(page.svgs) == 3 and all(count > 20 for count in page.svgs)
 
 
+@pytest.mark.parametrize("damage", ["deleted", "changed"])
+def test_runs_compare_draws_the_curves_it_has_and_names_the_curves_json_it_could_not_use(churn_run, tmp_path,
+                                                                                          damage):
+    """One run's curves.json gone or edited: the other run's curves are still drawn, the page
+    and stderr name the file (as `pipeline report` does) and the footer names only what was read."""
+    other = tmp_path / "other" / churn_run.name
+    shutil.copytree(churn_run, other)
+    (curves,) = [p for p in other.glob("*/curves.json")]
+    relative = curves.relative_to(other).as_posix()
+    if damage == "deleted":
+        curves.unlink()
+    else:
+        curves.write_text(curves.read_text(encoding="utf-8").replace("0.", "0.9", 5), encoding="utf-8")
+    out = tmp_path / "compare.html"
+    proc = cli("runs", "compare", str(churn_run), str(other), "--output", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    why = "missing from the run folder" if damage == "deleted" else "changed since the run"
+    assert f"{relative}" in proc.stderr and why in proc.stderr and "run B" in proc.stderr, proc.stderr
+    text = out.read_text(encoding="utf-8")
+    page = Page(text)
+    assert len(page.svgs) == 3 and all(count > 20 for count in page.svgs)     # A's curves, still drawn
+    curves_section = _section(text, "curves")
+    assert "(A)" in curves_section and "(B)" not in curves_section
+    assert relative in text and why in text
+    footer = text[text.rindex("Built "):]
+    assert "run A's curves.json" in footer and "both runs' manifest.json, config.yaml and curves.json" not in footer
+
+
 # ---------------------------------------------------------------------- in a real browser
 def _chromium() -> str:
     """The distribution's Chromium (``make test`` installs it); CI must have it, elsewhere skip."""
