@@ -128,7 +128,7 @@ def curve_lines(figure: str, models: Sequence[str], curves: Mapping[str, Mapping
     ax.set_ylabel(axes.ylabel)
     ax.set_title(title or axes.title, fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
 
 
@@ -143,7 +143,7 @@ def overlay(figure: str, lines: Sequence[tuple[str, Sequence[float], Sequence[fl
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="xx-small", frameon=False, ncols=2)
+    _legend(ax, fontsize="xx-small", frameon=False, ncols=2)
     return to_svg(fig)
 
 
@@ -164,7 +164,7 @@ def calibration(figure: str, models: Sequence[str], curves: Mapping[str, Mapping
     ax.set_ylim(0, 1)
     ax.set_title("Calibration", fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
 
 
@@ -182,7 +182,7 @@ def threshold_sweep(figure: str, name: str, index: int, sweep: Mapping[str, Sequ
     ax.set_ylim(0, 1.02)
     ax.set_title(f"Threshold sweep: {name}", fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
 
 
@@ -235,7 +235,7 @@ def predicted_vs_actual(figure: str, models: Sequence[str], curves: Mapping[str,
     ax.set_ylabel("predicted")
     ax.set_title("Predicted against actual", fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", frameon=False, markerscale=3)
+    _legend(ax, fontsize="x-small", frameon=False, markerscale=3)
     return to_svg(fig)
 
 
@@ -251,7 +251,7 @@ def residuals(figure: str, models: Sequence[str], curves: Mapping[str, Mapping[s
     ax.set_xlabel("predicted - actual")
     ax.set_ylabel("rows")
     ax.set_title("Residuals", fontsize="medium")
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
 
 
@@ -273,7 +273,7 @@ def split_bars(categories: Sequence[str], shares: Mapping[str, Sequence[float]],
     ax.set_ylabel("share of rows")
     ax.set_title(title, fontsize="medium")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
 
 
@@ -285,8 +285,16 @@ def split_histogram(edges: Sequence[float], shares: Mapping[str, Sequence[float]
     ax.set_ylabel("share of rows")
     ax.set_title(title, fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
+
+
+def _legend(ax: Any, **options: Any) -> None:
+    """The axes' legend, when something on them has a label: matplotlib warns on stderr of an
+    empty one (a curve left out because its metric is undefined)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)
+
 
 
 # ---------------------------------------------------------------------- explanations
@@ -315,7 +323,7 @@ def importances(figure: str, models: Sequence[str], everyone: Sequence[str],
     ax.set_title(title, fontsize="medium")
     ax.grid(alpha=0.3, axis="x")
     if len(models) > 1:
-        ax.legend(fontsize="x-small", frameon=False, loc="lower right")
+        _legend(ax, fontsize="x-small", frameon=False, loc="lower right")
     return to_svg(fig)
 
 
@@ -373,7 +381,7 @@ def boosting_rounds(rounds: Sequence[Mapping[str, float]], title: str) -> str:
     ax.set_ylabel("metric on the evaluation set")
     ax.set_title(title, fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", frameon=False)
+    _legend(ax, fontsize="x-small", frameon=False)
     return to_svg(fig)
 
 

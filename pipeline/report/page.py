@@ -352,6 +352,13 @@ def _ranking(sources: RunSources) -> tuple[str, Mapping[str, float]]:
     return "the features' order (no importances were recorded)", {}
 
 
+def _defined(values: Any) -> dict[str, float]:
+    """A feature -> number mapping without its nulls (and without anything not a number)."""
+    if not isinstance(values, dict):
+        return {}
+    return {f: float(v) for f, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, str]:
     key, importance = evaluation.stage, evaluation.importance or {}
     found = importance.get("models") or {}
@@ -362,9 +369,15 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
     shown_as = feature_namer(sources.source_columns())
     shown = []
     for kind in kinds:
-        having = [m for m in models if isinstance(found[m].get(kind), dict)]
-        means = {m: found[m][kind].get("mean", found[m][kind]) for m in having}
-        errors = {m: found[m][kind]["std"] for m in having if "std" in found[m][kind]}
+        # A null is an importance the metric could not give (one class in the rows scored:
+        # ROC AUC undefined); it is left out of the bars, and a model with nothing else is too.
+        means = {m: _defined(found[m][kind].get("mean", found[m][kind])) for m in models
+                 if isinstance(found[m].get(kind), dict)}
+        having = [m for m in models if means.get(m)]
+        means = {m: means[m] for m in having}
+        errors = {m: _defined(found[m][kind]["std"]) for m in having if isinstance(found[m][kind].get("std"), dict)}
+        if not having:
+            continue
         strongest: dict[str, float] = {}
         for values in means.values():
             for feature, value in values.items():

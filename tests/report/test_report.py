@@ -516,3 +516,31 @@ def test_a_cached_stage_shows_the_time_its_output_took_to_compute(project):
         assert cached[name].status == "cached" and cached[name].seconds == 0
         assert cached[name].computed_seconds == computed[name].seconds
         assert f"cached (computed in {duration(computed[name].seconds)})" in text
+
+
+def test_a_run_whose_ranking_metric_is_undefined_still_gets_its_report(tmp_path):
+    """One class in the test rows: ROC AUC and its permutation importances are null. The report
+    hook failed on the nulls ("no report written") and `pipeline report` exited 1."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(2)
+    n = 200
+    x = rng.normal(size=n)
+    y = (x + rng.normal(0, 0.5, n) > 0).astype(int)
+    y[-40:] = 0                                        # the last rows, the test split by order: one class
+    pd.DataFrame({"rid": range(n), "t": range(n), "x": x, "y": y}).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "p.yaml").write_text(
+        "name: oneclass\ndevice: cpu\nstages:\n"
+        "  raw: {kind: load, path: rows.csv}\n"
+        "  split: {kind: split, inputs: [raw], target: y, test: 0.2, order_by: t}\n"
+        "  features: {kind: features, inputs: [split], id: rid, ops: [{drop: {columns: [t]}}]}\n"
+        "  lr: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  evaluate: {kind: evaluate, inputs: [lr]}\n")
+    proc = cli("run", "p.yaml", cwd=tmp_path, report="on")
+    assert proc.returncode == 0 and "no report written" not in proc.stderr, proc.stderr
+    run_dir = newest_run(tmp_path / "runs" / "oneclass")
+    assert (run_dir / REPORT).is_file()
+    proc = cli("report", str(run_dir), "--output", str(tmp_path / "again.html"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr
