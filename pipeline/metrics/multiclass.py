@@ -11,8 +11,8 @@ Where scikit-learn leaves a choice, the choice here:
 - **F1 (macro, weighted) and the per-class table**: a class counts when it occurs in the
   split or among the predictions (scikit-learn's default ``labels``); precision, recall or F1
   with a zero denominator is 0 (its ``zero_division`` default).
-- **Log loss**: the true-class probability is clipped to ``[1e-15, 1 - 1e-15]``, as the
-  binary log loss is; rows are not renormalised (scikit-learn stopped renormalising in 1.5:
+- **Log loss**: the true-class probability is clipped to ``[eps, 1 - eps]`` (float64's machine
+  epsilon, as scikit-learn clips since 1.5), as the binary log loss is; rows are not renormalised (scikit-learn stopped renormalising in 1.5:
   a model's probabilities already sum to 1). Every class of the task counts, present in the
   split or not (``labels=range(K)``).
 - **ROC AUC, one-vs-rest, macro**: the mean of each class's AUC against the rest over the

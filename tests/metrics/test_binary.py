@@ -18,7 +18,7 @@ def reference(y: np.ndarray, s: np.ndarray, threshold: float) -> dict[str, float
     return {
         "roc_auc": skm.roc_auc_score(y, s) if both else math.nan,
         "pr_auc": skm.average_precision_score(y, s) if both else math.nan,
-        "log_loss": skm.log_loss(y, np.clip(s, 1e-15, 1 - 1e-15), labels=[0, 1]),
+        "log_loss": skm.log_loss(y, s, labels=[0, 1]),             # its own clip: float64 eps
         "accuracy": skm.accuracy_score(y, predicted),
         "precision": skm.precision_score(y, predicted, zero_division=0),
         "recall": skm.recall_score(y, predicted, zero_division=0),
@@ -73,3 +73,11 @@ def test_memory_stays_near_a_few_vectors():
         before = sampler.peak_rss
         binary_metrics(y, s)
     assert sampler.peak_rss - before < 250 * 2**20
+
+
+def test_log_loss_of_a_probability_of_exactly_0_or_1_equals_scikit_learns():
+    """A forest gives exact 0 and 1: clipped at 1e-15 the loss was 1.1962 against 1.2172."""
+    y = np.array([1, 0, 1, 0, 1, 1, 0, 0])
+    s = np.array([0.0, 1.0, 1.0, 0.0, 0.7, 0.2, 0.4, 0.1])
+    got = binary_metrics(y, s, threshold=0.5)["log_loss"]
+    assert got == pytest.approx(skm.log_loss(y, s, labels=[0, 1]), rel=1e-12)
