@@ -288,5 +288,18 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
                 if "time" in chosen:
                     ctx.logger.info("%s: permutation importance of %s held to %s", ctx.stage, name, chosen["time"])
     ctx.facts["best"] = evaluation.best
+    if not any(_is_number(m.get(evaluation.rank_by)) for m in evaluation.metrics.values()):
+        # Every model's rank_by is undefined here (one class in the split: no ROC AUC), so the
+        # 'best' is the first listed, not a winner: said, so nobody reads it as one.
+        ctx.logger.warning("%s is undefined for every model on the %s split (%s); 'best' (%s) is only the first "
+                           "listed: rank by another metric (rank_by:) or give the split more rows",
+                           evaluation.rank_by, evaluation.split, ", ".join(evaluation.metrics), evaluation.best)
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation
+
+
+def _is_number(value: object) -> bool:
+    """A metric value that ranks: a finite number (a null or NaN is an undefined metric)."""
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -541,6 +541,7 @@ def test_a_run_whose_ranking_metric_is_undefined_still_gets_its_report(tmp_path)
     assert proc.returncode == 0 and "no report written" not in proc.stderr, proc.stderr
     run_dir = newest_run(tmp_path / "runs" / "oneclass")
     assert (run_dir / REPORT).is_file()
+    assert "roc_auc is undefined for every model on the test split (lr); 'best' (lr) is only the first" in proc.stderr
     proc = cli("report", str(run_dir), "--output", str(tmp_path / "again.html"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr
