@@ -26,7 +26,7 @@ from pipeline.backends.estimators import (
 )
 from pipeline.backends.filters import apply_filters, late_filters, pushed_filters, text_dates
 from pipeline.backends.input_files import (
-    check_row_widths, check_source, decimals_as_floats, infer_format, one_line, partitioned_sources, read_errors,
+    check_row_widths, check_source, decimal_columns, infer_format, one_line, partitioned_sources, read_errors,
     read_header,
 )
 from pipeline.backends.table_read import TableRead
@@ -78,8 +78,9 @@ class Backend(ABC):
                 types = text_dates(dtypes, dates, read_header(path, fmt, dialect)) if dates else dtypes
                 frame = self._read_csv(path, columns=columns, dtypes=types, na_values=na_values, dialect=dialect)
             elif fmt == "parquet":
-                frame = decimals_as_floats(self._read_parquet(path, columns=columns,
-                                                              filters=pushed_filters(filters, dates)), path)
+                frame = self._read_parquet(path, columns=columns, filters=pushed_filters(filters, dates))
+                for name in decimal_columns(path, frame.columns):     # read as floats, on either device
+                    frame[name] = frame[name].astype("float64")
                 if dtypes:
                     frame = frame.astype(dict(dtypes))
             else:

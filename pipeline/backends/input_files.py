@@ -12,7 +12,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -218,7 +217,7 @@ def parquet_column_types(path: Path, columns: Sequence[str]) -> dict[str, str]:
     types: dict[str, str] = {}
     for field in schema:
         if field.name in wanted and str(field.type).startswith("decimal"):
-            types[field.name] = "float64"                # read as floats (``decimals_as_floats``)
+            types[field.name] = "float64"                # read as floats (``decimal_columns``)
         elif field.name in wanted:
             try:
                 types[field.name] = np.dtype(field.type.to_pandas_dtype()).name
@@ -227,20 +226,18 @@ def parquet_column_types(path: Path, columns: Sequence[str]) -> dict[str, str]:
     return types
 
 
-def decimals_as_floats(frame: Any, path: Path) -> Any:
-    """A Parquet file's decimal columns (a warehouse's NUMERIC(10, 2) prices) as float64, as a
-    model reads them, on either device: pandas gives Python ``Decimal`` objects, which every type
-    check takes for text, and cuDF its own decimal type. The schema says which (no rows read)."""
+def decimal_columns(path: Path, columns: Sequence[str]) -> list[str]:
+    """Those of ``columns`` a Parquet file (or a folder's first file) holds as decimals (a
+    warehouse's NUMERIC(10, 2) prices), which are read as float64, as a model reads them:
+    pandas gives Python ``Decimal`` objects, which every type check takes for text, and cuDF
+    its own decimal type. The schema says which; no rows are read."""
     import pyarrow.parquet as pq
 
     first = parquet_files(path)[:1] if path.is_dir() else [path]
     if not first:
-        return frame
-    schema = pq.read_schema(first[0])
-    decimals = [f.name for f in schema if f.name in frame.columns and str(f.type).startswith("decimal")]
-    for name in decimals:
-        frame[name] = frame[name].astype("float64")
-    return frame
+        return []
+    wanted = {str(c) for c in columns}
+    return [f.name for f in pq.read_schema(first[0]) if f.name in wanted and str(f.type).startswith("decimal")]
 
 
 def partitioned_sources(text: str | list[str]) -> list[Path]:
