@@ -164,8 +164,7 @@ def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) 
         if set(values) <= {"0", "1", "True", "False", "0.0", "1.0"}:
             return series.astype("int8")
         if len(values) == 1:
-            raise DataError(f"target column '{column}' has one value, {values[0]!r}, in every row; a binary "
-                            "classifier needs rows of two classes")
+            raise one_value(column, values[0])
         raise DataError(f"target column '{column}' has values {values[:10]}; set positive: to the one that means 1")
     if str(positive) not in values:
         raise DataError(f"positive value {positive!r} does not occur in target column '{column}' (values: {values[:10]})")
@@ -173,6 +172,13 @@ def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) 
     # named the class that means 1; the partitioned path labels the same way).
     warn_near_positive(values, positive, column)
     return (series == positive).astype("int8")
+
+
+def one_value(column: str, value: Any) -> DataError:
+    """A target with one value in every row: no model learns from it (CatBoost refused it with
+    "All train targets are equal"; a classifier, as a stage error naming no column)."""
+    return DataError(f"target column '{column}' has one value, {str(value)!r}, in every row: a model needs at least two "
+                     "different target values to learn from")
 
 
 def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
@@ -426,6 +432,9 @@ def split_frame(frame: Any, target: str, plan: SplitPlan | None = None, /, *, po
     resolved = resolve_task(original, backend, column=target, declared=task, positive=positive)
     labels = task_labels(original, resolved, backend, column=target)
     if resolved.kind == "regression":
+        low, high = backend.to_host(labels.min()), backend.to_host(labels.max())
+        if low == high:                  # in memory only: one partition of many may be constant
+            raise one_value(target, backend.to_host(original.iloc[:1]).tolist()[0])
         warn_float32_labels(labels, backend, column=target)
     if resolved.kind == "binary":
         check_two_classes(original, labels, backend, column=target)

@@ -82,6 +82,14 @@ def test_a_declared_regression_task_on_text_names_the_column():
         split_frame(frame_of(READMITTED * 10), "y", task="regression")
 
 
+@pytest.mark.parametrize("task", [None, "regression"])
+def test_a_constant_numeric_target_says_it_has_one_value(task):
+    """7.5 in every row: inferred, it was "a binary classifier needs rows of both classes";
+    declared regression, CatBoost failed the stage with "All train targets are equal"."""
+    with pytest.raises(DataError, match=r"target column 'y' has one value, '7.5', in every row: a model needs"):
+        split_frame(frame_of([7.5] * 40), "y", task=task)
+
+
 def test_a_regression_target_with_missing_values_names_the_column():
     values = [1.5, 2.5, np.nan, 4.0] * 10
     with pytest.raises(DataError, match="target column 'y' has 10 missing values"):
