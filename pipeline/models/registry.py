@@ -79,6 +79,9 @@ def trainable_model_named(model: str) -> str:
     """``model`` if a ``train`` stage can fit it, else a ValueError naming the closest one. Read
     when a config is validated, not at import: plugins register models later."""
     known = trainable_models()
+    if model in MODELS and model not in known:         # a model with a stage kind of its own
+        raise ValueError(f"model '{model}' is not fitted by a train stage: it is trained by its own stage kind; "
+                         f"train fits {', '.join(known)}")
     if model not in known:
         close = difflib.get_close_matches(model, known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""

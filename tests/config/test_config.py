@@ -125,3 +125,11 @@ def test_json_schema_lists_stage_kinds_and_ops():
     for kind in ("load", "split", "features", "train", "evaluate", "export", "python"):
         assert f"'{kind}'" in text
     assert "one_hot" in text and "random_forest" in text
+
+
+def test_a_model_with_a_stage_kind_of_its_own_in_a_train_stage_says_so():
+    """`mlp` is in the registry (auto's member, the torch stage's model): "unknown model" was wrong."""
+    text = MINIMAL + "  f:\n    kind: features\n    inputs: [split]\n  m:\n    kind: train\n    inputs: [f]\n    model: mlp\n"
+    (issue,) = issues_of(text)
+    assert issue.path == "stages.m.model"
+    assert "is not fitted by a train stage: it is trained by its own stage kind" in issue.message

@@ -321,7 +321,7 @@ def test_train_offers_only_trainable_models_with_a_suggestion(features):
                                          r"logistic_regression, "
                                          r"random_forest, ridge, xgboost\); did you mean 'xgboost'\?"):
         TrainSpec(kind="train", model="xgbost")
-    with pytest.raises(ValueError, match="unknown model 'mlp'"):
+    with pytest.raises(ValueError, match="model 'mlp' is not fitted by a train stage"):
         TrainSpec(kind="train", model="mlp")
     with pytest.raises(ValueError, match="trained by its own stage"):
         train_model(features, "mlp")
