@@ -174,6 +174,23 @@ def test_as_of_on_a_run_without_cutoff_stages_is_a_usage_error(tmp_path):
         predict_batch(result.run_dir, data, tmp_path / "s.csv", as_of=CUTOFF, device="cpu")
 
 
+def write_dated_rows(folder: Path, days: pd.DatetimeIndex, *, written: str, given: str,
+                     rng: np.random.Generator) -> pd.DataFrame:
+    """rows.csv (an id, ``days`` written as ``written``, a number, a label) and dates.yaml, whose
+    load reads the dates with the format ``given`` (YAML: a quoted format, or null)."""
+    rows = pd.DataFrame({"id": range(len(days)), "signup": days.strftime(written), "a": rng.normal(size=len(days)),
+                         "churn": (days.month > 6).astype(int)})
+    rows.to_csv(folder / "rows.csv", index=False)
+    (folder / "dates.yaml").write_text(
+        "name: dates\ndevice: cpu\nstages:\n"
+        f"  raw: {{kind: load, path: rows.csv, dates: {{signup: {given}}}}}\n"
+        "  split: {kind: split, inputs: [raw], target: churn, test: 0.25}\n"
+        "  features: {kind: features, inputs: [split], id: id, ops: [{date_diff: {columns: [signup], until: 2021-01-01}}]}\n"
+        "  logreg: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  export: {kind: export, inputs: [logreg], split: all}\n")
+    return rows
+
+
 def test_predict_reads_dates_with_the_runs_formats(tmp_path):
     """Day-first dates (03/04/2020 is 3 April): without the run's format, a reader guessing
     ISO-like layouts reads month first and every score moves."""
@@ -182,16 +199,7 @@ def test_predict_reads_dates_with_the_runs_formats(tmp_path):
     rng = np.random.default_rng(3)
     days = pd.Timestamp("2020-01-01") + pd.to_timedelta(rng.integers(0, 360, size=80), unit="D")
     days = days.insert(0, pd.Timestamp("2020-04-03"))[:80]         # first: 03/04/2020, either way round
-    rows = pd.DataFrame({"id": range(80), "signup": days.strftime("%d/%m/%Y"), "a": rng.normal(size=80),
-                         "churn": (days.month > 6).astype(int)})
-    rows.to_csv(tmp_path / "rows.csv", index=False)
-    (tmp_path / "dates.yaml").write_text(
-        "name: dates\ndevice: cpu\nstages:\n"
-        "  raw: {kind: load, path: rows.csv, dates: {signup: \"%d/%m/%Y\"}}\n"
-        "  split: {kind: split, inputs: [raw], target: churn, test: 0.25}\n"
-        "  features: {kind: features, inputs: [split], id: id, ops: [{date_diff: {columns: [signup], until: 2021-01-01}}]}\n"
-        "  logreg: {kind: train, inputs: [features], model: logistic_regression}\n"
-        "  export: {kind: export, inputs: [logreg], split: all}\n")
+    write_dated_rows(tmp_path, days, written="%d/%m/%Y", given='"%d/%m/%Y"', rng=rng)
     with working_directory(tmp_path):
         result = run_pipeline("dates.yaml", runs_dir=tmp_path / "runs")
         predict_batch(result.run_dir, "rows.csv", tmp_path / "scores.parquet", device="cpu")
@@ -210,16 +218,7 @@ def test_predict_reads_dates_with_the_layout_the_run_inferred(tmp_path):
 
     rng = np.random.default_rng(4)
     days = pd.Timestamp("2020-01-01") + pd.to_timedelta(rng.integers(0, 360, size=80), unit="D")
-    rows = pd.DataFrame({"id": range(80), "signup": days.strftime("%Y-%m-%d"), "a": rng.normal(size=80),
-                         "churn": (days.month > 6).astype(int)})
-    rows.to_csv(tmp_path / "rows.csv", index=False)
-    (tmp_path / "dates.yaml").write_text(
-        "name: dates\ndevice: cpu\nstages:\n"
-        "  raw: {kind: load, path: rows.csv, dates: {signup: null}}\n"
-        "  split: {kind: split, inputs: [raw], target: churn, test: 0.25}\n"
-        "  features: {kind: features, inputs: [split], id: id, ops: [{date_diff: {columns: [signup], until: 2021-01-01}}]}\n"
-        "  logreg: {kind: train, inputs: [features], model: logistic_regression}\n"
-        "  export: {kind: export, inputs: [logreg], split: all}\n")
+    rows = write_dated_rows(tmp_path, days, written="%Y-%m-%d", given="null", rng=rng)
     day_first = rows.assign(signup=days.strftime("%d/%m/%Y"))
     day_first.iloc[:20].to_csv(tmp_path / "new.csv", index=False)
     with working_directory(tmp_path):
