@@ -97,6 +97,9 @@ class ModelSpec:
     gpu_defaults: Mapping[str, Any] = field(default_factory=dict)
     seed_param: str | None = "random_state"
     supports_eval_set: bool = False
+    # Params that act on the evaluation set only (XGBoost's ``early_stopping_rounds``: its fit
+    # raises without one): refused at their key where the training has no valid rows.
+    eval_set_params: tuple[str, ...] = ()
     description: str = ""
     # Estimators for partitioned (Dask) data; None = this model cannot train distributed there.
     dask_cpu_class: str | None = None

@@ -21,7 +21,7 @@ from pipeline.stages.spec import (
 )
 from pipeline.stages.training.bagging import BAG_WITH_FOLDS, bag_model
 from pipeline.stages.training.cross_validation import cross_validate_model
-from pipeline.stages.training.trained import SplitScores, TrainedModel, train_model
+from pipeline.stages.training.trained import SplitScores, TrainedModel, eval_set_problem, train_model
 from pipeline.stages.training.tuning import RegistryTrainer, TuneSpec, run_search, tune_problems
 
 __all__ = ["EVAL_HISTORY", "SplitScores", "TrainSpec", "TrainedModel", "evaluation_rounds", "external_memory_models",
@@ -73,6 +73,9 @@ class TrainSpec(StageSpec):
         problems = tune_problems(self.tune, inputs)
         if self.bag and any(p.folds for p in inputs.values()):
             problems.append((("bag",), BAG_WITH_FOLDS))
+        if not self.bag and any(p.valid is False for p in inputs.values()):   # bag's members stop on their fold
+            problems += [(("params", name), eval_set_problem(name))
+                         for name in get_model_spec(self.model).eval_set_params if name in (self.params or {})]
         return problems
 
     @field_validator("model")

@@ -133,3 +133,4 @@ def test_a_model_with_a_stage_kind_of_its_own_in_a_train_stage_says_so():
     (issue,) = issues_of(text)
     assert issue.path == "stages.m.model"
     assert "is not fitted by a train stage: it is trained by its own stage kind" in issue.message
+

@@ -419,3 +419,21 @@ def test_every_shipped_config_passes_the_checks(project):
     for config in sorted(c for c in (project / "configs").glob("*.yaml") if c.name != "bench_churn.yaml"):
         proc = cli("validate", f"configs/{config.name}", cwd=project)
         assert proc.returncode == 0, (config.name, proc.stderr)
+
+
+@pytest.mark.parametrize(("split", "train", "refused"), [
+    ("", "", True),                                   # no valid rows
+    ("    valid: 0.25\n", "", False),
+    ("    folds: 2\n", "", True),                    # each fold trains to the end
+    ("", "    bag: 2\n", False),                     # a member stops on its own fold
+])
+def test_early_stopping_without_valid_rows_is_refused_at_its_key(small, split, train, refused):
+    """XGBoost's fit raised "Must have at least 1 validation dataset": a stage failure (exit 4)."""
+    text = config_text(SPLIT + split + "  f:\n    kind: features\n    inputs: [split]\n"
+                       "  m:\n    kind: train\n    inputs: [f]\n    model: xgboost\n"
+                       "    params: {early_stopping_rounds: 5}\n" + train)
+    found = issues_of(text, small)
+    if not refused:
+        assert found == [], found
+        return
+    assert len(found) == 1 and found[0].startswith("stages.m.params.early_stopping_rounds ") and "no valid rows" in found[0]

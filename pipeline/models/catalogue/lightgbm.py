@@ -50,6 +50,7 @@ LIGHTGBM = ModelSpec(
     cpu_defaults=_LGBM_DEFAULTS,
     gpu_defaults=_LGBM_DEFAULTS,
     supports_eval_set=True,
+    eval_set_params=("early_stopping_rounds",),
     fit_arguments=lightgbm_fit_arguments,
     description="gradient-boosted trees (LightGBM); categorical features split natively; trains on the "
                 "CPU on either device (its wheel has no CUDA build: a GPU run hands it a host copy)",

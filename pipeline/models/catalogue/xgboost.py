@@ -41,6 +41,7 @@ XGBOOST = ModelSpec(
     cpu_defaults={"tree_method": "hist", "device": "cpu"},
     gpu_defaults={"tree_method": "hist", "device": "cuda"},
     supports_eval_set=True,
+    eval_set_params=("early_stopping_rounds",),
     description="gradient-boosted trees (XGBoost; device='cuda' on GPU)",
     dask_cpu_class="xgboost.dask:DaskXGBClassifier",
     dask_gpu_class="xgboost.dask:DaskXGBClassifier",

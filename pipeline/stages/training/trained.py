@@ -148,7 +148,13 @@ def train_model(
     constructor = {**kwargs, **(estimator_kwargs or {})}
     steps = spec.fit_steps(constructor) if spec.fit_steps and progress is not None and not features.distributed \
         else None
-    fit_kwargs = spec.fit_kwargs(fit_inputs(features, spec, params or {}))
+    inputs = fit_inputs(features, spec, params or {})
+    if inputs.eval_set is None:
+        given = [p for p in spec.eval_set_params if p in (params or {})]
+        if given:
+            raise ConfigError([ConfigIssue(f"stages.{name}.params.{p}" if name else f"params.{p}", eval_set_problem(p))
+                               for p in given])
+    fit_kwargs = spec.fit_kwargs(inputs)
     started = time.perf_counter()
     with progress.bar(steps.total, steps.description) if steps and progress else nullcontext(None) as advance:
         attached = steps.attach(advance) if steps and advance is not None else {}
@@ -170,6 +176,12 @@ def train_model(
         name=name or model, model=model, estimator=estimator, features=features, scores=scores,
         params=kwargs, ignored_params=ignored, fit_seconds=fit_seconds, external_memory=streamed,
     )
+
+
+def eval_set_problem(param: str) -> str:
+    """Why ``param`` (one that acts on the evaluation set) cannot apply to a fit without one."""
+    return (f"{param} stops on the valid split, and these features have no valid rows (with folds, each fold "
+            "trains to the end): give the split valid: 0.1 (without folds), or remove it")
 
 
 def invalid_parameter_errors() -> tuple[type[BaseException], ...]:
