@@ -14,6 +14,7 @@ bins the scored rows against; the features work it out once for every model trai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from pipeline.core.errors import DataError
 from pipeline.runs.store import finite_or_null
 from pipeline.featuresets import FeatureSet
 from pipeline.runs.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
-from pipeline.stages.spec import StageContext, StageSpec, register_stage
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
 from pipeline.stages.training.trained import model_meta
 
@@ -34,6 +35,20 @@ class ExportSpec(StageSpec):
     split: Literal["test", "valid", "train", "all"] = Field("test", description="Rows to write predictions for.")
     models: bool = Field(True, description="Also save each model with its feature workflow.")
     min_inputs = 1
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """Models from different features stages: one predictions table needs one set of rows
+        (found at the export, after every model had trained, otherwise)."""
+        sources = {name: p.features for name, p in inputs.items()}
+        if len(sources) < 2 or None in sources.values():
+            return []
+        first = next(iter(sources.values()))
+        others = [name for name, source in sources.items() if source != first]
+        if not others:
+            return []
+        shown = ", ".join(f"{name}: {source}" for name, source in sources.items())
+        return [(("inputs",), f"export: all models must be trained on the same features stage to share one "
+                              f"predictions table ({shown}); export each features stage's models separately")]
 
 
 def _same_features(models: list[TrainedModel]) -> FeatureSet:

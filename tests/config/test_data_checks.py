@@ -437,3 +437,14 @@ def test_early_stopping_without_valid_rows_is_refused_at_its_key(small, split, t
         assert found == [], found
         return
     assert len(found) == 1 and found[0].startswith("stages.m.params.early_stopping_rounds ") and "no valid rows" in found[0]
+
+
+def test_an_export_of_models_from_two_features_stages_is_refused_at_validate(small):
+    """It trained every model and then failed at the export (exit 3)."""
+    features = "  {name}:\n    kind: features\n    inputs: [split]\n"
+    text = config_text(SPLIT + features.format(name="fa") + features.format(name="fb")
+                       + "  a:\n    kind: train\n    inputs: [fa]\n    model: logistic_regression\n"
+                       + "  b:\n    kind: train\n    inputs: [fb]\n    model: logistic_regression\n"
+                       + "  export:\n    kind: export\n    inputs: [a, b]\n")
+    found = issues_of(text, small)
+    assert len(found) == 1 and found[0].startswith("stages.export.inputs ") and "(a: fa, b: fb)" in found[0], found
