@@ -462,8 +462,14 @@ def split_frame(frame: Any, target: str, plan: SplitPlan | None = None, /, *, po
             else:
                 train_pos, valid_pos = rest, rest[:0]
         except ValueError as exc:
-            raise DataError(f"cannot split {len(y)} rows on target column '{target}' (rows per class: "
-                            f"{class_counts(original, backend)}): {exc}") from exc
+            # scikit-learn names classes by their position among the labels ("[3]"): the counts
+            # say which value, and what to do is said in the pipeline's own words.
+            counts = class_counts(original, backend)
+            few = [value for value, rows in counts.items() if rows < 3]
+            raise DataError(f"cannot split {len(y)} rows on target column '{target}' by class (rows per class: "
+                            f"{counts}): a stratified split needs at least 2 rows of every class in each part it "
+                            f"cuts" + (f", and {', '.join(map(repr, few))} has too few" if few else f" ({exc})")
+                            + "; add rows of it, drop those rows (a load filter), or set stratify: false") from exc
         advice = "use stratify: true, or more rows of the smaller class"
     check_training_classes(y[train_pos], resolved, original, backend, column=target, advice=advice)
     frames = {name: backend.take(frame, np.sort(pos)) for name, pos in zip(SPLITS, (train_pos, valid_pos, test_pos))}

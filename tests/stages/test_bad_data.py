@@ -64,6 +64,11 @@ def test_a_class_too_small_to_stratify_names_the_column_and_the_counts():
     frame = pd.DataFrame({"y": [0] * 9 + [1], "x": range(10)})
     with pytest.raises(DataError, match=r"'y'.*\{0: 9, 1: 1\}"):
         split_frame(frame, "y", test=0.2)
+    # The class by its value, not scikit-learn's position among the labels ("[3]").
+    classes = pd.DataFrame({"y": ["hi"] * 40 + ["lo"] * 40 + ["rare"] * 2, "x": range(82)})
+    with pytest.raises(DataError, match=r"'rare' has too few; add rows of it, .* or set stratify: false") as info:
+        split_frame(classes, "y", test=0.2, valid=0.1)
+    assert "[2]" not in str(info.value)
 
 
 def test_an_empty_table_and_a_missing_target_are_named():
