@@ -13,6 +13,7 @@ as ``module:Class`` strings so no entry imports a GPU library; the backend impor
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,6 +222,22 @@ class ModelSpec:
                 problems.append(f"unknown parameter '{key}' for model '{self.name}'{hint}")
         if self.param_rules is not None:
             problems += self.param_rules({k: v for k, v in params.items() if k in self.params})
+        named = [k for k in params if k in self.params and not any(k in problem for problem in problems)]
+        return problems + self.value_problems({k: params[k] for k in named})   # one message a key
+
+    def value_problems(self, params: Mapping[str, Any]) -> list[str]:
+        """Text (or true/false) where the CPU estimator's constructor annotates a number
+        (``n_estimators: abc``): XGBoost and LightGBM check a value's type only as they fit, a
+        stage failure naming no key. Read from the annotations; a parameter without one, or an
+        estimator that does not import here, is not checked."""
+        path = next((self.class_path("cpu", task=task) for task in self.tasks if self.class_path("cpu", task=task)),
+                    None)
+        numbers = _annotated_numbers(path) if path else {}
+        problems = []
+        for key, value in params.items():
+            kind = numbers.get(self.params[key][0] or "")
+            if kind and (isinstance(value, bool) or not isinstance(value, (int, float))) and value is not None:
+                problems.append(f"parameter '{key}' of model '{self.name}' takes {kind}, not {value!r}")
         return problems
 
     def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None,
@@ -265,3 +282,39 @@ MODELS: dict[str, ModelSpec] = {}
 def models_for(task: str) -> list[str]:
     """Names a ``train`` stage accepts that serve ``task`` (binary, multiclass, regression)."""
     return sorted(name for name, spec in MODELS.items() if spec.trainable and spec.serves(task))
+
+
+@functools.lru_cache(maxsize=64)
+def _annotated_numbers(path: str) -> dict[str, str]:
+    """Constructor parameters of the class at ``module:Class`` annotated as a number (``int``,
+    ``float``, or either or None), over its base classes (XGBoost's classifier passes its
+    ``**kwargs`` to ``XGBModel``): name -> "an integer" or "a number"."""
+    import importlib
+    import inspect
+    import types
+    import typing
+
+    module, _, name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return {}
+    found: dict[str, str] = {}
+    for klass in reversed(inspect.getmro(cls)):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            hints = typing.get_type_hints(init)
+        except Exception:                      # an annotation that does not resolve here: not checked
+            continue
+        for param, hint in hints.items():
+            args = set(typing.get_args(hint)) - {type(None)} if typing.get_origin(hint) in (typing.Union,
+                                                                                              types.UnionType) else {hint}
+            if args == {int}:
+                found[param] = "an integer"
+            elif args and args <= {int, float}:
+                found[param] = "a number"
+            else:
+                found.pop(param, None)
+    return found
