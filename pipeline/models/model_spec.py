@@ -222,20 +222,20 @@ class ModelSpec:
                 problems.append(f"unknown parameter '{key}' for model '{self.name}'{hint}")
         if self.param_rules is not None:
             problems += self.param_rules({k: v for k, v in params.items() if k in self.params})
-        named = [k for k in params if k in self.params and not any(k in problem for problem in problems)]
-        return problems + self.value_problems({k: params[k] for k in named})   # one message a key
+        return problems
 
     def value_problems(self, params: Mapping[str, Any]) -> list[str]:
         """Text (or true/false) where the CPU estimator's constructor annotates a number
-        (``n_estimators: abc``): XGBoost and LightGBM check a value's type only as they fit, a
-        stage failure naming no key. Read from the annotations; a parameter without one, or an
-        estimator that does not import here, is not checked."""
+        (``n_estimators: abc``): XGBoost and LightGBM check a value's type only deep in their
+        fit, a TypeError naming no key. Read from the annotations, so it imports the model's
+        library: ``train`` asks it before fitting, not ``validate`` (which imports none). A
+        parameter without an annotation, or an estimator that does not import, is not checked."""
         path = next((self.class_path("cpu", task=task) for task in self.tasks if self.class_path("cpu", task=task)),
                     None)
         numbers = _annotated_numbers(path) if path else {}
         problems = []
         for key, value in params.items():
-            kind = numbers.get(self.params[key][0] or "")
+            kind = numbers.get(self.params[key][0] or "") if key in self.params else None
             if kind and (isinstance(value, bool) or not isinstance(value, (int, float))) and value is not None:
                 problems.append(f"parameter '{key}' of model '{self.name}' takes {kind}, not {value!r}")
         return problems

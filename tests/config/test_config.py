@@ -135,17 +135,3 @@ def test_a_model_with_a_stage_kind_of_its_own_in_a_train_stage_says_so():
     assert "is not fitted by a train stage: it is trained by its own stage kind" in issue.message
 
 
-
-@pytest.mark.parametrize(("model", "params", "message"), [
-    ("xgboost", "{n_estimators: abc}", "parameter 'n_estimators' of model 'xgboost' takes an integer, not 'abc'"),
-    ("lightgbm", "{learning_rate: fast}", "parameter 'learning_rate' of model 'lightgbm' takes a number, not 'fast'"),
-    ("xgboost", "{max_depth: true}", "parameter 'max_depth' of model 'xgboost' takes an integer, not True"),
-])
-def test_a_parameter_value_that_is_not_a_number_is_refused_at_validate(model, params, message):
-    """XGBoost and LightGBM check a value's type only as they fit: a stage failure (exit 4) whose
-    TypeError named no key."""
-    text = MINIMAL + f"  f:\n    kind: features\n    inputs: [split]\n  m:\n    kind: train\n    inputs: [f]\n" \
-                     f"    model: {model}\n    params: {params}\n"
-    (issue,) = issues_of(text)
-    assert issue.path == "stages.m.params" and message in issue.message
-    assert load_config(text=text.replace(params, "{n_estimators: 5, max_depth: null}"))

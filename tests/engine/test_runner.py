@@ -124,3 +124,15 @@ def test_a_model_param_value_scikit_learn_refuses_is_a_config_error_at_its_key(i
     (issue,) = info.value.issues
     assert issue.path == "stages.logreg.params" and "The 'C' parameter of LogisticRegression" in issue.message
     assert info.value.exit_code == 2 and info.value.stage == "logreg"
+
+
+@pytest.mark.parametrize(("model", "params", "message"), [
+    ("xgb", "n_estimators=abc", "parameter 'n_estimators' of model 'xgboost' takes an integer, not 'abc'"),
+    ("xgb", "learning_rate=fast", "parameter 'learning_rate' of model 'xgboost' takes a number, not 'fast'"),
+])
+def test_text_where_xgboost_takes_a_number_is_a_config_error_before_the_fit(in_project, model, params, message):
+    """XGBoost checks a value's type deep in its fit: a TypeError naming no key (exit 4)."""
+    with pytest.raises(ConfigError) as info:
+        run_pipeline("configs/churn.yaml", overrides=[*FAST, f"stages.{model}.params.{params}"], until=[model])
+    (issue,) = info.value.issues
+    assert issue.path == f"stages.{model}.params" and message in issue.message and info.value.exit_code == 2

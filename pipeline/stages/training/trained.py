@@ -136,6 +136,9 @@ def train_model(
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
+    wrong = spec.value_problems(params or {})
+    if wrong:                             # before the fit, which would raise a TypeError naming no key
+        raise ConfigError([ConfigIssue(f"stages.{name}.params" if name else "params", problem) for problem in wrong])
     task = features.task
     refused = spec.task_problems(task.kind, params or {})
     if refused:
