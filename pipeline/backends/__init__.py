@@ -22,7 +22,7 @@ from pipeline.core.errors import BackendUnavailable
 
 __all__ = [
     "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",
-    "backend_for", "cluster_client", "compute_lazy", "estimator_output", "get_backend", "has_cluster",
+    "backend_for", "cluster_client", "is_frame", "compute_lazy", "estimator_output", "get_backend", "has_cluster",
     "is_partitioned", "resolve_backend", "scores_for_task",
 ]
 
@@ -65,6 +65,12 @@ def backend_for(data: object, backend: Backend | str | None = None) -> Backend:
     module = type(data).__module__.split(".")[0]
     return get_backend("cpu" if module in ("pandas", "numpy") else "gpu")
 
+
+
+def is_frame(data: object) -> bool:
+    """Whether ``data`` is an in-memory frame of one of the backends (pandas or cuDF), the
+    type ``backend_for`` can tell a device from; anything else (a dict, an array) is not."""
+    return type(data).__module__.split(".")[0] in ("pandas", "cudf") and hasattr(data, "columns")
 
 
 def resolve_backend(requested: str = "auto") -> tuple[Backend, DeviceChoice]:

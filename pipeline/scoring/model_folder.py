@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.backends import FEW_ROWS_MODULE, Backend, backend_for, get_backend
+from pipeline.backends import FEW_ROWS_MODULE, Backend, backend_for, get_backend, is_frame
 from pipeline.scoring.columns import CLASS_COLUMNS_KEY, class_column_map, empty_scores, task_columns
 from pipeline.core.errors import DataError, UsageError
 from pipeline.features import FeatureWorkflow
@@ -90,10 +90,9 @@ class SavedModel:
         workflow, which names it."""
         from pipeline.scoring.input_rows import check_types
 
-        module = type(frame).__module__
-        if module == FEW_ROWS_MODULE:                 # the server's NumPy columns, typed already
+        if type(frame).__module__ == FEW_ROWS_MODULE:     # the server's NumPy columns, typed already
             return frame
-        if module.split(".")[0] not in ("pandas", "cudf") or not hasattr(frame, "columns"):
+        if not is_frame(frame):
             raise UsageError(f"score takes a DataFrame of raw rows (pandas, or cuDF on a GPU), got "
                              f"{type(frame).__name__}; build one first, e.g. pandas.DataFrame(rows) or "
                              "pandas.read_csv(path)")
