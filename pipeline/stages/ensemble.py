@@ -42,15 +42,16 @@ _ZERO = 1e-9
 ON_VALID_NEEDS_VALID = "ensemble: on: valid needs a valid split; set valid: > 0 on the split stage"
 
 
-def mixed_features(sources: Mapping[str, Any]) -> str | None:
-    """The message when the members (name -> the features it was trained on) do not share one
-    feature set: averaging scores needs the same rows; None when they do."""
+def mixed_features(sources: Mapping[str, Any], kind: str = "ensemble") -> str | None:
+    """The message when the models (name -> the features it was trained on) do not share one
+    feature set, which a ``kind`` stage that lines their rows up needs (averaging scores, one
+    predictions table); None when they do."""
     first = next(iter(sources.values()))
     others = [name for name, source in sources.items() if source != first]
     if not others:
         return None
     same = [name for name, source in sources.items() if source == first]
-    return (f"ensemble: all models must be trained on the same features stage; {', '.join(others)} "
+    return (f"{kind}: all models must be trained on the same features stage; {', '.join(others)} "
             f"read other features than {', '.join(same)}")
 
 

@@ -25,6 +25,7 @@ from pipeline.core.errors import DataError
 from pipeline.runs.store import finite_or_null
 from pipeline.featuresets import FeatureSet
 from pipeline.runs.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
+from pipeline.stages.ensemble import mixed_features
 from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.stages.train import TrainedModel
 from pipeline.stages.training.trained import model_meta
@@ -42,13 +43,12 @@ class ExportSpec(StageSpec):
         sources = {name: p.features for name, p in inputs.items()}
         if len(sources) < 2 or None in sources.values():
             return []
-        first = next(iter(sources.values()))
-        others = [name for name, source in sources.items() if source != first]
-        if not others:
+        mixed = mixed_features(sources, "export")
+        if mixed is None:
             return []
         shown = ", ".join(f"{name}: {source}" for name, source in sources.items())
-        return [(("inputs",), f"export: all models must be trained on the same features stage to share one "
-                              f"predictions table ({shown}); export each features stage's models separately")]
+        return [(("inputs",), f"{mixed}, so they cannot share one predictions table ({shown}); export each "
+                              "features stage's models separately")]
 
 
 def _same_features(models: list[TrainedModel]) -> FeatureSet:
