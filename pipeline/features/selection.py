@@ -96,20 +96,16 @@ def numbers_read_as_text(frame: Any, names: Sequence[str], backend: Backend) -> 
     numbers: a column of numbers that one stray word ('12a') made text, which a type selector
     then takes as categorical (a one-hot column per number). (name, values that are not
     numbers, values looked at, the first of them) for each."""
-    import pandas as pd
-
     from pipeline.core.dtypes import dtype_kind
+    from pipeline.features.ops.op_support import values_not_numbers
 
     found = []
     for name in names:
         if dtype_kind(frame[name].dtype) != "text":
             continue
-        text = pd.Series(backend.to_host(frame[name].head(NUMBERS_SAMPLE))).dropna().astype(str)
-        if text.empty:
-            continue
-        bad = text[pd.to_numeric(text.str.strip(), errors="coerce").isna()]
-        if 0 < len(bad) <= (1 - NUMBERS_SHARE) * len(text):
-            found.append((name, len(bad), len(text), bad.iloc[0]))
+        bad, present, first = values_not_numbers(frame[name].head(NUMBERS_SAMPLE), backend)
+        if 0 < bad <= (1 - NUMBERS_SHARE) * present:
+            found.append((name, bad, present, first))
     return found
 
 

@@ -69,19 +69,27 @@ def require_numeric(op: str, col: str, series: Any, backend: Backend) -> Any:
     return series
 
 
-def not_numbers(series: Any, backend: Backend) -> str:
-    """Which values kept a column of numbers from reading as numbers ("12a", a header line
-    repeated where two files were joined), on the error's path only: how many, and the first."""
+def values_not_numbers(series: Any, backend: Backend) -> tuple[int, int, str | None]:
+    """(values that do not read as numbers, values present, the first of the former) of a
+    column on the host: what kept a column of numbers from reading as numbers ("12a", a header
+    line repeated where two files were joined)."""
     import pandas as pd
 
     host = pd.Series(backend.to_host(series)).dropna()
     if host.empty or host.dtype == bool:
-        return ""
+        return 0, 0, None
     text = host.astype(str)
     bad = text[pd.to_numeric(text.str.strip(), errors="coerce").isna()]
-    if len(bad) == len(text):
-        return ""                                     # text throughout: a column of words, not numbers
-    return (f": {len(bad):,} of its {len(text):,} values are not numbers (the first: {bad.iloc[0]!r}); if they "
+    return len(bad), len(text), (bad.iloc[0] if len(bad) else None)
+
+
+def not_numbers(series: Any, backend: Backend) -> str:
+    """The part of an error that says which values are not numbers, on the error's path only;
+    empty for a column of words (every value), which its dtype says enough about."""
+    bad, present, first = values_not_numbers(series, backend)
+    if not bad or bad == present:
+        return ""
+    return (f": {bad:,} of its {present:,} values are not numbers (the first: {first!r}); if they "
             "stand for missing, add them to the load's na_values, else fix them in the data")
 
 
