@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -168,12 +169,7 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
     not): the first non-blank line of a CSV (read with ``dialect``'s separator and encoding),
     the schema of a Parquet file."""
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return [str(n) for n in pq.read_schema(path).names]
-        except read_errors() as exc:
-            raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+        return [str(n) for n in parquet_schema(path).names]
     try:
         with open(path, newline="", encoding=dialect.text_encoding) as fh:
             row = next((r for r in csv.reader(fh, delimiter=dialect.sep) if r), None)
@@ -190,39 +186,38 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
     return row
 
 
+def parquet_schema(path: Path) -> Any:
+    """A Parquet file's schema (its footer only; no rows read), or a DataError naming it."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(path)
+    except read_errors() as exc:
+        raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+
+
 def nested_columns(path: Path, columns: Sequence[str]) -> dict[str, str]:
     """Those of ``columns`` that a Parquet file holds as lists, structs or maps, with their
     types: the readers give them as Python objects, which no op or model reads as a value."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    try:
-        schema = pq.read_schema(path)
-    except read_errors() as exc:
-        raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
     wanted = set(columns)
-    return {f.name: str(f.type) for f in schema if f.name in wanted and pa.types.is_nested(f.type)}
+    return {f.name: str(f.type) for f in parquet_schema(path) if f.name in wanted and pa.types.is_nested(f.type)}
 
 
 def parquet_column_types(path: Path, columns: Sequence[str]) -> dict[str, str]:
-    """The pandas dtype each of ``columns`` has in a Parquet file's schema, without reading its
-    rows (a column the file lacks is left out)."""
-    import pyarrow.parquet as pq
-
-    try:
-        schema = pq.read_schema(path)
-    except read_errors() as exc:
-        raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
+    """The pandas dtype each of ``columns`` has as the readers give it from a Parquet file's
+    schema (decimals as float64: ``decimal_columns``), without reading its rows (a column the
+    file lacks is left out)."""
     wanted = set(columns)
     types: dict[str, str] = {}
-    for field in schema:
-        if field.name in wanted and str(field.type).startswith("decimal"):
-            types[field.name] = "float64"                # read as floats (``decimal_columns``)
-        elif field.name in wanted:
-            try:
-                types[field.name] = np.dtype(field.type.to_pandas_dtype()).name
-            except (NotImplementedError, TypeError):     # no NumPy dtype of its own (nested, ...)
-                types[field.name] = "object"
+    for field in parquet_schema(path):
+        if field.name not in wanted:
+            continue
+        try:
+            types[field.name] = "float64" if _is_decimal(field) else np.dtype(field.type.to_pandas_dtype()).name
+        except (NotImplementedError, TypeError):         # no NumPy dtype of its own (nested, ...)
+            types[field.name] = "object"
     return types
 
 
@@ -231,13 +226,15 @@ def decimal_columns(path: Path, columns: Sequence[str]) -> list[str]:
     warehouse's NUMERIC(10, 2) prices), which are read as float64, as a model reads them:
     pandas gives Python ``Decimal`` objects, which every type check takes for text, and cuDF
     its own decimal type. The schema says which; no rows are read."""
-    import pyarrow.parquet as pq
-
     first = parquet_files(path)[:1] if path.is_dir() else [path]
-    if not first:
-        return []
     wanted = {str(c) for c in columns}
-    return [f.name for f in pq.read_schema(first[0]) if f.name in wanted and str(f.type).startswith("decimal")]
+    return [f.name for f in parquet_schema(first[0]) if f.name in wanted and _is_decimal(f)] if first else []
+
+
+def _is_decimal(field: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_decimal(field.type)
 
 
 def partitioned_sources(text: str | list[str]) -> list[Path]:
