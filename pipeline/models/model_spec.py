@@ -230,8 +230,7 @@ class ModelSpec:
         fit, a TypeError naming no key. Read from the annotations, so it imports the model's
         library: ``train`` asks it before fitting, not ``validate`` (which imports none). A
         parameter without an annotation, or an estimator that does not import, is not checked."""
-        path = next((self.class_path("cpu", task=task) for task in self.tasks if self.class_path("cpu", task=task)),
-                    None)
+        path = next(filter(None, (self.class_path("cpu", task=task) for task in self.tasks)), None)
         numbers = _annotated_numbers(path) if path else {}
         problems = []
         for key, value in params.items():
