@@ -193,17 +193,20 @@ def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
                     ", ".join(map(repr, near)), positive)
 
 
-def warn_float32_labels(labels: Any, backend: Backend, *, column: str) -> None:
-    """XGBoost and LightGBM hold labels as float32 (7 digits), and scikit-learn's ridge casts
-    them to the float32 feature matrix's type: a target whose values are large against their
-    spread (1e12 + 1e4 * x) loses its spread there, and those models learn steps of 65,536.
-    The labels and every metric stay float64; the warning says what to do."""
+def check_regression_labels(labels: Any, backend: Backend, *, column: str) -> None:
+    """One pass over the labels on the host: a target with one value is refused (``one_value``),
+    and one whose values are large against their spread is named. XGBoost and LightGBM hold
+    labels as float32 (7 digits), and scikit-learn's ridge casts them to the float32 feature
+    matrix's type: 1e12 + 1e4 * x loses its spread there, and those models learn steps of
+    65,536. The labels and every metric stay float64; the warning says what to do."""
     values = np.asarray(backend.to_host(labels), dtype="float64")
     if not values.size:
         return
+    if values.min() == values.max():
+        raise one_value(column, f"{values[0]:g}")
     spread, largest = float(values.std()), float(np.abs(values).max())
     step = float(np.spacing(np.float32(largest)))
-    if spread > 0 and step > 1e-3 * spread:
+    if step > 1e-3 * spread:
         log.warning("target column '%s': its values (up to %.6g) are large against their spread (std %.6g): "
                     "models that hold labels as float32 (XGBoost, LightGBM, ridge) see steps of %.6g; subtract a constant "
                     "from the target (a python stage) or predict a difference", column, largest, spread, step)
@@ -431,11 +434,8 @@ def split_frame(frame: Any, target: str, plan: SplitPlan | None = None, /, *, po
     original = frame[target]
     resolved = resolve_task(original, backend, column=target, declared=task, positive=positive)
     labels = task_labels(original, resolved, backend, column=target)
-    if resolved.kind == "regression":
-        low, high = backend.to_host(labels.min()), backend.to_host(labels.max())
-        if low == high:                  # in memory only: one partition of many may be constant
-            raise one_value(target, backend.to_host(original.iloc[:1]).tolist()[0])
-        warn_float32_labels(labels, backend, column=target)
+    if resolved.kind == "regression":     # in memory only: one partition of many may be constant
+        check_regression_labels(labels, backend, column=target)
     if resolved.kind == "binary":
         check_two_classes(original, labels, backend, column=target)
     frame = frame.assign(**{target: labels})
