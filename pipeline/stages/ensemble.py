@@ -185,8 +185,7 @@ def ensemble_model(models: list[TrainedModel], features: FeatureSet, chosen: np.
                    fitted_on: str, fit: dict[str, Any]) -> EnsembleModel:
     """The ensemble of ``models`` with the weights ``chosen`` (one per model, summing to 1),
     fitted on the rows ``fitted_on`` names (``fit``: the record of that fit)."""
-    # Imported here: export registers its kind when imported, after this one (data-flow order).
-    from pipeline.stages.export import model_meta
+    from pipeline.stages.training.trained import model_meta     # where export takes it from too
 
     weights = [float(w) for w in chosen]
     estimator = Ensemble([EnsembleMember(m.name, m.model, m.estimator, w, {**model_meta(m), **m.export_meta()})
