@@ -76,6 +76,11 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
             continue
         log.info("feature ops[%d] (%s): %s -> %s", position, op.op, words, ", ".join(names))
         for name, count, total, first in numbers_read_as_text(current, names, backend):
+            if not count:
+                log.warning("feature ops[%d] (%s): column '%s' is text, but every value looked at is a number; "
+                            "integers past int64 such as %s are read as text: set the column's dtype to float64 "
+                            "in the load's dtypes to type it as numeric", position, op.op, name, first)
+                continue
             log.warning("feature ops[%d] (%s): column '%s' is text, but %s of the %s values looked at are numbers "
                         "(the first that is not: %r); fix the values, or add the placeholder to the load's "
                         "na_values, to type it as numeric", position, op.op, name, f"{total - count:,}",
@@ -103,10 +108,27 @@ def numbers_read_as_text(frame: Any, names: Sequence[str], backend: Backend) -> 
     for name in names:
         if dtype_kind(frame[name].dtype) != "text":
             continue
-        bad, present, first = values_not_numbers(frame[name].head(NUMBERS_SAMPLE), backend)
+        head = frame[name].head(NUMBERS_SAMPLE)
+        bad, present, first = values_not_numbers(head, backend)
         if 0 < bad <= (1 - NUMBERS_SHARE) * present:
             found.append((name, bad, present, first))
+        elif present and not bad:
+            long = _integer_past_int64(head, backend)
+            if long is not None:
+                found.append((name, 0, present, long))
     return found
+
+
+def _integer_past_int64(series: Any, backend: Backend) -> str | None:
+    """The first value of a column of numbers that is an integer past int64: a CSV reader keeps
+    the whole column as text for it (the value, as written), or None."""
+    import pandas as pd
+
+    for value in pd.Series(backend.to_host(series)).dropna():
+        text = str(value).strip()
+        if text.lstrip("+-").isdigit() and abs(int(text)) >= 2**63:
+            return text
+    return None
 
 
 def _named(op: FeatureOp) -> set[str]:

@@ -142,7 +142,9 @@ def _header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list
 def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Path, fmt: str) -> Any:
     """A column numeric at fit must be numeric now, and a text column text; a column with no
     values at all is accepted and cast to its fit-time kind."""
-    problems, text_now = [], False
+    from pipeline.features.ops.op_support import values_not_numbers
+
+    problems, blanks = [], False
     for column, fit_dtype in fitted.items():
         series = frame[column]
         numeric_now = backend.is_numeric(series)
@@ -151,14 +153,24 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
             # it the fit-time kind so the ops see the type they were fitted on.
             frame[column] = series.astype("float64" if is_number_or_bool(fit_dtype) else "str")
         elif is_number_or_bool(fit_dtype):
-            if not numeric_now:
-                problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit")
-                text_now = True
+            if numeric_now:
+                continue
+            bad, present, first = values_not_numbers(series, backend)
+            if not bad and fmt == "csv":
+                # Every value is a number, yet the reader kept text: integers past int64
+                # (99999999999999999999), which it keeps as text; scored as the floats they are,
+                # as the same value written 1e20 is (and as the server scores it).
+                frame[column] = series.astype("float64")
+                continue
+            detail = (f": {bad:,} of its {present:,} values are not numbers (the first: {first!r})"
+                      if bad and bad < present else "")
+            problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit{detail}")
+            blanks = blanks or (first is not None and not str(first).strip())
         elif numeric_now:
             problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} (text) at fit")
     if problems:
         hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
-                if text_now and fmt == "csv" else "")
+                if blanks and fmt == "csv" else "")
         raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
     check_finite(frame, [c for c, dtype in fitted.items() if is_number_or_bool(dtype)], backend, source=source)
     return frame

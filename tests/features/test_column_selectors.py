@@ -376,3 +376,18 @@ def test_numbers_made_text_by_a_stray_word_are_named_when_a_selector_takes_them(
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("column 'tenure' is text, but" in m and "'12a'" in m for m in warned), warned
     assert not any("'plan'" in m for m in warned)               # words with no number among them: no warning
+
+
+def test_integers_past_int64_that_made_a_column_text_are_named_when_a_selector_takes_them(caplog):
+    """A CSV reader keeps a column holding 99999999999999999999 as text although every value is a
+    number: {type: categorical} one-hot encoded tenure without a word; now the resolution warns,
+    naming the value and the dtype to set. Numbers pinned as text (zip codes) are not named."""
+    frame = table(200).drop(columns=["signup"]).assign(tenure=lambda t: t["tenure"].astype(str),
+                                                       zip=lambda t: [f"{i:05d}" for i in range(len(t))])
+    frame.loc[7, "tenure"] = "99999999999999999999"
+    with caplog.at_level("WARNING"):
+        fitted([{"one_hot": {"columns": {"type": "categorical"}}}, {"fill_missing": {"columns": ["amount_paid"]}}], frame)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("column 'tenure' is text, but every value" in m and "99999999999999999999" in m
+               and "float64" in m for m in warned), warned
+    assert not any("'zip'" in m for m in warned), warned

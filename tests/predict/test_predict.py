@@ -155,6 +155,31 @@ def test_wrong_dtype_exit_3_names_the_column(churn_run, tmp_path):
     assert not out.exists()
 
 
+def test_wrong_dtype_names_the_first_value_that_is_not_a_number(churn_run, tmp_path):
+    rows = churn_run["test_rows"].copy()
+    rows.loc[3, "tenure"] = "twelve"
+    with pytest.raises(DataError, match=r"'tenure' is \S+ now, int64 at fit: 1 of its \S+ values are not numbers "
+                                        r"\(the first: 'twelve'\)"):
+        predict_batch(churn_run["run_dir"], write_rows(rows, tmp_path / "new.csv"), tmp_path / "s.csv",
+                      na_values=[" "], device="cpu")
+
+
+def test_integers_past_int64_in_a_numeric_column_are_scored_as_the_numbers_they_are(churn_run, tmp_path):
+    """A CSV reader keeps 99999999999999999999 (past int64) as text, so the column came back as
+    text and predict refused it (exit 3, with a hint about blank placeholders), while the same
+    value written 1e20 was scored: both now score, the same."""
+    rows = churn_run["test_rows"].iloc[:20].copy()
+    rows.loc[3, "tenure"] = "99999999999999999999"
+    predict_batch(churn_run["run_dir"], write_rows(rows, tmp_path / "long.csv"), tmp_path / "long.csv.out.csv",
+                  na_values=[" "], device="cpu", model="xgb")
+    rows.loc[3, "tenure"] = "1e20"
+    predict_batch(churn_run["run_dir"], write_rows(rows, tmp_path / "float.csv"), tmp_path / "float.csv.out.csv",
+                  na_values=[" "], device="cpu", model="xgb")
+    long, floats = pd.read_csv(tmp_path / "long.csv.out.csv"), pd.read_csv(tmp_path / "float.csv.out.csv")
+    pd.testing.assert_frame_equal(long, floats)
+    assert len(long) == 20
+
+
 @pytest.mark.parametrize("nested", [[{"a": "One year"}], [["One year"]]], ids=["struct", "list"])
 def test_nested_values_in_a_parquet_feature_are_a_data_error(churn_run, tmp_path, nested):
     """A struct column where text was: both are ``object`` to pandas, so the type check let it
