@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.featuresets import FeatureSet
 from pipeline.models import MODELS, checked_params, get_model_spec, trainable_model_named, trainable_models
 from pipeline.backends.headers import HeaderReader
@@ -163,6 +164,7 @@ def train_uses(spec: TrainSpec) -> list[Any]:
 def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
     params, tuning = dict(spec.params), None
     if spec.tune is not None:             # tune: search first, then train the best params as any others
+        _check_space_values(spec, ctx.stage)
         tuning = run_search(spec.tune, RegistryTrainer(train_model, spec.model, spec.params, seed=ctx.seed,
                                                        external_memory=spec.external_memory),
                             only_input(inputs), ctx)
@@ -192,6 +194,17 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
         cross_validate_model(ctx, trained, lambda fold: train_model(
             fold, spec.model, params, seed=ctx.seed, name=ctx.stage).scores["valid"])
     return trained
+
+
+def _check_space_values(spec: TrainSpec, stage: str) -> None:
+    """Text where the model takes a number in a ``tune: space`` (``choice: [0.1, fast]``), before
+    the first trial: each trial that drew it failed alone, and the search went on without a word
+    of it. Checked here, not at validate, as ``train_model`` checks params (it imports the
+    model's library)."""
+    model = get_model_spec(spec.model)
+    problems = spec.tune.value_problems(lambda key, value: "; ".join(model.value_problems({key: value})) or None)
+    if problems:
+        raise ConfigError([ConfigIssue(f"stages.{stage}.tune", problem) for problem in problems])
 
 
 def _oof_metrics(trained: TrainedModel) -> dict[str, float]:

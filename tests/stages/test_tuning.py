@@ -214,6 +214,21 @@ def test_the_stage_trains_the_winner_and_records_the_search(features, tmp_path):
     assert list(table["number"]) == list(range(6)) and set(table.columns) >= {"state", "roc_auc", "max_depth"}
 
 
+def test_text_where_the_model_takes_a_number_in_the_space_is_refused_before_any_trial(features, tmp_path):
+    """Each trial that drew 'fast' failed alone (state FAIL) and the search went on: the stage
+    succeeded with a typo in its space and no word of it."""
+    spec = TrainSpec.model_validate({
+        "kind": "train", "inputs": ["f"], "model": "xgboost", "params": XGB,
+        "tune": {"trials": 4, "space": {"max_depth": {"int": [2, 4]}, "learning_rate": {"choice": [0.1, "fast"]}}}})
+    ctx = stage_ctx(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        run_train(spec, ctx, {"f": features})
+    (issue,) = info.value.issues
+    assert issue.path == "stages.m.tune" and "space.learning_rate: 'fast'" in issue.message
+    assert "takes a number" in issue.message and info.value.exit_code == 2
+    assert "tuning" not in ctx.facts
+
+
 def test_a_metric_of_another_task_and_a_split_without_valid_rows_are_refused(features):
     space = {"max_depth": {"int": [2, 4]}}
     with pytest.raises(ConfigError, match="'rmse' does not apply to binary"):
