@@ -303,7 +303,7 @@ class Backend(ABC):
     def predict_scores(self, estimator: Any, X: Any, task: Task = BINARY) -> np.ndarray:
         """Scores in the task's shape (``pipeline.core.problems``), host float64: the positive class's
         probability (binary), the probability matrix (multiclass), the prediction (regression)."""
-        return scores_for_task(self.to_host(estimator_output(estimator, X, task)), task, estimator)
+        return scores_for_task(self.to_host(estimator_output(estimator, X, task)), task, estimator, rows=_rows(X))
 
     def to_portable_estimator(self, estimator: Any) -> Any:
         """The fitted estimator as the CPU library's own (what a model file stores, so it loads
@@ -351,3 +351,10 @@ def instance_of(cls: type[Backend]) -> Backend:
         apply_page_policy()
         _INSTANCES[cls] = cls()
     return _INSTANCES[cls]
+
+
+def _rows(X: Any) -> int | None:
+    """How many rows ``X`` holds where its shape says (None for a lazy collection of unknown length)."""
+    shape = getattr(X, "shape", None)
+    first = shape[0] if shape else None
+    return int(first) if isinstance(first, (int, np.integer)) else None

@@ -60,8 +60,9 @@ def estimator_output(estimator: Any, X: Any, task: Task) -> Any:
     return estimator.predict(X) if task.kind == "regression" else estimator.predict_proba(X)
 
 
-def scores_for_task(output: Any, task: Task, estimator: Any = None) -> np.ndarray:
-    """A host ``predict`` / ``predict_proba`` result in the task's score shape, float64.
+def scores_for_task(output: Any, task: Task, estimator: Any = None, rows: int | None = None) -> np.ndarray:
+    """A host ``predict`` / ``predict_proba`` result in the task's score shape, float64, checked
+    (``check_scores``: ``rows`` of them where the caller knows how many it asked for).
 
     A multiclass model must score every class of the task, in code order: one fitted on a
     training split that lacked a class has fewer columns, and the message names the classes
@@ -69,13 +70,46 @@ def scores_for_task(output: Any, task: Task, estimator: Any = None) -> np.ndarra
     """
     scores = np.asarray(output, dtype="float64")
     if task.kind == "regression":
-        return scores.reshape(-1) if scores.ndim == 2 and scores.shape[1] == 1 else scores
-    if task.kind == "binary":
-        return scores[:, 1] if scores.ndim == 2 else scores
-    expected = len(task.classes)
-    if scores.ndim != 2 or scores.shape[1] != expected:
-        raise DataError(_missing_classes_message(scores, task, estimator))
-    return np.ascontiguousarray(scores)
+        scores = scores.reshape(-1) if scores.ndim == 2 and scores.shape[1] == 1 else scores
+    elif task.kind == "binary":
+        if scores.ndim == 2 and scores.shape[1] != 2:
+            raise DataError(f"{_named(estimator)} gave {scores.shape[1]} probability column(s) for a binary task; "
+                            "predict_proba must give two, the negative class's then the positive's")
+        scores = scores[:, 1] if scores.ndim == 2 else scores
+    else:
+        if scores.ndim != 2 or scores.shape[1] != len(task.classes):
+            raise DataError(_missing_classes_message(scores, task, estimator))
+        scores = np.ascontiguousarray(scores)
+    check_scores(scores, task, estimator, rows)
+    return scores
+
+
+# How far a probability may stray past 0 or 1 by rounding (a float32 softmax) and still be one.
+PROBABILITY_SLACK = 1e-6
+
+
+def check_scores(scores: np.ndarray, task: Task, estimator: Any = None, rows: int | None = None) -> None:
+    """Scores a metric and a threshold can read: one per row asked for, every one a number, and
+    probabilities within 0..1. A model that gives anything else (a plugin's, a diverged network)
+    is refused here, naming it, where its scores would otherwise go on into metrics that are
+    computed regardless (a NaN makes ROC AUC a coin's toss) and into prediction files."""
+    if rows is not None and len(scores) != rows:
+        raise DataError(f"{_named(estimator)} scored {len(scores):,} rows of the {rows:,} it was given: a model "
+                        "gives one score per row")
+    finite = np.isfinite(scores)
+    if not finite.all():
+        bad = ~finite.reshape(len(scores), -1).all(axis=1)
+        raise DataError(f"{_named(estimator)} gave NaN or infinite scores for {int(bad.sum()):,} of its "
+                        f"{len(scores):,} rows (the first: row {int(np.argmax(bad))}); a score must be a number")
+    if task.kind != "regression" and scores.size and (
+            scores.min() < -PROBABILITY_SLACK or scores.max() > 1 + PROBABILITY_SLACK):
+        raise DataError(f"{_named(estimator)} gave probabilities outside 0..1 (from {scores.min():.6g} to "
+                        f"{scores.max():.6g}) for a {task.kind} task; predict_proba must give probabilities")
+
+
+def _named(estimator: Any) -> str:
+    """The estimator as a message names it: its class, or 'the model'."""
+    return f"the model ({type(estimator).__name__})" if estimator is not None else "the model"
 
 
 def _missing_classes_message(scores: np.ndarray, task: Task, estimator: Any) -> str:

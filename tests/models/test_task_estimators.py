@@ -139,6 +139,35 @@ def test_binary_scores_are_the_positive_column_as_before():
     assert scores_for_task(np.array([[1.5], [2.5]]), REGRESSION).shape == (2,)
 
 
+class _Gives:
+    """An estimator (a plugin's, say) whose predict and predict_proba give ``output`` whatever they are asked."""
+
+    def __init__(self, output):
+        self.output = np.asarray(output, dtype="float64")
+
+    def predict(self, X):
+        return self.output
+
+    predict_proba = predict
+
+
+@pytest.mark.parametrize(("task", "output", "words"), [
+    (BINARY, [[0.5, 0.5], [np.nan, np.nan], [0.2, 0.8]], r"NaN or infinite scores for 1 of its 3 rows \(the first: row 1\)"),
+    (REGRESSION, [1.0, 2.0, np.inf], r"for 1 of its 3 rows \(the first: row 2\)"),
+    (BINARY, np.full((3, 3), 1 / 3), "gave 3 probability column"),
+    (BINARY, [[2.0, -1.0], [0.5, 0.5], [0.5, 0.5]], r"probabilities outside 0\.\.1 \(from -1 to 0\.5\)"),
+    (BINARY, [[0.5, 0.5], [0.5, 0.5]], "scored 2 rows of the 3 it was given"),
+], ids=["nan", "inf", "three-columns", "out-of-range", "short"])
+def test_scores_a_metric_cannot_read_are_refused_naming_the_estimator(task, output, words):
+    """A plugin model's NaN scores gave ROC AUC 0.53 and exit 0; a 3-column predict_proba on a
+    binary task had its column 1 used; a short one failed in evaluate with a broadcast error."""
+    with pytest.raises(DataError, match=words) as info:
+        get_backend("cpu").predict_scores(_Gives(output), np.zeros((3, 2)), task)
+    assert "(_Gives)" in str(info.value)
+    good = [[0.9, 0.1], [0.5, 0.5], [0.0, 1.0]] if task.kind == "binary" else [1.0, -2.0, 3e300]
+    assert len(get_backend("cpu").predict_scores(_Gives(good), np.zeros((3, 2)), task)) == 3
+
+
 # ------------------------------------------------------------------ model files per task
 def _round_trip(model_format, estimator, task: Task, backend, tmp_path):
     files, extra = model_format.save(estimator, tmp_path, backend=backend)
