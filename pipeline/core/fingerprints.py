@@ -20,7 +20,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.import_graph import PACKAGE, file_imports, imported_closure, package_modules
+from pipeline.core.import_graph import PACKAGE, file_import_names, file_imports, imported_closure, package_modules
 
 
 @dataclass(frozen=True)
@@ -35,19 +35,66 @@ def code_fingerprint(modules: Iterable[str]) -> str:
     """Hash of the source of ``modules`` and of every module of the package they import,
     transitively (``pipeline.core.import_graph``): a stage's code, so an edit anywhere else (the
     report, the CLI) leaves its key alone. A module outside the package (a plugin's, a
-    ``python`` stage's) counts by its own file and the modules of the package it imports.
-    Computed once per process for each set of modules."""
+    ``python`` stage's) counts by its own file, its author's own modules that it imports
+    (``local_modules``) and the modules of the package they import. Computed once per process
+    for each set of modules."""
     return _code_fingerprint(frozenset(modules))
 
 
 @cache
 def _code_fingerprint(modules: frozenset[str]) -> str:
-    outside = {m for m in modules if m not in package_modules()}
+    outside = local_modules(modules)
     imported = {name for m in outside if (path := _source_path(m)) for name in file_imports(str(path))}
     digest = hashlib.blake2b(digest_size=16)
     for name in sorted(imported_closure(modules | imported) | outside):
         digest.update(f"{name}\0{_source_digest(name)}\0".encode())
     return digest.hexdigest()
+
+
+# The most of an author's own modules one key follows (a plugin that imports a large project of
+# its own: the rest of it counts by the versions of what is installed, as libraries do).
+MAX_LOCAL_MODULES = 500
+
+
+def local_modules(modules: Iterable[str]) -> frozenset[str]:
+    """``modules`` outside the package, and the modules they import, transitively, from files of
+    their author's own: not the package's, not the standard library's, not installed ones (under
+    the interpreter's prefix or a site-packages folder). A plugin's helper module is code its
+    stage runs: an edit there must change the key as an edit to the plugin does."""
+    package = package_modules()
+    found: set[str] = set()
+    todo = [m for m in modules if m not in package]
+    while todo and len(found) < MAX_LOCAL_MODULES:
+        module = todo.pop()
+        if module in found:
+            continue
+        found.add(module)
+        path = _source_path(module)
+        if path is None:
+            continue
+        for name in file_import_names(str(path), module):
+            if name not in found and name not in package and name.split(".")[0] not in _STANDARD \
+                    and _is_local(_source_path(name)):
+                todo.append(name)
+    return frozenset(found)
+
+
+def _is_local(path: Path | None) -> bool:
+    """Whether a source file is its author's own (not under an installation's folders)."""
+    if path is None:
+        return False
+    real = os.path.realpath(path)
+    return not any(real.startswith(root) for root in _installed_roots())
+
+
+@cache
+def _installed_roots() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+             site.getusersitepackages(), *sysconfig.get_paths().values()}
+    return tuple(os.path.realpath(root).rstrip(os.sep) + os.sep for root in roots if root)
 
 
 def _source_path(module: str) -> Path | None:

@@ -74,6 +74,28 @@ def _package_imports(source: bytes, filename: str, module: str | None, *, is_pac
     return frozenset(name for name in named if name in modules and name != module)
 
 
+@cache
+def file_import_names(path: str, module: str | None = None) -> frozenset[str]:
+    """Every module name a source file's run-time imports name, of any package (``from a import
+    b``: ``a.b`` and ``a``, which may be a module or hold the name): what a plugin's module uses
+    of its author's own files; nothing for a file that cannot be read or parsed."""
+    try:
+        body = ast.parse(Path(path).read_bytes(), filename=path).body
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    is_package = Path(path).name == "__init__.py"
+    named: set[str] = set()
+    for node in _run_time_imports(body):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+            continue
+        base = _absolute(node, module, is_package)
+        if base is not None:
+            named.add(base)
+            named.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+    return frozenset(named)
+
+
 def imported_closure(modules: Iterable[str]) -> frozenset[str]:
     """``modules`` (those of the package) and every module of the package they import, transitively."""
     known = package_modules()
