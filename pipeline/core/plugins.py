@@ -95,3 +95,17 @@ def _entry_point_plugins() -> list[str]:
     if issues:
         raise ConfigError(issues)
     return imported
+
+
+def note_replacement(what: str, name: str, old_module: str | None, new_module: str | None) -> None:
+    """Warn when a registration replaces one that another module made (a plugin's model named
+    ``xgboost`` replaced the built-in without a word). The same module registering again (a
+    plugin reloaded in a notebook) replaces it silently; a plugin that means to replace a
+    built-in may, and the warning says which module's entry now answers to the name."""
+    if old_module is None or old_module == new_module:
+        return
+    import logging
+
+    logging.getLogger("pipeline").warning(
+        "%s '%s' registered by %s replaces the one registered by %s; configs naming '%s' now get the new one "
+        "(give it another name to keep both)", what, name, new_module or "an unknown module", old_module, name)

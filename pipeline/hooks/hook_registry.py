@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pipeline.core.plugins import note_replacement
 from pipeline.hooks.protocol import RunHook
 
 __all__ = [
@@ -141,6 +142,9 @@ def register_hook(
         doc = (section.__doc__ or "") if section is not None else ""
         description = " ".join(doc.strip().split("\n\n")[0].split())
     registration = HookRegistration(name, factory, config_key, section, bool(default), order, description)
+    old = HOOKS.get(name)
+    note_replacement("run hook", name, getattr(old.factory, "__module__", "?") if old else None,
+                     getattr(factory, "__module__", None))
     HOOKS[name] = registration
     return registration
 

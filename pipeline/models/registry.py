@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from pipeline.core.plugins import note_replacement
 from pipeline.models.formats import (
     ModelFormat,
 )
@@ -44,8 +45,17 @@ def register_model(spec: ModelSpec) -> ModelSpec:
         raise TypeError(f"register_model takes a ModelSpec, not {type(spec).__name__}")
     if not isinstance(spec.format, ModelFormat):
         raise TypeError(f"model '{spec.name}': format must be a ModelFormat, not {type(spec.format).__name__}")
+    import sys
+
+    by = sys._getframe(1).f_globals.get("__name__")
+    note_replacement("model", spec.name, _REGISTERED_BY.get(spec.name), by)
+    _REGISTERED_BY[spec.name] = by
     MODELS[spec.name] = spec
     return spec
+
+
+# The module that registered each model (for the warning when another replaces it).
+_REGISTERED_BY: dict[str, str | None] = {}
 
 
 def portfolio_members() -> list[PortfolioMember]:

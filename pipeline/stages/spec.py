@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet, HeaderReader
 from pipeline.core.fingerprints import defining_modules
+from pipeline.core.plugins import note_replacement
 from pipeline.usage.costs import Budget
 from pipeline.hooks.protocol import LogProgress, StageProgress
 
@@ -321,7 +322,13 @@ def register_stage(
         >>> del STAGE_KINDS["upper_names"]       # the example's kind, taken back out
     """
 
+    _check_kind_spec(kind, spec)
+
     def wrap(run: RunFunction) -> RunFunction:
+        if not callable(run):
+            raise TypeError(f"stage kind '{kind}': register_stage decorates the kind's run function, not {run!r}")
+        old = STAGE_KINDS.get(kind)
+        note_replacement("stage kind", kind, old.run.__module__ if old else None, getattr(run, "__module__", None))
         STAGE_KINDS[kind] = StageKind(
             kind, spec, run, produces=produces, accepts=tuple(accepts) if accepts is not None else None,
             resources=frozenset(resources), fingerprint=fingerprint or _no_fingerprint, records=tuple(records),
@@ -329,6 +336,25 @@ def register_stage(
         return run
 
     return wrap
+
+
+def _check_kind_spec(kind: str, spec: Any) -> None:
+    """A kind's spec as the config loader needs it, refused when the plugin registers it (not
+    as an internal error at the first ``validate``): a ``StageSpec`` subclass whose ``kind`` field
+    is ``Literal[<the registered name>]`` (the config's ``kind:`` picks the spec by it)."""
+    import typing
+
+    if not isinstance(kind, str) or not kind.isidentifier():
+        raise ValueError(f"register_stage: a stage kind's name is a plain name (letters, digits and _), not {kind!r}")
+    if not (isinstance(spec, type) and issubclass(spec, StageSpec)):
+        raise TypeError(f"stage kind '{kind}': its spec must be a StageSpec subclass (pipeline.stages.StageSpec), "
+                        f"not {spec!r}")
+    field = spec.model_fields.get("kind")
+    names = typing.get_args(field.annotation) if field is not None and typing.get_origin(field.annotation) \
+        is typing.Literal else ()
+    if names != (kind,):
+        raise TypeError(f"stage kind '{kind}': {spec.__name__}.kind must be declared kind: Literal[{kind!r}]"
+                        + (f" (it is Literal{list(names)})" if names else ""))
 
 
 def kinds_producing(types: tuple[type, ...]) -> list[str]:

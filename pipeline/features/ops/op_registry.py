@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, create_model
 
+from pipeline.core.plugins import note_replacement
 from pipeline.features.ops.op_base import FeatureOp, OpState
 
 __all__ = ["OPS", "op_of_step", "op_step_union", "ops_key", "register_op"]
@@ -54,6 +55,7 @@ def register_op(cls: Op) -> Op:
         raise TypeError(f"feature op '{name}': state_model must be an OpState subclass, not {cls.state_model!r}")
     if "columns" not in cls.model_fields:
         raise TypeError(f"feature op '{name}': the class has no 'columns' field (FeatureOp declares it; keep it)")
+    note_replacement("feature op", name, OPS[name].__module__ if name in OPS else None, cls.__module__)
     OPS[name] = cls
     return cls
 
