@@ -26,6 +26,7 @@ Registering a name that exists replaces it (a plugin reloaded in a notebook).
 from __future__ import annotations
 
 import keyword
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pipeline.core.errors import PipelineError
 from pipeline.core.plugins import note_replacement
 from pipeline.hooks.protocol import RunHook
 
@@ -83,6 +85,8 @@ class HookRegistration:
             return getattr(config, self.config_key)
         return self.section() if self.default else None
 
+
+log = logging.getLogger("pipeline")
 
 HOOKS: dict[str, HookRegistration] = {}
 # Top-level keys that are the config's own (name, stages, ...): no hook may own one.
@@ -162,11 +166,19 @@ def config_sections() -> list[HookRegistration]:
 def build_hooks(context: HookContext) -> list[RunHook]:
     """The run's hooks in order: ``context.hooks`` (the caller's) at ``CALLER_ORDER``, and every
     registered hook that its factory turns on for this config. Factories are called in hook
-    order, and what they raise (a section the environment makes invalid) is raised."""
+    order; a ``PipelineError`` they raise (a section the environment makes invalid) is raised,
+    anything else (a plugin's bug) is logged and that hook left out, as a hook that fails later is."""
     placed: list[tuple[int, int, int, RunHook]] = [(CALLER_ORDER, 0, i, hook) for i, hook in enumerate(context.hooks)]
     entries = sorted(enumerate(HOOKS.values()), key=lambda item: item[1].order)
     for sequence, entry in entries:
-        hook = entry.factory(entry.section_of(context.config), context)
+        try:
+            hook = entry.factory(entry.section_of(context.config), context)
+        except PipelineError:
+            raise                          # what the section or the environment makes invalid
+        except Exception as exc:  # noqa: BLE001 - a plugin hook's bug never fails the run
+            log.warning("run hook '%s' could not be built (%s: %s); the run goes on without it", entry.name,
+                        type(exc).__name__, exc)
+            continue
         if hook is not None:
             placed.append((entry.order, 1, sequence, hook))
     return [hook for *_, hook in sorted(placed, key=lambda item: item[:3])]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, PipelineError, UsageError
 from pipeline.core.settings import Settings, current_settings, register_check
 from pipeline.runs.record import RunManifest, StageRecord
 
@@ -326,7 +326,10 @@ class HookList(RunHook):
     def __init__(self, hooks: Sequence[RunHook] = ()) -> None:
         self.hooks = list(hooks)
         for hook in self.hooks:
-            check_hook(hook)
+            try:
+                check_hook(hook)
+            except TypeError as exc:        # a usage error (exit 2), raised as the run is set up
+                raise UsageError(str(exc)) from None
 
     def _each(self, method: str, *args: Any) -> None:
         for hook in self.hooks:
@@ -342,11 +345,22 @@ class HookList(RunHook):
                 log.warning("run hook %s.%s failed: %s: %s", type(hook).__name__, method, type(exc).__name__, exc)
 
     def preflight(self, plan: RunPlan) -> None:
-        """Every hook's check, in order; the first refusal is raised."""
+        """Every hook's check, in order; the first refusal (a ``PipelineError``) is raised. A
+        check that fails otherwise (a hook's own bug) is logged and skipped as any hook's
+        failure is, or, for a ``critical`` hook, refuses the run naming it (exit 2)."""
         for hook in self.hooks:
             check = getattr(hook, "preflight", None)
-            if check is not None:
+            if check is None:
+                continue
+            try:
                 check(plan)
+            except PipelineError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a hook's bug: named, not an internal error
+                if getattr(hook, "critical", False):
+                    raise ConfigError(f"run hook {type(hook).__name__}.preflight failed: {type(exc).__name__}: "
+                                      f"{exc}; the hook is critical, so the run does not start") from exc
+                log.warning("run hook %s.preflight failed: %s: %s", type(hook).__name__, type(exc).__name__, exc)
 
     def run_started(self, run: RunInfo) -> None:
         self._each("run_started", run)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_cli as _pipeline
-from pipeline.core.errors import ExitCode, UsageError
+from pipeline.core.errors import ConfigError, ExitCode, UsageError
 from pipeline.hooks.protocol import HookList, RunHook, RunPlan
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin_example" / "stamp_plugin.py"
@@ -277,3 +277,45 @@ def test_the_cost_hook_prices_a_recorded_stage_and_names_idle_gpus(caplog):
     manifest = RunManifest(pipeline="p", run_id="r", status="running", started="2026-01-01T00:00:00+00:00", stages={"train": record})
     hook.run_finishing(RunEvent(on_gpu, "succeeded", manifest))
     assert manifest.cost["total"] == 2.5 and manifest.usage["gpus"]["0"]["energy_wh"] == 5.0
+
+
+def test_a_plugin_hooks_own_bugs_are_named_and_never_an_internal_error(registry, tmp_path, caplog):
+    """A misspelt event method was exit 1 "internal error: TypeError" (and a plain TypeError
+    to a library caller); a factory or a preflight that raised was exit 1 without the hook's
+    name. Now: the misspelling is a usage error (exit 2) naming the method; a broken factory or
+    preflight is logged naming the hook and skipped, as a hook that fails later is."""
+    from pipeline.config import load_config
+    from pipeline.engine.runner import Runner
+
+    class Misspelt(RunHook):
+        def stage_finshed(self, event):
+            pass
+
+    with pytest.raises(UsageError, match=r"Misspelt: 'stage_finshed' \(did you mean 'stage_finished'\?\)") as info:
+        HookList([Misspelt()])
+    assert info.value.exit_code == ExitCode.CONFIG
+
+    def broken(section, context):
+        raise ValueError("factory broke")
+
+    registry.register_hook("broken_probe", broken)
+    config = load_config(text="name: probe\nstages:\n  a: {kind: python, function: 'steps:count'}\n")
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        runner = Runner(config, runs_dir=tmp_path, hooks=[])
+    assert "run hook 'broken_probe' could not be built (ValueError: factory broke)" in caplog.text
+    assert "SigningHook" in [type(hook).__name__ for hook in runner.hooks.hooks]
+
+    class Buggy(RunHook):
+        def preflight(self, plan):
+            raise RuntimeError("preflight bug")
+
+    class Critical(Buggy):
+        critical = True
+
+    plan = RunPlan("p", Path("."), ("a",), frozenset({"a"}))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        HookList([Buggy(), Caller()]).preflight(plan)
+    assert "run hook Buggy.preflight failed: RuntimeError: preflight bug" in caplog.text
+    with pytest.raises(ConfigError, match=r"run hook Critical\.preflight failed: RuntimeError: preflight bug"):
+        HookList([Critical()]).preflight(plan)
