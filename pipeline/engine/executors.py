@@ -110,6 +110,9 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
         try:
             with sampler:
                 outcome.output = kind.run(task.spec, ctx, inputs)
+            wrong = kind.output_problem(outcome.output)
+            if wrong:
+                raise TypeError(wrong)
             outcome.status = "succeeded"
         except PipelineError as exc:
             exc.stage = task.name  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
 from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
+from pipeline.config.schema import PipelineCore
 from pipeline.config.schema import ClusterConfig
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
@@ -367,7 +368,7 @@ class Runner:
             if self.use_cache:
                 kind = STAGE_KINDS[spec.kind]
                 key = stage_key(spec, {i: self.keys.get(i) for i in spec.inputs},
-                                fingerprint=kind.fingerprint(spec), code=kind.code_modules(spec) | backend_code,
+                                fingerprint=kind.declared(spec, name), code=kind.code_modules(spec) | backend_code,
                                 backend=backend.name, versions=versions, seed=self.config.seed)
             self.keys[name] = manifest.stages[name].cache_key = key
             if key is not None and name not in forced:
@@ -660,7 +661,7 @@ def run_pipeline(config: PipelineConfig | str | os.PathLike[str], options: RunOp
 
     options = RunOptions.build(options, **changes)
     config_path = None
-    if not isinstance(config, PipelineConfig):
+    if not isinstance(config, PipelineCore):      # every config model's base (a plugin's sections too)
         config_path = str(config)
         config = load_config(config, overrides=options.overrides)
     return Runner(config, options, config_path=config_path).run()

@@ -283,6 +283,36 @@ class StageKind:
         key covers them and what they import (``pipeline.core.fingerprints.code_fingerprint``)."""
         return frozenset(defining_modules(self.run, self.fingerprint, spec, *self.uses(spec)))
 
+    def declared(self, spec: StageSpec, stage: str) -> Mapping[str, Any] | None:
+        """What the kind's ``fingerprint`` declares a stage's output depends on, checked: a
+        plugin's fingerprint that fails, or gives neither None nor a mapping, is a failure of
+        the stage naming it (exit 4), not an internal error naming nothing."""
+        from pipeline.core.errors import PipelineError, StageError
+
+        try:
+            found = self.fingerprint(spec)
+        except (PipelineError, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plugin's fingerprint can fail in any way
+            raise StageError(stage, f"the fingerprint of its kind '{self.kind}' failed: {type(exc).__name__}: "
+                                    f"{exc}") from exc
+        if found is not None and not isinstance(found, Mapping):
+            raise StageError(stage, f"the fingerprint of its kind '{self.kind}' returned {found!r}; a fingerprint "
+                                    "returns None (never cache) or a mapping of what the output depends on")
+        return found
+
+    def output_problem(self, output: Any) -> str | None:
+        """Why ``output`` is not what the kind is registered to produce (None: it is), so a plugin
+        kind's wrong output fails its own stage, not the next one with an AttributeError."""
+        if self.produces is object:
+            return None
+        if self.produces is Table:
+            ok = hasattr(output, "columns") and hasattr(output, "dtypes")
+        else:
+            ok = isinstance(output, self.produces)
+        return None if ok else (f"stage kind '{self.kind}' is registered to produce {self.produces.__name__}, but "
+                                f"its run returned {type(output).__name__}")
+
     def accepts_output_of(self, other: StageKind) -> bool:
         """Whether this kind reads what ``other`` produces (unknown outputs are let through)."""
         if self.accepts is None or other.produces is object:
