@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 import typing
 from collections.abc import Mapping, Sequence
@@ -91,7 +92,7 @@ def load_config(
                               before_run=before_run)
     if issues:
         issues = _dedupe(issues)
-        raise ConfigError(sorted(issues, key=lambda i: (i.line or 10**9, i.path)), file=source)
+        raise ConfigError(sorted(issues, key=_reading_order), file=source)
     assert config is not None
     return config
 
@@ -350,6 +351,13 @@ def _issue_at(path: KeyPath, message: str, doc: YamlDocument, overridden: set[Ke
     """An issue at ``path`` with its line, or marked as set by ``--set`` when an override set it."""
     source = "--set" if any(path[: len(o)] == o for o in overridden) else None
     return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+
+
+def _reading_order(issue: ConfigIssue) -> tuple[int, list[tuple[int, str]]]:
+    """By line, then by key path with its numbers as numbers: ``columns[2]`` before
+    ``columns[10]`` (as text, ``columns[10]`` came first)."""
+    parts = re.split(r"(\d+)", issue.path)
+    return issue.line or 10**9, [(int(part), "") if part.isdigit() else (-1, part) for part in parts]
 
 
 def _dedupe(issues: list[ConfigIssue]) -> list[ConfigIssue]:

@@ -448,3 +448,16 @@ def test_an_export_of_models_from_two_features_stages_is_refused_at_validate(sma
                        + "  export:\n    kind: export\n    inputs: [a, b]\n")
     found = issues_of(text, small)
     assert len(found) == 1 and found[0].startswith("stages.export.inputs ") and "(a: fa, b: fb)" in found[0], found
+
+
+def test_problems_on_one_line_are_listed_in_the_order_of_their_positions(tmp_path):
+    """A list of twelve misspelt columns was listed columns[0], columns[10], columns[11],
+    columns[1]...: key paths sorted as text."""
+    pd.DataFrame({"a": [1, 2], "y": [0, 1]}).to_csv(tmp_path / "t.csv", index=False)
+    names = ", ".join(f"c{i}" for i in range(12))
+    (tmp_path / "t.yaml").write_text(f"name: t\nstages:\n  raw: {{kind: load, path: t.csv, columns: [{names}]}}\n")
+    with working_directory(tmp_path), pytest.raises(ConfigError) as info:
+        load_config("t.yaml", check_data=True)
+    paths = [issue.path for issue in info.value.issues]
+    positions = [int(p.rsplit("[", 1)[1].rstrip("]")) for p in paths if p.startswith("stages.raw.columns[")]
+    assert len(positions) == 12 and positions == sorted(positions), paths
