@@ -19,18 +19,81 @@ An op that learns from the label (``uses_target``) is fitted with the training s
 ``Target``, and the views are built with each op's ``transform_training``: the ops fitted after
 it, and the model, see the values the training rows get (out of fold), not the ones scoring
 computes from the whole split. Such an op fits in memory only.
+
+An op's code runs inside ``blamed``: an error of its own that is not a ``PipelineError`` (a
+plugin op's ``KeyError``) becomes a ``FeatureOpError`` naming the op and its position in the
+list its user wrote (``feature ops[2] (clip_outliers): KeyError: 'nope'``); and each transform's
+output is checked to be a frame of the rows it was given (``transformed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pipeline.backends import Backend, compute_lazy, is_partitioned
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.features.ops import FeatureOp, OpState, fit_state
 from pipeline.features.ops.op_base import Target, op_statistics
+
+
+class FeatureOpError(Exception):
+    """An op's fit or transform failed with an error that is not a ``PipelineError`` (a bug in
+    the op, often a plugin's), or broke the workflow's contract (other rows than it was given):
+    the message names the op and its position in the ops list, and the op's own error is the
+    ``__cause__``. Not a ``PipelineError``: in a stage it is that stage's failure (exit 4), as
+    the op's error was before it was named."""
+
+    def __init__(self, position: int, op: str, detail: str, *, subject: FeatureOp | None = None) -> None:
+        super().__init__(position, op, detail)          # the args pickle it (Dask sends it back from workers)
+        self.position, self.op, self.detail = position, op, detail
+        # The op itself, for a caller that maps ``position`` to another list (not pickled).
+        self.subject = subject
+
+    def __str__(self) -> str:
+        return f"feature ops[{self.position}] ({self.op}): {self.detail}"
+
+
+# What an op raises that goes on as it is: the package's errors (the built-in ops' messages name
+# the op already), and those the CLI maps to exit codes of their own (out of memory, an OS error).
+PASSED_THROUGH = (PipelineError, MemoryError, OSError)
+
+
+@contextmanager
+def blamed(op: FeatureOp, position: int) -> Iterator[None]:
+    """Run ``op``'s own code (fit or transform); any other error it raises becomes a
+    ``FeatureOpError`` naming it and its position, with that error as the cause."""
+    try:
+        yield
+    except PASSED_THROUGH:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an op's bug, whatever it is, is named, not swallowed
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise FeatureOpError(position, op.op, detail, subject=op) from exc
+
+
+def transformed(op: FeatureOp, position: int, frame: Any, backend: Backend, state: OpState,
+                target: Target | None = None) -> Any:
+    """``op.transform`` of ``frame`` (``transform_training`` given the labels), which must be a
+    frame of as many rows: an op that adds or drops rows would leave the labels misaligned, and
+    the model's fit would be the first to notice. ``len`` only: a cuDF frame knows it without a
+    pass over the data (comparing indexes would be one)."""
+    with blamed(op, position):
+        if target is None:
+            out = op.transform(frame, backend, state)
+        else:
+            out = op.transform_training(frame, backend, state, target)
+    if not hasattr(out, "columns"):
+        raise FeatureOpError(position, op.op, f"transform returned {'None' if out is None else type(out).__name__}, "
+                                              "not a frame; return the frame with the op's columns changed",
+                             subject=op)
+    if len(out) != len(frame):
+        raise FeatureOpError(position, op.op, f"transform returned {len(out)} rows for {len(frame)}; an op keeps "
+                                              "the rows it is given (one row out per row in, in order), or the "
+                                              "labels no longer line up with them", subject=op)
+    return out
 
 
 def op_phases(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> list[int]:
@@ -61,18 +124,20 @@ def required_columns(ops: Sequence[FeatureOp], input_columns: Sequence[str]) -> 
     return [c for c in input_columns if c in needed]
 
 
-def apply_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], backend: Backend) -> Any:
-    """Transform one partition (or frame) with fitted ops, in order."""
-    for op, state in zip(ops, states):
-        frame = op.transform(frame, backend, state)
+def apply_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], backend: Backend,
+              positions: Sequence[int] | None = None) -> Any:
+    """Transform one partition (or frame) with fitted ops, in order. ``positions``: each op's
+    place in the list its user wrote, for messages (default: its index in ``ops``)."""
+    for position, op, state in zip(positions or range(len(ops)), ops, states):
+        frame = transformed(op, position, frame, backend, state)
     return frame
 
 
 def apply_training_ops(frame: Any, ops: Sequence[FeatureOp], states: Sequence[OpState], backend: Backend,
-                       target: Target) -> Any:
+                       target: Target, positions: Sequence[int] | None = None) -> Any:
     """The training frame through fitted ops, in order, as the model trains on it."""
-    for op, state in zip(ops, states):
-        frame = op.transform_training(frame, backend, state, target)
+    for position, op, state in zip(positions or range(len(ops)), ops, states):
+        frame = transformed(op, position, frame, backend, state, target)
     return frame
 
 
@@ -87,23 +152,26 @@ class Views:
     view: Any = None
     # The frame's labels: views are then built with ``transform_training`` (in memory only).
     target: Target | None = None
+    # Each op's place in the list its user wrote, by index in the ops (for messages).
+    positions: Sequence[int] | None = None
 
     def after(self, chosen: list[int], ops: Sequence[FeatureOp], states: Sequence[OpState | None]) -> Any:
         if self.view is None or chosen[:len(self.applied)] != self.applied:
             self.applied, self.view = [], self.frame
         extra = chosen[len(self.applied):]
         if extra:
-            self.view = self._apply(self.view, [ops[j] for j in extra], [states[j] for j in extra])
+            where = [self.positions[j] if self.positions is not None else j for j in extra]
+            self.view = self._apply(self.view, [ops[j] for j in extra], [states[j] for j in extra], where)
             self.applied = list(chosen)
         return self.view
 
-    def _apply(self, frame: Any, ops: list[FeatureOp], states: list[Any]) -> Any:
+    def _apply(self, frame: Any, ops: list[FeatureOp], states: list[Any], positions: list[int]) -> Any:
         if self.target is not None:
-            return apply_training_ops(frame, ops, states, self.backend, self.target)
+            return apply_training_ops(frame, ops, states, self.backend, self.target, positions)
         if not is_partitioned(frame):
-            return apply_ops(frame, ops, states, self.backend)
-        return frame.map_partitions(apply_ops, ops, states, self.backend,
-                                    meta=apply_ops(frame._meta, ops, states, self.backend))
+            return apply_ops(frame, ops, states, self.backend, positions)
+        return frame.map_partitions(apply_ops, ops, states, self.backend, positions,
+                                    meta=apply_ops(frame._meta, ops, states, self.backend, positions))
 
 
 @dataclass
@@ -119,9 +187,13 @@ class FittedOps:
         return self.views.after(list(range(len(ops))), ops, self.states)
 
 
-def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend, target: Target | None = None) -> FittedOps:
+def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend, target: Target | None = None,
+            positions: Sequence[int] | None = None) -> FittedOps:
     """Fit ``ops`` in order on ``frame`` (pandas, cuDF or Dask), one dependency phase at a time;
-    ``target``: the frame's labels, read by the ops that ``uses_target``."""
+    ``target``: the frame's labels, read by the ops that ``uses_target``; ``positions``: each
+    op's place in the list its user wrote, which an op's failure is named by (default: its
+    index in ``ops``)."""
+    where = list(positions) if positions is not None else list(range(len(ops)))
     phases = op_phases(ops, [str(c) for c in frame.columns])
     lazy = is_partitioned(frame)
     learners = [op.op for op in ops if op.uses_target]
@@ -130,16 +202,18 @@ def fit_ops(ops: Sequence[FeatureOp], frame: Any, backend: Backend, target: Targ
                           "fold, which needs the training split in memory; partitioned features (Dask) cannot: "
                           "drop partitioning for this run, or use frequency_encode, hash_encode or categorify")
     states: list[OpState | None] = [None] * len(ops)
-    views = Views(frame, backend, target=target if learners else None)
+    views = Views(frame, backend, target=target if learners else None, positions=where)
     for phase in sorted(set(phases)):
         members = [k for k, p in enumerate(phases) if p == phase]
         wanted: dict[int, dict[str, Any]] = {}
         for k in members:
             view = views.after([j for j in range(k) if phases[j] < phase], ops, states)
             ops[k].check_columns(view)
-            wanted[k] = op_statistics(ops[k], view, backend, target)
+            with blamed(ops[k], where[k]):
+                wanted[k] = op_statistics(ops[k], view, backend, target)
         for k, stats in _host_values(wanted, backend, lazy=lazy).items():
-            states[k] = fit_state(ops[k], stats, backend)
+            with blamed(ops[k], where[k]):
+                states[k] = fit_state(ops[k], stats, backend)
     return FittedOps(cast(list[OpState], states), len(set(phases)), views)
 
 

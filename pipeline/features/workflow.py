@@ -29,7 +29,7 @@ from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError, RowsError
 from pipeline.core.problems import Task
-from pipeline.features.fitting import apply_ops, fit_ops, required_columns
+from pipeline.features.fitting import FeatureOpError, apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
 from pipeline.features.ops.op_base import Target
 from pipeline.features.ops.op_support import per_column
@@ -75,6 +75,8 @@ class FeatureWorkflow:
     as workflow.json holds them), ``passes_`` (dependency phases: passes over partitioned
     data), ``input_columns_`` (name -> dtype of the input columns scoring needs: those the
     ops read or pass through, not those they only drop) and ``output_columns_``.
+    ``positions_`` is each op's place in the list the workflow was given (an op a selector
+    skipped is not in ``ops``): an op that fails is named by it, as ``feature ops[2] (name)``.
 
     Numbers are checked where they enter: an infinite value in a numeric input column is a
     DataError naming the column and row (at fit and at transform), and so is an output value
@@ -94,6 +96,7 @@ class FeatureWorkflow:
 
     def __init__(self, ops: Sequence[FeatureOp | Mapping[str, Any]], *, backend: Backend | str | None = None) -> None:
         self.ops = [op_from_spec(o) for o in ops]
+        self.positions_ = list(range(len(self.ops)))
         self.backend = backend
         # What each column selector resolved to at fit (``pipeline.features.selection``).
         self.selections_: list[dict[str, Any]] = []
@@ -123,11 +126,12 @@ class FeatureWorkflow:
         self.input_columns_ = {c: dtypes[c] for c in required_columns(self.ops, list(dtypes))}
         if not lazy:
             self._check_finite_inputs(frame, backend, "training split")
-        fitted = fit_ops(self.ops, frame, backend, labels)
+        fitted = fit_ops(self.ops, frame, backend, labels, self._positions())
         self.op_states_, self.passes_ = fitted.states, fitted.passes
         if lazy:
             # Each partition goes through ``transform``; missing values are checked there.
-            self._set_output_columns(apply_ops(frame._meta, self.ops, self.op_states_, backend), backend)
+            self._set_output_columns(apply_ops(frame._meta, self.ops, self.op_states_, backend, self._positions()),
+                                     backend)
             return self.transform(frame)
         out = fitted.transformed(self.ops)
         self._set_output_columns(out, backend)
@@ -138,8 +142,18 @@ class FeatureWorkflow:
     def _resolve_selectors(self, frame: Any, backend: Backend, labels: Target | None) -> None:
         """Selectors to names, on this training frame; ops that select nothing are left out."""
         if any(op.selector is not None for op in self.ops):
-            resolved, selections = resolve_selectors(self.ops, frame, backend, labels)
+            try:
+                resolved, selections = resolve_selectors(self.ops, frame, backend, labels)
+            except FeatureOpError as exc:
+                # The ops before a selector are fitted there as a part of the list, by index in it.
+                position = _given_position(self.ops, exc.subject, exc.position)
+                raise FeatureOpError(position, exc.op, exc.detail, subject=exc.subject) from exc.__cause__
             self.ops, self.selections_ = resolved, [s.as_json() for s in selections]
+            self.positions_ = given_positions(len(self.ops), self.selections_)
+
+    def _positions(self) -> list[int] | None:
+        """``positions_``; None for a workflow pickled before it had them (a cached stage output)."""
+        return getattr(self, "positions_", None)
 
     # ------------------------------------------------------------ applying
     def transform(self, frame: Any) -> Any:
@@ -154,7 +168,7 @@ class FeatureWorkflow:
             raise DataError(f"input is missing column(s) {missing} that the workflow was fitted with")
         frame = frame[list(self.input_columns_)]
         self._check_finite_inputs(frame, backend, "input")
-        frame = apply_ops(frame, self.ops, self.op_states_, backend)
+        frame = apply_ops(frame, self.ops, self.op_states_, backend, self._positions())
         frame = frame[self.output_columns_]
         self._check_no_missing(frame, backend, "input")
         self._check_float32_range(frame, backend, "input")
@@ -222,6 +236,7 @@ class FeatureWorkflow:
             wf.input_columns_ = _string_map(data["input_columns"])
             wf.output_columns_ = [str(c) for c in _string_list(data["output_columns"])]
             wf.selections_ = list(data.get("selections", []))
+            wf.positions_ = given_positions(len(wf.ops), wf.selections_)
         except DataError:
             raise
         except Exception as exc:  # noqa: BLE001 - a file edited by hand fails in many ways; all are data errors
@@ -372,6 +387,28 @@ def _non_finite(value: Any, where: list[Any]) -> Iterator[tuple[list[Any], float
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from _non_finite(item, [*where, index])
+
+
+def given_positions(count: int, selections: Sequence[Any]) -> list[int]:
+    """The positions of a workflow's ``count`` fitted ops in the list it was given: the ops a
+    selector took no column for (``selections`` without columns) were left out of it. Only for
+    messages, so a hand-edited entry there does not stop a workflow.json loading."""
+    skipped = {s["position"] for s in selections
+               if isinstance(s, Mapping) and isinstance(s.get("position"), int) and not s.get("columns")}
+    return [i for i in range(count + len(skipped)) if i not in skipped][:count]
+
+
+def _given_position(given: Sequence[FeatureOp], subject: FeatureOp | None, fallback: int) -> int:
+    """The position in ``given`` of ``subject``: that op, or the copy of a selector op holding
+    the names it took (``pipeline.features.selection``); ``fallback`` when neither is there."""
+    for position, op in enumerate(given):
+        if op is subject:
+            return position
+    for position, op in enumerate(given):
+        if (subject is not None and op.selector is not None and type(op) is type(subject)
+                and op.model_copy(update={"columns": list(subject.columns)}) == subject):
+            return position
+    return fallback
 
 
 def _load_state(position: int, op: FeatureOp, data: Any) -> OpState:
