@@ -150,7 +150,11 @@ class LoadSpec(StageSpec):
         if found is None:
             return Preview()
         if self.columns is not None:       # one the file lacks is reported at columns[i], not downstream
-            found = ColumnSet(tuple(self.columns), source=found.source)
+            if found.open or found.patterns:
+                return Preview(columns=ColumnSet(tuple(self.columns), source=found.source))
+            wanted = set(self.columns)     # the file's order, as the reader gives them
+            found = found.without([c for c in found.names if c not in wanted],
+                                  f"is left out by stages.{stage}.columns (the load reads only the columns listed there)")
         return Preview(columns=found)
 
     def columns_read(self, inputs: Any, headers: HeaderReader) -> list[ColumnRef]:

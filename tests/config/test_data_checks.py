@@ -293,7 +293,7 @@ def test_load_keys_name_columns_of_the_file(small):
     assert any("stages.raw.dtypes.tenur" in f and "did you mean 'tenure'?" in f for f in found), found
     assert any("stages.raw.filters[0][0]" in f and "did you mean 'Contract'?" in f for f in found), found
     # columns: [id, tenure, churned] leaves Contract out of the table the split reads.
-    assert any(f.startswith("stages.split.target") and "'Contract' is not a column" in f for f in found), found
+    assert any(f.startswith("stages.split.target") and "'Contract' is left out by stages.raw.columns" in f for f in found), found
 
 
 def test_a_python_stage_makes_the_columns_unknown_and_nothing_downstream_is_refused(small):
@@ -461,3 +461,20 @@ def test_problems_on_one_line_are_listed_in_the_order_of_their_positions(tmp_pat
     paths = [issue.path for issue in info.value.issues]
     positions = [int(p.rsplit("[", 1)[1].rstrip("]")) for p in paths if p.startswith("stages.raw.columns[")]
     assert len(positions) == 12 and positions == sorted(positions), paths
+
+
+def test_a_column_the_loads_columns_leave_out_is_named_as_left_out_not_missing_from_the_file(tmp_path):
+    """With `columns: [..., Partnr]`, a later `drop: Partner` said "'Partner' is not a column
+    of t.csv; did you mean 'Partnr'?": the file has Partner, and Partnr is the typo."""
+    pd.DataFrame({"id": [1, 2], "Partner": ["y", "n"], "tenure": [1, 2], "y": [0, 1]}).to_csv(
+        tmp_path / "t.csv", index=False)
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nstages:\n  raw: {kind: load, path: t.csv, columns: [id, Partnr, tenure, y]}\n"
+        "  split: {kind: split, inputs: [raw], target: y}\n"
+        "  features: {kind: features, inputs: [split], ops: [{drop: {columns: [Partner]}}]}\n")
+    with working_directory(tmp_path), pytest.raises(ConfigError) as info:
+        load_config("t.yaml", check_data=True)
+    messages = {issue.path: issue.message for issue in info.value.issues}
+    assert "did you mean 'Partner'" in messages["stages.raw.columns[1]"]
+    dropped = messages["stages.features.ops[0].drop.columns[0]"]
+    assert "'Partner' is left out by stages.raw.columns" in dropped and "Partnr" not in dropped
