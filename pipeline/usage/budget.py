@@ -20,6 +20,7 @@ owns, first in the hook order: its watch starts as the run does.
 from __future__ import annotations
 
 import ctypes
+import logging
 import signal
 import threading
 import time
@@ -39,7 +40,11 @@ from pipeline.runs import history
 from pipeline.usage.costs import Budget, Rates, rates_of
 from pipeline.usage.memory import cpu_seconds
 
+log = logging.getLogger("pipeline")
+
 INTERVAL = 0.2
+# How each cap's values are written in messages (a cost in the rates' currency: added where known).
+UNITS = {"max_cost": "", "max_gpu_hours": " GPU-hours", "max_wall": " s"}
 # Earlier runs a budget's pre-flight estimate is the median of.
 ESTIMATE_RUNS = 5
 
@@ -57,7 +62,7 @@ class Overrun:
 
     def describe(self) -> str:
         where = "the run" if self.scope == "run" else f"stage {self.scope}"
-        unit = {"max_cost": "", "max_gpu_hours": " GPU-hours", "max_wall": " s"}[self.cap]
+        unit = UNITS[self.cap]
         return (f"stopped by the budget: {where} reached {self.reached:.4g}{unit} against "
                 f"{self.cap} {self.limit:.4g}{unit}")
 
@@ -105,7 +110,7 @@ class BudgetHook(RunHook):
     # ------------------------------------------------------------------ the run's events
     def preflight(self, plan: RunPlan) -> None:
         if self.estimate and self.budget is not None:
-            refuse_over_budget(self.budget, plan.runs_dir, plan.pipeline)
+            refuse_over_budget(self.budget, plan.runs_dir, plan.pipeline, self.rates.currency)
 
     def run_started(self, run: RunInfo) -> None:
         if self.gpus is None:
@@ -184,7 +189,7 @@ class BudgetHook(RunHook):
 
 
 
-def refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str) -> None:
+def refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str, currency: str = "") -> None:
     """A ``BudgetError`` before anything starts when earlier runs of the pipeline suggest this
     one will pass a cap: the median of the last ``ESTIMATE_RUNS`` succeeded runs' wall time,
     cost and GPU-hours (no earlier run: no estimate, the run starts)."""
@@ -192,10 +197,12 @@ def refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str) -> None:
     for cap, limit in budget.limits.items():
         value = estimate.get(cap)
         if value is not None and value > limit:
+            unit = f" {currency}" if cap == "max_cost" and currency else UNITS[cap]
             raise BudgetError(
                 f"not started: the last {estimate['runs']} succeeded run(s) of '{pipeline}' spent a median of "
-                f"{value:.4g} ({cap}), over the budget's {cap} of {limit:.4g}. Raise the cap, or start it anyway "
-                "with --ignore-budget-estimate (the caps still stop it while it runs)")
+                f"{value:.4g}{unit}, over the budget's {cap} of {limit:.4g}{unit}. Raise the cap, or start it anyway "
+                "with --ignore-budget-estimate (the caps still stop it while it runs; a run whose stages the "
+                "cache holds costs less than the runs before it)")
 
 
 def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Overrun | None:
@@ -220,8 +227,13 @@ def budget_hook(section: Budget | None, context: HookContext) -> BudgetHook | No
     """On when the run or any stage has a cap (a stage's ``budget:`` is the stage's own key)."""
     stages = {name: spec.budget for name, spec in context.config.stages.items()
               if getattr(spec, "budget", None) is not None}
-    hook = BudgetHook(section, stages, rates_of(getattr(context.config, "cost", None)),
-                      estimate=bool(context.options.get("check_budget_estimate", True)))
+    rates = rates_of(getattr(context.config, "cost", None))
+    hook = BudgetHook(section, stages, rates, estimate=bool(context.options.get("check_budget_estimate", True)))
+    capped = [where for where, budget in [("budget", section), *((f"stages.{n}.budget", b) for n, b in stages.items())]
+              if budget is not None and budget.max_cost is not None]
+    if capped and not rates.priced:
+        log.warning("%s: max_cost can never stop this run: no cost rate is set (the config's cost: section or "
+                    "PIPELINE_COST_*), so nothing it uses is priced", ", ".join(capped))
     return hook if hook.active else None
 
 

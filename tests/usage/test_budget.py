@@ -130,7 +130,7 @@ stages:
     assert cli("run", "budget.yaml", cwd=folder).returncode == 0
     proc = cli("run", "budget.yaml", "--set", "budget.max_wall=0.3", cwd=folder)
     assert proc.returncode == ExitCode.BUDGET and "not started: the last 1 succeeded run(s)" in proc.stderr
-    assert "--ignore-budget-estimate" in proc.stderr
+    assert "--ignore-budget-estimate" in proc.stderr and "over the budget's max_wall of 0.3 s" in proc.stderr
     assert len([p for p in (folder / "runs" / "b").iterdir() if p.name[0].isdigit()]) == 1   # no run folder
     proc = cli("run", "budget.yaml", "--set", "budget.max_wall=0.3", "--ignore-budget-estimate", "--no-cache",
                cwd=folder)
@@ -172,3 +172,25 @@ def test_a_budget_does_not_change_a_stages_cache_key():
     capped = PythonSpec(kind="python", function="m:f", budget={"max_wall": "1h"})
     key = dict(fingerprint={"code": "x"}, code=(), backend="cpu", versions={}, seed=0)
     assert stage_key(plain, {}, **key) == stage_key(capped, {}, **key) is not None
+
+
+def test_a_cost_cap_without_a_rate_to_price_anything_says_it_can_never_stop_the_run(tmp_path, caplog):
+    """`budget: {max_cost: 2}` with no rate set ran 32 s of a busy loop, exit 0, not a word."""
+    import logging
+
+    from pipeline.config import load_config
+    from pipeline.hooks.hook_registry import HookContext
+    from pipeline.usage.budget import budget_hook
+
+    config = load_config(text="name: b\nbudget: {max_cost: 2, max_wall: 1h}\nstages:\n"
+                              "  slow: {kind: python, function: 'slow_stages:sleepy', budget: {max_cost: 1}}\n")
+    context = HookContext(config=config, pipeline="b", runs_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        assert budget_hook(config.budget, context) is not None           # the wall cap still holds
+    assert "budget, stages.slow.budget: max_cost can never stop this run: no cost rate is set" in caplog.text
+    caplog.clear()
+    priced = load_config(text="name: b\ncost: {cpu_core_hour: 0.05}\nbudget: {max_cost: 2}\nstages:\n"
+                              "  slow: {kind: python, function: 'slow_stages:sleepy'}\n")
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        budget_hook(priced.budget, HookContext(config=priced, pipeline="b", runs_dir=tmp_path))
+    assert "can never stop" not in caplog.text
