@@ -47,17 +47,20 @@ def parity(config: str, overrides: tuple[str, ...], sample: int | None, runs_dir
         try:
             resolve_backend("gpu")
         except BackendUnavailable as exc:
+            why = str(exc).split(" Run `pipeline doctor`")[0]     # not its advice to run on the CPU
             raise BackendUnavailable(f"pipeline parity compares a CPU run with a GPU run, and no GPU is usable here, "
                                      f"so neither side was run (--against pandas compares the CPU's table engines "
-                                     f"and needs none). {exc}") from None
+                                     f"and needs none). {why} Run `pipeline doctor` for details.") from None
     if sample is not None:                    # every stage that can sample its rows does (load)
         sampled = [f"stages.{name}.{key}={value}" for name, spec in cfg.stages.items()
                    for key, value in spec.sample_overrides(sample).items()]
         cfg = load_config(config, overrides=(*overrides, *sampled))
     declare_outputs(runs_dir or cfg.runs_dir)
     sides = ("cpu", "gpu") if against == "gpu" else ("pandas", "polars")
+    # Runs on a sample are a check, not the pipeline's model: 'latest' stays where it was.
     results = {side: _run_side(side, lambda device: Runner(cfg, device=device, runs_dir=runs_dir, hooks=[LogHook()],
-                                                           keep_outputs=False, config_path=config).run())
+                                                           keep_outputs=False, config_path=config,
+                                                           mark_latest=sample is None).run())
                for side in sides}
     first, second = sides
     found = compare_runs(results[first].run_dir, results[second].run_dir, GPU_BANDS if against == "gpu" else ENGINE_BANDS,

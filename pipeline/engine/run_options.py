@@ -40,6 +40,8 @@ class RunOptions(Options):
     or the named ones and what depends on them. ``cache_max_size``: the cache budget, over the
     environment and the config. ``wait``: seconds to wait for another run of the pipeline.
     ``check_budget_estimate``: refuse to start a run that earlier runs say will pass a cap.
+    ``mark_latest``: a run of every stage moves ``latest`` (False: a look that must not, such as
+    ``pipeline parity --sample``'s runs on a sample of the rows).
 
     Examples:
         >>> from pipeline import RunOptions
@@ -67,6 +69,7 @@ class RunOptions(Options):
     cache_max_size: int | str | None = None
     wait: float = 600.0
     check_budget_estimate: bool = True
+    mark_latest: bool = True
 
     what: ClassVar[str] = "run option"
 

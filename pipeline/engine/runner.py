@@ -241,7 +241,8 @@ class Runner:
     def _run_locked(self, lock: RunLock, steps: list[tuple[str, bool]], selected: set[str], forced: set[str],
                     backend: Backend, choice: DeviceChoice) -> RunResult:
         clear_budget_stop()
-        if selected == set(self.config.stages):
+        whole = selected == set(self.config.stages) and self.options.mark_latest
+        if whole:
             # A run of every stage moves 'latest': with something that is not a link in its place
             # the run would succeed and not be marked, so it does not start (exit 3).
             try:
@@ -265,7 +266,7 @@ class Runner:
             if error is exc:
                 raise
             raise error from exc
-        if selected == set(self.config.stages):
+        if whole:
             try:
                 self.store.mark_latest(run)
             except (StorageError, DataError) as exc:
@@ -273,10 +274,10 @@ class Runner:
                 raise kind(f"run {run.run_id} succeeded, but {exc}; 'latest' still points to the "
                            "run before it, and no other alias was moved") from exc
         else:
-            # A run of some stages (--only/--from/--until) is a look at part of the DAG: 'latest',
-            # which nightly scoring and serving name, stays at the last run of all of it.
+            # A run of some stages (--only/--from/--until), or one told not to (a sample's), is a
+            # look: 'latest', which nightly scoring and serving name, stays at the last run of it all.
             log.debug("run %s ran %d of %d stages: 'latest' stays where it was", run.run_id, len(selected),
-                     len(self.config.stages))
+                      len(self.config.stages))
         self._mark_aliases(run, manifest)
         return RunResult(run.run_id, run.path, "succeeded", manifest, outputs)
 

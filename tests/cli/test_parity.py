@@ -134,6 +134,7 @@ def test_without_a_gpu_parity_runs_nothing_and_exits_5(project):
         pytest.skip("this machine has a GPU: the parity run itself is the gpu test below")
     proc = cli("parity", "configs/churn.yaml", cwd=project)
     assert proc.returncode == ExitCode.BACKEND and "neither side was run" in proc.stderr
+    assert "to run on the CPU" not in proc.stderr         # device: cpu is no way to run parity
     assert "Traceback" not in proc.stderr and not (project / "runs").exists()
 
 

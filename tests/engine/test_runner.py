@@ -68,10 +68,12 @@ def test_failed_stage_is_recorded_and_latest_untouched(in_project):
     assert os.readlink(in_project / "runs" / "churn" / "latest") == ok.run_dir.name
 
 
-@pytest.mark.parametrize("selection", [{"until": ["raw"]}, {"only": ["split"]}, {"from_": ["split"]}])
+@pytest.mark.parametrize("selection", [{"until": ["raw"]}, {"only": ["split"]}, {"from_": ["split"]},
+                                       {"mark_latest": False}])
 def test_a_run_of_some_stages_leaves_latest_at_the_last_whole_run(in_project, selection):
     """Nightly scoring names 'latest': a look at part of the DAG (--until raw) must not become
-    the run it scores with (it has no models; predict and serve refused it)."""
+    the run it scores with (it has no models; predict and serve refused it), nor a run told not
+    to (parity --sample's, on a sample of the rows, moved it)."""
     (in_project / "configs" / "mini.yaml").write_text(MINI)
     whole = run_pipeline("configs/mini.yaml")
     part = run_pipeline("configs/mini.yaml", **selection)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from pydantic import ConfigDict, Field, field_validator
 
+from pipeline.core.errors import UsageError
 from pipeline.backends import get_backend
 from pipeline.core.problems import Task
 from pipeline.models import MODELS, LinearCoefficientsFormat, ModelSpec, get_model_spec
@@ -512,8 +513,9 @@ def test_check_hook_names_a_misspelt_event_and_wrong_arguments_and_passes_every_
         check_hook(Misspelt)
     with pytest.raises(ConformanceFailure, match=r"'event arguments'.*stage_finished must take 1 argument"):
         check_hook(TooFew())
-    # The runner refuses the misspelt one when its hook list is built (before the run starts).
-    with pytest.raises(TypeError, match=r"run hook Misspelt: 'stage_finshed' \(did you mean 'stage_finished'\?\)"):
+    # The runner refuses the misspelt one when its hook list is built (before the run starts):
+    # a usage error (exit 2), not an internal one.
+    with pytest.raises(UsageError, match=r"run hook Misspelt: 'stage_finshed' \(did you mean 'stage_finished'\?\)"):
         HookList([Misspelt()])
     for hook in (ConsoleHook, LogHook, SigningHook, HookList):
         check_hook(hook)
