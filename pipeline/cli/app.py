@@ -90,14 +90,18 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     runner = Runner(cfg, options, config_path=config)
     try:
         result = runner.run()
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:       # a failure, or Ctrl-C / SIGTERM / a budget stop
         ended = getattr(exc, "run_result", None)
-        if ended is None or log_format == "json":
+        if ended is None:
             raise
-        # The error paragraph, then (as for a run that succeeded) the outcome and where to look.
+        # The error paragraph, then (as for a run that succeeded) the outcome and where to look:
+        # the run's id and folder, whatever ended it.
         code = report_failure(exc, debug=bool(click.get_current_context().find_root().params.get("debug")),
                               ctx=click.get_current_context())
-        stdout.print(Text(outcome_line(ended)))
+        if log_format == "json":
+            _echo_result_json(ended)
+        else:
+            stdout.print(Text(outcome_line(ended)))
         sys.exit(code)
     if log_format == "json":
         _echo_result_json(result)

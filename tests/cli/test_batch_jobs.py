@@ -220,6 +220,8 @@ def test_sigterm_records_an_interrupted_run_and_exits_143(project):
     manifest = read_manifest(newest)
     assert manifest.status == "interrupted" and manifest.error == "terminated (SIGTERM)"
     assert not os.path.lexists(runs / "latest")          # its one succeeded run ran some stages
+    # Its last line names the run, as a finished run's does (it used to end at "terminated").
+    assert f"run {manifest.run_id} interrupted" in proc.stdout.read()
 
 
 def test_json_logs_are_one_object_per_line(project):
@@ -234,6 +236,12 @@ def test_json_logs_are_one_object_per_line(project):
     bad = cli(project, "--log-format", "json", "--set", "stages.raw.path=data/nope.csv")
     (error,) = [json.loads(line) for line in bad.stderr.splitlines() if '"event": "error"' in line]
     assert bad.returncode == ExitCode.DATA and error["exit_code"] == ExitCode.DATA and "nope.csv" in error["message"]
+    # A run that started and then stopped still says where it is: run_result on stdout.
+    stopped = cli(project, "--log-format", "json", "--no-cache", "--set", "budget.max_wall=0.5s",
+                  "--ignore-budget-estimate")
+    assert stopped.returncode == ExitCode.BUDGET, stopped.stderr
+    (result,) = [e for e in map(json.loads, stopped.stdout.splitlines()) if e.get("event") == "run_result"]
+    assert result["status"] == "interrupted" and Path(result["run_dir"]).is_dir()
 
 
 def test_a_cached_run_loads_only_what_it_reports(in_project):
