@@ -563,7 +563,7 @@ class Runner:
         self.hooks.run_finishing(event)         # what hooks add to the record (run totals, a budget's stop)
         if self._worker_usage:                  # on a cluster: every worker's, over the whole run
             manifest.usage = {**(manifest.usage or {}), "workers": self._worker_usage}
-        manifest.artifacts = self._checksums(run, required=status == "succeeded")
+        manifest.artifacts = self._checksums(run, manifest, required=status == "succeeded")
         run.write_manifest(manifest)
         self.hooks.run_recorded(event)          # the final record is written (signed, with a key set)
         for path, digest in manifest.artifacts.items():
@@ -571,15 +571,19 @@ class Runner:
         self.hooks.run_finished(event)
 
     @staticmethod
-    def _checksums(run: RunDir, *, required: bool) -> dict[str, str]:
-        """The artifacts' sha256; a run that did not succeed is recorded even if they cannot be read."""
+    def _checksums(run: RunDir, manifest: RunManifest, *, required: bool) -> dict[str, str]:
+        """The artifacts' sha256; a run that did not succeed is recorded even if they cannot be read.
+        What a stage that failed or was stopped left in its folder stays there, for a look, but
+        is no artifact: half-written, it must not be read (the report, MLflow) as the stage's."""
         try:
-            return run.checksums()
+            found = run.checksums()
         except StorageError as exc:
             if required:
                 raise
             log.warning("%s", exc)
             return {}
+        unfinished = {name for name, record in manifest.stages.items() if record.status in ("failed", "interrupted")}
+        return {path: digest for path, digest in found.items() if Path(path).parts[0] not in unfinished}
 
 
 def _ending(exc: BaseException) -> tuple[str, str, BaseException]:

@@ -23,6 +23,8 @@ import time
 
 
 def sleepy(ctx, inputs, seconds=30.0):
+    if ctx.artifacts_dir is not None:         # a file written before the stop: half of its output
+        ctx.artifact_path("partial.json").write_text("{}")
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(0.05)
@@ -70,6 +72,10 @@ stages:
     assert manifest["budget"]["limit"] == 1.5 and manifest["budget"]["reached"] > 1.5
     assert manifest["stages"]["slow"]["status"] == "interrupted"
     assert not (folder / "runs" / "b" / "latest").exists()     # nothing taken as finished
+    # What the stopped stage wrote stays for a look, but is no artifact of the run.
+    run = next(p for p in (folder / "runs" / "b").iterdir() if p.name[0].isdigit())
+    assert (run / "slow" / "partial.json").is_file()
+    assert not any(path.startswith("slow/") for path in manifest["artifacts"]), manifest["artifacts"]
 
 
 def test_a_stage_over_its_cost_on_cpu_time_is_stopped_and_the_stage_named(tmp_path):
