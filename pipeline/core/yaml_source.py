@@ -116,7 +116,7 @@ def parse_yaml(text: str, *, source: str, root: KeyPath = ()) -> YamlDocument:
         raise ConfigError([ConfigIssue(str(exc.context), str(exc.problem), exc.problem_mark.line + 1)],
                           file=source) from None
     except yaml.YAMLError as exc:
-        raise YamlSyntaxError([ConfigIssue(format_path(root), f"not valid YAML: {_problem(exc)}", _line(exc))],
+        raise YamlSyntaxError([ConfigIssue(format_path(root), f"not valid YAML: {_problem(exc)}", _line(exc, text))],
                               file=source) from None
     doc = YamlDocument(data=None)
     if node is None:
@@ -174,9 +174,17 @@ def _problem(exc: yaml.YAMLError) -> str:
     return f"{context}, {problem}" if context else str(problem)
 
 
-def _line(exc: yaml.YAMLError) -> int | None:
+def _line(exc: yaml.YAMLError, text: str) -> int | None:
+    """The line the problem is on; where the parser found it past the last line (an unclosed
+    ``[`` at the end of the file), the line where what it was reading began."""
     mark = getattr(exc, "problem_mark", None)
-    return mark.line + 1 if mark is not None else None
+    if mark is None:
+        return None
+    last = max(len(text.splitlines()), 1)
+    if mark.line + 1 <= last:
+        return mark.line + 1
+    began = getattr(exc, "context_mark", None)
+    return began.line + 1 if began is not None and began.line + 1 <= last else last
 
 
 class _BoundPassed(yaml.MarkedYAMLError):

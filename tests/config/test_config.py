@@ -90,9 +90,11 @@ def test_duplicate_keys_are_errors():
     assert "duplicate key 'split'" in issue.message and issue.line == 10
 
 
-def test_yaml_syntax_error_has_line():
-    (issue,) = issues_of("name: t\nstages:\n  a: [1, 2\n")
-    assert "not valid YAML" in issue.message and issue.line is not None
+@pytest.mark.parametrize("end", ["", "\n"], ids=["no-newline", "newline"])
+def test_yaml_syntax_error_has_line(end):
+    """An unclosed [ on the last line was reported on the line after the file's last."""
+    (issue,) = issues_of("name: t\nstages:\n  a: [1, 2" + end)
+    assert "not valid YAML" in issue.message and issue.line == 3
 
 
 def test_overrides_are_parsed_as_yaml_and_applied():
