@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipeline.config.data_checks import data_issues
-from pipeline.config.schema import PipelineConfig, config_model, is_module_name
+from pipeline.config.schema import PipelineConfig, config_model
 from pipeline.core.yaml_source import (
     MAX_DEPTH,
     KeyPath,
@@ -32,7 +32,7 @@ from pipeline.core.yaml_source import (
 from pipeline.core.dag import graph_problems, topological_order
 from pipeline.core.errors import ConfigError, ConfigIssue, UsageError
 from pipeline.features import COLUMNS_TAGS, OPS, SELECTOR_TAG, ColumnSelector
-from pipeline.core.plugins import load_plugins
+from pipeline.core.plugins import is_module_name, load_plugins
 from pipeline.stages import STAGE_KINDS
 from pipeline.stages.spec import input_list, kinds_producing
 
@@ -112,15 +112,17 @@ def check_config_path(path: object) -> None:
 
 def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:
     """Import the config's ``plugins`` (and $PIPELINE_PLUGINS) before the schema is built;
-    modules beside the config file import (``_allow_local_modules`` ran first)."""
-    modules = doc.data.get("plugins") or []
-    if not isinstance(modules, list) or not all(isinstance(m, str) and is_module_name(m) for m in modules):
-        return []                        # the schema reports the wrong type or name with its line
+    modules beside the config file import (``_allow_local_modules`` ran first). An entry that is
+    not a module name, or a ``plugins`` that is not a list, is the schema's problem (reported
+    with its line) and stops no other import: what the other entries register is known."""
+    listed = doc.data.get("plugins") or []
+    listed = listed if isinstance(listed, list) else []
+    malformed = {f"plugins[{i}]" for i, module in enumerate(listed) if not is_module_name(module)}
     try:
-        load_plugins(modules)
+        load_plugins(listed)
     except ConfigError as exc:
         return [ConfigIssue(i.path, i.message, doc.line_of(("plugins",)) if i.path.startswith("plugins") else None,
-                            i.source) for i in exc.issues]
+                            i.source) for i in exc.issues if i.path not in malformed]
     return []
 
 

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 
 from pipeline.config import run_outputs  # registers the package's run-level outputs and their sections
 from pipeline.core.errors import ConfigError, ConfigIssue
+from pipeline.core.plugins import check_module_name
 from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
 from pipeline.hooks.hook_registry import HookRegistration, config_sections, reserve_config_keys
 from pipeline.stages import STAGE_KINDS
@@ -31,7 +32,6 @@ from pipeline.stages import STAGE_KINDS
 NAME_MAX_LENGTH = 100
 PIPELINE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 STAGE_NAME = r"[A-Za-z_][A-Za-z0-9_-]*"        # no dots either: a stage name is a --set key
-MODULE_NAME = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 SEED_LIMIT = 2**32                             # NumPy and scikit-learn seeds: 0 .. 2**32 - 1
 MAX_LOCAL_WORKERS = 1024
 
@@ -54,17 +54,6 @@ def check_stage_name(name: str) -> str:
             f"stage name {name!r} is not a plain name: letters, digits, _ and -, starting with a letter or _, "
             f"at most {NAME_MAX_LENGTH} characters (it names the stage's folder in the run folder and is a "
             "key in --set paths)")
-    return name
-
-
-def is_module_name(name: str) -> bool:
-    return re.fullmatch(MODULE_NAME, name) is not None
-
-
-def check_module_name(name: str) -> str:
-    if not is_module_name(name):
-        raise ValueError(f"{name!r} is not a module name (dotted Python identifiers, e.g. my_stages or "
-                         "company.pipeline_plugins)")
     return name
 
 
