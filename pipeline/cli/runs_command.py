@@ -166,10 +166,13 @@ def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
     RUN is a run id, a unique prefix of one, a path to a run folder, or `latest`. It must have
     succeeded and exported a model, with its files matching its manifest (what `pipeline serve
     champion` and `pipeline predict champion` will load); prints where champion pointed before.
+    A run registered in MLflow (tracking.mlflow.register) also gets the registry's `champion`
+    alias on its version; a registry that cannot be reached is a warning.
     """
     from pipeline.runs.layout import CHAMPION
     from pipeline.runs.store import RunStore
     from pipeline.scoring.run_models import choose_model, exported_models, read_manifest, run_metrics, verify_artifacts
+    from pipeline.tracking.mlflow_hook import promote_version
 
     found = history.resolve_run(run, runs_dir, pipeline_name)
     history.require_manifest(found)
@@ -182,10 +185,14 @@ def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
     name = f"{pipeline_dir.name}/{found.run_id}"
     if before == found.run_id:
         stdout.print(Text(f"{CHAMPION} already points to {name} (model {best}); nothing moved"))
-        return
-    RunStore(pipeline_dir.parent, pipeline_dir.name).mark_alias(found.path, CHAMPION)
-    was = f"{pipeline_dir.name}/{before}" if before else "no run (it was not set)"
-    stdout.print(Text(f"{CHAMPION} moved from {was} to {name} (model {best})"))
+    else:
+        RunStore(pipeline_dir.parent, pipeline_dir.name).mark_alias(found.path, CHAMPION)
+        was = f"{pipeline_dir.name}/{before}" if before else "no run (it was not set)"
+        stdout.print(Text(f"{CHAMPION} moved from {was} to {name} (model {best})"))
+    # Also when the folder's pointer was already there: a registry that was down last time catches up.
+    registry = promote_version(found.path, CHAMPION)
+    if registry:
+        stdout.print(Text(registry))
 
 
 @runs.command("compare")

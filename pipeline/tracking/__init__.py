@@ -8,7 +8,8 @@ hook warns once, stops calling it, and says what happened in the run folder's
 Each exported model of a succeeded run is also logged as an MLflow pyfunc model
 (``pipeline.tracking.mlflow_pyfunc``, loaded by MLflow through ``pyfunc_entry.py``: code and
 the model's own files, no pickle), and with ``register:`` the run's best model becomes a
-registry version carrying the aliases the run's stages ask for (``champion``).
+registry version carrying the aliases the run's stages ask for (``champion``); ``pipeline runs
+promote`` moves the registry's ``champion`` with the run folder's (``promote_version``).
 """
 
 from pipeline.tracking.mlflow_hook import TRACKING_FILE, MlflowHook

@@ -23,7 +23,12 @@ Every call goes through ``_call``: the first failure is logged as a warning, lat
 skipped, and ``tracking.json`` in the run folder records the error (or the MLflow run id).
 Logging a model and the registry go through ``_try``: a failure there is a warning and a line
 of ``warnings`` in ``tracking.json``, and the other models, and the end of the run, still go.
-HTTP retries are capped so a server that is down costs seconds, not minutes.
+HTTP retries are capped so a server that is down costs seconds, not minutes, and a database
+store (``sqlite:///...``) is opened once up front: MLflow's own store tries ten times over about
+100 s before it gives up on one it cannot open.
+
+``promote_version`` moves a registry alias to the version a run registered (``pipeline runs
+promote``: the registry's ``champion`` follows the run folder's).
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ _HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_T
                   "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
 # The stage facts key that lists the run aliases a stage asks for (the promotion gate's contract).
 ALIASES_FACT = "aliases"
+# Tracking URI schemes of MLflow's SQLAlchemy store (``postgresql+psycopg2://`` is ``postgresql``).
+_DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+# A failure's text in a warning and in tracking.json, at most (its cause kept: ``_why``).
+_WHY = 300
 
 
 class MlflowHook(RunHook):
@@ -68,6 +77,8 @@ class MlflowHook(RunHook):
                  artifact_location: str | None = None, pyfunc: bool = True, register: str | None = None) -> None:
         self.uri = uri
         self.experiment = experiment
+        self.where: str | None = None                        # ``uri`` as the client uses it (``resolved_uri``)
+        self.experiment_name: str | None = None
         self.artifacts = artifacts
         self.artifact_location = artifact_location
         self.pyfunc = pyfunc
@@ -90,8 +101,13 @@ class MlflowHook(RunHook):
             self._fail("mlflow is not installed (pip install 'pipeline[mlflow]')")
             return
         adopt_library_loggers()            # MLflow's import gave its loggers a text handler of their own
-        self.client = self._call("connect", lambda: MlflowClient(tracking_uri=self.uri))
-        name = self.experiment or run.pipeline
+        self.where = self._call("resolve the tracking URI", lambda: resolved_uri(self.uri), first=True)
+        problem = unusable_store(self.where) if self.where else None
+        if problem:
+            self._fail(problem)
+            return
+        self.client = self._call("connect", lambda: MlflowClient(tracking_uri=self.where), first=True)
+        name = self.experiment_name = self.experiment or run.pipeline
         experiment = self._call("find the experiment", lambda: self.client.get_experiment_by_name(name))
         experiment_id = experiment.experiment_id if experiment is not None else \
             self._call("create the experiment",
@@ -224,38 +240,143 @@ class MlflowHook(RunHook):
         try:
             return True, call()
         except Exception as exc:  # noqa: BLE001 - tracking never fails a run
-            self._warn(f"could not {what}: {type(exc).__name__}: {str(exc)[:300]}")
+            self._warn(f"could not {what}: {_why(exc)}")
             return False, None
 
     def _warn(self, why: str) -> None:
         self.warnings.append(why)
-        log.warning("tracking: MLflow at %s: %s; the run goes on without it", self.uri or "the default URI", why)
+        log.warning("tracking: MLflow at %s: %s; the run goes on without it", self._shown_uri, why)
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        """``call()``, or None once anything failed: the first failure is warned about and kept."""
-        if self.error is not None or (self.client is None and what != "connect"):
+    def _call(self, what: str, call: Callable[[], Any], *, first: bool = False) -> Any:
+        """``call()``, or None once anything failed: the first failure is warned about and kept
+        (``first``: a call that needs no client yet)."""
+        if self.error is not None or (self.client is None and not first):
             return None
         try:
             return call()
         except Exception as exc:  # noqa: BLE001 - tracking never fails a run
-            self._fail(f"could not {what}: {type(exc).__name__}: {str(exc)[:300]}")
+            self._fail(f"could not {what}: {_why(exc)}")
             return None
 
     def _fail(self, why: str) -> None:
         self.error = why
-        log.warning("tracking: MLflow at %s: %s; the run goes on without it", self.uri or "the default URI", why)
+        log.warning("tracking: MLflow at %s: %s; the run goes on without it", self._shown_uri, why)
+
+    @property
+    def _shown_uri(self) -> str:
+        return self.where or self.uri or "the default URI"
 
     def _record(self, run_dir: Path) -> None:
         """tracking.json: where the run went, or why it did not (derived, like the report: not
         one of the run's checksummed artifacts)."""
         from pipeline.runs.store import atomic_write_json
 
-        entry = {"uri": self.uri, "experiment": self.experiment, "run_id": self.run_id, "error": self.error,
-                 "models": self.models, "registered": self.registered, "warnings": self.warnings}
+        entry = {"uri": self.where or self.uri, "experiment": self.experiment_name, "experiment_id": self.experiment_id,
+                 "run_id": self.run_id, "error": self.error, "models": self.models, "registered": self.registered,
+                 "warnings": self.warnings}
         try:
             atomic_write_json(run_dir / TRACKING_FILE, {"mlflow": entry})
         except OSError as exc:
             log.warning("tracking: cannot write %s: %s", run_dir / TRACKING_FILE, exc)
+
+
+def resolved_uri(uri: str | None) -> str:
+    """The tracking URI a client of ``uri`` uses (None: ``$MLFLOW_TRACKING_URI`` or MLflow's
+    default), a relative sqlite file made absolute: tracking.json then names the store wherever
+    it is read from (``pipeline runs promote`` in another folder)."""
+    import mlflow
+
+    found = uri or mlflow.get_tracking_uri()
+    prefix = "sqlite:///"
+    path, mark, query = found[len(prefix):].partition("?")
+    if found.startswith(prefix) and path not in ("", ":memory:") and not path.startswith("/"):
+        found = f"{prefix}{Path(path).resolve()}{mark}{query}"
+    return found
+
+
+def unusable_store(uri: str) -> str | None:
+    """Why the database store at ``uri`` cannot be opened (None: it can, or ``uri`` is no
+    database): one try at what MLflow's SQLAlchemy store tries ten times, waiting up to 51 s
+    between tries, before it gives up (a sqlite file in a folder that cannot be written, a file
+    that is not a database)."""
+    if uri.split(":", 1)[0].split("+", 1)[0] not in _DATABASES:
+        return None
+    try:
+        import sqlalchemy
+
+        path = uri[len("sqlite:///"):].partition("?")[0] if uri.startswith("sqlite:///") else ""
+        if path and path != ":memory:":                       # MLflow makes the file's folder too
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sqlalchemy.create_engine(uri)
+        try:
+            with engine.connect() as connection:
+                sqlalchemy.inspect(connection).get_table_names()
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - tracking never fails a run
+        return f"could not open the tracking database: {_why(exc)}"
+    return None
+
+
+def promote_version(run_dir: Path, alias: str) -> str | None:
+    """Move ``alias`` of the registered model the run at ``run_dir`` became a version of (its
+    tracking.json's ``registered``) to that version, as ``pipeline runs promote`` moves the run
+    folder's pointer. Returns what it did, None for a run that registered no version; a
+    registry that cannot be reached is a warning (the run folder's pointer has moved all the same)."""
+    try:
+        entry = json.loads((run_dir / TRACKING_FILE).read_text(encoding="utf-8")).get("mlflow") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    registered = entry.get("registered") if isinstance(entry, dict) else None
+    if not isinstance(registered, dict) or not registered.get("name") or registered.get("version") is None:
+        return None
+    name, version, uri = str(registered["name"]), str(registered["version"]), entry.get("uri")
+    moving = f"{name}@{alias} to version {version}"
+    for key, value in _HTTP_SETTINGS.items():
+        os.environ.setdefault(key, value)
+    try:
+        from mlflow.tracking import MlflowClient
+
+        adopt_library_loggers()
+        problem = unusable_store(uri) if isinstance(uri, str) else None
+        if problem:
+            raise RuntimeError(problem)
+        MlflowClient(tracking_uri=uri, registry_uri=uri).set_registered_model_alias(name, alias, version)
+    except Exception as exc:  # noqa: BLE001 - the run folder's champion has moved; the registry is told if it can be
+        why = str(exc) if isinstance(exc, RuntimeError) else _why(exc)
+        log.warning("tracking: MLflow at %s: could not move %s: %s; models:/%s@%s still names the version it "
+                    "did", uri or "the default URI", moving, why, name, alias)
+        return None
+    return f"MLflow at {uri or 'the default URI'}: moved {moving}"
+
+
+def _why(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` in one line a reader can finish: its first line; where that
+    nests its causes' text (urllib3's reprs in requests' in MLflow's) and is long, up to where
+    its first cause's text begins, then the innermost cause's type and message."""
+    chain = [exc]
+    while len(chain) < 16:
+        last = chain[-1]
+        cause = last.__cause__ or (None if last.__suppress_context__ else last.__context__)
+        if cause is None or cause in chain:
+            break
+        chain.append(cause)
+    head, root = _first_line(exc), chain[-1]
+    if root is not exc:
+        cause = f"{type(root).__name__}: {_first_line(root)}"
+        if len(head) > _WHY:
+            at = next((at for at in (head.find(_first_line(inner)) for inner in chain[1:] if _first_line(inner))
+                       if at > 0), -1)
+            head = f"{head[:at].rstrip(' :(') if at > 0 else head[:_WHY // 2]}: {cause}"
+        elif _first_line(root) not in head:
+            head = f"{head}: {cause}"
+    if len(head) > _WHY:                                     # the start and the end: what failed, and why
+        head = f"{head[:_WHY // 2 - 2]} ... {head[-(_WHY // 2 - 3):]}"
+    return f"{type(exc).__name__}: {head}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
 
 def best_model(models: Mapping[str, str], metrics: Mapping[str, Any]) -> str | None:

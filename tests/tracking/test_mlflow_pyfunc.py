@@ -256,3 +256,38 @@ def test_mlflow_models_serve_answers_invocations_with_the_predict_table(logged, 
         if server.poll() is None:
             os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_runs_promote_moves_the_registry_alias_with_the_run_folders_champion(tmp_path):
+    """`models:/NAME@champion` follows the run folder's champion: `pipeline runs promote` moves
+    both; a registry that cannot be reached is a warning, and the folder's pointer moves anyway."""
+    from pipeline import run_pipeline
+    from tests.support.cli import run_cli
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rows(160, 5, multiclass=False).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "p.yaml").write_text(config("p", tmp_path / "rows.csv", uri, tmp_path / "artifacts", task="binary",
+                                            register="p"))
+    runs = [Path(run_pipeline(tmp_path / "p.yaml", runs_dir=tmp_path / "runs").run_dir) for _ in range(2)]
+    versions = [json.loads((r / "tracking.json").read_text())["mlflow"]["registered"]["version"] for r in runs]
+    assert versions == ["1", "2"]
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+
+    def champion() -> tuple[str, str]:
+        return ((tmp_path / "runs" / "p" / "champion").resolve().name,
+                str(client.get_model_version_by_alias("p", "champion").version))
+
+    for run_dir, version in ((runs[0], "1"), (runs[1], "2")):
+        proc = run_cli("runs", "promote", run_dir.name, "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert champion() == (run_dir.name, version) and f"moved p@champion to version {version}" in proc.stdout
+    with socket.socket() as probe:                              # a registry nobody answers for
+        probe.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    tracked = json.loads((runs[0] / "tracking.json").read_text())
+    tracked["mlflow"]["uri"] = down
+    (runs[0] / "tracking.json").write_text(json.dumps(tracked))
+    proc = run_cli("runs", "promote", runs[0].name, "--runs-dir", "runs", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert champion() == (runs[0].name, "2")                  # the folder moved; the registry could not be told
+    assert f"MLflow at {down}: could not move p@champion to version 1" in proc.stderr, proc.stderr

@@ -67,6 +67,9 @@ def test_a_tracking_server_that_is_down_never_fails_the_run(project):
     assert "tracking: MLflow at http://127.0.0.1" in proc.stderr and "the run goes on without it" in proc.stderr
     tracked = json.loads((newest_run(project / "runs" / "churn") / "tracking.json").read_text())["mlflow"]
     assert tracked["run_id"] is None and "could not" in tracked["error"]
+    # The cause, whole, not cut off mid-way through urllib3's nested reprs.
+    assert tracked["error"].endswith("ConnectionRefusedError: [Errno 111] Connection refused"), tracked["error"]
+    assert "Connection refused; the run goes on without it" in proc.stderr
 
 
 def test_tuning_trials_are_logged_with_the_trial_number_as_step(tmp_path):
@@ -119,3 +122,61 @@ def test_json_logs_stay_json_with_mlflow_and_its_own_loggers_say_only_warnings(t
     tracked = json.loads((newest_run(tmp_path / "runs" / "p") / "tracking.json").read_text())["mlflow"]
     assert tracked["error"] is None and tracked["run_id"]
     assert tracked["models"] and tracked["registered"]          # a pyfunc model logged (an input example validated)
+    assert tracked["experiment"] == "p"                         # the pipeline's name when none is set
+
+
+def test_an_unusable_database_store_is_one_quick_warning_not_minutes_of_retries(tmp_path, caplog):
+    """MLflow's SQLAlchemy store tries to open its database ten times over about 100 s: a sqlite
+    file that cannot be created (/proc) or is not a database fails once, at once, and the run
+    goes on without tracking, as with a server that is down."""
+    from pipeline.hooks.protocol import RunEvent, RunInfo
+    from pipeline.runs.record import RunManifest
+    from pipeline.tracking import MlflowHook
+
+    (tmp_path / "notes.db").write_text("not a database\n")
+    for uri, why in (("sqlite:////proc/pipeline-tracking.db", "unable to open database file"),
+                     (f"sqlite:///{tmp_path / 'notes.db'}", "not a database")):
+        caplog.clear()
+        info = RunInfo("20261124T000000.000Z-abcdef", tmp_path, "p", "cpu", "asked", 1)
+        hook = MlflowHook(uri, "unusable")
+        started = time.monotonic()
+        hook.run_started(info)
+        hook.run_finished(RunEvent(info, "succeeded", RunManifest(pipeline="p", run_id=info.run_id,
+                                                                  status="succeeded")))
+        assert time.monotonic() - started < 30, uri                   # no retries (they take ~100 s)
+        tracked = json.loads((tmp_path / "tracking.json").read_text())["mlflow"]
+        assert tracked["run_id"] is None and why in tracked["error"], tracked
+        warned = [r.getMessage() for r in caplog.records if r.name == "pipeline" and "tracking:" in r.getMessage()]
+        assert len(warned) == 1 and why in warned[0] and "the run goes on without it" in warned[0], warned
+
+
+def test_a_server_that_accepts_and_never_answers_costs_one_timeout(project):
+    """The HTTP timeout (and no retries) bound a server that takes the connection and never
+    answers: one call times out, the rest are skipped, the run succeeds and says why."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        try:
+            while True:
+                held.append(server.accept()[0])                  # read nothing, answer nothing
+        except OSError:
+            return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        proc = _pipeline("run", "configs/churn.yaml", "--until", "features", "--device", "cpu",
+                         "--set", f"tracking.mlflow.uri=http://127.0.0.1:{server.getsockname()[1]}", cwd=project,
+                         env={"PIPELINE_REPORT": "off", "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"})
+    finally:
+        server.close()
+        for connection in held:
+            connection.close()
+    assert proc.returncode == 0, proc.stderr
+    tracked = json.loads((newest_run(project / "runs" / "churn") / "tracking.json").read_text())["mlflow"]
+    assert tracked["run_id"] is None and "timed out" in tracked["error"], tracked
+    assert proc.stderr.count("the run goes on without it") == 1, proc.stderr
