@@ -37,6 +37,7 @@ from pipeline.runs.layout import REFERENCE_FILE
 from pipeline.metrics.drift import Counts, bin_counts, check_profile
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
 from pipeline.runs.signing import verify_model_folder
+from pipeline.scoring.run_plugins import load_model_plugins
 from pipeline.core.problems import Task
 
 __all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table", "scores_with_counts"]
@@ -127,7 +128,10 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
     """Load an exported model folder; ``device`` "cpu" or "gpu" (default: the data decides).
 
     The registry entry named in model.json says how its files are read (its format), so a
-    model added by a plugin loads once the plugin has registered it. ``verify_signature``
+    model added by a plugin loads once the plugin has registered it: a model not registered
+    yet gets the plugins ``pipeline predict`` would import first, those of $PIPELINE_PLUGINS
+    and, for a folder inside a run folder, the run's own (``run_plugins.load_model_plugins``:
+    its record and config checked first). ``verify_signature``
     False is for a folder of the run in progress only (the ``promote`` stage reading what this
     run's export just wrote): its manifest is signed when the run ends, so there is nothing to
     check it against yet.
@@ -149,6 +153,8 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
         kind = meta["model"]
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{meta_path}: not a model description ({exc})") from exc
+    if isinstance(kind, str) and kind not in MODELS and verify_signature:   # a plugin's model: what predict imports
+        load_model_plugins(folder)
     model_format = model_format_of(meta, meta_path)
     try:
         files = model_format.files(meta)

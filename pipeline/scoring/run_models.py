@@ -6,26 +6,27 @@ run the same way: the run must have succeeded (its manifest's signature checked 
 signing key is set), its config and the model's files must match the sha256 the manifest lists,
 and without ``--model`` the run's best model serves. These steps live here, below the stages,
 so the promotion gate checks a champion exactly as ``predict`` does rather than with a copy.
+The run's config check and the import of its plugins are ``run_plugins``'s, which ``load_model``
+shares for a folder inside a run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import DataError, UsageError
-from pipeline.core.plugins import load_plugins
 from pipeline.core.problems import Task
 from pipeline.runs import layout, record
 from pipeline.runs.record import RunManifest
-from pipeline.runs.signing import signing_key, verify_run
+from pipeline.runs.signing import verify_run
 from pipeline.scoring.input_rows import training_read_options
 from pipeline.scoring.model_folder import SavedModel, load_model, model_format_of
+from pipeline.scoring.run_plugins import load_run_plugins, verify_file, verify_run_config
 
 log = logging.getLogger("pipeline")
 
@@ -93,25 +94,6 @@ def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any
     if requested is not None:
         return requested
     return float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
-
-
-def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = None) -> list[str]:
-    """Import the plugins a finished run used (its resolved ``config.yaml``), so its models load.
-
-    ``config_file`` (from the run record) is where the run's config was: modules beside it
-    import as they did for the run.
-    """
-    import yaml
-
-    try:
-        data = yaml.safe_load(layout.RunLayout(Path(run_dir)).config.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        data = None
-    modules = data.get("plugins") if isinstance(data, dict) else None
-    modules = [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else []
-    folder = Path(config_file).parent if config_file else None
-    return load_plugins(modules, search_path=folder if folder is not None and folder.is_dir() else None,
-                        where="the run's plugins")
 
 
 def checked_run_model(run_dir: Path, *, model: str | None = None,
@@ -210,17 +192,6 @@ def best_exported(models: dict[str, str], metrics: dict[str, Any]) -> str | None
     return best_of(metrics.get("models"), models, metrics.get("rank_by"))
 
 
-def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:
-    """The run's config.yaml against its checksum before the plugins it names are imported.
-    One the manifest does not list is accepted (older runs), unless runs must be signed."""
-    digest = manifest.artifacts.get(layout.CONFIG)
-    if digest is not None:
-        _verify_file(run_dir, layout.CONFIG, digest, what="run config")
-    elif signing_key() is not None and (run_dir / layout.CONFIG).exists():
-        raise DataError(f"{run_dir / layout.CONFIG} is not in run {run_dir.name}'s signed manifest; "
-                        "its plugins were not imported")
-
-
 def verify_artifacts(run_dir: Path, artifacts: Mapping[str, str], folder: str) -> None:
     """Every file of the model folder must match its sha256 in the run record (``artifacts``)
     before anything is loaded: a corrupt model file or state_dict is never deserialised."""
@@ -231,7 +202,7 @@ def verify_artifacts(run_dir: Path, artifacts: Mapping[str, str], folder: str) -
             raise DataError(f"model artifact {run_dir / folder / required} is not in the run's manifest; "
                             "cannot verify it")
     for key, digest in sorted(listed.items()):
-        _verify_file(run_dir, key, digest, what="model")
+        verify_file(run_dir, key, digest, what="model")
     meta_path = run_dir / prefix / "model.json"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -243,15 +214,3 @@ def verify_artifacts(run_dir: Path, artifacts: Mapping[str, str], folder: str) -
     if unlisted:
         raise DataError(f"model file(s) {unlisted} of {run_dir / folder} are not in the run's manifest; "
                         "cannot verify them")
-
-
-def _verify_file(run_dir: Path, key: str, digest: str, *, what: str) -> None:
-    from pipeline.runs.store import sha256_file
-
-    path = run_dir / key
-    if not path.is_file():
-        raise DataError(f"{what} artifact {path} is missing (the run's manifest lists it); "
-                        "the run folder is incomplete or corrupt")
-    if sha256_file(path) != digest:
-        raise DataError(f"{what} artifact {path} is corrupt: its sha256 does not match the run's manifest; "
-                        "it was not loaded")
