@@ -8,6 +8,7 @@ overwriting a file unless asked, and the summary a person reads.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,10 +101,32 @@ def init(data: str, target: str, task: str | None, positive: str | None, output:
     atomic_write_text(target_file, draft.text)
     config = load_config(target_file)          # what was written, read back as `pipeline run` reads it
     console.print(Text(f"wrote {target_file} (valid: {len(config.stages)} stages)"))
+    for module, folder in _plugins_elsewhere(draft.plugins, target_file):
+        console.print(Text(f"note: plugin {module} was imported from {folder}, not from beside {target_file}: "
+                           f"run it with {folder} on PYTHONPATH, as init was, or install the module"))
     if target_file.resolve().parent != Path.cwd().resolve():
         console.print(Text(f"run it from {Path.cwd()}: the data path in it is relative to the folder you run "
                            "pipeline in"))
     console.print(Text(f"next: pipeline run {target_file}"))
+
+
+def _plugins_elsewhere(modules: list[str], config: Path) -> list[tuple[str, Path]]:
+    """The config's plugin modules that were imported from a folder on Python's path other than
+    the config's own (``PYTHONPATH=lib``), with that folder: the run finds them only there. An
+    installed module is found anywhere."""
+    from pipeline.core.plugins import searched_folders
+
+    here, outside = config.resolve().parent, set(searched_folders())
+    found = []
+    for module in modules:
+        top = sys.modules.get(module.split(".")[0])
+        path = Path(getattr(top, "__file__", None) or "")
+        if not path.name:
+            continue
+        folder = (path.parent.parent if path.name == "__init__.py" else path.parent).resolve()
+        if folder != here and str(folder) in outside:
+            found.append((module, folder))
+    return found
 
 
 def _same_file(one: Path, other: Path) -> bool:
@@ -128,5 +151,9 @@ def _summary(draft: Scaffold, console: Console) -> None:
         table.add_row(Text(column.name), Text(column.role.replace("_", "-")), Text(column.reason), Text(column.action))
     print_wide(table, console)
     console.print(Text(f"models: {', '.join(draft.models)}"))
+    if draft.plugins:
+        it = "it" if len(draft.plugins) == 1 else "them"
+        console.print(Text(f"plugins: {', '.join(draft.plugins)} (listed in the config: the run imports {it} "
+                           "without $PIPELINE_PLUGINS)"))
     for note in draft.notes:
         console.print(Text(f"note: {note}"))

@@ -4,13 +4,15 @@ config loader and fitted on the sample before anything is written."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from pipeline.config.loader import load_config
 from pipeline.core.errors import ConfigError, DataError, PipelineError, UsageError
+from pipeline.core.plugins import ENV_VAR, environment_plugins, load_plugins
 from pipeline.core.problems import TASK_KINDS
 from pipeline.features import FeatureWorkflow
 from pipeline.features.column_roles import (
@@ -19,6 +21,8 @@ from pipeline.features.column_roles import (
     classify,
     mark_leaks,
 )
+from pipeline.models import MODELS
+from pipeline.models.registry import portfolio_members
 from pipeline.scaffold.markers import missing_markers
 from pipeline.scaffold.ops_and_models import (
     Op,
@@ -49,17 +53,27 @@ class Scaffold:
     models: list[str]
     sample: Sample
     notes: list[str]
+    # The plugin modules the config lists: loaded by init, they register models it drafted.
+    plugins: list[str] = field(default_factory=list)
 
 
 def draft_config(data: str | Path, target: str, *, task: str | None = None, positive: str | None = None,
                  fmt: str | None = None, data_path: str | None = None, name: str | None = None,
-                 auto: bool = False) -> Scaffold:
+                 auto: bool = False, plugins: Sequence[str] = ()) -> Scaffold:
     """The config for ``data`` predicting ``target``; ``data_path`` is how the config names the
     file (default: ``data`` as given: the load reads it relative to the working directory).
     ``auto``: one ``auto`` stage (a time-limited portfolio) instead of the features stage and
-    the chosen models; it leaves out the same columns by the same rule."""
+    the chosen models; it leaves out the same columns by the same rule.
+
+    ``plugins`` and those of $PIPELINE_PLUGINS are imported before the data is read (one that
+    does not import is a ConfigError), so a plugin's model that chooses itself for ``init``
+    (``ModelSpec.init_choices``) is drafted beside the built-in ones; when one is, the config
+    lists those modules under ``plugins:``, and so runs where the variable is not set."""
     if task is not None and task not in TASK_KINDS:
         raise UsageError(f"--task must be one of {', '.join(TASK_KINDS)}, not {task!r}")
+    named = list(dict.fromkeys([*plugins, *environment_plugins()]))
+    registered = set(MODELS)
+    load_plugins(plugins)
     sample = read_sample(data, fmt=fmt)
     markers = missing_markers(sample.frame)
     tokens = sorted(markers) if sample.format == "csv" else []
@@ -85,6 +99,10 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
                         "exclude are set aside (" + "; ".join(c.line() for c in columns) + ")")
     models, model_notes = ([], []) if auto else choose_models(choice.kind)
     notes += model_notes
+    drafted = (sorted({m.model for m in portfolio_members() if choice.kind in m.tasks}) if auto   # what auto screens
+               else [name for name, _, _ in models])
+    from_plugins = [name for name in drafted if name not in registered]
+    listed = named if from_plugins else []
     if choice.missing:
         notes.append(missing_target_note(target, choice.missing, len(frame)))
     ops = [] if auto else feature_ops(columns)
@@ -95,12 +113,22 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     config_name = name or pipeline_name(Path(data))
     text = render(Draft(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens,
                         target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
-                        notes=notes, auto=auto))
+                        notes=notes, auto=auto, plugins=listed,
+                        plugins_why=_plugins_why(from_plugins, plugins, auto) if listed else ""))
     check_config_text(text)
     if not auto:
         check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
     return Scaffold(text, config_name, [Column(target, "target", choice.reason, "split.target"), *columns],
-                    choice, ["auto"] if auto else [m[0] for m in models], sample, notes)
+                    choice, ["auto"] if auto else [m[0] for m in models], sample, notes, listed)
+
+
+def _plugins_why(models: list[str], given: Sequence[str], auto: bool) -> str:
+    """The comment over the config's ``plugins:``: which drafted models need them."""
+    origin = " and ".join(where for where, named in (("passed to draft_config", given),
+                                                         (f"${ENV_VAR}", environment_plugins())) if named)
+    role = " (in auto's portfolio)" if auto else ""
+    return (f"{', '.join(models)}{role}: registered by a plugin pipeline init loaded ({origin}). Listed here, the "
+            f"run imports the plugins without ${ENV_VAR}; a module beside this file imports as it is.")
 
 
 # ---------------------------------------------------------------- checks before writing

@@ -106,7 +106,8 @@ class Draft:
     """What ``init`` decided, for ``render`` to write: the names, the sample read and its missing
     markers (``tokens``), the target and task, the columns with their roles and actions, the
     identifier, the feature ops, the models with their parameters and why, and the notes.
-    ``auto``: one auto stage after the split, in place of the features stage and ``models``."""
+    ``auto``: one auto stage after the split, in place of the features stage and ``models``.
+    ``plugins``: the modules the config lists (a drafted model is theirs), with why."""
 
     name: str
     data_path: str
@@ -120,6 +121,8 @@ class Draft:
     models: list[tuple[str, dict[str, Any], str]]
     notes: list[str]
     auto: bool = False
+    plugins: Sequence[str] = ()
+    plugins_why: str = ""
 
 
 def render(draft: Draft) -> str:
@@ -140,6 +143,9 @@ def render(draft: Draft) -> str:
     add(f"name: {scalar(name)}")
     add("device: auto                 # auto | gpu | cpu: the GPU when one is usable, else the CPU")
     add("seed: 42                     # splits and models are repeatable")
+    if draft.plugins:
+        out.extend(_comment_lines(draft.plugins_why, 0))
+        add(f"plugins: {flow(list(draft.plugins))}")
     add("")
     add("stages:")
     add("  raw:")
