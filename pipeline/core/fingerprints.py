@@ -79,6 +79,16 @@ def local_modules(modules: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
+def plugin_digest(module: str) -> str:
+    """Hash of a plugin module's own code: its file and its author's modules it imports
+    (``local_modules``), not the package's or installed libraries' (those have versions). What a
+    run records of each plugin, so scoring with edited plugin code later can say so."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in sorted(local_modules([module])):
+        digest.update(f"{name}\0{_source_digest(name)}\0".encode())
+    return digest.hexdigest()
+
+
 def _is_local(path: Path | None) -> bool:
     """Whether a source file is its author's own (not under an installation's folders)."""
     if path is None:

@@ -34,7 +34,7 @@ from pipeline.config.schema import PipelineCore
 from pipeline.config.schema import ClusterConfig
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
-from pipeline.core.fingerprints import defining_modules
+from pipeline.core.fingerprints import defining_modules, plugin_digest
 from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
 from pipeline.core.settings import check_settings, current_settings
@@ -549,9 +549,16 @@ class Runner:
             config_sha256=sha256_file(config_file) if config_file and Path(config_file).is_file() else None,
             selected=sorted(selected), settings=self.settings.record(),
             versions={"pipeline": __version__, "python": platform.python_version(), **backend.versions()},
+            plugins={module: plugin_digest(module) for module in self._plugin_modules()},
             stages={name: StageRecord(name=name, kind=self.config.stages[name].kind, selected=chosen)
                     for name, chosen in steps},
         )
+
+    def _plugin_modules(self) -> list[str]:
+        """The plugin modules this run named: its config's ``plugins:`` and ``$PIPELINE_PLUGINS``."""
+        named = [str(m) for m in getattr(self.config, "plugins", None) or []]
+        named += [m.strip() for m in (self.settings.plugins or "").split(",") if m.strip()]
+        return list(dict.fromkeys(named))
 
     def _finish(self, run: RunDir, manifest: RunManifest, info: RunInfo, status: str, started: float, *,
                 error: str | None = None) -> None:

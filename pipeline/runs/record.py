@@ -178,6 +178,9 @@ class RunManifest(BaseModel):
     config_sha256: str | None = None
     selected: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+    # Each plugin module the run named (config plugins:, $PIPELINE_PLUGINS): a hash of its own
+    # code (``pipeline.core.fingerprints.plugin_digest``), for scoring to tell it was edited since.
+    plugins: dict[str, str] = Field(default_factory=dict)
     # The PIPELINE_* variables set when the run started (``pipeline.core.settings``), secrets
     # redacted: what shaped the run beside its config.
     settings: dict[str, str] = Field(default_factory=dict)

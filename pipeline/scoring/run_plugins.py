@@ -51,8 +51,30 @@ def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = 
         places = " nor ".join(str(p) for p in looked) or "any path from here"
         note = (f"the config the run was started with, {config_file}, is at {'neither ' if len(looked) > 1 else ''}"
                 f"{places}, so no folder beside it was searched")
-    return load_plugins(modules, search_path=found, where="plugins", note=note,
-                        source=f"run {run_dir.resolve().name}: {run_dir / layout.CONFIG}")
+    imported = load_plugins(modules, search_path=found, where="plugins", note=note,
+                            source=f"run {run_dir.resolve().name}: {run_dir / layout.CONFIG}")
+    _warn_edited_plugins(run_dir)
+    return imported
+
+
+def _warn_edited_plugins(run_dir: Path) -> None:
+    """A warning for each plugin whose code differs from the code the run recorded (its hash in
+    the manifest's ``plugins``): the models score with the code installed now, so scores may
+    differ from the run's own. A run recorded before plugins were hashed says nothing."""
+    import logging
+
+    from pipeline.core.fingerprints import plugin_digest
+
+    try:
+        recorded = record.read_manifest(run_dir).plugins
+    except Exception:  # noqa: BLE001 - the record was checked, or will be, where it matters
+        return
+    edited = sorted(module for module, digest in recorded.items() if plugin_digest(module) != digest)
+    if edited:
+        logging.getLogger("pipeline").warning(
+            "plugin module(s) %s changed since run %s was trained: its models score with the code here now, so "
+            "scores may differ from the run's own; score with the code the run used to get them",
+            ", ".join(edited), run_dir.resolve().name)
 
 
 def config_folders(run_dir: Path, config_file: str | None, runs_dir: Any = None) -> tuple[list[Path], list[Path]]:

@@ -125,3 +125,23 @@ def test_load_model_of_a_copied_folder_loads_pipeline_plugins(project: Path, tmp
     without = run_script(script, cwd=tmp_path, env={"PIPELINE_PLUGINS": "", "PYTHONPATH": ""})
     assert without.returncode == 1
     assert "model 'centroid' is unknown here" in without.stderr and "PIPELINE_PLUGINS" in without.stderr
+
+
+def test_scoring_with_plugin_code_edited_since_the_run_says_so(project: Path, tmp_path: Path):
+    """predict scored with whatever plugin code was there, with no word: a run trained with an
+    edited predict_proba, then restored, gave other scores than its own predictions."""
+    from pipeline.runs.record import read_manifest
+
+    copy = tmp_path / "p1"
+    shutil.copytree(project, copy, symlinks=True)
+    run = (copy / "runs" / "plugged" / "latest").resolve()
+    recorded = read_manifest(run).plugins
+    assert set(recorded) == {"churn_plugin"} and len(recorded["churn_plugin"]) == 32
+    new = project.parent / "p2" / "new.csv"
+    same = cli("predict", "--run", "latest", "--input", str(new), "--output", "a.csv", cwd=copy)
+    assert same.returncode == 0 and "changed since run" not in same.stderr, same.stderr
+    plugin = copy / PLUGIN.name
+    plugin.write_text(plugin.read_text() + "\n# edited after the run\n")
+    edited = cli("predict", "--run", "latest", "--input", str(new), "--output", "b.csv", cwd=copy)
+    assert edited.returncode == 0, edited.stderr
+    assert f"plugin module(s) churn_plugin changed since run {run.name} was trained" in edited.stderr
