@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeline.usage.costs import describe as describe_usage
 from pipeline.usage.costs import format_cost
-from pipeline.metrics import HIGHER_IS_BETTER
+from pipeline.metrics import HIGHER_IS_BETTER, per_class_metrics
 from pipeline.report import figures
 from pipeline.report.html import (cell, document, duration, e, figure_row, grouped_table, key_values, number, plain,
                                   switches, table, text)
@@ -41,10 +41,10 @@ def render(sources: RunSources, *, generated: datetime, version: str) -> str:
     split and the headline figure; then the models, the data, the explanations and the
     training; how the run ran (stages, metadata, versions) last."""
     manifest = sources.manifest
-    headline = next((ev for ev in sources.evaluations if ev.metrics.get("best") is not None),
-                    sources.evaluations[0] if sources.evaluations else None)
+    shown = [ev for ev in sources.evaluations if not ev.unshown]     # metrics.json changed or missing: not these
+    headline = next((ev for ev in shown if ev.metrics.get("best") is not None), shown[0] if shown else None)
     sections = [_answer(sources, headline)]
-    sections += [_evaluation(sources, evaluation, evaluation is headline) for evaluation in sources.evaluations]
+    sections += [_evaluation(sources, evaluation, evaluation is headline) for evaluation in shown]
     sections.append(_data(sources))
     sections += [_explanations(sources, evaluation) for evaluation in sources.evaluations]
     sections += [_training(sources), _timeline(sources), _summary(sources)]
@@ -75,7 +75,14 @@ def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, st
     manifest = sources.manifest
     parts = []
     if manifest.error:
-        parts.append(f'<p class="warning"><b>The run {e(manifest.status)}</b>: {e(manifest.error)}</p>')
+        happened = {"interrupted": "was interrupted", "running": "is still running"}.get(manifest.status,
+                                                                                         manifest.status)
+        parts.append(f'<p class="warning"><b>The run {e(happened)}:</b> {e(manifest.error)}</p>')
+    for unshown in (ev.unshown for ev in sources.evaluations if ev.unshown):
+        why = ("is missing from the run folder" if unshown in sources.missing else
+               "changed since the run (sha256 differs from manifest.json) or could not be read")
+        parts.append(f'<p class="warning">The evaluation {e(unshown)} {why}, so its best model and metrics are '
+                     "not shown; the sections below show what the run's intact files record.</p>")
     if evaluation is None:
         if not parts:
             parts.append('<p class="note">This run recorded no evaluation (no evaluate stage ran), so there is '
@@ -205,12 +212,17 @@ def _timeline(sources: RunSources) -> tuple[str, str, str]:
         extra = [text(_gpu_use(usage))] if gpus else []
         extra += [text(format_cost(record.cost) if record.cost else None)] if priced else []
         extra += [text(record.worker or "in process")] if workers else []
+        took = duration(record.seconds)
+        if record.status == "cached" and record.computed_seconds is not None:
+            took += f" (computed in {duration(record.computed_seconds)})"
         rows.append([text(record.name), text(record.kind), text(record.status, f"text status-{record.status}"),
-                     _seconds(record.seconds), _seconds(usage.get("cpu_seconds")),
+                     f"<td>{e(took)}</td>", _seconds(usage.get("cpu_seconds")),
                      cell(_bytes(record.peak_rss_bytes)), cell(_bytes(record.peak_device_bytes)), *extra,
                      text(", ".join(f"{k}={plain(v)}" for k, v in facts.items()))])
-    note = ('<p class="note">A cached stage took its output from the stage cache; its time is not counted, and '
-            "the time its output took to compute in the run that stored it is shown beside it.</p>")
+    cached = [r for r in stages if r.status == "cached"]
+    note = ('<p class="note">A cached stage took its output from the stage cache; its time is not counted'
+            + (", and the time its output took to compute in the run that stored it is shown beside it"
+               if any(r.computed_seconds is not None for r in cached) else "") + ".</p>" if cached else "")
     return "stages", "Stages", f'<div class="figures">{figure}</div>{table(header, rows)}{note}'
 
 
@@ -403,9 +415,10 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
         parts.append(f'<p class="note">{e(model)}: no permutation importance: {e(reason)}.</p>')
     for model, chosen in (importance.get("permuted") or {}).items():     # too wide, or too slow, to permute all
         if "ranked_by" in chosen:
+            why = f" ({chosen['reason']})" if chosen.get("reason") else ""
             parts.append(f'<p class="note">{e(model)}: permutation importance of {e(chosen.get("features"))} of '
                          f'{e(chosen.get("of"))} features, those ranked first by {e(chosen.get("ranked_by"))}; '
-                         'the others were not permuted.</p>')
+                         f'the others were not permuted{e(why)}.</p>')
         if "time" in chosen:
             parts.append(f'<p class="note">{e(model)}: permutation importance held to {e(chosen["time"])} '
                          "(a share of the model's fit).</p>")
@@ -460,7 +473,7 @@ def _training(sources: RunSources) -> tuple[str, str, str]:
         best = [("best trial", tuning.get("best_trial")), ("best value", number(tuning.get("best_value"))),
                 ("best params", json.dumps(tuning.get("best_params"), default=str)),
                 ("scored on", tuning.get("scored_on")), ("trials", len(trials)),
-                ("seconds", number(tuning.get("seconds")))]
+                ("time", duration(tuning.get("seconds")))]
         baseline = tuning.get("baseline")
         if isinstance(baseline, dict):        # trial 0 (the stage's own params) and what was trained
             best += [("trial 0 (own params)", number(baseline.get("value"))),
@@ -484,8 +497,8 @@ def _leaderboard(stage: str, board: Mapping[str, Any]) -> str:
              cell(m.get("oof")), cell(m.get("valid")), cell(m.get("weight")), text(duration(m.get("seconds"))),
              text(m.get("reason", ""))]
             for m in board["members"] if isinstance(m, Mapping)]
-    note = (f"Scored {e(board.get('scored_on', ''))}; {e(number(board.get('seconds')))} s of a "
-            f"{e(number(board.get('time_limit')))} s limit. A member stopped, skipped or of weight 0 is not in "
+    note = (f"Scored {e(board.get('scored_on', ''))}; {e(duration(board.get('seconds')))} of a "
+            f"{e(duration(board.get('time_limit')))} limit. A member stopped, skipped or of weight 0 is not in "
             "the model.")
     out = (f"<h3>{e(stage)}: leaderboard</h3>"
            + table(["model", "status", "folds", f"{metric} holdout", f"{metric} out of fold", f"{metric} valid",
@@ -566,13 +579,26 @@ def _confusions(metrics: Mapping[str, Any], models: Sequence[str], namer: Callab
 
 
 def _per_class(metrics: Mapping[str, Any], models: Sequence[str], namer: Callable[[Any], str] = plain) -> str:
+    """Precision, recall, F1 and support per class: multiclass metrics.json records them; a
+    binary one's are those of its confusion matrix at the threshold, by the same arithmetic
+    (``per_class_metrics``), for both classes."""
     header = ["class", "precision", "recall", "f1", "support"]
 
     def classes(entry: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         return header, [[text(namer(label)), *(cell(entry[key][i]) for key in header[1:])]
                         for i, label in enumerate(entry["labels"])]
 
-    return _per_model(metrics.get("per_class"), models, "Per class", classes)
+    tables = metrics.get("per_class")
+    binary = (metrics.get("task") or {}).get("kind", "binary") == "binary"
+    if not tables and binary:
+        tables = {model: {"labels": entry["labels"], **per_class_metrics(entry["matrix"])}
+                  for model, entry in (metrics.get("confusion") or {}).items()
+                  if isinstance(entry, Mapping) and entry.get("labels") and entry.get("matrix")}
+    found = _per_model(tables, models, "Per class", classes)
+    if not found or not binary:
+        return found
+    return (f"{found}<p class=\"note\">Per class at threshold {e(number(metrics.get('threshold')))} on the "
+            f"{e(metrics.get('split'))} split, from each model's confusion matrix above.</p>")
 
 
 def _per_model(entries: Mapping[str, Any] | None, models: Sequence[str], heading: str,

@@ -27,12 +27,14 @@ from pipeline.runs.record import RunManifest, read_manifest
 @dataclass
 class Evaluation:
     """One evaluating stage's files: metrics.json, and curves.json and importance.json where
-    it wrote them."""
+    it wrote them. ``metrics`` is empty when metrics.json changed since the run or is missing
+    (``unshown`` names it): the stage's intact files are still shown."""
 
     stage: str
     metrics: dict[str, Any]
     curves: dict[str, Any] | None = None
     importance: dict[str, Any] | None = None
+    unshown: str | None = None          # metrics.json, when it changed since the run or is missing
 
 
 @dataclass
@@ -50,10 +52,14 @@ class RunSources:
 
     @property
     def models(self) -> list[str]:
-        """Every evaluated model, in the order evaluation listed them (fixes each one's colour)."""
+        """Every evaluated model, in the order evaluation listed them (fixes each one's colour);
+        an evaluation whose metrics.json is not shown adds its importances' models."""
         names: dict[str, None] = {}
         for evaluation in self.evaluations:
             names.update(dict.fromkeys(evaluation.metrics.get("models", {})))
+        for evaluation in self.evaluations:
+            if evaluation.unshown:
+                names.update(dict.fromkeys((evaluation.importance or {}).get("models") or {}))
         return list(names)
 
     def facts(self) -> list[dict[str, Any]]:
@@ -79,6 +85,12 @@ def read_sources(run_dir: Path) -> RunSources:
             curves, importance = (_json(sources, f"{name}/{file}") for file in ("curves.json", "importance.json"))
             sources.evaluations.append(Evaluation(name, metrics, curves if isinstance(curves, dict) else None,
                                                   importance if isinstance(importance, dict) else None))
+        elif f"{name}/metrics.json" in sources.changed + sources.missing:
+            # The evaluation's numbers are not shown; its importances, measured apart, still are
+            # (its curves need the metrics: which models, which threshold).
+            importance = _json(sources, f"{name}/importance.json")
+            sources.evaluations.append(Evaluation(name, {}, None, importance if isinstance(importance, dict) else None,
+                                                  unshown=f"{name}/metrics.json"))
         for file, found in (("columns.json", sources.columns), ("profile.json", sources.profiles)):
             content = _json(sources, f"{name}/{file}")
             if isinstance(content, dict):

@@ -159,9 +159,18 @@ def test_every_metric_shown_is_the_recorded_one(churn_run):
     assert stages[0][3] == "time"
     for row in stages[1:]:
         record = manifest.stages[row[0]]
-        assert (row[1], row[2], row[3]) == (record.kind, record.status, duration(record.seconds))
+        took = duration(record.seconds) + (f" (computed in {duration(record.computed_seconds)})"
+                                           if record.status == "cached" and record.computed_seconds is not None else "")
+        assert (row[1], row[2], row[3]) == (record.kind, record.status, took)
     confusions = [t for t in page.tables if t and t[0][0] == "true \\ predicted"]
     assert len(confusions) == len(metrics["models"])
+    per_class = [t for t in page.tables if t and t[0][0] == "class"]
+    assert len(per_class) == len(metrics["models"])                       # binary too: both classes
+    for table, model in zip(per_class, metrics["models"]):
+        (true_no, false_yes), (false_no, true_yes) = metrics["confusion"][model]["matrix"]
+        assert [row[0] for row in table[1:]] == ["No", "Yes"]
+        assert table[2][1:3] == [number(true_yes / (true_yes + false_yes)), number(true_yes / (true_yes + false_no))]
+        assert table[1][4] == number(true_no + false_yes)
     for table, model in zip(confusions, metrics["models"]):
         assert table[0] == ["true \\ predicted", "No", "Yes"]                # the target's values, not 0/1
         shown_matrix = [[int(v.replace(",", "")) for v in row[1:]] for row in table[1:]]
@@ -218,6 +227,12 @@ def test_report_command_rebuilds_and_a_changed_file_is_not_shown(churn_run, tmp_
     text = (run / REPORT).read_text(encoding="utf-8")
     assert "evaluate/metrics.json changed since the run" in text
     assert "models-evaluate" not in {s for s in Page(text).sections}
+    # The result says why there is no best model (not "no evaluate stage ran"), and the sections
+    # whose files are intact (importance.json) are still drawn.
+    result = _section(text, "result")
+    assert "no evaluate stage ran" not in result and "evaluate/metrics.json" in result and "changed" in result
+    assert "explanations-evaluate" in Page(text).sections
+    assert _section(text, "explanations-evaluate").count("<svg") >= 1
 
 
 def test_report_command_names_a_recorded_file_that_is_missing(churn_run, tmp_path):
@@ -515,7 +530,8 @@ def test_a_cached_stage_shows_the_time_its_output_took_to_compute(project):
     for name in ("split", "features"):
         assert cached[name].status == "cached" and cached[name].seconds == 0
         assert cached[name].computed_seconds == computed[name].seconds
-        assert f"cached (computed in {duration(computed[name].seconds)})" in text
+        assert f"cached (computed in {duration(computed[name].seconds)})" in text        # the timeline
+        assert f"<td>0 s (computed in {duration(computed[name].seconds)})</td>" in text   # the table
 
 
 def test_a_run_whose_ranking_metric_is_undefined_still_gets_its_report(tmp_path):
