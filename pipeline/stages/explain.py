@@ -207,6 +207,7 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
         chosen = permuted_features(screen.X[SAMPLE], log_odds(screen_scores, task.kind), repeats=repeats,
                                    max_cells=max_cells, rows=n, outputs=outputs,
                                    budget=max(0, budget - (scored - n) * outputs))
+    planned = (n, repeats)                                     # what the features permuted were counted for
     cut = within_seconds(limits.seconds, took / n, time.perf_counter() - timed, len(chosen), repeats, n)
     if cut is not None:
         # The floors (MIN_PERMUTED features, MIN_SAMPLE_ROWS rows, the repeats) still cost more
@@ -246,14 +247,30 @@ def permutation_importance(model: TrainedModel, limits: ImportanceBudget | None 
     if len(chosen) < len(names):
         permuted.update({"ranked_by": RANKED_BY, "max_cells": max_cells, "scored_rows": budget,
                          **({"seconds": round(limits.seconds, 3)} if budget < limits.budget else {}),
-                         "reason": f"{len(names)} features x {n} rows x {repeats} repeats x {outputs} outputs is "
-                                   f"past the {max_cells:,} cells or the {budget:,} rows x outputs permutation "
-                                   f"importance scores per model"
-                                   + (f" (cut to what {limits.seconds:.1f} s affords at the rate its sample scored)"
-                                      if budget < limits.budget else "")})
+                         "reason": permuted_reason(len(names), *planned, outputs, limits, budget)})
     return {"rows": n, "scored_rows": scored * outputs, "base": float(base),
             "mean": {name: mean[name] for name in order},
             "std": {name: float(np.nanstd(losses[name])) for name in order}, "permuted": permuted}
+
+
+def permuted_reason(width: int, rows: int, repeats: int, outputs: int, limits: ImportanceBudget, budget: int) -> str:
+    """Why not every feature was permuted, naming the cap that cut them: the time (``budget``,
+    rows x outputs, cut from ``limits.budget`` to what ``limits.seconds`` affords), the rows x
+    outputs scored, or the cells of shuffled copies; each count as it was planned (``rows``,
+    ``repeats``), before the time cut fewer of them."""
+    plan = f"{width} features x {repeats} repeats x {rows} rows"
+    by_cells = permuted_count(rows, width, repeats, limits.max_cells)
+    by_rows, by_time = (permuted_count(rows, width, repeats, 2**62, outputs=outputs, budget=scored)
+                        for scored in (limits.budget, budget))
+    if by_time < min(by_cells, by_rows):
+        return (f"{plan} x {outputs} outputs would take longer than the {limits.seconds:.1f} s permutation "
+                f"importance may take (a share of the model's fit): at the rate its sample scored, that time "
+                f"scores {budget:,} rows x outputs")
+    if by_cells < width and by_cells <= by_rows:
+        return (f"{plan} x {width} columns is past the {limits.max_cells:,} cells of shuffled copies permutation "
+                "importance scores per model")
+    return (f"{plan} x {outputs} outputs is past the {limits.budget:,} rows x outputs permutation importance "
+            "scores per model (evaluate's importance_budget)")
 
 
 def time_cap(model: TrainedModel, seconds: float | None) -> float | None:

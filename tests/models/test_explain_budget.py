@@ -102,6 +102,7 @@ def test_past_the_smallest_sample_fewer_features_are_permuted_and_the_budget_sti
     assert n <= MIN_SAMPLE_ROWS                     # 40 features x 3 x 7 classes leave too few: the floor
     chosen = found["permuted"]["logistic_regression"]
     assert MIN_PERMUTED <= chosen["features"] < chosen["of"] == 40
+    assert "past the 100,000 rows x outputs" in chosen["reason"] and "cells" not in chosen["reason"], chosen["reason"]
     assert sum(model.scored) * CLASSES == found["scored_rows"]["logistic_regression"] <= 100_000
     assert found["native_rows"] == {}               # logistic regression has no explainer of its own
 
@@ -133,7 +134,9 @@ def test_a_model_that_scores_slowly_gets_fewer_features_permuted_within_its_seco
     # 0.2 s at 50 ms a call of 300 rows affords 4 x 300 rows: fewer than one feature's 3 repeats,
     # so the floor of MIN_PERMUTED features, one batched call
     assert chosen["features"] == MIN_PERMUTED < chosen["of"] == 40
-    assert chosen["seconds"] == 0.2 and "0.2 s affords" in chosen["reason"]
+    assert chosen["seconds"] == 0.2 and "0.2 s" in chosen["reason"]
+    # The reason names the cap that cut it, the time, not the cells or rows x outputs it is far within.
+    assert "longer than the 0.2 s" in chosen["reason"] and "cells" not in chosen["reason"], chosen["reason"]
     # Even the floors (10 features x 3 repeats x 300 rows) cost more than 0.2 s: one shuffle per
     # feature, on fewer rows.
     assert chosen["repeats"] == 1 and MIN_TIMED_ROWS <= chosen["rows"] < 300 and "0.2 s afford" in chosen["time"]

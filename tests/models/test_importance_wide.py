@@ -64,6 +64,8 @@ def test_past_the_cell_budget_the_features_the_score_follows_are_permuted(wide):
                                    seed=0, max_cells=per_feature * 15)
     assert found["permuted"]["features"] == 15 and found["permuted"]["of"] == WIDTH
     assert found["permuted"]["ranked_by"] == RANKED_BY
+    reason = found["permuted"]["reason"]
+    assert f"past the {per_feature * 15:,} cells" in reason and "rows x outputs" not in reason, reason
     assert len(found["mean"]) == 15 and {"x0", "x1", "x2"} <= set(found["mean"])
     assert list(found["mean"])[:1][0] in {"x0", "x1", "x2"}              # the strongest is measured first
 
