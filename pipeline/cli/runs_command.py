@@ -81,7 +81,8 @@ def list_runs(runs_dir: str, pipeline_name: str | None, as_json: bool, limit: in
     if totals:
         priced = sum(1 for row in rows if row["cost"])
         stdout.print(Text(f"total cost of {priced} priced run(s)" + (f" since {since:%Y-%m-%d %H:%M}" if since else "")
-                          + ": " + ", ".join(f"{total:.4f} {currency}" for currency, total in totals.items())))
+                          + ": " + ", ".join(format_cost({"total": total, "currency": currency})
+                                             for currency, total in totals.items())))
 
 
 def _list_status(row: dict[str, Any]) -> Text:
@@ -207,6 +208,7 @@ def compare_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | Non
     """An HTML page comparing RUN_A and RUN_B: what differs, metrics side by side, curves overlaid.
 
     The differences are those `runs diff` prints; the page opens offline like a run's report.
+    `runs diff --json` gives the same comparison as data (for a script or a scheduled job).
     """
     from pipeline.report import build_comparison
 
