@@ -227,7 +227,8 @@ class ModelSpec:
     def value_problems(self, params: Mapping[str, Any]) -> list[str]:
         """Text (or true/false) where the CPU estimator's constructor annotates a number
         (``n_estimators: abc``): XGBoost and LightGBM check a value's type only deep in their
-        fit, a TypeError naming no key. Read from the annotations, so it imports the model's
+        fit, a TypeError naming no key; and a value scikit-learn's parameter constraints refuse
+        (``C: high``, ``C: -1``). Read from the annotations, so it imports the model's
         library: ``train`` asks it before fitting, not ``validate`` (which imports none). A
         parameter without an annotation, or an estimator that does not import, is not checked."""
         path = next(filter(None, (self.class_path("cpu", task=task) for task in self.tasks)), None)
@@ -237,6 +238,10 @@ class ModelSpec:
             kind = numbers.get(self.params[key][0] or "") if key in self.params else None
             if kind and (isinstance(value, bool) or not isinstance(value, (int, float))) and value is not None:
                 problems.append(f"parameter '{key}' of model '{self.name}' takes {kind}, not {value!r}")
+            elif key in self.params and self.params[key][0] and path:
+                why = _constraint_problem(path, self.params[key][0], value)
+                if why:
+                    problems.append(f"parameter '{key}' of model '{self.name}': {why}")
         return problems
 
     def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None,
@@ -281,6 +286,31 @@ MODELS: dict[str, ModelSpec] = {}
 def models_for(task: str) -> list[str]:
     """Names a ``train`` stage accepts that serve ``task`` (binary, multiclass, regression)."""
     return sorted(name for name, spec in MODELS.items() if spec.trainable and spec.serves(task))
+
+
+def _constraint_problem(path: str, param: str, value: Any) -> str | None:
+    """What scikit-learn's own parameter constraints (``_parameter_constraints``, which its
+    estimators check as they fit) say of ``value`` for ``param`` of the class at ``path``: asked
+    before the fit, and of each value a tune space may draw, not after the stages before it ran
+    or as a failed trial. None where it accepts it or the class has no constraints."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        constraints = getattr(cls, "_parameter_constraints", None)
+        if not isinstance(constraints, dict) or param not in constraints:
+            return None
+        from sklearn.utils._param_validation import InvalidParameterError, validate_parameter_constraints
+    except (ImportError, AttributeError):
+        return None
+    try:
+        validate_parameter_constraints({param: constraints[param]}, {param: value}, caller_name=cls.__name__)
+    except InvalidParameterError as exc:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a constraint this scikit-learn cannot read: the fit checks it
+        return None
+    return None
 
 
 @functools.lru_cache(maxsize=64)

@@ -227,6 +227,12 @@ def test_text_where_the_model_takes_a_number_in_the_space_is_refused_before_any_
     assert issue.path == "stages.m.tune" and "space.learning_rate: 'fast'" in issue.message
     assert "takes a number" in issue.message and info.value.exit_code == 2
     assert "tuning" not in ctx.facts
+    # scikit-learn's estimators say what they take in their parameter constraints, not annotations.
+    logistic = TrainSpec.model_validate({"kind": "train", "inputs": ["f"], "model": "logistic_regression",
+                                         "tune": {"trials": 3, "space": {"C": {"choice": ["a", "b"]}}}})
+    with pytest.raises(ConfigError, match=r"space\.C: 'a' is not a valid C: .*The 'C' parameter of "
+                                          r"LogisticRegression must be a float"):
+        run_train(logistic, stage_ctx(tmp_path, "lr"), {"f": features})
 
 
 def test_a_metric_of_another_task_and_a_split_without_valid_rows_are_refused(features):
@@ -365,3 +371,23 @@ stages:
     assert tuning["trials"][0]["params"] == {"max_depth": 3} and tuning["scoring"] == "cv"
     assert "gain" in tuning and "kept_defaults" in tuning
     assert any(path.endswith("xgb/tuning.csv") for path in manifest["artifacts"])
+
+
+def test_a_search_that_went_past_failed_trials_warns_with_the_first_failure(features, caplog):
+    """Trials that failed (a value the model cannot take at fit) were only in INFO lines and the
+    record: the stage succeeded with half its search lost and no warning."""
+    import logging
+
+    class FailsOddTrials(RegistryTrainer):
+        def fit(self, features, params, report, threads=None):
+            if params.get("C", 1.0) > 1.0:
+                raise ValueError("C above one is refused here")
+            return super().fit(features, params, report, threads)
+
+    spec = TuneSpec.model_validate({"trials": 6, "seed": 3, "space": {"C": {"float": [0.01, 100.0], "log": True}}})
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        result = tune_model(features, FailsOddTrials(train_model, "logistic_regression", {}, seed=1), spec, seed=3)
+    failed = [t for t in result.trials if t.state == "FAIL"]
+    assert failed, [t.params for t in result.trials]
+    assert (f"tune: {len(failed)} of 6 trials failed (the first, trial {failed[0].number}: ValueError: C above one"
+            in caplog.text)

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import difflib
 import json
+import logging
 import time
 import uuid
 import warnings
@@ -479,6 +480,11 @@ def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: 
     complete = [r for r in records if r.state == "COMPLETE"]
     if not complete:
         _no_trial_finished(records, failures)
+    failed = [r for r in records if r.state == "FAIL"]
+    if failed:        # a search that went on past failures says so, not only in the trials' lines
+        logging.getLogger("pipeline").warning(
+            "tune: %d of %d trials failed (the first, trial %d: %s); the search went on without them",
+            len(failed), len(records), failed[0].number, failed[0].note or "no reason recorded")
     best = _best(complete, maximize)
     baseline = records[0] if records[0].state == "COMPLETE" else None
     chosen, gain, spread = decide(best, baseline, maximize, spec.gain_margin)
