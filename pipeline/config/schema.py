@@ -57,6 +57,33 @@ def check_stage_name(name: str) -> str:
     return name
 
 
+# The least memory_limit a local worker may be given: below it the nanny restarts it forever.
+MIN_WORKER_MEMORY = 512 * 2**20
+
+
+def _is_share(value: Any) -> bool:
+    """Whether a memory limit is a share of the machine's memory (a number up to 1: 0.25, "0.5"),
+    as Dask reads it (``distributed.worker_memory.parse_memory_limit``)."""
+    try:
+        return 0 < float(value) <= 1
+    except (TypeError, ValueError):
+        return False
+
+
+def _bytes(value: Any) -> int | None:
+    """A checked size in bytes (None for a keyword; 0: no limit)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    from dask.utils import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def check_dask_size(value: Any, keywords: tuple[str, ...] = ("auto",)) -> Any:
     """A size Dask or dask-cuda reads (bytes, "2GiB", a fraction such as "0.5", or a keyword),
     refused here rather than when the cluster starts."""
@@ -105,7 +132,7 @@ class ClusterConfig(BaseModel):
         None, ge=1, le=MAX_LOCAL_WORKERS,
         description="Local cluster workers. Default: 2 on CPU, one per visible GPU on GPU.")
     threads_per_worker: int = Field(1, ge=1, le=MAX_LOCAL_WORKERS, description="Threads per local worker.")
-    memory_limit: str | int | None = Field(
+    memory_limit: str | int | float | None = Field(
         "auto", description="Per local worker, e.g. 2GiB; past it Dask spills to disk, then pauses the worker.")
     connect_timeout: float = Field(10.0, gt=0, le=86400, allow_inf_nan=False,
                                    description="Seconds to wait for the scheduler before failing.")
@@ -128,8 +155,15 @@ class ClusterConfig(BaseModel):
 
     @field_validator("memory_limit")
     @classmethod
-    def _host_size(cls, value: str | int | None) -> str | int | None:
-        return check_dask_size(value)
+    def _host_size(cls, value: str | int | float | None) -> str | int | float | None:
+        value = check_dask_size(value)
+        size = None if _is_share(value) else _bytes(value)
+        if size is not None and 0 < size < MIN_WORKER_MEMORY:
+            raise ValueError(f"{value!r} is less than a worker needs: a worker process alone holds about 200 MiB "
+                             "(Python, pandas, the model libraries), and Dask restarts a worker past 95% of its "
+                             "limit, so it would restart forever and the run never end; give at least 512MiB "
+                             "(2GiB or more for real data), a share of the machine's memory (0.25), or auto")
+        return value
 
     @field_validator("rmm_pool_size", "device_memory_limit")
     @classmethod

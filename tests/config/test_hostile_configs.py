@@ -333,6 +333,9 @@ def test_spec_models_refuse_non_finite_floats_for_library_callers(build):
     ("cluster: {threads_per_worker: 100000}", "cluster.threads_per_worker"),
     ("cluster: {memory_limit: lots}", "cluster.memory_limit"),
     ("cluster: {memory_limit: -5}", "cluster.memory_limit"),
+    # Less than a worker holds by itself: the nanny restarted it forever and the run never ended.
+    ("cluster: {memory_limit: 150MB}", "cluster.memory_limit"),
+    ("cluster: {memory_limit: 1.5}", "cluster.memory_limit"),
     ("cluster: {rmm_pool_size: lots}", "cluster.rmm_pool_size"),
     ("cluster: {device_memory_limit: -1GB}", "cluster.device_memory_limit"),
     ("cluster: {CUDA_VISIBLE_DEVICES: [-1]}", "cluster.CUDA_VISIBLE_DEVICES"),
@@ -341,7 +344,7 @@ def test_cluster_values_that_would_fail_at_start_are_config_errors(line, path):
     assert only_issue(BASE + line + "\n").path == path
 
 
-@pytest.mark.parametrize("limit", ["2GiB", "auto", 0, 10**9, None])
+@pytest.mark.parametrize("limit", ["2GiB", "auto", 0, 10**9, None, 0.25, "'0.5'", 1])
 def test_cluster_sizes_dask_reads_are_accepted(limit):
     value = "null" if limit is None else limit
     config = load_config(text=BASE + f"cluster: {{memory_limit: {value}, rmm_pool_size: '0.5'}}\n")
