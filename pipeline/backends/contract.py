@@ -26,8 +26,8 @@ from pipeline.backends.estimators import (
 )
 from pipeline.backends.filters import apply_filters, late_filters, pushed_filters, text_dates
 from pipeline.backends.input_files import (
-    check_row_widths, check_source, decimal_columns, infer_format, one_line, partitioned_sources, read_errors,
-    read_header,
+    check_parts, check_row_widths, check_source, decimal_columns, infer_format, one_line, parquet_files,
+    partitioned_sources, read_errors, read_header,
 )
 from pipeline.backends.table_read import TableRead
 from pipeline.core.dtypes import dtype_kind, is_number_or_bool
@@ -117,10 +117,13 @@ class Backend(ABC):
         columns, dtypes, na_values, filters, dates, dialect = (how.columns, how.dtypes, how.na_values, how.filters,
                                                                how.dates, how.dialect)
         text: str | list[str] = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
-        first = partitioned_sources(text)[0]
+        sources = partitioned_sources(text)
+        first = sources[0]
         fmt = (how.format or infer_format(first)).lower()
         if first.exists():                  # a local file or folder (a remote URL is the reader's)
             check_source(first, fmt, dialect)
+            parts = [f for s in sources for f in (parquet_files(s) if s.is_dir() else [s]) if f.exists()]
+            check_parts(parts, fmt, dialect)
         try:
             with dask.config.set({"dataframe.backend": self.dask_backend}):
                 if fmt == "parquet":

@@ -196,6 +196,46 @@ def parquet_schema(path: Path) -> Any:
         raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
 
 
+def check_parts(files: Sequence[Path], fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> None:
+    """Every part of a partitioned read against the first, from headers and footers only: a part
+    that cannot be read (an empty file), that lacks a column the first has or has one it lacks,
+    or (Parquet) holds text where the first holds numbers. Dask takes the columns and types
+    from the first part, so such a part failed later in another stage ("KeyError: ['tenure']
+    not in index", "Parquet file size is 0 bytes") and named neither the file nor the column."""
+    if len(files) < 2:
+        return
+    first = files[0]
+    kinds = _part_kinds(first, fmt)
+    names = read_header(first, fmt, dialect)
+    for path in files[1:]:
+        other = read_header(path, fmt, dialect)
+        missing, extra = [c for c in names if c not in other], [c for c in other if c not in names]
+        if missing or extra:
+            said = "; ".join(filter(None, [f"it lacks {missing}" if missing else "",
+                                           f"it has {extra}, which the first does not" if extra else ""]))
+            raise DataError(f"{path}: its columns differ from those of {first}, the first part of the partitioned "
+                            f"read: {said}; every part must have the same columns")
+        for column, kind in _part_kinds(path, fmt).items():
+            if column in kinds and kinds[column] != kind:
+                raise DataError(f"{path}: column '{column}' holds {kind} here and {kinds[column]} in {first}, the "
+                                "first part of the partitioned read; every part must hold the same type")
+
+
+def _part_kinds(path: Path, fmt: str) -> dict[str, str]:
+    """Parquet: each column as numbers, text or other (CSV parts are typed as they are read)."""
+    if fmt != "parquet":
+        return {}
+    import pyarrow as pa
+
+    kinds = {}
+    for field in parquet_schema(path):
+        kind = field.type
+        kinds[field.name] = ("numbers" if pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                             or pa.types.is_decimal(kind) else "text" if pa.types.is_string(kind)
+                             or pa.types.is_large_string(kind) else "other")
+    return {name: kind for name, kind in kinds.items() if kind != "other"}
+
+
 def nested_columns(path: Path, columns: Sequence[str]) -> dict[str, str]:
     """Those of ``columns`` that a Parquet file holds as lists, structs or maps, with their
     types: the readers give them as Python objects, which no op or model reads as a value."""

@@ -128,6 +128,33 @@ def test_a_partitioned_read_of_nothing_names_the_pattern(tmp_path):
         CPU.read_partitioned(tmp_path)
 
 
+@pytest.mark.parametrize("bad", ["renamed", "empty", "text", "csv-renamed"])
+def test_a_partitioned_part_unlike_the_first_is_named_with_what_differs(tmp_path, bad):
+    """A fourth Parquet part with tenure renamed, or of 0 bytes, failed in the features stage
+    ("KeyError: ['tenure'] not in index", "Parquet file size is 0 bytes", exit 4) naming
+    neither the file nor the column: Dask takes the columns from the first part."""
+    rows = pd.DataFrame({"tenure": [1, 2, 3], "plan": ["a", "b", "c"]})
+    ext = "csv" if bad.startswith("csv") else "parquet"
+    for i in range(3):
+        (rows.to_csv if ext == "csv" else rows.to_parquet)(tmp_path / f"part-{i}.{ext}", index=False)
+    last = tmp_path / f"part-3.{ext}"
+    if bad == "empty":
+        last.write_bytes(b"")
+    elif bad == "text":
+        rows.astype({"tenure": str}).to_parquet(last, index=False)
+    elif ext == "csv":
+        rows.rename(columns={"tenure": "Tenure"}).to_csv(last, index=False)
+    else:
+        rows.rename(columns={"tenure": "Tenure"}).to_parquet(last, index=False)
+    words = {"renamed": r"part-3\.parquet: its columns differ .* it lacks \['tenure'\]; it has \['Tenure'\]",
+             "csv-renamed": r"part-3\.csv: its columns differ .* it lacks \['tenure'\]",
+             "empty": r"cannot read .*part-3\.parquet as parquet",
+             "text": r"part-3\.parquet: column 'tenure' holds text here and numbers in .*part-0\.parquet"}[bad]
+    source = str(tmp_path / "*.csv") if ext == "csv" else tmp_path
+    with pytest.raises(DataError, match=words):
+        CPU.read_partitioned(source)
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     (b"", "empty"),
     (b"\x00\x01\x02\xff\xfe\x00binary\x00", "not a text CSV"),
