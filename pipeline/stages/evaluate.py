@@ -282,9 +282,9 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
                 ctx.logger.info("%s: importances of %s skipped: %s", ctx.stage, name, reason)
             for name, chosen in importance["permuted"].items():
                 if "ranked_by" in chosen:
-                    ctx.logger.info("%s: permutation importance of %s measured on %d of %d features (the table is "
-                                    "too wide to permute all; ranked by %s)", ctx.stage, name, chosen["features"],
-                                    chosen["of"], chosen["ranked_by"])
+                    ctx.logger.info("%s: permutation importance of %s measured on %d of %d features (%s; ranked by "
+                                    "%s)", ctx.stage, name, chosen["features"], chosen["of"],
+                                    chosen.get("reason") or "the table is too wide to permute all", chosen["ranked_by"])
                 if "time" in chosen:
                     ctx.logger.info("%s: permutation importance of %s held to %s", ctx.stage, name, chosen["time"])
     ctx.facts["best"] = evaluation.best

@@ -167,9 +167,13 @@ def describe(usage: Mapping[str, Any] | None, cost: Mapping[str, Any] | None) ->
 
 
 def format_cost(cost: Mapping[str, Any]) -> str:
-    """``0.41 USD`` (four decimals below one unit: a CPU minute costs fractions of a cent)."""
+    """``2.06 USD``, ``0.54 USD``, ``0.0042 USD``: two decimals from one unit up, two significant
+    digits below it (a CPU minute costs fractions of a cent), so every cost reads alike."""
+    import math
+
     total = float(cost.get("total", 0.0))
-    return f"{total:.2f} {cost.get('currency', '')}" if total >= 1 else f"{total:.4f} {cost.get('currency', '')}"
+    decimals = 2 if total >= 1 or total <= 0 else max(2, 1 - math.floor(math.log10(total)))
+    return f"{total:.{decimals}f} {cost.get('currency', '')}".rstrip()
 
 
 # ---------------------------------------------------------------------------- budgets

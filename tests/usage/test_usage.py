@@ -181,9 +181,21 @@ def test_runs_list_shows_each_runs_cost_and_totals_a_period(project):
     assert len(costs) == 2 and all(cost > 0 for cost in costs)
     listed = cli("runs", "list", "--since", "2000-01-01", cwd=project)
     assert listed.returncode == 0, listed.stderr
-    assert f"total cost of 2 priced run(s) since 2000-01-01 00:00: {sum(costs):.4f} USD" in listed.stdout
+    from pipeline.usage.costs import format_cost
+
+    total = format_cost({"total": sum(costs), "currency": "USD"})
+    assert f"total cost of 2 priced run(s) since 2000-01-01 00:00: {total}" in listed.stdout
     later = cli("runs", "list", "--since", "2999-01-01", cwd=project)
     assert later.returncode == 0 and "no runs under runs since 2999-01-01" in later.stderr
+
+
+@pytest.mark.parametrize(("total", "shown"), [(2.0634, "2.06 USD"), (0.54, "0.54 USD"), (0.01, "0.010 USD"),
+                                               (0.0042, "0.0042 USD"), (0.0, "0.00 USD"), (1234.5, "1234.50 USD")])
+def test_a_cost_reads_with_two_decimals_or_two_significant_digits(total, shown):
+    """Costs printed 0.5400 USD beside 2.06 USD: four decimals below one unit, two above."""
+    from pipeline.usage.costs import format_cost
+
+    assert format_cost({"total": total, "currency": "USD"}) == shown
 
 
 def test_worker_usage_is_the_difference_between_two_snapshots():
