@@ -81,6 +81,7 @@ class Backend(ABC):
                 frame = self._read_parquet(path, columns=columns, filters=pushed_filters(filters, dates))
                 for name in decimal_columns(path, frame.columns):     # read as floats, on either device
                     frame[name] = frame[name].astype("float64")
+                frame = text_na_values(frame, na_values)
                 if dtypes:
                     frame = frame.astype(dict(dtypes))
             else:
@@ -143,6 +144,8 @@ class Backend(ABC):
             raise
         except read_errors() as exc:
             raise DataError(f"cannot read {text} as partitioned {fmt}: {one_line(exc)}") from exc
+        if fmt == "parquet":
+            frame = text_na_values(frame, na_values)
         if dtypes and fmt == "parquet":
             frame = frame.astype(dict(dtypes))
         if dates:
@@ -361,3 +364,16 @@ def _rows(X: Any) -> int | None:
     shape = getattr(X, "shape", None)
     first = shape[0] if shape else None
     return int(first) if isinstance(first, (int, np.integer)) else None
+
+
+def text_na_values(frame: Any, na_values: Sequence[str] | None) -> Any:
+    """A Parquet frame's text columns with the ``na_values`` strings made missing, as a CSV read
+    makes them (Parquet records its nulls, but a table exported with ``' '`` for a missing
+    number holds it as text): so ``dtypes`` can then read the column as numbers."""
+    if not na_values:
+        return frame
+    for name in frame.columns:
+        if dtype_kind(frame[name].dtype) == "text":
+            column = frame[name]
+            frame[name] = column.mask(column.isin(list(na_values)))
+    return frame

@@ -435,3 +435,6 @@ def test_numbers_with_a_stray_word_name_how_many_values_are_not_numbers_and_the_
     with pytest.raises(DataError) as info:
         FeatureWorkflow([op], backend="cpu").fit(words)
     assert "are not numbers" not in str(info.value)       # a column of words: the dtype says it all
+    # Every value a number, held as text (a Parquet file's text column): the dtype to set.
+    with pytest.raises(DataError, match=r"every value is a number held as text.*dtype to float64"):
+        FeatureWorkflow([op], backend="cpu").fit(pd.DataFrame({"n": ["1.5", "2", None]}))

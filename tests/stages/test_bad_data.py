@@ -128,6 +128,22 @@ def test_a_partitioned_read_of_nothing_names_the_pattern(tmp_path):
         CPU.read_partitioned(tmp_path)
 
 
+@pytest.mark.parametrize("partitioned", [False, True], ids=["in-memory", "partitioned"])
+def test_na_values_apply_to_a_parquet_files_text_as_to_a_csvs(tmp_path, partitioned):
+    """A table exported to Parquet with ' ' for a missing number holds it as text; na_values was
+    ignored for Parquet (and the error then said to add ' ' to na_values, where it already was)."""
+    rows = pd.DataFrame({"charges": ["1.5", " ", "2.5"], "plan": ["a", " ", "b"], "n": [1, 2, 3]})
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for part in ("a", "b"):
+        rows.to_parquet(folder / f"{part}.parquet", index=False)
+    how = {"na_values": [" "], "dtypes": {"charges": "float64"}}
+    frame = (CPU.read_partitioned(folder, **how).compute() if partitioned
+             else CPU.read(folder / "a.parquet", **how))
+    assert frame["charges"].dtype == "float64" and frame["charges"].isna().sum() == frame["plan"].isna().sum() > 0
+    assert frame["n"].tolist()[:3] == [1, 2, 3]
+
+
 @pytest.mark.parametrize("bad", ["renamed", "empty", "text", "csv-renamed"])
 def test_a_partitioned_part_unlike_the_first_is_named_with_what_differs(tmp_path, bad):
     """A fourth Parquet part with tenure renamed, or of 0 bytes, failed in the features stage

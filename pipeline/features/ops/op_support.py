@@ -87,6 +87,9 @@ def not_numbers(series: Any, backend: Backend) -> str:
     """The part of an error that says which values are not numbers, on the error's path only;
     empty for a column of words (every value), which its dtype says enough about."""
     bad, present, first = values_not_numbers(series, backend)
+    if not bad and present:
+        return (": every value is a number held as text (a Parquet file's text column, or a dtypes: str); set "
+                "the column's dtype to float64 in the load's dtypes to read it as numbers")
     if not bad or bad == present:
         return ""
     return (f": {bad:,} of its {present:,} values are not numbers (the first: {first!r}); if they "
