@@ -81,7 +81,7 @@ class Backend(ABC):
                 frame = self._read_parquet(path, columns=columns, filters=pushed_filters(filters, dates))
                 for name in decimal_columns(path, frame.columns):     # read as floats, on either device
                     frame[name] = frame[name].astype("float64")
-                frame = text_na_values(frame, na_values)
+                text_na_values(frame, na_values)
                 if dtypes:
                     frame = frame.astype(dict(dtypes))
             else:
@@ -145,7 +145,7 @@ class Backend(ABC):
         except read_errors() as exc:
             raise DataError(f"cannot read {text} as partitioned {fmt}: {one_line(exc)}") from exc
         if fmt == "parquet":
-            frame = text_na_values(frame, na_values)
+            text_na_values(frame, na_values)
         if dtypes and fmt == "parquet":
             frame = frame.astype(dict(dtypes))
         if dates:
@@ -366,14 +366,13 @@ def _rows(X: Any) -> int | None:
     return int(first) if isinstance(first, (int, np.integer)) else None
 
 
-def text_na_values(frame: Any, na_values: Sequence[str] | None) -> Any:
-    """A Parquet frame's text columns with the ``na_values`` strings made missing, as a CSV read
-    makes them (Parquet records its nulls, but a table exported with ``' '`` for a missing
-    number holds it as text): so ``dtypes`` can then read the column as numbers."""
+def text_na_values(frame: Any, na_values: Sequence[str] | None) -> None:
+    """Make the ``na_values`` strings of a Parquet frame's text columns missing, in place, as a
+    CSV read makes them (Parquet records its nulls, but a table exported with ``' '`` for a
+    missing number holds it as text): so ``dtypes`` can then read the column as numbers."""
     if not na_values:
-        return frame
+        return
     for name in frame.columns:
         if dtype_kind(frame[name].dtype) == "text":
             column = frame[name]
             frame[name] = column.mask(column.isin(list(na_values)))
-    return frame
