@@ -403,5 +403,18 @@ def check_fold_classes(folds: Folds, labels: np.ndarray, *, target: str, names: 
                             "stratify: true, or more rows of the rare class")
 
 
+def classes_some_fold_scores_none_of(folds: Folds, labels: np.ndarray,
+                                     names: Sequence[Any] | None = None) -> dict[Any, int]:
+    """The classes that at least one fold scores no row of, with their rows in the non-test
+    rows: that fold's ROC AUC (and any metric needing both classes) is undefined, and so is its
+    mean over the folds."""
+    present = np.unique(labels)
+    short: dict[Any, int] = {}
+    for _, scored in folds:
+        for code in np.setdiff1d(present, np.unique(labels[scored])):
+            short[_class_name(code, names)] = int((labels == code).sum())
+    return short
+
+
 def _class_name(code: np.generic, names: Sequence[Any] | None) -> Any:
     return names[int(code)] if names is not None else code.item()

@@ -502,7 +502,9 @@ def train_folds(frame: Any, train_pos: np.ndarray, plan: SplitPlan, *, target: s
     """``plan.folds`` folds over the training rows (``frame``'s labelled rows at ``train_pos``,
     sorted: the order of ``frames["train"]``): (fit, score) positions into that frame. Stratified
     for a class target with ``plan.stratify``; by group and time as ``fold_positions`` says."""
-    from pipeline.featuresets.split_positions import check_fold_classes, fold_positions
+    from pipeline.featuresets.split_positions import (
+        check_fold_classes, classes_some_fold_scores_none_of, fold_positions,
+    )
 
     k, seed, stratify, group, order_by = plan.folds, plan.seed, plan.stratify, plan.group, plan.order_by
 
@@ -515,6 +517,14 @@ def train_folds(frame: Any, train_pos: np.ndarray, plan: SplitPlan, *, target: s
         group_name=group, order_name=order_by)
     if classification:
         check_fold_classes(pairs, labels, target=target, names=task.classes or None)
+        names = task.classes or (("not " + str(task.positive), task.positive) if task.positive is not None else None)
+        short = classes_some_fold_scores_none_of(pairs, labels, names)
+        if short:
+            log.warning(
+                "folds: %d folds, and some fold scores no row of class(es) %s of target '%s' (rows of each in the "
+                "non-test rows: %s): a metric that needs every class (ROC AUC, log loss) is undefined on such a "
+                "fold and in the folds' mean; use at most %d folds, or more rows of the rare class", k,
+                list(short), target, short, max(2, min(short.values())))
     return pairs
 
 

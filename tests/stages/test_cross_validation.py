@@ -174,6 +174,20 @@ def test_a_class_a_fold_cannot_fit_on_is_named():
         split_frame(frame.drop(columns="churn"), "kind", test=0.0, folds=3)
 
 
+def test_folds_that_score_no_row_of_a_class_warn_with_the_folds_to_use(caplog):
+    """10 folds over 6 positives: 4 folds score no positive, their ROC AUC and the folds' mean
+    were null, and nothing said why."""
+    frame = table(60).assign(churn=["yes"] * 6 + ["no"] * 54)
+    with caplog.at_level("WARNING", logger="pipeline"):
+        split_frame(frame, "churn", positive="yes", test=0.0, folds=10, seed=1)
+    assert "some fold scores no row of class(es) ['yes'] of target 'churn'" in caplog.text
+    assert "use at most 6 folds" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline"):
+        split_frame(frame, "churn", positive="yes", test=0.0, folds=5, seed=1)
+    assert "scores no row" not in caplog.text
+
+
 def test_folds_with_a_validation_split_are_a_config_error():
     text = small_config("p", Path("data.csv")).replace("test: 0.25\n", "test: 0.25\n    valid: 0.1\n    folds: 3\n")
     with pytest.raises(ConfigError, match="folds use every non-test row.*set valid: 0"):
