@@ -2,10 +2,10 @@
 
 One rule, used by ``pipeline init`` (which writes the config's ops from it) and by the
 ``auto`` stage (which leaves the same columns out of its features and logs them): each column
-is an identifier, a constant, a likely leak, free text, a date, a number or a category (of few
-or many values). Roles build on the basic type of ``pipeline.features.column_types`` (the rule
-column selectors use) and read a sample, so every threshold is a constant below and
-docs/guides/init.md states the rules.
+is an identifier, a constant, a likely leak, free text, nested values (lists, records), a date,
+a number or a category (of few or many values). Roles build on the basic type of
+``pipeline.features.column_types`` (the rule column selectors use) and read a sample, so every
+threshold is a constant below and docs/guides/init.md states the rules.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pandas as pd
 from pipeline.core.dtypes import dtype_kind
 from pipeline.features.column_types import column_type
 
-__all__ = ["Column", "LEFT_OUT_ROLES", "classify", "date_format", "is_text", "left_out_columns", "mark_leaks",
-           "plain_value"]
+__all__ = ["Column", "LEFT_OUT_ROLES", "ROLE_LABELS", "classify", "date_format", "is_nested", "is_text",
+           "left_out_columns", "mark_leaks", "plain_value"]
 
 # ---------------------------------------------------------------- the rules' thresholds
 LOW_CARDINALITY = 20           # text columns with at most this many values: one 0/1 column each
@@ -38,7 +38,9 @@ MIN_ROWS_FOR_LEAKS = 100
 
 # The roles that are never features: init drops them (or writes the id beside predictions), and
 # auto leaves them out of its features.
-LEFT_OUT_ROLES = ("identifier", "constant", "leak", "free_text")
+LEFT_OUT_ROLES = ("identifier", "constant", "leak", "free_text", "nested")
+# How a role is written for a person (the summary, the config's comments, docs/guides/init.md).
+ROLE_LABELS = {"leak": "likely leak", "free_text": "free text", "high_cardinality": "high cardinality"}
 # How many rows of a table the roles are read from (init reads a bounded sample of the file).
 ROLE_SAMPLE_ROWS = 20_000
 
@@ -65,8 +67,13 @@ class Column:
     date_format: str | None | bool = False
     date_parts: list[str] = field(default_factory=list)
 
+    @property
+    def label(self) -> str:
+        """The role as the docs name it: ``likely leak``, ``free text``, ``high cardinality``."""
+        return ROLE_LABELS.get(self.role, self.role.replace("_", " "))
+
     def line(self) -> str:
-        return f"{self.name}: {self.role.replace('_', '-')} ({self.reason}) — {self.action}"
+        return f"{self.name}: {self.label} ({self.reason}) — {self.action}"
 
 
 def classify(series: pd.Series, name: str, *, n_rows: int) -> Column:
@@ -77,6 +84,9 @@ def classify(series: pd.Series, name: str, *, n_rows: int) -> Column:
     gaps = f", {missing:,} missing" if missing else ""
     if seen == 0:
         return Column(name, "constant", "no values in the sample", "dropped", missing)
+    nested = is_nested(series)
+    if nested:                          # before counting values: a list or a record is not hashable
+        return Column(name, "nested", f"{nested}{gaps}: no feature op reads nested values", "dropped", missing)
     distinct = int(values.nunique())
     if distinct == 1:
         return Column(name, "constant", f"one value, {plain_value(values.iloc[0])!r}{gaps}", "dropped", missing)
@@ -197,6 +207,25 @@ def left_out_columns(frame: pd.DataFrame, target: str, task_kind: str, *, keep: 
                if str(c) != target and str(c) not in keep]
     mark_leaks(columns, frame, target, task_kind)
     return [c for c in columns if c.role in LEFT_OUT_ROLES]
+
+
+def is_nested(series: pd.Series) -> str:
+    """What ``series`` nests, as Parquet lists, structs and maps are read (``lists``, ``records``),
+    or "" for plain values: from the dtype when pandas keeps Arrow's, else its first values."""
+    dtype = series.dtype
+    if isinstance(dtype, pd.ArrowDtype):
+        import pyarrow as pa
+
+        kind = dtype.pyarrow_dtype
+        return ("records" if pa.types.is_struct(kind) else "lists" if pa.types.is_nested(kind) else "")
+    if dtype != object:
+        return ""
+    for value in series.dropna().head(100):
+        if isinstance(value, dict):
+            return "records"
+        if isinstance(value, (list, tuple, set, np.ndarray)):
+            return "lists"
+    return ""
 
 
 def is_text(series: pd.Series) -> bool:
