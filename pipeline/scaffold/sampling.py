@@ -28,6 +28,7 @@ from pipeline.backends.csv_dialect import (
 )
 from pipeline.backends.input_files import (
     check_source,
+    decimal_columns,
     infer_format,
     one_line,
     parquet_files,
@@ -179,6 +180,8 @@ def _parquet_sample(path: Path, max_rows: int) -> Sample:
             picked_all = len(chosen) == len(groups)
         table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
         frame = table.to_pandas()
+        for name in decimal_columns(path, frame.columns):     # as the load reads them: floats, not Decimal text
+            frame[name] = frame[name].astype("float64")
     except read_errors() as exc:
         raise DataError(f"cannot read {path} as parquet: {one_line(exc)}") from exc
     return Sample(frame, path, "parquet", total_rows=total, complete=picked_all and total <= max_rows)
