@@ -50,7 +50,8 @@ def config_data_path(data: str, cwd: Path | None = None) -> str:
               help="Binary: the target value that means 1 (default: a yes-like value, else the larger number, "
                    "else the rarer value).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
-              help="Where to write the config (default: <data name>.yaml here; - prints it).")
+              help="Where to write the config (default: NAME.yaml here, NAME being --name, else the data file's "
+                   "name; - prints it).")
 @click.option("--name", metavar="NAME",
               help="Pipeline name, the folder under runs/ (default: the output file's name, else the data file's).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]),
@@ -148,7 +149,7 @@ def _summary(draft: Scaffold, console: Console) -> None:
     for heading in ("column", "role", "seen in the sample", "in the config"):
         table.add_column(heading, min_width=len(heading))
     for column in draft.columns:
-        table.add_row(Text(column.name), Text(column.role.replace("_", "-")), Text(column.reason), Text(column.action))
+        table.add_row(Text(column.name), Text(column.label), Text(column.reason), Text(column.action))
     print_wide(table, console)
     console.print(Text(f"models: {', '.join(draft.models)}"))
     if draft.plugins:
