@@ -91,12 +91,17 @@ def run(config: str, overrides: tuple[str, ...], device: str | None, only: tuple
     try:
         result = runner.run()
     except (Exception, KeyboardInterrupt) as exc:       # a failure, or Ctrl-C / SIGTERM / a budget stop
+        from pipeline.config.loader import located
+        from pipeline.core.errors import ConfigError
+
         ended = getattr(exc, "run_result", None)
         if ended is None:
             raise
+        # A key a stage found wrong as it ran gets its line in the file, as validate's problems do.
+        shown = located(exc, config, overrides) if isinstance(exc, ConfigError) else exc
         # The error paragraph, then (as for a run that succeeded) the outcome and where to look:
         # the run's id and folder, whatever ended it.
-        code = report_failure(exc, debug=bool(click.get_current_context().find_root().params.get("debug")),
+        code = report_failure(shown, debug=bool(click.get_current_context().find_root().params.get("debug")),
                               ctx=click.get_current_context())
         if log_format == "json":
             _echo_result_json(ended)

@@ -97,6 +97,40 @@ def load_config(
     return config
 
 
+def located(error: ConfigError, config_path: str | os.PathLike[str] | None,
+            overrides: Sequence[str] = ()) -> ConfigError:
+    """``error`` with a line for each issue that a run raised at a key (``stages.m.params``,
+    found only as the stage trained) and the config file named, as ``validate``'s problems
+    have them (or marked ``--set`` where an override set that key or one above it); ``error``
+    itself where nothing can be added (no file, a usage error)."""
+    if config_path is None or isinstance(error, UsageError) or all(i.line is not None for i in error.issues):
+        return error
+    try:
+        doc = parse_yaml(read_document(config_path), source=str(config_path))
+    except ConfigError:
+        return error
+    overridden = [_key_path(item.partition("=")[0].strip()) for item in overrides]
+
+    def placed(issue: ConfigIssue) -> ConfigIssue:
+        if issue.line is not None or issue.source or not issue.path:
+            return issue
+        path = _key_path(issue.path)
+        if any(path[: len(o)] == o for o in overridden):
+            return ConfigIssue(issue.path, issue.message, None, "--set")
+        return ConfigIssue(issue.path, issue.message, doc.line_of(path), issue.source)
+
+    issues = [placed(issue) for issue in error.issues]
+    found = type(error)(issues, file=error.file or str(config_path))
+    found.__dict__.update({k: v for k, v in error.__dict__.items() if k not in ("issues", "file")})
+    return found
+
+
+def _key_path(text: str) -> KeyPath:
+    """``stages.m.params[0]`` as the key path it was formatted from."""
+    return tuple(int(part[1:-1]) if part.startswith("[") else int(part) if part.isdigit() else part
+                 for part in re.findall(r"\[\d+\]|[^.\[\]]+", text))
+
+
 def check_config_path(path: object) -> None:
     """A ``UsageError`` unless ``path`` is a path (``str`` or ``os.PathLike``): an int would be
     opened as a file descriptor (0 reads stdin), a mapping or bytes would fail deep inside with

@@ -372,3 +372,19 @@ def test_metrics_table_keeps_its_headers_at_80_columns(tmp_path):
     assert "…" not in proc.stdout
     for header in ("log_loss", "precision", "accuracy", "random_forest_2"):
         assert header in proc.stdout
+
+
+def test_a_key_a_stage_finds_wrong_as_it_runs_gets_its_line_or_its_set(project):
+    """Found only as the stage trained (it imports the model's library), the problem had no
+    line ("stages.xgb.params: ..."), where validate's problems all have one."""
+    config = project / "configs" / "churn.yaml"
+    config.write_text(config.read_text().replace("learning_rate: 0.05", "learning_rate: fast"))
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if "learning_rate: fast" in text)
+    proc = cli("run", "configs/churn.yaml", *FAST, "--until", "xgb", "-q", cwd=project)
+    assert proc.returncode == ExitCode.CONFIG, proc.stderr
+    assert "configs/churn.yaml: 1 config problem" in proc.stderr
+    assert f"stages.xgb.params.learning_rate (line {line}): parameter 'learning_rate' of model 'xgboost'" in proc.stderr
+    config.write_text(config.read_text().replace("learning_rate: fast", "learning_rate: 0.05"))
+    proc = cli("run", "configs/churn.yaml", *FAST, "--until", "xgb", "-q", "--set", "stages.xgb.params.max_depth=deep",
+               cwd=project)
+    assert "stages.xgb.params.max_depth (--set): parameter 'max_depth'" in proc.stderr, proc.stderr

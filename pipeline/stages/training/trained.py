@@ -136,9 +136,10 @@ def train_model(
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
-    wrong = spec.value_problems(params or {})
+    wrong = [(key, problem) for key, value in (params or {}).items() for problem in spec.value_problems({key: value})]
     if wrong:                             # before the fit, which would raise a TypeError naming no key
-        raise ConfigError([ConfigIssue(f"stages.{name}.params" if name else "params", problem) for problem in wrong])
+        raise ConfigError([ConfigIssue(f"stages.{name}.params.{key}" if name else f"params.{key}", problem)
+                           for key, problem in wrong])
     task = features.task
     refused = spec.task_problems(task.kind, params or {})
     if refused:
