@@ -23,23 +23,26 @@ from pipeline.features.column_roles import (
 )
 from pipeline.models import MODELS
 from pipeline.models.registry import portfolio_members
-from pipeline.scaffold.markers import missing_markers
+from pipeline.scaffold.markers import Placeholders, placeholders
 from pipeline.scaffold.ops_and_models import (
     Op,
     choose_models,
     feature_ops,
+    first_part,
     load_dates,
+    other_date_readings,
     pick_identifier,
     pipeline_name,
 )
 from pipeline.scaffold.sampling import Sample, read_sample
 from pipeline.scaffold.task_choice import (
     TaskChoice,
+    check_split,
     check_target,
     choose_task,
     missing_target_note,
 )
-from pipeline.scaffold.yaml_text import Draft, render
+from pipeline.scaffold.yaml_text import Draft, flow, render
 
 
 @dataclass
@@ -75,23 +78,27 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     registered = set(MODELS)
     load_plugins(plugins)
     sample = read_sample(data, fmt=fmt)
-    markers = missing_markers(sample.frame)
-    tokens = sorted(markers) if sample.format == "csv" else []
+    check_target(sample.frame, target, sample.path)
+    # The load's na_values are for CSV text; those that are a real value of some column stay out (notes).
+    found = placeholders(sample.frame, target) if sample.format == "csv" else Placeholders(rows=len(sample.frame))
+    tokens = found.tokens
     if tokens:                          # read again with them, in the dialect already found
         sample = dataclasses.replace(read_sample(data, fmt=sample.format, na_values=tokens, dialect=sample.dialect),
                                      notes=sample.notes)
     frame = sample.frame
-    check_target(frame, target, sample.path)
-    notes: list[str] = []
+    notes: list[str] = list(found.notes)
     choice = choose_task(frame[target], target, declared=task, positive=positive, sample=sample)
     choice.declared = task is not None or positive is not None
+    check_split(frame, target, choice, sample)
+    if not choice.stratify:
+        notes.append(f"{choice.stratify_why}: split has stratify: false (a random split, so a small class may have "
+                     "no rows in the test split)")
     columns = [classify(frame[c], str(c), n_rows=len(frame)) for c in frame.columns if str(c) != target]
     mark_leaks(columns, frame, target, choice.kind)
-    for column in columns:              # the markers read as missing, by their share of the rows
-        read = [f"{token!r} ({shares[column.name]:.0%} of rows)" for token, shares in markers.items()
-                if column.name in shares and tokens]
-        if read:
-            column.reason += f"; read as missing: {', '.join(read)}"
+    for column in columns:              # the markers read as missing, in every column that holds them
+        if found.reason(column.name):
+            column.reason += f"; {found.reason(column.name)}"
+    date_notes = ambiguous_dates(frame, columns)
     id_column = pick_identifier(columns)
     features = [c for c in columns if c.role in ("numeric", "categorical", "high_cardinality", "date")]
     if not features:
@@ -113,13 +120,35 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     config_name = name or pipeline_name(Path(data))
     text = render(Draft(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens,
                         target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
-                        notes=notes, auto=auto, plugins=listed,
+                        notes=notes, date_notes=date_notes, auto=auto, plugins=listed,
                         plugins_why=_plugins_why(from_plugins, plugins, auto) if listed else ""))
     check_config_text(text)
     if not auto:
         check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
-    return Scaffold(text, config_name, [Column(target, "target", choice.reason, "split.target"), *columns],
-                    choice, ["auto"] if auto else [m[0] for m in models], sample, notes, listed)
+    target_reason = "; ".join(r for r in (choice.reason, found.reason(target)) if r)
+    return Scaffold(text, config_name, [Column(target, "target", target_reason, "split.target"), *columns],
+                    choice, ["auto"] if auto else [m[0] for m in models], sample, notes + date_notes, listed)
+
+
+def ambiguous_dates(frame: pd.DataFrame, columns: list[Column]) -> list[str]:
+    """A note per date column whose sampled values read both month first and day first (no day
+    above 12): the layout chosen (month first, the first in ``DATE_FORMATS``) and how to choose
+    the other; the column's reason says it too."""
+    notes = []
+    for column in columns:
+        if column.role != "date" or not isinstance(column.date_format, str):
+            continue
+        others = other_date_readings(frame[column.name], column.date_format)
+        if not others:
+            continue
+        chosen, other = column.date_format, others[0]
+        read, instead = first_part(chosen), first_part(other)
+        column.reason += f"; reads {instead} ({other}) too"
+        notes.append(f"{column.name}: every sampled value reads both {read} ({chosen}) and {instead} ({other}): "
+                     f"neither of its first two numbers is above 12. Read {read}, the first layout init tries; if "
+                     f"the file writes the {instead.split()[0]} first, set the load's dates: "
+                     f"{flow({column.name: other})}")
+    return notes
 
 
 def _plugins_why(models: list[str], given: Sequence[str], auto: bool) -> str:

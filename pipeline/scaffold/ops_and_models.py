@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from pipeline.config.schema import NAME_MAX_LENGTH
 from pipeline.core.errors import DataError
 from pipeline.features import OPS
 from pipeline.features.column_roles import (
+    DATE_FORMATS,
     LOW_CARDINALITY,
     Column,
 )
@@ -51,7 +54,8 @@ def feature_ops(columns: list[Column]) -> list[Op]:
     ops: list[Op] = []
     dropped = [c.name for c in columns if c.action == "dropped"]
     if dropped:
-        ops.append(Op("drop", {"columns": dropped}, "the constant, id-like, leaking and free-text columns above"))
+        ops.append(Op("drop", {"columns": dropped},
+                      "the constant, id-like, leaking, free-text and nested columns above"))
     dates = by_role.get("date", [])
     numbers = [c.name for c in by_role.get("numeric", [])]
     for c in dates:
@@ -132,6 +136,27 @@ def load_dates(columns: list[Column]) -> dict[str, str | None]:
     """The load's ``dates:``: date columns the file holds as text (or with a time zone)."""
     return {c.name: c.date_format for c in columns  # type: ignore[misc]
             if c.role == "date" and c.date_format is not False}
+
+
+def other_date_readings(text: pd.Series, chosen: str) -> list[str]:
+    """The layouts of ``DATE_FORMATS`` other than ``chosen`` that read every value of ``text`` too,
+    and give another date for some (``03/04/2024``: March 4th, or 3 April): the first listed
+    layout that reads them all is the one chosen, month first before day first."""
+    values = text.dropna().astype(str)
+    read = pd.to_datetime(values, format=chosen, errors="coerce")
+    others = []
+    for fmt in DATE_FORMATS:
+        if fmt == chosen:
+            continue
+        other = pd.to_datetime(values, format=fmt, errors="coerce")
+        if other.notna().all() and not other.equals(read):
+            others.append(fmt)
+    return others
+
+
+def first_part(fmt: str) -> str:
+    """``month first`` or ``day first``: which of the two a layout writes first."""
+    return "month first" if fmt.find("%m") < fmt.find("%d") else "day first"
 
 
 def format_by_name(path: str) -> str | None:

@@ -13,6 +13,9 @@ from pipeline.features.column_roles import (
 RARE_CODE = 5                  # categorify: values seen fewer times share code 0
 INTEGER_CLASSES = 10           # a whole-number target with at most this many values is classes
 VALID_FROM_ROWS = 1_000        # a validation split only when there are rows to spare
+TEST_SHARE = 0.2               # the split's test share
+VALID_SHARE = 0.1              # ... and its validation share, from VALID_FROM_ROWS rows
+SEED = 42                      # the config's seed: the split init checks is the one the run makes
 
 ROLES: dict[str, str] = {
     "target": "what the models predict (--target)",
@@ -26,6 +29,7 @@ ROLES: dict[str, str] = {
     "free_text": f"prose (about {FREE_TEXT_WORDS:g}+ words per value, most values different): no op reads text; "
                  "dropped",
     "leak": "likely leak: near-unique id-like values, or the target can be read off it; dropped",
+    "nested": "lists or records in each row (Parquet lists, structs, maps): no op reads them; dropped",
 }
 
 YES_WORDS = ("yes", "y", "true", "t", "positive", "pos", "1")

@@ -15,9 +15,9 @@ from pipeline.core.errors import DataError, UsageError
 from pipeline.core.problems import MAX_INFERRED_CLASSES
 from pipeline.features.column_roles import plain_value
 from pipeline.features.column_types import column_type
-from pipeline.scaffold.rules import INTEGER_CLASSES, YES_WORDS
+from pipeline.scaffold.rules import INTEGER_CLASSES, SEED, TEST_SHARE, VALID_FROM_ROWS, VALID_SHARE, YES_WORDS
 from pipeline.scaffold.sampling import Sample
-from pipeline.stages.split import ZERO_ONE, SplitSpec
+from pipeline.stages.split import ZERO_ONE, SplitSpec, split_frame
 
 
 @dataclass
@@ -30,6 +30,9 @@ class TaskChoice:
     write_positive: bool = False
     missing: int = 0
     declared: bool = False
+    # False where a class has too few rows for a stratified split (``stratify_why`` says which).
+    stratify: bool = True
+    stratify_why: str = ""
 
 
 def check_target(frame: pd.DataFrame, target: str, path: Path) -> None:
@@ -94,7 +97,7 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
             return TaskChoice("binary", f"two values, 0/1 or true/false{given}: 1 is the positive class ({shown})",
                               missing=missing)
         chosen, why = _positive_of(counts, numeric)
-        return TaskChoice("binary", f"two values{given} ({shown}); positive: {plain_value(chosen)!r}, {why}",
+        return TaskChoice("binary", f"two values{given} ({shown}); positive: {shown_value(chosen)!r}, {why}",
                           plain_value(chosen), True, missing)
     whole = numeric and bool(np.all(np.mod(values.to_numpy(dtype="float64"), 1) == 0))
     if numeric and not (whole and distinct <= INTEGER_CLASSES):
@@ -103,11 +106,29 @@ def choose_task(series: pd.Series, column: str, *, declared: str | None, positiv
     if numeric:
         return TaskChoice("multiclass", f"{distinct} whole numbers ({shown}): taken as classes; --task regression "
                                         "predicts them as numbers", missing=missing)
+    others = _non_numbers(counts)
     if distinct > MAX_INFERRED_CLASSES:
+        if len(others):                 # numbers, and a few values that are not: "100+", "over 80"
+            raise DataError(f"target column '{column}' holds numbers and {_shown_counts(others)}, which are not "
+                            f"numbers and not a spelling of missing: {distinct} distinct values {where}, too many to "
+                            "take as classes; to predict it as numbers, write those values as numbers in the file "
+                            "(or add them to the load's na_values to leave those rows out), or pass --task "
+                            "multiclass to predict each value as a class")
         raise DataError(f"target column '{column}' has {distinct} distinct text values {where}, too many to take as "
                         "classes without being told (an id or free text?); pass --task multiclass to predict each "
                         "value as a class, or choose another --target")
-    return TaskChoice("multiclass", f"{distinct} text values ({shown}): each one a class", missing=missing)
+    mixed = (f"; {', '.join(repr(str(v)) for v in others.index)} {'is' if len(others) == 1 else 'are'} not a "
+             "number, so every value is a class, as text") if len(others) else ""
+    return TaskChoice("multiclass", f"{distinct} text values ({shown}): each one a class{mixed}", missing=missing)
+
+
+def _non_numbers(counts: pd.Series) -> pd.Series:
+    """The counts of the values that are not numbers, when the others are (by rows) at least 90%:
+    a number column with a few labels in it (``3+``), else an empty series."""
+    numbers = pd.to_numeric(pd.Series(counts.index.astype(str)), errors="coerce").notna().to_numpy()
+    if not numbers.any() or counts[numbers].sum() < 0.9 * counts.sum():
+        return counts.iloc[:0]
+    return counts[~numbers]
 
 
 def _positive_of(counts: pd.Series, numeric: bool) -> tuple[Any, str]:
@@ -121,8 +142,52 @@ def _positive_of(counts: pd.Series, numeric: bool) -> tuple[Any, str]:
 
 
 def _shown_counts(counts: pd.Series, limit: int = 6) -> str:
-    parts = [f"{plain_value(v)!r}: {int(n):,}" for v, n in counts.iloc[:limit].items()]
+    parts = [f"{shown_value(v)!r}: {int(n):,}" for v, n in counts.iloc[:limit].items()]
     return ", ".join(parts) + (", ..." if len(counts) > limit else "")
+
+
+def shown_value(value: Any) -> Any:
+    """A value as a person reads it: a whole float (a number column with gaps) as an int, ``0`` not ``0.0``."""
+    value = plain_value(value)
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# ---------------------------------------------------------------- the split
+def valid_share(rows: int) -> float:
+    """The validation share the config's split gets for a file of ``rows`` rows."""
+    return VALID_SHARE if rows >= VALID_FROM_ROWS else 0.0
+
+
+def check_split(frame: pd.DataFrame, target: str, choice: TaskChoice, sample: Sample) -> None:
+    """Make on the sample the split the config will make (``split_frame``, its shares and seed),
+    so that the config runs as written. A class too small for a stratified split (a 5-row file, a
+    class of one row) sets ``choice.stratify`` False with why; a class that the split leaves out
+    of training stratified or not is refused, when the sample is the whole file (exit 3)."""
+    if choice.kind == "regression":
+        return
+    plan = {"test": TEST_SHARE, "valid": valid_share(sample.total_rows), "seed": SEED, "missing_target": "drop",
+            "task": choice.kind, "positive": choice.positive if choice.write_positive else None, "backend": "cpu"}
+    rows = frame[[target]]
+    try:
+        split_frame(rows, target, stratify=True, **plan)
+        return
+    except DataError:
+        pass
+    counts = rows[target].dropna().value_counts()
+    few = counts[counts < 3] if (counts < 3).any() else counts.iloc[-1:]
+    said = ", ".join(f"{shown_value(v)!r} has {n} row{'s' if n > 1 else ''}" for v, n in few.items())
+    try:
+        split_frame(rows, target, stratify=False, **plan)
+    except DataError as exc:
+        if sample.complete:
+            value = shown_value(few.index[0]) if len(few) == 1 else "VALUE"
+            raise DataError(f"target column '{target}': {said} of {int(counts.sum()):,}, too few to learn from: the "
+                            f"split the config would make (seed {SEED}, a random {TEST_SHARE:.0%} for the test) "
+                            "leaves no row of it in training, stratified or not, so no model could learn it. Add "
+                            f"rows of it, or leave those rows out with a load filter: filters: [[{target}, \"!=\", "
+                            f"{value}]]") from exc
+    choice.stratify = False
+    choice.stratify_why = f"{said}: too few to keep the class ratio in each part"
 
 
 def missing_target_note(target: str, missing: int, rows: int) -> str:

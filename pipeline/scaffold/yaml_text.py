@@ -14,9 +14,9 @@ from pipeline.features.column_roles import (
     plain_value,
 )
 from pipeline.scaffold.ops_and_models import Op, format_by_name, load_dates
-from pipeline.scaffold.rules import AUTO_TIME_LIMIT, AUTO_WHY, VALID_FROM_ROWS
+from pipeline.scaffold.rules import AUTO_TIME_LIMIT, AUTO_WHY, SEED, TEST_SHARE, VALID_FROM_ROWS
 from pipeline.scaffold.sampling import Sample
-from pipeline.scaffold.task_choice import TaskChoice
+from pipeline.scaffold.task_choice import TaskChoice, valid_share
 from pipeline.stages.split import SplitSpec
 
 # ---------------------------------------------------------------- the YAML text
@@ -105,7 +105,8 @@ _DIALECT_WHY = {"sep": "the fields are separated by this, not a comma",
 class Draft:
     """What ``init`` decided, for ``render`` to write: the names, the sample read and its missing
     markers (``tokens``), the target and task, the columns with their roles and actions, the
-    identifier, the feature ops, the models with their parameters and why, and the notes.
+    identifier, the feature ops, the models with their parameters and why, and the notes
+    (``date_notes``: on dates that read two ways, written over the load's ``dates:``).
     ``auto``: one auto stage after the split, in place of the features stage and ``models``.
     ``plugins``: the modules the config lists (a drafted model is theirs), with why."""
 
@@ -122,6 +123,7 @@ class Draft:
     notes: list[str]
     auto: bool = False
     plugins: Sequence[str] = ()
+    date_notes: Sequence[str] = ()
     plugins_why: str = ""
 
 
@@ -142,7 +144,7 @@ def render(draft: Draft) -> str:
         out.extend(_comment_lines(f"Note: {note}.", 0))
     add(f"name: {scalar(name)}")
     add("device: auto                 # auto | gpu | cpu: the GPU when one is usable, else the CPU")
-    add("seed: 42                     # splits and models are repeatable")
+    add(f"seed: {SEED}".ljust(29) + "# splits and models are repeatable")
     if draft.plugins:
         out.extend(_comment_lines(draft.plugins_why, 0))
         add(f"plugins: {flow(list(draft.plugins))}")
@@ -161,6 +163,8 @@ def render(draft: Draft) -> str:
     if dates:
         add("    # date text read as dates" + (" (null: the layout of the first value, ISO 8601)"
                                         if None in dates.values() else ""))
+        for note in draft.date_notes:
+            out.extend(_comment_lines(f"Note: {note}.", 4))
         add(f"    dates: {flow(dates)}")
     add("")
     add("  split:")
@@ -172,12 +176,13 @@ def render(draft: Draft) -> str:
                                           "# inferred; pipeline init --task chooses another"))
     if choice.write_positive:
         add(f"    positive: {scalar(choice.positive)}")
-    rows = sample.total_rows
-    valid = 0.1 if rows >= VALID_FROM_ROWS else 0.0
-    add("    test: 0.2                  # a random 20% held out to compare the models on"
-        + ("" if choice.kind == "regression" else ", with the class ratio kept"))
+    valid = valid_share(sample.total_rows)
+    add(f"    test: {TEST_SHARE}".ljust(31) + f"# a random {TEST_SHARE:.0%} held out to compare the models on"
+        + ("" if choice.kind == "regression" or not choice.stratify else ", with the class ratio kept"))
+    if not choice.stratify:
+        add("    stratify: false".ljust(31) + f"# {choice.stratify_why}")
     if valid:
-        add("    valid: 0.1                 # 10% more for validation")
+        add(f"    valid: {valid}".ljust(31) + f"# {valid:.0%} more for validation")
     else:
         add(f"    valid: 0.0                 # under {VALID_FROM_ROWS:,} rows: every other row trains")
     if choice.missing:
@@ -196,9 +201,9 @@ def render(draft: Draft) -> str:
         add("  auto:")
         out.extend(_comment_lines(AUTO_WHY, 4))
         add("    # Columns (role: what was seen in the sample); auto leaves out the identifiers, constants,")
-        add("    # likely leaks and free text itself, by the same rule, and types the rest:")
+        add("    # likely leaks, free text and nested columns itself, by the same rule, and types the rest:")
         for c in columns:
-            out.extend(_comment_lines(f"{c.name}: {c.role.replace('_', '-')} ({c.reason})", 4, width=120))
+            out.extend(_comment_lines(f"{c.name}: {c.label} ({c.reason})", 4, width=120))
         add("    kind: auto")
         add("    inputs: [split]")
         if id_column is not None:
