@@ -6,8 +6,6 @@ an op raises (the built-in ops' own messages) passes through as it was raised.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,11 +15,12 @@ import pandas as pd
 import pytest
 
 from pipeline.core.errors import DataError, ExitCode, PipelineError
-from pipeline.features import OPS, FeatureOp, FeatureWorkflow, FillMissing, OpState, Standardize, register_op
+from pipeline.features import FeatureOp, FeatureWorkflow, FillMissing, OpState, Standardize
 from pipeline.features.fitting import FeatureOpError
 from pipeline.testing import check_op
 
 from tests.support.cli import run_cli
+from tests.support.registries import registered
 
 
 class LookupFails(FeatureOp):
@@ -79,19 +78,6 @@ class ReturnsNothing(FeatureOp):
 
     def transform(self, frame: Any, backend: Any, state: OpState) -> Any:
         return None
-
-
-@contextmanager
-def registered(*classes: type[FeatureOp]) -> Iterator[None]:
-    """``classes`` registered for the block, the registry as it was afterwards."""
-    saved = dict(OPS)
-    try:
-        for cls in classes:
-            register_op(cls)
-        yield
-    finally:
-        OPS.clear()
-        OPS.update(saved)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +22,7 @@ import pytest
 from pydantic import ConfigDict, Field
 
 from tests.support.cli import run_cli as _pipeline
+from tests.support.registries import registered
 from pipeline.config import json_schema, load_config
 from pipeline.core.errors import ConfigError, ExitCode
 from pipeline.features import OPS, FeatureOp, FeatureWorkflow, OpState, Standardize, register_op
@@ -38,20 +38,6 @@ from tests.conftest import ROOT, TELCO
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin_example" / "clip_plugin.py"
 BUILT_IN = list(OPS)
-
-
-@contextmanager
-def registered(*classes: type[FeatureOp]) -> Iterator[None]:
-    """``classes`` registered for the block; the registry as it was afterwards (other tests
-    list the built-in ops from it)."""
-    saved = dict(OPS)
-    try:
-        for cls in classes:
-            register_op(cls)
-        yield
-    finally:
-        OPS.clear()
-        OPS.update(saved)
 
 
 @pytest.fixture
