@@ -4,7 +4,6 @@ config loader and fitted on the sample before anything is written."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,21 +61,21 @@ class Scaffold:
 
 def draft_config(data: str | Path, target: str, *, task: str | None = None, positive: str | None = None,
                  fmt: str | None = None, data_path: str | None = None, name: str | None = None,
-                 auto: bool = False, plugins: Sequence[str] = ()) -> Scaffold:
+                 auto: bool = False) -> Scaffold:
     """The config for ``data`` predicting ``target``; ``data_path`` is how the config names the
     file (default: ``data`` as given: the load reads it relative to the working directory).
     ``auto``: one ``auto`` stage (a time-limited portfolio) instead of the features stage and
     the chosen models; it leaves out the same columns by the same rule.
 
-    ``plugins`` and those of $PIPELINE_PLUGINS are imported before the data is read (one that
-    does not import is a ConfigError), so a plugin's model that chooses itself for ``init``
+    The modules of $PIPELINE_PLUGINS are imported before the data is read (one that does not
+    import is a ConfigError), so a plugin's model that chooses itself for ``init``
     (``ModelSpec.init_choices``) is drafted beside the built-in ones; when one is, the config
     lists those modules under ``plugins:``, and so runs where the variable is not set."""
     if task is not None and task not in TASK_KINDS:
         raise UsageError(f"--task must be one of {', '.join(TASK_KINDS)}, not {task!r}")
-    named = list(dict.fromkeys([*plugins, *environment_plugins()]))
+    named = list(dict.fromkeys(environment_plugins()))
     registered = set(MODELS)
-    load_plugins(plugins)
+    load_plugins()
     sample = read_sample(data, fmt=fmt)
     check_target(sample.frame, target, sample.path)
     # The load's na_values are for CSV text; those that are a real value of some column stay out (notes).
@@ -121,7 +120,7 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     text = render(Draft(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens,
                         target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
                         notes=notes, date_notes=date_notes, auto=auto, plugins=listed,
-                        plugins_why=_plugins_why(from_plugins, plugins, auto) if listed else ""))
+                        plugins_why=_plugins_why(from_plugins, auto) if listed else ""))
     check_config_text(text)
     if not auto:
         check_ops_fit(frame, ops, columns, target=target, id_column=id_column, sample=sample)
@@ -151,12 +150,10 @@ def ambiguous_dates(frame: pd.DataFrame, columns: list[Column]) -> list[str]:
     return notes
 
 
-def _plugins_why(models: list[str], given: Sequence[str], auto: bool) -> str:
+def _plugins_why(models: list[str], auto: bool) -> str:
     """The comment over the config's ``plugins:``: which drafted models need them."""
-    origin = " and ".join(where for where, named in (("passed to draft_config", given),
-                                                         (f"${ENV_VAR}", environment_plugins())) if named)
     role = " (in auto's portfolio)" if auto else ""
-    return (f"{', '.join(models)}{role}: registered by a plugin pipeline init loaded ({origin}). Listed here, the "
+    return (f"{', '.join(models)}{role}: registered by a plugin pipeline init loaded (${ENV_VAR}). Listed here, the "
             f"run imports the plugins without ${ENV_VAR}; a module beside this file imports as it is.")
 
 

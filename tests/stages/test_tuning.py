@@ -329,11 +329,13 @@ def test_trials_run_on_a_two_worker_cluster_and_match_the_in_process_search(feat
         assert {t.worker for t in there.trials} <= workers
         assert there.pruning.startswith("off: trials on Dask workers")
 
-        # Inside a one-thread worker's task (as a stage on a cluster runs): the task secedes,
-        # so its own worker runs trials too.
+        # Inside a one-thread worker's task (as a stage on a cluster runs): the task secedes, so
+        # the trials it submits do not wait on its thread (without it, a one-worker cluster would
+        # never finish). Which worker Dask places each trial on is its own choice: on a busy
+        # machine it put all four on the other worker, so only "on the cluster" is asserted.
         stage_worker, inside = client.submit(_tune_in_a_worker_task, features, spec, pure=False).result(timeout=300)
         assert outcomes(inside) == outcomes(here)
-        assert stage_worker in {t.worker for t in inside.trials}
+        assert stage_worker in workers and {t.worker for t in inside.trials} <= workers
 
 
 # ------------------------------------------------------------------ end to end
