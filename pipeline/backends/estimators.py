@@ -84,8 +84,10 @@ def scores_for_task(output: Any, task: Task, estimator: Any = None, rows: int | 
     return scores
 
 
-# How far a probability may stray past 0 or 1 by rounding (a float32 softmax) and still be one.
+# How far a probability may stray past 0 or 1 by rounding (a float32 softmax) and still be one,
+# and how far a row of class probabilities may add up away from 1 (26 float32 terms).
 PROBABILITY_SLACK = 1e-6
+ROW_SUM_SLACK = 1e-4
 
 
 def check_scores(scores: np.ndarray, task: Task, estimator: Any = None, rows: int | None = None) -> None:
@@ -105,6 +107,12 @@ def check_scores(scores: np.ndarray, task: Task, estimator: Any = None, rows: in
             scores.min() < -PROBABILITY_SLACK or scores.max() > 1 + PROBABILITY_SLACK):
         raise DataError(f"{_named(estimator)} gave probabilities outside 0..1 (from {scores.min():.6g} to "
                         f"{scores.max():.6g}) for a {task.kind} task; predict_proba must give probabilities")
+    if task.kind == "multiclass" and scores.size:
+        sums = scores.sum(axis=1)
+        if np.abs(sums - 1).max() > ROW_SUM_SLACK:
+            raise DataError(f"{_named(estimator)} gave class probabilities whose rows add up to {sums.min():.6g} to "
+                            f"{sums.max():.6g}, not 1 (one-vs-all scores?); predict_proba must give each row's "
+                            "probabilities of the task's classes")
 
 
 def _named(estimator: Any) -> str:

@@ -392,6 +392,8 @@ def objective_serves(task: Task, family: str, classes: int) -> bool:
     """Whether a model whose objective is of ``family`` ("binary": one class's probability,
     "multiclass": each of ``classes`` classes', anything else: a value) gives ``task``'s scores.
     Every boosting format checks a loaded file's objective against model.json's task by it."""
+    if family == "scores":                  # class scores that are not probabilities: no task's
+        return False
     if task.kind == "regression":
         return family not in ("binary", "multiclass")
     if task.kind == "multiclass":
@@ -399,9 +401,16 @@ def objective_serves(task: Task, family: str, classes: int) -> bool:
     return family == "binary"
 
 
+# XGBoost classification objectives whose predict_proba is no probability: raw margins
+# (binary:logitraw) and hard 0/1 (binary:hinge).
+XGBOOST_SCORES = {"binary:logitraw", "binary:hinge"}
+
+
 def xgboost_family(objective: str) -> str:
     """An XGBoost objective (``binary:logistic``, ``multi:softprob``, ``reg:squarederror``) as
-    ``objective_serves`` reads it: binary, multiclass or value."""
+    ``objective_serves`` reads it: binary, multiclass, value, or scores (no probabilities)."""
+    if objective in XGBOOST_SCORES:
+        return "scores"
     return {"binary": "binary", "multi": "multiclass"}.get(objective.split(":")[0], "value")
 
 

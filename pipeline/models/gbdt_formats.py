@@ -35,12 +35,16 @@ if TYPE_CHECKING:
 __all__ = ["CATBOOST_CBM", "LIGHTGBM_TEXT", "CatBoostCbmFormat", "CatBoostPredictor", "LightGBMPredictor",
            "LightGBMTextFormat"]
 
-# LightGBM objectives (their names in a saved model) that give class probabilities.
+# LightGBM objectives (their names in a saved model) that give class probabilities, and those
+# that give a score per class that is not one (one-vs-all: each class's own sigmoid, rows that do
+# not add up to 1; log loss and the blend read them as probabilities and rank such a model first).
 _LIGHTGBM_BINARY = {"binary", "cross_entropy", "xentropy"}
-_LIGHTGBM_MULTICLASS = {"multiclass", "multiclassova", "softmax", "ova", "multiclass_ova", "ovr"}
-# CatBoost loss functions that give class probabilities.
+_LIGHTGBM_MULTICLASS = {"multiclass", "softmax"}
+_LIGHTGBM_SCORES = {"multiclassova", "ova", "multiclass_ova", "ovr"}
+# CatBoost loss functions that give class probabilities, and the one-vs-all one that does not.
 _CATBOOST_BINARY = {"Logloss", "CrossEntropy"}
-_CATBOOST_MULTICLASS = {"MultiClass", "MultiClassOneVsAll"}
+_CATBOOST_MULTICLASS = {"MultiClass"}
+_CATBOOST_SCORES = {"MultiClassOneVsAll"}
 
 
 def _library(name: str, extra: str) -> Any:
@@ -60,16 +64,20 @@ def _host_matrix(X: Any, backend: Any) -> np.ndarray:
 
 def lightgbm_family(objective: str) -> str:
     """A LightGBM objective as ``objective_serves`` reads it: binary, multiclass or value."""
-    return _family(objective, _LIGHTGBM_BINARY, _LIGHTGBM_MULTICLASS)
+    return _family(objective, _LIGHTGBM_BINARY, _LIGHTGBM_MULTICLASS, _LIGHTGBM_SCORES)
 
 
 def catboost_family(loss_function: str) -> str:
     """A CatBoost loss function (``MultiClass``, ``Logloss:border=0.5``) as ``objective_serves`` reads it."""
-    return _family(loss_function.split(":")[0], _CATBOOST_BINARY, _CATBOOST_MULTICLASS)
+    return _family(loss_function.split(":")[0], _CATBOOST_BINARY, _CATBOOST_MULTICLASS, _CATBOOST_SCORES)
 
 
-def _family(objective: str, binary: set[str] | frozenset[str], multiclass: set[str] | frozenset[str]) -> str:
-    """A library's objective name as ``objective_serves`` reads it."""
+def _family(objective: str, binary: set[str] | frozenset[str], multiclass: set[str] | frozenset[str],
+            scores: set[str] | frozenset[str] = frozenset()) -> str:
+    """A library's objective name as ``objective_serves`` reads it ("scores": class scores that
+    are not probabilities, which no task takes)."""
+    if objective in scores:
+        return "scores"
     return "binary" if objective in binary else "multiclass" if objective in multiclass else "value"
 
 

@@ -105,6 +105,10 @@ def test_stack_params_that_its_default_meta_model_lacks_fail_before_training(tmp
     ("lightgbm", "{objective: regression}", "objective 'regression' gives a value, and the split's task is binary"),
     ("xgboost", "{objective: 'multi:softprob'}", "objective 'multi:softprob' gives each class's probability"),
     ("catboost", "{loss_function: RMSE}", "loss_function 'RMSE' gives a value"),
+    # Class scores that are no probabilities: raw margins, hard 0/1 (a run failed after training, exit 3).
+    ("xgboost", "{objective: 'binary:logitraw'}", "objective 'binary:logitraw' gives class scores that are not "
+                                                 "probabilities"),
+    ("xgboost", "{objective: 'binary:hinge'}", "objective 'binary:hinge' gives class scores that are not"),
 ])
 def test_an_objective_that_contradicts_the_task_fails_validate(tmp_path, model, params, words):
     text = HEAD + FEATURES + f"  model:\n    kind: train\n    inputs: [features]\n    model: {model}\n" \
@@ -148,3 +152,18 @@ def test_a_promote_holdout_that_is_missing_fails_validate_naming_it(tmp_path):
     (tmp_path / "holdout.csv").write_text("customerID,tenure,churn\nx,1,Yes\n")
     (issue,) = issues(tmp_path, HEAD + EVALUATE + promote.format(tmp_path / "holdout.csv"))
     assert issue.path == "stages.promote.holdout" and "'Churn'" in issue.message and "'churn'" in issue.message
+
+
+def test_one_vs_all_objectives_give_no_task_its_scores():
+    """A one-vs-all multiclass objective's rows do not add up to 1: CatBoost's MultiClassOneVsAll
+    ranked first by log loss with an accuracy of 0.39 (its rows added up to about 10)."""
+    from pipeline.core.problems import Task
+    from pipeline.models import get_model_spec
+    from pipeline.models.formats import objective_serves
+    from pipeline.models.gbdt_formats import catboost_family, lightgbm_family
+
+    assert lightgbm_family("multiclassova") == catboost_family("MultiClassOneVsAll") == "scores"
+    assert lightgbm_family("multiclass") == catboost_family("MultiClass") == "multiclass"
+    assert not objective_serves(Task("multiclass", classes=("a", "b", "c")), "scores", 3)
+    (problem,) = get_model_spec("catboost").task_problems("multiclass", {"loss_function": "MultiClassOneVsAll"})
+    assert "gives class scores that are not probabilities" in problem

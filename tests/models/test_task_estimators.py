@@ -157,14 +157,17 @@ class _Gives:
     (BINARY, np.full((3, 3), 1 / 3), "gave 3 probability column"),
     (BINARY, [[2.0, -1.0], [0.5, 0.5], [0.5, 0.5]], r"probabilities outside 0\.\.1 \(from -1 to 0\.5\)"),
     (BINARY, [[0.5, 0.5], [0.5, 0.5]], "scored 2 rows of the 3 it was given"),
-], ids=["nan", "inf", "three-columns", "out-of-range", "short"])
+    (Task("multiclass", classes=("a", "b", "c")), [[0.9, 0.8, 0.7], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]],
+     r"rows add up to 1 to 2\.4, not 1 \(one-vs-all scores\?\)"),
+], ids=["nan", "inf", "three-columns", "out-of-range", "short", "rows-not-summing"])
 def test_scores_a_metric_cannot_read_are_refused_naming_the_estimator(task, output, words):
     """A plugin model's NaN scores gave ROC AUC 0.53 and exit 0; a 3-column predict_proba on a
     binary task had its column 1 used; a short one failed in evaluate with a broadcast error."""
     with pytest.raises(DataError, match=words) as info:
         get_backend("cpu").predict_scores(_Gives(output), np.zeros((3, 2)), task)
     assert "(_Gives)" in str(info.value)
-    good = [[0.9, 0.1], [0.5, 0.5], [0.0, 1.0]] if task.kind == "binary" else [1.0, -2.0, 3e300]
+    good = {"binary": [[0.9, 0.1], [0.5, 0.5], [0.0, 1.0]], "regression": [1.0, -2.0, 3e300],
+            "multiclass": [[0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [0.1, 0.1, 0.8]]}[task.kind]
     assert len(get_backend("cpu").predict_scores(_Gives(good), np.zeros((3, 2)), task)) == 3
 
 

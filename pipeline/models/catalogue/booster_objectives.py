@@ -7,7 +7,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # What each family of objective gives, for the messages.
-FAMILY_GIVES = {"binary": "one class's probability", "multiclass": "each class's probability", "value": "a value"}
+FAMILY_GIVES = {"binary": "one class's probability", "multiclass": "each class's probability", "value": "a value",
+               "scores": "class scores that are not probabilities (the metrics, the threshold and a blend read "
+                         "probabilities)"}
 
 
 def objective_problems(params: Mapping[str, Any], task: str, key: str, family_of: Callable[[str], str]) -> list[str]:
@@ -20,8 +22,8 @@ def objective_problems(params: Mapping[str, Any], task: str, key: str, family_of
     if not isinstance(value, str) or not value:
         return []
     family = family_of(value)
-    fits = {"regression": family == "value", "binary": family == "binary",
-            "multiclass": family in ("binary", "multiclass")}.get(task, True)
+    fits = family != "scores" and {"regression": family == "value", "binary": family == "binary",
+                                   "multiclass": family in ("binary", "multiclass")}.get(task, True)
     if fits:
         return []
     return [f"{key} {value!r} gives {FAMILY_GIVES[family]}, and the split's task is {task}: remove {key} (the "
