@@ -5,8 +5,8 @@ has ``folds:``, an ensemble of such, or another stack) that carries out-of-fold 
 training split: for every training row, a score from a fit that did not see the row. Those
 scores are the meta-model's features (``pipeline.models.blending.stack_matrix``: one column
 per member, or one per class per member for multiclass; with ``passthrough: true`` the
-model's own features follow), so the meta-model never learns from a member's in-sample scores,
-which flatter an overfit member.
+model's own features follow, their categorical columns still categorical), so the meta-model
+never learns from a member's in-sample scores, which flatter an overfit member.
 
 The meta-model (``model:``, default logistic regression for classification and ridge for
 regression) is itself bagged over k folds of those rows (``bagging.bag_model``), so the
@@ -243,10 +243,13 @@ def _meta_features(models: list[TrainedModel], features: FeatureSet, oof: list[n
                    passthrough: bool) -> InMemoryFeatures:
     """The meta-model's features: "train" = the members' out-of-fold scores of the scored
     training rows, every other split = the members' scores of it (what ``bag_model`` scores
-    the meta-model's members on); labels and ids are the features' own."""
+    the meta-model's members on); labels and ids are the features' own. With ``passthrough``
+    the features' categorical columns stay categorical (the scores are numbers), so a meta-model
+    that takes categories natively (LightGBM, CatBoost) gets them as a train stage would."""
     backend, task = features.backend, features.task
     columns = stack_columns([m.name for m in models], task, features.feature_names if passthrough else ())
-    X, y, ids = {}, {}, {}
+    categorical = list(features.categorical_columns) if passthrough else []
+    X, y, ids, codes = {}, {}, {}, {}
     for split, rows in features.rows().items():
         host = backend.to_host(features.X[split]) if passthrough else None
         if split == TRAIN:
@@ -261,10 +264,14 @@ def _meta_features(models: list[TrainedModel], features: FeatureSet, oof: list[n
                                    else np.empty((0, len(columns)), dtype="float32"))
         labels = features.y[split]
         y[split] = labels if take is None else labels[backend.asarray(take)]
+        if categorical and split in features.codes:
+            split_codes = features.codes[split]
+            codes[split] = split_codes if take is None else split_codes[backend.asarray(take)]
         split_ids = features.host_ids(split)
         ids[split] = split_ids if take is None or split_ids is None else split_ids.iloc[take].reset_index(drop=True)
     return InMemoryFeatures(X=X, y=y, ids=ids, feature_names=columns, workflow=features.workflow,
-                            target=features.target, id_column=features.id_column, backend=backend, task=task)
+                            target=features.target, id_column=features.id_column, backend=backend,
+                            categorical_columns=categorical, codes=codes, task=task)
 
 
 # ------------------------------------------------------------------ the stage

@@ -190,6 +190,36 @@ def test_a_stack_of_a_stack_exports_and_scores_new_rows_as_in_the_run(task, tmp_
     assert formats <= SAFE_FORMATS, formats
 
 
+@pytest.mark.parametrize("meta", ["lightgbm", "catboost"])
+def test_passthrough_hands_the_categorified_columns_to_a_gbdt_meta_model_as_categorical(meta, tmp_path):
+    """With passthrough the meta-model reads the features after the members' scores; the
+    columns categorify coded stay categorical there (LightGBM's categorical_feature, CatBoost's
+    cat_features), as a train stage on the same features gives them, and the exported stack
+    scores new rows as the run did."""
+    frame = rows(n=800, seed=4)
+    rng = np.random.default_rng(4)
+    # kind y flips the odds: a middle code, so no member reading the codes as a number sees it.
+    flip = (frame["kind"] == "y") & (rng.random(len(frame)) < 0.8)
+    frame["target"] = np.where(flip, np.where(frame["target"] == "yes", "no", "yes"), frame["target"])
+    features = features_of(frame)
+    params = ({"n_estimators": 30, "min_data_per_group": 5, "cat_smooth": 1, "min_child_samples": 5}
+              if meta == "lightgbm" else {"iterations": 30, "depth": 3})
+    members = [bag_model(features, "logistic_regression", k=3, name="lr")]
+    stack = fit_stack(members, name="stack", model=meta, params=params, k=3, passthrough=True)
+    columns = ["lr", *features.feature_names]
+    assert stack.meta_model.features.feature_names == columns
+    assert stack.meta_model.features.categorical_columns == ["kind"]
+    folder = tmp_path / "stack"
+    save_model(stack, folder)
+    position = columns.index("kind")
+    for member in sorted((folder / "meta" / "members").glob("*/model.json")):
+        assert json.loads(member.read_text())["categorical_features"] == [position]
+    if meta == "lightgbm":
+        assert "cat_boundaries" in (folder / "meta" / "members" / "0" / "model.lgb.txt").read_text()
+    raw = frame.set_index("id").loc[features.host_ids("test")].reset_index()
+    np.testing.assert_allclose(load_model(folder).score(raw), stack.scores["test"], rtol=0, atol=1e-6)
+
+
 def test_a_member_without_out_of_fold_scores_is_named_with_the_way_out():
     features = features_of(rows())
     plain = train_model(features, "logistic_regression", name="plain")
