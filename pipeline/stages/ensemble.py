@@ -61,6 +61,16 @@ def no_held_out_rows(which: str = "") -> str:
             "each input's train stage; or give fixed weights:")
 
 
+def on_oof_needs_oof(without: Sequence[str], members: int, *, valid: bool | None = None) -> str:
+    """``on: oof`` over members of which ``without`` have no out-of-fold scores: what gives
+    them, and ``on: valid`` when the split has valid rows (no refit needed)."""
+    which = ("the members have none" if len(without) == members
+             else f"{', '.join(without)} {'has' if len(without) == 1 else 'have'} none")
+    instead = "; or on: valid to fit them on the split's valid rows" if valid else ""
+    return (f"ensemble: on: oof fits the weights on the members' out-of-fold scores, and {which}: set folds: on "
+            f"the split stage, or bag: on each input's train stage{instead}; or give fixed weights:")
+
+
 class EnsembleSpec(StageSpec):
     kind: Literal["ensemble"]
     on: Literal["auto", "valid", "oof"] = Field(
@@ -95,9 +105,12 @@ class EnsembleSpec(StageSpec):
         if self.on == VALID and not first.valid:
             return [(("on",), ON_VALID_NEEDS_VALID)]
         every_oof = all(p.oof for p in inputs.values())     # bag: on each input gives them too
-        if not first.folds and not every_oof and (self.on == "oof" or (self.on == "auto" and not first.valid)):
-            return [(("on",) if self.on == "oof" else ("inputs",), no_held_out_rows())]
-        return []
+        if first.folds or every_oof:
+            return []
+        if self.on == "oof":
+            without = [name for name, p in inputs.items() if not p.oof]
+            return [(("on",), on_oof_needs_oof(without, len(inputs), valid=first.valid))]
+        return [(("inputs",), no_held_out_rows())] if self.on == "auto" and not first.valid else []
 
     @field_validator("weights")
     @classmethod
@@ -248,6 +261,8 @@ def _fit_rows(models: list[TrainedModel], features: FeatureSet, on: str) -> tupl
         return VALID, features.labels(VALID), [np.asarray(m.scores[VALID]) for m in models]
     without = [m.name for m in models if m.oof_scores is None]
     if without:
+        if on == "oof":
+            raise DataError(on_oof_needs_oof(without, len(models), valid=has_valid))
         which = f" ({', '.join(without)} have none)" if len(without) < len(models) else ""
         raise DataError(no_held_out_rows(which))
     labels = features.labels(TRAIN)

@@ -158,9 +158,21 @@ def test_without_valid_rows_or_out_of_fold_scores_it_says_what_it_needs():
     with pytest.raises(DataError, match=r"valid: > 0 .* folds:"):
         fit_ensemble(members)
     members[0].oof_scores = np.full(features.rows()["train"], 0.5)
-    with pytest.raises(DataError, match=r"b have none"):
+    with pytest.raises(DataError, match=r"b has none: set folds: on the split stage, or bag: on each input"):
         fit_ensemble(members, on="oof")
     assert fit_ensemble(members, weights={"a": 1, "b": 1}).weights == {"a": 0.5, "b": 0.5}
+
+
+def test_on_oof_without_out_of_fold_scores_names_what_oof_needs_not_valid_rows(trained):
+    """The split has valid rows: what on: oof lacks is out-of-fold scores (bag: or folds:), and
+    on: valid is the way out that needs no refit."""
+    features, members = trained["binary"]
+    assert features.rows()["valid"] > 0
+    with pytest.raises(DataError) as caught:
+        fit_ensemble(members, on="oof")
+    message = str(caught.value)
+    assert "on: oof" in message and "bag: on each input" in message and "folds: on the split" in message
+    assert "valid: > 0" not in message and "on: valid" in message
 
 
 def test_members_trained_on_different_features_are_refused_by_name(trained):
@@ -304,6 +316,17 @@ def test_fixed_weights_must_name_each_input(tmp_path):
     text = config(tmp_path / "rows.csv", blend="    inputs: [logreg, raw]\n")
     with pytest.raises(ConfigError, match="input .raw. is a .load. stage"):
         load_config(text=text)
+
+
+def test_on_oof_over_members_without_out_of_fold_scores_is_refused_at_its_key_saying_what_it_needs(tmp_path):
+    rows("multiclass").to_csv(tmp_path / "rows.csv", index=False)
+    text = config(tmp_path / "rows.csv", blend="    inputs: [logreg, xgb]\n    on: oof\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(text=text, check_data=True)
+    message = str(caught.value)
+    assert "stages.blend.on" in message and "on: oof" in message
+    assert "bag: on each input" in message and "folds: on the split" in message
+    assert "valid: > 0" not in message and "on: valid" in message      # the split has valid rows already
 
 
 def test_an_ensemble_on_order_by_folds_fits_on_the_rows_every_member_scored(tmp_path):
