@@ -62,16 +62,18 @@ def check_source(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) ->
     check_header_names(path, names)
 
 
-def check_separator(path: Path, names: Sequence[str], dialect: CsvDialect = DEFAULT_DIALECT) -> None:
+def check_separator(path: Path, names: Sequence[str], dialect: CsvDialect = DEFAULT_DIALECT, *,
+                    option: str | None = None) -> None:
     """Refuse a header that ``dialect``'s separator left as one column holding another likely
-    one (a ``;``-separated file read as comma-separated), naming the key to set, once, instead
-    of every column the config names being reported missing."""
+    one (a ``;``-separated file read as comma-separated), naming the key to set (or, where rows
+    are scored, ``option``: what to do, with ``{sep}`` for the separator), once, instead of every
+    column the config names being reported missing."""
     found = one_column_header(list(names), dialect)
     if found is not None:
         shown = names[0] if len(names[0]) <= 80 else names[0][:77] + "..."
+        fix = option.format(sep=show(found)) if option else f"set sep: {show(found)} on the load stage that reads it"
         raise DataError(f"{path}: the header reads as one column, {shown!r}, with the separator "
-                        f"{show(dialect.sep)}; the file looks {show(found)}-separated: set sep: {show(found)} on "
-                        "the load stage that reads it")
+                        f"{show(dialect.sep)}; the file looks {show(found)}-separated: {fix}")
 
 
 def check_header_names(path: Path, names: Sequence[str]) -> None:

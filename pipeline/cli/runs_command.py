@@ -19,7 +19,7 @@ from pipeline.runs import history
 from pipeline.cli.cache_command import prune_unreferenced
 from pipeline.cli.options import handle_errors, metrics_setting, print_wide, stderr, stdout
 from pipeline.usage.costs import format_cost
-from pipeline.core.errors import DataError, PipelineError, StorageError
+from pipeline.core.errors import DataError, PipelineError, StorageError, UsageError
 from pipeline.runs.record import RunManifest, StageRecord, as_number
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "running": "cyan",
@@ -166,7 +166,9 @@ def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
 
     RUN is a run id, a unique prefix of one, a path to a run folder, or `latest`. It must have
     succeeded and exported a model, with its files matching its manifest (what `pipeline serve
-    champion` and `pipeline predict champion` will load); prints where champion pointed before.
+    champion` and `pipeline predict --run champion` will load); prints where champion pointed
+    before. A run with several models and no evaluation to choose the best is promoted too;
+    predict and serve of champion then take --model.
     A run registered in MLflow (tracking.mlflow.register) also gets the registry's `champion`
     alias on its version; a registry that cannot be reached is a warning.
     """
@@ -179,17 +181,25 @@ def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
     history.require_manifest(found)
     manifest = read_manifest(found.path)              # signed (with a key set) and succeeded
     models = exported_models(found.path, manifest)    # a DataError when it exported none
-    best = choose_model(models, None, run_metrics(manifest), found.path)
-    verify_artifacts(found.path, manifest.artifacts, models[best])
+    try:
+        best = choose_model(models, None, run_metrics(manifest), found.path)
+    except UsageError:
+        # No evaluation chose a best among several: every model is checked, and predict and
+        # serve of champion then take --model, as for the run itself.
+        best = None
+    for model in [best] if best is not None else sorted(models):
+        verify_artifacts(found.path, manifest.artifacts, models[model])
+    shown = (f"model {best}" if best is not None else
+             f"models {', '.join(sorted(models))}: no evaluation chose a best, so predict and serve take --model")
     pipeline_dir = found.path.parent
     before = history.alias_target(pipeline_dir, CHAMPION)
     name = f"{pipeline_dir.name}/{found.run_id}"
     if before == found.run_id:
-        stdout.print(Text(f"{CHAMPION} already points to {name} (model {best}); nothing moved"))
+        stdout.print(Text(f"{CHAMPION} already points to {name} ({shown}); nothing moved"))
     else:
         RunStore(pipeline_dir.parent, pipeline_dir.name).mark_alias(found.path, CHAMPION)
         was = f"{pipeline_dir.name}/{before}" if before else "no run (it was not set)"
-        stdout.print(Text(f"{CHAMPION} moved from {was} to {name} (model {best})"))
+        stdout.print(Text(f"{CHAMPION} moved from {was} to {name} ({shown})"))
     # Also when the folder's pointer was already there: a registry that was down last time catches up.
     registry = promote_version(found.path, CHAMPION)
     if registry:

@@ -129,13 +129,18 @@ def _nested(path: Path, fmt: str, columns: list[str]) -> dict[str, str]:
     return nested_columns(path, columns) if fmt == "parquet" else {}
 
 
+# How new rows' separator is set where they are scored (not the run's load stage).
+SEP_FIX = ("pass --sep {sep} to pipeline predict (sep={sep} as a query parameter of pipeline serve; a promotion "
+           "gate's holdout is read with the run's load sep)")
+
+
 def _header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:
     """The names as the file has them (a repeated name is refused when the file is read)."""
     from pipeline.backends.input_files import check_separator, read_header
 
     names = read_header(path, fmt, dialect)
     if fmt == "csv":
-        check_separator(path, names, dialect)
+        check_separator(path, names, dialect, option=SEP_FIX)
     return names
 
 

@@ -164,6 +164,14 @@ def test_wrong_dtype_names_the_first_value_that_is_not_a_number(churn_run, tmp_p
                       na_values=[" "], device="cpu")
 
 
+def test_a_file_of_another_separator_says_which_option_to_pass(churn_run, tmp_path):
+    """It said "set sep: ',' on the load stage that reads it", a key of the run's config."""
+    rows = churn_run["test_rows"].iloc[:5]
+    with pytest.raises(DataError, match=r"looks ','-separated: pass --sep ',' to pipeline predict"):
+        predict_batch(churn_run["run_dir"], write_rows(rows, tmp_path / "new.csv"), tmp_path / "s.csv",
+                      device="cpu", csv_options={"sep": ";"})
+
+
 def test_integers_past_int64_in_a_numeric_column_are_scored_as_the_numbers_they_are(churn_run, tmp_path):
     """A CSV reader keeps 99999999999999999999 (past int64) as text, so the column came back as
     text and predict refused it (exit 3, with a hint about blank placeholders), while the same

@@ -258,6 +258,7 @@ def test_batch_endpoint_reads_a_csv_body_in_the_requests_dialect_as_predict_read
     # The default dialect (the run's: commas) on a ;-separated body names the separator to set.
     status, answer, _ = server.request("POST", "/predict/batch", body, content_type="text/csv; charset=latin-1")
     assert status == 422 and "';'" in json.loads(answer)["detail"], answer
+    assert "sep=';' as a query parameter" in json.loads(answer)["detail"]     # not the load stage's key
     status, answer, _ = server.request("POST", "/predict/batch?sep=%3B%3B", body, content_type="text/csv")
     assert status == 400 and json.loads(answer)["detail"].startswith("query parameter sep must be one character")
     status, answer, _ = server.request("POST", "/predict/batch?delimiter=%3B", body, content_type="text/csv")

@@ -328,3 +328,30 @@ def test_a_champion_that_is_a_plain_file_is_refused_named_and_left_untouched(tmp
     with pytest.raises(DataError, match="is a plain file"):        # nor replaced by a direct move
         RunStore(pipeline_dir.parent, "nightly").mark_alias(finished, "champion")
     assert (pipeline_dir / "champion").read_text() == "run-2026-11-30 # chosen by hand\n"
+
+
+def test_a_run_of_several_models_without_an_evaluation_is_promoted_and_predict_takes_model(tmp_path):
+    """It was refused: "names no best model; pass --model", an option runs promote has not."""
+    generated(300, 1).to_csv(tmp_path / "rows.csv", index=False)
+    config = tmp_path / "two.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        name: nightly
+        device: cpu
+        stages:
+          raw: {{kind: load, path: {tmp_path / 'rows.csv'}}}
+          split: {{kind: split, inputs: [raw], target: y, positive: "yes", test: 0.3}}
+          features: {{kind: features, inputs: [split], id: id, ops: [{{standardize: {{columns: [x1, x2, x3]}}}}]}}
+          logreg: {{kind: train, inputs: [features], model: logistic_regression}}
+          model: {{kind: train, inputs: [features], model: xgboost, params: {{n_estimators: 5, n_jobs: 1}}}}
+          export: {{kind: export, inputs: [logreg, model]}}
+        """))
+    result = run(config)
+    runs_dir = str(tmp_path / "runs")
+    moved = CliRunner().invoke(main, ["runs", "promote", result.run_id, "--runs-dir", runs_dir])
+    assert moved.exit_code == 0, moved.output
+    assert "models logreg, model: no evaluation chose a best, so predict and serve take --model" in moved.output
+    assert champion_of(config) == result.run_id
+    generated(20, 2).drop(columns="y").to_csv(tmp_path / "new.csv", index=False)
+    scored = CliRunner().invoke(main, ["predict", "--run", "champion", "--runs-dir", runs_dir, "--input",
+                                       str(tmp_path / "new.csv"), "--output", str(tmp_path / "s.csv"), "--model", "logreg"])
+    assert scored.exit_code == 0, scored.output
