@@ -287,6 +287,8 @@ def test_config_mistakes_are_named_at_validation(tmp_path):
     with pytest.raises(ConfigError, match=r"stages\.blend\.inputs.*bag: on each input"):
         load_config(text=config(tmp_path / "rows.csv", xgb="") + "  blend:\n    kind: ensemble\n"
                     "    inputs: [xgb, logreg]\n", check_data=True)
+    # A stack of one input is a model: its meta-model recalibrates that input's out-of-fold scores.
+    load_config(text=config(tmp_path / "rows.csv", stack="    inputs: [xgb]\n"), check_data=True)
     # With folds: on the split, any model stage has out-of-fold scores: a stack of them validates.
     text = config(tmp_path / "rows.csv", split="    folds: 3\n", xgb="").replace("    bag: 3\n  xgb", "\n  xgb")
     load_config(text=text.replace("early_stopping_rounds: 5", "learning_rate: 0.3"), check_data=True)

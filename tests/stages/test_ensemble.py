@@ -329,6 +329,12 @@ def test_on_oof_over_members_without_out_of_fold_scores_is_refused_at_its_key_sa
     assert "valid: > 0" not in message and "on: valid" in message      # the split has valid rows already
 
 
+def test_an_ensemble_of_one_input_is_refused_at_its_inputs():
+    """One member leaves no weights to fit (a stack of one is a model: its meta-model recalibrates it)."""
+    with pytest.raises(ConfigError, match=r"stages\.blend\.inputs.*needs at least 2 input"):
+        load_config(text=config(Path("rows.csv"), blend="    inputs: [logreg]\n"))
+
+
 def test_an_ensemble_on_order_by_folds_fits_on_the_rows_every_member_scored(tmp_path):
     """With order_by folds the oldest block is never scored out of fold: the ensemble took its
     NaN scores for the members' fault ("scored values that are not finite numbers")."""
