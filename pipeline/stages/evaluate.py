@@ -145,8 +145,23 @@ class EvaluateSpec(StageSpec):
         return known_metric(rank_by)
 
     def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
+        """``rank_by`` another task's metric; a ``threshold`` given for a task that is not binary."""
+        problems: list[tuple[KeyPath, str]] = []
         problem = metric_task_problem(self.rank_by, task)
-        return [(("rank_by",), problem)] if problem else []
+        if problem:
+            problems.append((("rank_by",), problem))
+        if self.threshold_problem(task):
+            problems.append((("threshold",), self.threshold_problem(task)))
+        return problems
+
+    def threshold_problem(self, task: str, described: str | None = None) -> str | None:
+        """Why ``threshold`` cannot be given for models of a ``task`` task (``described``: how a
+        message names it), or None: it makes a binary score a 0/1 prediction, and a multiclass
+        or regression evaluation has none to make (left out, its default is nobody's choice)."""
+        if "threshold" not in self.model_fields_set or task == BINARY.kind:
+            return None
+        return (f"threshold applies to binary models only (it makes a score a 0/1 prediction); these models are "
+                f"{described or task}: leave threshold out")
 
 
 def shared_task(models: list[TrainedModel]) -> Task:
@@ -262,7 +277,12 @@ def _splits_of(model: TrainedModel, split: str, wanted: list[str] | None) -> lis
 @register_stage("evaluate", EvaluateSpec, produces=Evaluation, accepts=(TrainedModel,), records=("metrics",))
 def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
     models = list(inputs.values())
-    rank_by = resolve_rank_by(spec.rank_by, shared_task(models), where=f"stages.{ctx.stage}.rank_by")
+    task = shared_task(models)
+    # Before any metric: refused here when the task was inferred from the data (declared, at validation).
+    refused = spec.threshold_problem(task.kind, task.describe())
+    if refused:
+        raise ConfigError([ConfigIssue(f"stages.{ctx.stage}.threshold", refused)])
+    rank_by = resolve_rank_by(spec.rank_by, task, where=f"stages.{ctx.stage}.rank_by")
     evaluation = evaluate_models(models, split=spec.split, threshold=spec.threshold, rank_by=rank_by,
                                  splits=spec.splits, train_rows=spec.train_rows)
     if ctx.artifacts_dir is not None:

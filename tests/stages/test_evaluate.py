@@ -278,3 +278,53 @@ def test_train_rows_is_validated_at_its_key():
     with pytest.raises(Exception, match="train_rows"):
         EvaluateSpec(kind="evaluate", inputs=["m"], train_rows=0)
     assert EvaluateSpec(kind="evaluate", inputs=["m"], train_rows=None).train_rows is None
+
+
+# ---------------------------------------------------------------- threshold: binary only
+def evaluate_config(data: str, *, split: str = "", evaluate: str = "", model: str = "logistic_regression") -> str:
+    return ("name: t\ndevice: cpu\nstages:\n"
+            f"  raw: {{kind: load, path: {data}}}\n"
+            f"  split: {{kind: split, inputs: [raw], target: y, test: 0.25{split}}}\n"
+            "  feats: {kind: features, inputs: [split], ops: [{standardize: {columns: [a, b]}}]}\n"
+            f"  m: {{kind: train, inputs: [feats], model: {model}}}\n"
+            f"  ev: {{kind: evaluate, inputs: [m]{evaluate}}}\n")
+
+
+def three_classes(path) -> None:
+    """``a, b, y``: three classes the features separate in part."""
+    import pandas as pd
+
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=240), rng.normal(size=240)
+    y = np.select([a + rng.normal(scale=0.5, size=240) > 0.5, b > 0], ["high", "mid"], "low")
+    pd.DataFrame({"a": a.round(4), "b": b.round(4), "y": y}).to_csv(path, index=False)
+
+
+@pytest.mark.parametrize("task", ["multiclass", "regression"])
+def test_a_threshold_on_a_declared_non_binary_task_is_refused_at_validation_at_its_key(task):
+    text = evaluate_config("data.csv", split=f", task: {task}", evaluate=", threshold: 0.3",
+                           model="ridge" if task == "regression" else "logistic_regression")
+    with pytest.raises(ConfigError) as info:
+        load_config(text=text)
+    (issue,) = info.value.issues
+    assert issue.path == "stages.ev.threshold" and issue.line == 8
+    assert "binary" in issue.message and task in issue.message and "leave threshold out" in issue.message
+    if task == "multiclass":
+        load_config(text=text.replace(f"task: {task}", "task: binary"))      # binary: the threshold applies
+    load_config(text=text.replace(", threshold: 0.3", ""))                   # the default is no choice of yours
+
+
+def test_a_threshold_on_an_inferred_non_binary_task_is_exit_2_at_its_key_and_the_rerun_reuses_the_training(tmp_path):
+    from tests.support.cli import run_cli
+
+    three_classes(tmp_path / "data.csv")
+    (tmp_path / "t.yaml").write_text(evaluate_config("data.csv", evaluate=", threshold: 0.3"))
+    load_config(text=evaluate_config(str(tmp_path / "data.csv"), evaluate=", threshold: 0.3"), check_data=True)
+    proc = run_cli("run", "t.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    assert "stages.ev.threshold (line 8)" in proc.stderr and "multiclass" in proc.stderr, proc.stderr
+    (tmp_path / "t.yaml").write_text(evaluate_config("data.csv"))
+    proc = run_cli("run", "t.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    manifest = json.loads((tmp_path / "runs" / "t" / "latest" / "manifest.json").read_text())
+    assert manifest["stages"]["m"]["status"] == "cached" and manifest["stages"]["ev"]["status"] != "cached"
