@@ -14,6 +14,7 @@ takes the run's best from the record, so it never guesses a direction either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,7 +26,7 @@ from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, cla
                               default_metric, is_better, known_metric, metric_names, metric_task_problem,
                               task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
-from pipeline.stages.spec import KeyPath, StageContext, StageSpec, register_stage
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.stages.explain import (
     IMPORTANCE_ROWS, REPEATS, SAMPLE, SCORED_ROWS, ImportanceBudget, explain_models, strided_sample,
@@ -42,6 +43,7 @@ METRICS = metric_names("binary")
 # overfitting, which 250,000 rows measure to about 1e-3 of ROC AUC, while scoring all of a
 # 7M-row training split is one more prediction pass over 70% of the table.
 TRAIN_ROWS = 250_000
+VALID = "valid"
 
 
 @dataclass
@@ -144,6 +146,19 @@ class EvaluateSpec(StageSpec):
         task is known (``task_problems``: a split that declares it)."""
         return known_metric(rank_by)
 
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """``split`` or ``splits`` naming the valid split of a split that has none: one with
+        ``folds:`` (they fit and score every non-test row) or with ``valid: 0``."""
+        missing = next((_no_valid_split(p) for p in inputs.values() if _no_valid_split(p)), None)
+        if missing is None:
+            return []
+        problems: list[tuple[KeyPath, str]] = []
+        if self.split == VALID:
+            problems.append((("split",), f"split: valid: {missing}"))
+        problems += [(("splits", i), f"splits: valid: {missing}") for i, name in enumerate(self.splits or [])
+                     if name == VALID]
+        return problems
+
     def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
         """``rank_by`` another task's metric; a ``threshold`` given for a task that is not binary."""
         problems: list[tuple[KeyPath, str]] = []
@@ -162,6 +177,19 @@ class EvaluateSpec(StageSpec):
             return None
         return (f"threshold applies to binary models only (it makes a score a 0/1 prediction); these models are "
                 f"{described or task}: leave threshold out")
+
+
+def _no_valid_split(preview: Preview) -> str | None:
+    """Why the models of ``preview`` have no valid split to evaluate, or None (they have one,
+    or it is not known before the data is read)."""
+    if preview.folds:
+        return (f"the split stage has folds: {preview.folds}, which fit and score every non-test row in turn, so "
+                "there is no valid split; evaluate split: test (each model's cross-validated metrics are under cv "
+                "in metrics.json), or remove folds: and set valid: > 0 on the split stage")
+    if preview.valid is False and preview.folds == 0:
+        return ("the split stage has valid: 0, so there is no valid split; set valid: > 0 on the split stage, or "
+                "evaluate split: test")
+    return None
 
 
 def shared_task(models: list[TrainedModel]) -> Task:

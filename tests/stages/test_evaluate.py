@@ -328,3 +328,29 @@ def test_a_threshold_on_an_inferred_non_binary_task_is_exit_2_at_its_key_and_the
     assert proc.returncode == 0, proc.stderr + proc.stdout
     manifest = json.loads((tmp_path / "runs" / "t" / "latest" / "manifest.json").read_text())
     assert manifest["stages"]["m"]["status"] == "cached" and manifest["stages"]["ev"]["status"] != "cached"
+
+
+# ---------------------------------------------------------------- a split the models cannot have
+def test_evaluating_the_valid_split_of_a_split_with_folds_is_refused_at_validation_saying_why(tmp_path):
+    """With folds every non-test row is fitted and scored in turn: there is no valid split, and
+    the run used to fail at evaluate (exit 3) after training every model."""
+    three_classes(tmp_path / "data.csv")
+    data = str(tmp_path / "data.csv")
+    with pytest.raises(ConfigError) as info:
+        load_config(text=evaluate_config(data, split=", folds: 3", evaluate=", split: valid"), check_data=True)
+    (issue,) = info.value.issues
+    assert issue.path == "stages.ev.split" and issue.line == 8
+    assert "folds: 3" in issue.message and "every non-test row" in issue.message
+    assert "split: test" in issue.message and "cv" in issue.message
+    with pytest.raises(ConfigError) as info:
+        load_config(text=evaluate_config(data, split=", folds: 3", evaluate=", splits: [train, valid]"),
+                    check_data=True)
+    (issue,) = info.value.issues
+    assert issue.path == "stages.ev.splits[1]" and "every non-test row" in issue.message
+    # Without folds and without valid rows (valid: 0, the default) there is no valid split either.
+    with pytest.raises(ConfigError) as info:
+        load_config(text=evaluate_config(data, evaluate=", split: valid"), check_data=True)
+    (issue,) = info.value.issues
+    assert issue.path == "stages.ev.split" and "valid: 0" in issue.message and "valid: > 0" in issue.message
+    load_config(text=evaluate_config(data, split=", valid: 0.2", evaluate=", split: valid"), check_data=True)
+    load_config(text=evaluate_config(data, split=", folds: 3", evaluate=", splits: [train, test]"), check_data=True)
