@@ -161,13 +161,8 @@ class EvaluateSpec(StageSpec):
 
     def task_problems(self, task: str) -> list[tuple[KeyPath, str]]:
         """``rank_by`` another task's metric; a ``threshold`` given for a task that is not binary."""
-        problems: list[tuple[KeyPath, str]] = []
-        problem = metric_task_problem(self.rank_by, task)
-        if problem:
-            problems.append((("rank_by",), problem))
-        if self.threshold_problem(task):
-            problems.append((("threshold",), self.threshold_problem(task)))
-        return problems
+        found = (("rank_by",), metric_task_problem(self.rank_by, task)), (("threshold",), self.threshold_problem(task))
+        return [(where, problem) for where, problem in found if problem]
 
     def threshold_problem(self, task: str, described: str | None = None) -> str | None:
         """Why ``threshold`` cannot be given for models of a ``task`` task (``described``: how a
