@@ -331,17 +331,23 @@ def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIss
             continue
         spec = kind.spec
         if len(inputs) < spec.min_inputs:
-            issues.append(issue(stage, f"a '{kinds[stage]}' stage needs at least {spec.min_inputs} input(s)"))
+            issues.append(issue(stage, f"{_a(kinds[stage])} '{kinds[stage]}' stage needs at least {spec.min_inputs} "
+                                       "input(s)"))
         if spec.max_inputs is not None and len(inputs) > spec.max_inputs:
             allowed = "no inputs" if spec.max_inputs == 0 else f"at most {spec.max_inputs} input(s)"
-            issues.append(issue(stage, f"a '{kinds[stage]}' stage takes {allowed}"))
+            issues.append(issue(stage, f"{_a(kinds[stage])} '{kinds[stage]}' stage takes {allowed}"))
         for parent in inputs:
             producer = STAGE_KINDS.get(kinds.get(parent, ""))
             if producer is not None and not kind.accepts_output_of(producer):
                 readers = " or ".join(repr(k) for k in kinds_producing(kind.accepts or ()))
-                issues.append(issue(stage, f"input '{parent}' is a '{producer.kind}' stage; a '{kinds[stage]}' "
-                                           f"stage reads {readers} stages"))
+                issues.append(issue(stage, f"input '{parent}' is {_a(producer.kind)} '{producer.kind}' stage; "
+                                           f"{_a(kinds[stage])} '{kinds[stage]}' stage reads {readers} stages"))
     return issues
+
+
+def _a(word: str) -> str:
+    """The article before a stage kind's name: an 'ensemble' stage, a 'load' stage."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIssue]:

@@ -331,7 +331,7 @@ def test_on_oof_over_members_without_out_of_fold_scores_is_refused_at_its_key_sa
 
 def test_an_ensemble_of_one_input_is_refused_at_its_inputs():
     """One member leaves no weights to fit (a stack of one is a model: its meta-model recalibrates it)."""
-    with pytest.raises(ConfigError, match=r"stages\.blend\.inputs.*needs at least 2 input"):
+    with pytest.raises(ConfigError, match=r"stages\.blend\.inputs.*an 'ensemble' stage needs at least 2 input"):
         load_config(text=config(Path("rows.csv"), blend="    inputs: [logreg]\n"))
 
 
