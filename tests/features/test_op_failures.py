@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pipeline.core.errors import DataError, ExitCode, PipelineError
-from pipeline.features import FeatureOp, FeatureWorkflow, FillMissing, OpState, Standardize
+from pipeline.features import FeatureOp, FeatureWorkflow, FillMissing, OpState, Standardize, register_op
 from pipeline.features.fitting import FeatureOpError
 from pipeline.testing import check_op
 
@@ -191,9 +191,10 @@ def test_rows_are_checked_at_scoring_and_on_each_partition(frame):
 
 
 def test_the_checks_leave_a_good_plugin_op_alone(frame):
-    from tests.plugin_example.clip_plugin import ClipOutliers
+    with registered():                   # importing the plugin registers its op: taken back out after
+        from tests.plugin_example.clip_plugin import ClipOutliers
 
-    with registered(ClipOutliers):
+        register_op(ClipOutliers)
         check_op("clip_outliers")
         out = FeatureWorkflow([FillMissing(columns=["x"]), ClipOutliers(columns=["x", "y"])]).fit_transform(frame)
     assert len(out) == len(frame)
@@ -245,6 +246,7 @@ def test_a_failing_plugin_op_fails_the_features_stage_naming_it(tmp_path: Path, 
                   "label": rng.integers(0, 2, size=100)}).to_csv(tmp_path / "data.csv", index=False)
     (tmp_path / "faulty_ops.py").write_text(PLUGIN)
     (tmp_path / "config.yaml").write_text(CONFIG.format(op=op))
-    done = run_cli("run", "config.yaml", cwd=tmp_path, unset=["PIPELINE_PLUGINS"])
+    with registered():                   # the run imports the plugin in this process: its ops go again after
+        done = run_cli("run", "config.yaml", cwd=tmp_path, unset=["PIPELINE_PLUGINS"])
     assert done.returncode == ExitCode.STAGE, done.stderr
     assert f"stage 'features' failed: FeatureOpError: feature ops[1] ({op}): {detail}" in done.stderr
