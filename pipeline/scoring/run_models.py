@@ -71,7 +71,7 @@ def open_run(run_dir: Path, *, model: str | None = None, device: str | None = No
     from pipeline.backends import resolve_backend
 
     manifest, name, folder = checked_run_model(
-        run_dir, model=model, config_verified=lambda checked: load_run_plugins(run_dir, checked.config_file))
+        run_dir, model=model, config_verified=lambda checked: load_run_plugins(run_dir, checked))
     metrics = run_metrics(manifest)
     task = exported_task(run_dir / folder)
     decided = decide_threshold(task, threshold, metrics, name)

@@ -28,16 +28,18 @@ from pipeline.runs.signing import signing_key, verify_run
 __all__ = ["config_folders", "load_model_plugins", "load_run_plugins", "verify_file", "verify_run_config"]
 
 
-def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = None) -> list[str]:
+def load_run_plugins(run_dir: str | os.PathLike[str], manifest: RunManifest) -> list[str]:
     """Import the plugins a finished run used (its resolved ``config.yaml``), so its models load.
 
-    ``config_file`` (from the run record) is where the run's config was: modules beside it
-    import as they did for the run (``config_folders``). A module that is not found is a
-    ConfigError naming the run's config and the folders looked in.
+    The run's record (``manifest``, read and checked by the caller) says where the run's config
+    was (``config_file``): modules beside it import as they did for the run
+    (``config_folders``); and what each plugin's code was (``plugins``), so code edited since is
+    warned of. A module that is not found is a ConfigError naming the run's config and the
+    folders looked in.
     """
     import yaml
 
-    run_dir = Path(run_dir)
+    run_dir, config_file = Path(run_dir), manifest.config_file
     try:
         data = yaml.safe_load(layout.RunLayout(run_dir).config.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
@@ -53,11 +55,11 @@ def load_run_plugins(run_dir: str | os.PathLike[str], config_file: str | None = 
                 f"{places}, so no folder beside it was searched")
     imported = load_plugins(modules, search_path=found, where="plugins", note=note,
                             source=f"run {run_dir.resolve().name}: {run_dir / layout.CONFIG}")
-    _warn_edited_plugins(run_dir)
+    _warn_edited_plugins(run_dir, manifest.plugins)
     return imported
 
 
-def _warn_edited_plugins(run_dir: Path) -> None:
+def _warn_edited_plugins(run_dir: Path, recorded: dict[str, str]) -> None:
     """A warning for each plugin whose code differs from the code the run recorded (its hash in
     the manifest's ``plugins``): the models score with the code installed now, so scores may
     differ from the run's own. A run recorded before plugins were hashed says nothing."""
@@ -65,10 +67,6 @@ def _warn_edited_plugins(run_dir: Path) -> None:
 
     from pipeline.core.fingerprints import plugin_digest
 
-    try:
-        recorded = record.read_manifest(run_dir).plugins
-    except Exception:  # noqa: BLE001 - the record was checked, or will be, where it matters
-        return
     edited = sorted(module for module, digest in recorded.items() if plugin_digest(module) != digest)
     if edited:
         logging.getLogger("pipeline").warning(
@@ -119,7 +117,7 @@ def load_model_plugins(folder: Path) -> None:
     verify_run(run_dir)
     manifest = record.read_manifest(run_dir)
     verify_run_config(run_dir, manifest)
-    load_run_plugins(run_dir, manifest.config_file)
+    load_run_plugins(run_dir, manifest)
 
 
 def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:
