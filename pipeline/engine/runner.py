@@ -30,13 +30,13 @@ from typing import Any, TextIO
 from pipeline.backends import Backend, DeviceChoice, resolve_backend
 from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
-from pipeline.config.schema import PipelineCore
-from pipeline.config.schema import ClusterConfig
+from pipeline.config.schema import ClusterConfig, PipelineCore
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
 from pipeline.core.fingerprints import defining_modules, plugin_digest
 from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
+from pipeline.core.plugins import environment_plugins
 from pipeline.core.settings import check_settings, current_settings
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
 from pipeline.engine.run_options import RunOptions
@@ -556,9 +556,7 @@ class Runner:
 
     def _plugin_modules(self) -> list[str]:
         """The plugin modules this run named: its config's ``plugins:`` and ``$PIPELINE_PLUGINS``."""
-        named = [str(m) for m in getattr(self.config, "plugins", None) or []]
-        named += [m.strip() for m in (self.settings.plugins or "").split(",") if m.strip()]
-        return list(dict.fromkeys(named))
+        return list(dict.fromkeys([*map(str, getattr(self.config, "plugins", None) or []), *environment_plugins()]))
 
     def _finish(self, run: RunDir, manifest: RunManifest, info: RunInfo, status: str, started: float, *,
                 error: str | None = None) -> None:
