@@ -224,24 +224,31 @@ class ModelSpec:
             problems += self.param_rules({k: v for k, v in params.items() if k in self.params})
         return problems
 
-    def value_problems(self, params: Mapping[str, Any]) -> list[str]:
-        """Text (or true/false) where the CPU estimator's constructor annotates a number
-        (``n_estimators: abc``): XGBoost and LightGBM check a value's type only deep in their
-        fit, a TypeError naming no key; and a value scikit-learn's parameter constraints refuse
-        (``C: high``, ``C: -1``). Read from the annotations, so it imports the model's
-        library: ``train`` asks it before fitting, not ``validate`` (which imports none). A
-        parameter without an annotation, or an estimator that does not import, is not checked."""
+    def value_problems(self, params: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``(param, problem)`` for text (or true/false) where the CPU estimator's constructor
+        annotates a number (``n_estimators: abc``): XGBoost and LightGBM check a value's type
+        only deep in their fit, a TypeError naming no key; and for a value scikit-learn's
+        parameter constraints refuse (``C: high``, ``C: -1``). Read from the estimator class, so
+        it imports the model's library: ``train`` asks it before fitting, not ``validate`` (which
+        imports none). A parameter without an annotation or a constraint, or an estimator that
+        does not import, is not checked."""
         path = next(filter(None, (self.class_path("cpu", task=task) for task in self.tasks)), None)
-        numbers = _annotated_numbers(path) if path else {}
+        cls = _class_at(path) if path else None
+        if cls is None:
+            return []
+        numbers = _annotated_numbers(cls)
         problems = []
         for key, value in params.items():
-            kind = numbers.get(self.params[key][0] or "") if key in self.params else None
+            target = self.params[key][0] if key in self.params else None
+            if target is None:
+                continue
+            kind = numbers.get(target)
             if kind and (isinstance(value, bool) or not isinstance(value, (int, float))) and value is not None:
-                problems.append(f"parameter '{key}' of model '{self.name}' takes {kind}, not {value!r}")
-            elif key in self.params and self.params[key][0] and path:
-                why = _constraint_problem(path, self.params[key][0], value)
-                if why:
-                    problems.append(f"parameter '{key}' of model '{self.name}': {why}")
+                problems.append((key, f"parameter '{key}' of model '{self.name}' takes {kind}, not {value!r}"))
+                continue
+            why = _constraint_problem(cls, target, value)
+            if why:
+                problems.append((key, f"parameter '{key}' of model '{self.name}': {why}"))
         return problems
 
     def translate(self, params: Mapping[str, Any], device: str, *, seed: int | None,
@@ -288,21 +295,29 @@ def models_for(task: str) -> list[str]:
     return sorted(name for name, spec in MODELS.items() if spec.trainable and spec.serves(task))
 
 
-def _constraint_problem(path: str, param: str, value: Any) -> str | None:
-    """What scikit-learn's own parameter constraints (``_parameter_constraints``, which its
-    estimators check as they fit) say of ``value`` for ``param`` of the class at ``path``: asked
-    before the fit, and of each value a tune space may draw, not after the stages before it ran
-    or as a failed trial. None where it accepts it or the class has no constraints."""
+@functools.lru_cache(maxsize=64)
+def _class_at(path: str) -> type | None:
+    """The class at ``module:Class`` (None where it does not import here)."""
     import importlib
 
     module, _, name = path.partition(":")
     try:
-        cls = getattr(importlib.import_module(module), name)
-        constraints = getattr(cls, "_parameter_constraints", None)
-        if not isinstance(constraints, dict) or param not in constraints:
-            return None
-        from sklearn.utils._param_validation import InvalidParameterError, validate_parameter_constraints
+        return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
+        return None
+
+
+def _constraint_problem(cls: type, param: str, value: Any) -> str | None:
+    """What scikit-learn's own parameter constraints (``_parameter_constraints``, which its
+    estimators check as they fit) say of ``value`` for ``param`` of ``cls``: asked before the
+    fit, and of each value a tune space may draw, not after the stages before it ran or as a
+    failed trial. None where it accepts it or the class has no constraints."""
+    constraints = getattr(cls, "_parameter_constraints", None)
+    if not isinstance(constraints, dict) or param not in constraints:
+        return None
+    try:
+        from sklearn.utils._param_validation import InvalidParameterError, validate_parameter_constraints
+    except ImportError:
         return None
     try:
         validate_parameter_constraints({param: constraints[param]}, {param: value}, caller_name=cls.__name__)
@@ -314,20 +329,14 @@ def _constraint_problem(path: str, param: str, value: Any) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _annotated_numbers(path: str) -> dict[str, str]:
-    """Constructor parameters of the class at ``module:Class`` annotated as a number (``int``,
-    ``float``, or either or None), over its base classes (XGBoost's classifier passes its
-    ``**kwargs`` to ``XGBModel``): name -> "an integer" or "a number"."""
-    import importlib
+def _annotated_numbers(cls: type) -> dict[str, str]:
+    """Constructor parameters of ``cls`` annotated as a number (``int``, ``float``, or either or
+    None), over its base classes (XGBoost's classifier passes its ``**kwargs`` to ``XGBModel``):
+    name -> "an integer" or "a number"."""
     import inspect
     import types
     import typing
 
-    module, _, name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return {}
     found: dict[str, str] = {}
     for klass in reversed(inspect.getmro(cls)):
         init = klass.__dict__.get("__init__")

@@ -202,7 +202,8 @@ def _check_space_values(spec: TrainSpec, stage: str) -> None:
     of it. Checked here, not at validate, as ``train_model`` checks params (it imports the
     model's library)."""
     model = get_model_spec(spec.model)
-    problems = spec.tune.value_problems(lambda key, value: "; ".join(model.value_problems({key: value})) or None)
+    problems = spec.tune.value_problems(
+        lambda key, value: "; ".join(problem for _, problem in model.value_problems({key: value})) or None)
     if problems:
         raise ConfigError([ConfigIssue(f"stages.{stage}.tune", problem) for problem in problems])
 

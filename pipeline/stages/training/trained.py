@@ -136,7 +136,7 @@ def train_model(
     problems = spec.check_params(params or {})
     if problems:
         raise ValueError("; ".join(problems))
-    wrong = [(key, problem) for key, value in (params or {}).items() for problem in spec.value_problems({key: value})]
+    wrong = spec.value_problems(params or {})
     if wrong:                             # before the fit, which would raise a TypeError naming no key
         raise ConfigError([ConfigIssue(f"stages.{name}.params.{key}" if name else f"params.{key}", problem)
                            for key, problem in wrong])
