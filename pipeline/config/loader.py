@@ -109,20 +109,17 @@ def located(error: ConfigError, config_path: str | os.PathLike[str] | None,
         doc = parse_yaml(read_document(config_path), source=str(config_path))
     except ConfigError:
         return error
-    overridden = [_key_path(item.partition("=")[0].strip()) for item in overrides]
-
-    def placed(issue: ConfigIssue) -> ConfigIssue:
-        if issue.line is not None or issue.source or not issue.path:
-            return issue
-        path = _key_path(issue.path)
-        if any(path[: len(o)] == o for o in overridden):
-            return ConfigIssue(issue.path, issue.message, None, "--set")
-        return ConfigIssue(issue.path, issue.message, doc.line_of(path), issue.source)
-
-    issues = [placed(issue) for issue in error.issues]
+    overridden = {_override_path(item.partition("=")[0]) for item in overrides}
+    issues = [issue if issue.line is not None or issue.source or not issue.path
+              else _issue_at(_key_path(issue.path), issue.message, doc, overridden) for issue in error.issues]
     found = type(error)(issues, file=error.file or str(config_path))
     found.__dict__.update({k: v for k, v in error.__dict__.items() if k not in ("issues", "file")})
     return found
+
+
+def _override_path(key: str) -> KeyPath:
+    """The key path of a ``--set`` key (``stages.features.ops.0.fill_missing``)."""
+    return tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
 
 
 def _key_path(text: str) -> KeyPath:
@@ -171,7 +168,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
             issues.append(ConfigIssue(item, "an override is KEY.PATH=VALUE, e.g. stages.forest.params.n_estimators=500",
                                       source="--set"))
             continue
-        parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
+        parts: list[str | int] = list(_override_path(key))
         if len(parts) >= MAX_DEPTH:
             issues.append(ConfigIssue(key.strip(), f"the key path is deeper than {MAX_DEPTH} levels", source="--set"))
             continue
