@@ -207,35 +207,37 @@ def check_parts(files: Sequence[Path], fmt: str, dialect: CsvDialect = DEFAULT_D
     if len(files) < 2:
         return
     first = files[0]
-    kinds = _part_kinds(first, fmt)
-    names = read_header(first, fmt, dialect)
+    names, kinds = _part_columns(first, fmt, dialect)
     for path in files[1:]:
-        other = read_header(path, fmt, dialect)
+        other, other_kinds = _part_columns(path, fmt, dialect)
         missing, extra = [c for c in names if c not in other], [c for c in other if c not in names]
         if missing or extra:
             said = "; ".join(filter(None, [f"it lacks {missing}" if missing else "",
                                            f"it has {extra}, which the first does not" if extra else ""]))
             raise DataError(f"{path}: its columns differ from those of {first}, the first part of the partitioned "
                             f"read: {said}; every part must have the same columns")
-        for column, kind in _part_kinds(path, fmt).items():
+        for column, kind in other_kinds.items():
             if column in kinds and kinds[column] != kind:
                 raise DataError(f"{path}: column '{column}' holds {kind} here and {kinds[column]} in {first}, the "
                                 "first part of the partitioned read; every part must hold the same type")
 
 
-def _part_kinds(path: Path, fmt: str) -> dict[str, str]:
-    """Parquet: each column as numbers, text or other (CSV parts are typed as they are read)."""
+def _part_columns(path: Path, fmt: str, dialect: CsvDialect) -> tuple[list[str], dict[str, str]]:
+    """A part's column names and, for Parquet (one footer read), each column as numbers or text
+    (other types left out; CSV parts are typed as they are read)."""
     if fmt != "parquet":
-        return {}
+        return read_header(path, fmt, dialect), {}
     import pyarrow as pa
 
+    schema = parquet_schema(path)
     kinds = {}
-    for field in parquet_schema(path):
+    for field in schema:
         kind = field.type
-        kinds[field.name] = ("numbers" if pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                             or pa.types.is_decimal(kind) else "text" if pa.types.is_string(kind)
-                             or pa.types.is_large_string(kind) else "other")
-    return {name: kind for name, kind in kinds.items() if kind != "other"}
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            kinds[field.name] = "numbers"
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            kinds[field.name] = "text"
+    return [str(n) for n in schema.names], kinds
 
 
 def nested_columns(path: Path, columns: Sequence[str]) -> dict[str, str]:
