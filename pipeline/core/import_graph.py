@@ -62,14 +62,11 @@ def file_imports(path: str) -> frozenset[str]:
 def _package_imports(source: bytes, filename: str, module: str | None, *, is_package: bool) -> frozenset[str]:
     modules = package_modules()
     named: list[str] = []
-    for node in _run_time_imports(ast.parse(source, filename=filename).body):
-        if isinstance(node, ast.Import):
-            named += [alias.name for alias in node.names]
-        else:
-            base = _absolute(node, module, is_package)
-            if base is not None:          # ``from a import b``: a.b where it is a module, else a
-                named += [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                          for alias in node.names]
+    for base, names in _imported(ast.parse(source, filename=filename).body, module, is_package):
+        if not names:
+            named.append(base)
+        else:                             # ``from a import b``: a.b where it is a module, else a
+            named += [f"{base}.{name}" if f"{base}.{name}" in modules else base for name in names]
     named += [match.group(2).partition(":")[0] for match in _MODULE_STRING.finditer(source.decode("utf-8"))]
     return frozenset(name for name in named if name in modules and name != module)
 
@@ -83,17 +80,24 @@ def file_import_names(path: str, module: str | None = None) -> frozenset[str]:
         body = ast.parse(Path(path).read_bytes(), filename=path).body
     except (OSError, SyntaxError, ValueError):
         return frozenset()
-    is_package = Path(path).name == "__init__.py"
     named: set[str] = set()
+    for base, names in _imported(body, module, Path(path).name == "__init__.py"):
+        named.add(base)
+        named.update(f"{base}.{name}" for name in names if name != "*")
+    return frozenset(named)
+
+
+def _imported(body: list[ast.stmt], module: str | None, is_package: bool) -> Iterable[tuple[str, list[str]]]:
+    """``(module, names)`` of each run-time import of ``body``: ``import a.b`` as ``("a.b", [])``,
+    ``from a import b, c`` as ``("a", ["b", "c"])`` (relative ones resolved against ``module``;
+    one that cannot be is left out)."""
     for node in _run_time_imports(body):
         if isinstance(node, ast.Import):
-            named.update(alias.name for alias in node.names)
-            continue
-        base = _absolute(node, module, is_package)
-        if base is not None:
-            named.add(base)
-            named.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-    return frozenset(named)
+            yield from ((alias.name, []) for alias in node.names)
+        else:
+            base = _absolute(node, module, is_package)
+            if base is not None:
+                yield base, [alias.name for alias in node.names]
 
 
 def imported_closure(modules: Iterable[str]) -> frozenset[str]:
