@@ -91,10 +91,13 @@ def plugin_digest(module: str) -> str:
 
 def _is_local(path: Path | None) -> bool:
     """Whether a source file is its author's own (not under an installation's folders)."""
-    if path is None:
-        return False
+    return path is not None and not is_installed(path)
+
+
+def is_installed(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies under the interpreter's own folders or a site-packages folder."""
     real = os.path.realpath(path)
-    return not any(real.startswith(root) for root in _installed_roots())
+    return any((real + os.sep).startswith(root) for root in _installed_roots())
 
 
 @cache

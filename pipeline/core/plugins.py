@@ -147,11 +147,12 @@ def searched_folders() -> list[str]:
     """The folders on Python's path beyond the interpreter's own and the installed packages
     (``$PYTHONPATH``'s, a config's, the working folder under ``python -m``): where a module that
     is not installed is looked for."""
-    installed = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    from pipeline.core.fingerprints import is_installed
+
     found: list[str] = []
     for entry in sys.path:
         folder = Path(entry or ".").resolve()
-        if folder.is_dir() and not str(folder).startswith(installed) and str(folder) not in found:
+        if folder.is_dir() and not is_installed(folder) and str(folder) not in found:
             found.append(str(folder))
     return found
 
