@@ -46,11 +46,9 @@ class FeatureOpError(Exception):
     ``__cause__``. Not a ``PipelineError``: in a stage it is that stage's failure (exit 4), as
     the op's error was before it was named."""
 
-    def __init__(self, position: int, op: str, detail: str, *, subject: FeatureOp | None = None) -> None:
+    def __init__(self, position: int, op: str, detail: str) -> None:
         super().__init__(position, op, detail)          # the args pickle it (Dask sends it back from workers)
         self.position, self.op, self.detail = position, op, detail
-        # The op itself, for a caller that maps ``position`` to another list (not pickled).
-        self.subject = subject
 
     def __str__(self) -> str:
         return f"feature ops[{self.position}] ({self.op}): {self.detail}"
@@ -71,7 +69,7 @@ def blamed(op: FeatureOp, position: int) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - an op's bug, whatever it is, is named, not swallowed
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise FeatureOpError(position, op.op, detail, subject=op) from exc
+        raise FeatureOpError(position, op.op, detail) from exc
 
 
 def transformed(op: FeatureOp, position: int, frame: Any, backend: Backend, state: OpState,
@@ -87,12 +85,11 @@ def transformed(op: FeatureOp, position: int, frame: Any, backend: Backend, stat
             out = op.transform_training(frame, backend, state, target)
     if not hasattr(out, "columns"):
         raise FeatureOpError(position, op.op, f"transform returned {'None' if out is None else type(out).__name__}, "
-                                              "not a frame; return the frame with the op's columns changed",
-                             subject=op)
+                                              "not a frame; return the frame with the op's columns changed")
     if len(out) != len(frame):
         raise FeatureOpError(position, op.op, f"transform returned {len(out)} rows for {len(frame)}; an op keeps "
                                               "the rows it is given (one row out per row in, in order), or the "
-                                              "labels no longer line up with them", subject=op)
+                                              "labels no longer line up with them")
     return out
 
 

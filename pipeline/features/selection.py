@@ -55,6 +55,7 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
         return list(ops), []
     explicit = set().union(*(_named(op) for op in ops if op.selector is None))
     resolved: list[FeatureOp] = []
+    given: list[int] = []                  # each resolved op's position in ``ops``, for an op's failure
     selections: list[Selection] = []
     taken: set[str] = set()
     current, fitted_upto = frame, 0
@@ -62,10 +63,11 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
         selector = op.selector
         if selector is None:
             resolved.append(op)
+            given.append(position)
             continue
         pending = resolved[fitted_upto:]
         if pending:                        # the frame as it reaches this op: the ops since the last selector, fitted
-            current = fit_ops(pending, current, backend, target).transformed(pending)
+            current = fit_ops(pending, current, backend, target, given[fitted_upto:]).transformed(pending)
             fitted_upto = len(resolved)
         names = select_columns(selector, current, backend, explicit=explicit, taken=taken)
         words = describe_selector(selector)
@@ -87,6 +89,7 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
                         f"{total:,}", first)
         taken.update(names)
         resolved.append(op.model_copy(update={"columns": names}))
+        given.append(position)
     return resolved, selections
 
 

@@ -29,7 +29,7 @@ from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError, RowsError
 from pipeline.core.problems import Task
-from pipeline.features.fitting import FeatureOpError, apply_ops, fit_ops, required_columns
+from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
 from pipeline.features.ops.op_base import Target
 from pipeline.features.ops.op_support import per_column
@@ -142,12 +142,7 @@ class FeatureWorkflow:
     def _resolve_selectors(self, frame: Any, backend: Backend, labels: Target | None) -> None:
         """Selectors to names, on this training frame; ops that select nothing are left out."""
         if any(op.selector is not None for op in self.ops):
-            try:
-                resolved, selections = resolve_selectors(self.ops, frame, backend, labels)
-            except FeatureOpError as exc:
-                # The ops before a selector are fitted there as a part of the list, by index in it.
-                position = _given_position(self.ops, exc.subject, exc.position)
-                raise FeatureOpError(position, exc.op, exc.detail, subject=exc.subject) from exc.__cause__
+            resolved, selections = resolve_selectors(self.ops, frame, backend, labels)
             self.ops, self.selections_ = resolved, [s.as_json() for s in selections]
             self.positions_ = given_positions(len(self.ops), self.selections_)
 
@@ -396,19 +391,6 @@ def given_positions(count: int, selections: Sequence[Any]) -> list[int]:
     skipped = {s["position"] for s in selections
                if isinstance(s, Mapping) and isinstance(s.get("position"), int) and not s.get("columns")}
     return [i for i in range(count + len(skipped)) if i not in skipped][:count]
-
-
-def _given_position(given: Sequence[FeatureOp], subject: FeatureOp | None, fallback: int) -> int:
-    """The position in ``given`` of ``subject``: that op, or the copy of a selector op holding
-    the names it took (``pipeline.features.selection``); ``fallback`` when neither is there."""
-    for position, op in enumerate(given):
-        if op is subject:
-            return position
-    for position, op in enumerate(given):
-        if (subject is not None and op.selector is not None and type(op) is type(subject)
-                and op.model_copy(update={"columns": list(subject.columns)}) == subject):
-            return position
-    return fallback
 
 
 def _load_state(position: int, op: FeatureOp, data: Any) -> OpState:
