@@ -93,20 +93,17 @@ class MlflowHook(RunHook):
 
     # ------------------------------------------------------------------ events
     def run_started(self, run: RunInfo) -> None:
-        for key, value in _HTTP_SETTINGS.items():
-            os.environ.setdefault(key, value)
         try:
-            from mlflow.tracking import MlflowClient
+            client_class = _client_class()
         except ImportError:
             self._fail("mlflow is not installed (pip install 'pipeline[mlflow]')")
             return
-        adopt_library_loggers()            # MLflow's import gave its loggers a text handler of their own
         self.where = self._call("resolve the tracking URI", lambda: resolved_uri(self.uri), first=True)
         problem = unusable_store(self.where) if self.where else None
         if problem:
             self._fail(problem)
             return
-        self.client = self._call("connect", lambda: MlflowClient(tracking_uri=self.where), first=True)
+        self.client = self._call("connect", lambda: client_class(tracking_uri=self.where), first=True)
         name = self.experiment_name = self.experiment or run.pipeline
         experiment = self._call("find the experiment", lambda: self.client.get_experiment_by_name(name))
         experiment_id = experiment.experiment_id if experiment is not None else \
@@ -280,6 +277,18 @@ class MlflowHook(RunHook):
             log.warning("tracking: cannot write %s: %s", run_dir / TRACKING_FILE, exc)
 
 
+def _client_class() -> type:
+    """MLflow's client class, with the HTTP retries capped first (unless the environment says
+    otherwise) and MLflow's loggers made the pipeline's after its import gave them a text
+    handler of their own; an ImportError where mlflow is not installed."""
+    for key, value in _HTTP_SETTINGS.items():
+        os.environ.setdefault(key, value)
+    from mlflow.tracking import MlflowClient
+
+    adopt_library_loggers()
+    return MlflowClient
+
+
 def resolved_uri(uri: str | None) -> str:
     """The tracking URI a client of ``uri`` uses (None: ``$MLFLOW_TRACKING_URI`` or MLflow's
     default), a relative sqlite file made absolute: tracking.json then names the store wherever
@@ -332,16 +341,12 @@ def promote_version(run_dir: Path, alias: str) -> str | None:
         return None
     name, version, uri = str(registered["name"]), str(registered["version"]), entry.get("uri")
     moving = f"{name}@{alias} to version {version}"
-    for key, value in _HTTP_SETTINGS.items():
-        os.environ.setdefault(key, value)
     try:
-        from mlflow.tracking import MlflowClient
-
-        adopt_library_loggers()
+        client_class = _client_class()
         problem = unusable_store(uri) if isinstance(uri, str) else None
         if problem:
             raise RuntimeError(problem)
-        MlflowClient(tracking_uri=uri, registry_uri=uri).set_registered_model_alias(name, alias, version)
+        client_class(tracking_uri=uri, registry_uri=uri).set_registered_model_alias(name, alias, version)
     except Exception as exc:  # noqa: BLE001 - the run folder's champion has moved; the registry is told if it can be
         why = str(exc) if isinstance(exc, RuntimeError) else _why(exc)
         log.warning("tracking: MLflow at %s: could not move %s: %s; models:/%s@%s still names the version it "
