@@ -6,8 +6,11 @@ stages' recorded cost and GPU-hours, plus each running stage's so far (its wall 
 GPU this process may use, this process's CPU seconds since it started, its RSS), priced at the
 run's rates. When a cap is passed, it notes why and raises ``BudgetExceeded`` in the thread that
 runs the stages, at its next Python instruction: a stage inside one long native call (one
-XGBoost ``fit``, one cuDF operation) stops when that call returns. The runner records the run
-as stopped by the budget with the figures, and it exits 9.
+XGBoost ``fit``, one cuDF operation) stops when that call returns, and one importing a module
+stops when the import is done (a module stopped half-way stays broken for the process: PyTorch's
+operator registrations refuse every later ``import torch``). Once the stages are over
+(``run_finishing``) the watch can no longer stop anything. The runner records the run as
+stopped by the budget with the figures, and it exits 9.
 
 On a Dask cluster the stages run in workers: their CPU seconds are not seen until a stage
 finishes, so there the caps that act mid-stage are ``max_wall`` and ``max_gpu_hours``.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -43,6 +47,8 @@ from pipeline.usage.memory import cpu_seconds
 log = logging.getLogger("pipeline")
 
 INTERVAL = 0.2
+# How often a stop waiting for the stages' thread to finish an import looks again.
+IMPORT_POLL = 0.01
 # How each cap's values are written in messages (a cost in the rates' currency: added where known).
 UNITS = {"max_cost": "", "max_gpu_hours": " GPU-hours", "max_wall": " s"}
 # Earlier runs a budget's pre-flight estimate is the median of.
@@ -98,6 +104,7 @@ class BudgetHook(RunHook):
         self._spent = {"max_cost": 0.0, "max_gpu_hours": 0.0}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._firing = threading.Lock()      # a stop is raised, or the run ends: never both at once
         self._target = 0
         self._started = 0.0
         self._thread: threading.Thread | None = None
@@ -138,12 +145,20 @@ class BudgetHook(RunHook):
             self._spent["max_gpu_hours"] += gpu_seconds / 3600
 
     def run_finishing(self, event: RunEvent) -> None:
-        """A run the budget stopped records which cap, its limit and what was reached."""
+        """The stages are over: the watch stops. A run the budget stopped records which cap,
+        its limit and what was reached."""
+        self._disarm()
         if event.status != "succeeded" and budget_stop() is not None:
             event.manifest.budget = self.overrun.to_dict() if self.overrun else None
 
     def run_finished(self, event: Any) -> None:
-        self._stop.set()
+        self._disarm()
+
+    def _disarm(self) -> None:
+        """No stop after this: the watch ends, and SIGUSR1 gets its handler back only once no
+        signal can follow (its default action would kill the process)."""
+        with self._firing:
+            self._stop.set()
         if self._previous is not None:
             signal.signal(signal.SIGUSR1, self._previous)
             self._previous = None
@@ -153,12 +168,22 @@ class BudgetHook(RunHook):
         while not self._stop.wait(self.interval):
             overrun = self.check()
             if overrun is not None:
-                self.overrun = overrun
-                request_budget_stop(overrun.describe())
-                _raise_in(self._target, BudgetExceeded)
-                if self._previous is not None:
-                    signal.pthread_kill(self._target, signal.SIGUSR1)
+                self._fire(overrun)
                 return
+
+    def _fire(self, overrun: Overrun) -> None:
+        """Stop the stages' thread, once it is out of any import, unless the run ended meanwhile."""
+        while _importing(self._target):
+            if self._stop.wait(IMPORT_POLL):
+                return
+        with self._firing:
+            if self._stop.is_set():
+                return
+            self.overrun = overrun
+            request_budget_stop(overrun.describe())
+            _raise_in(self._target, BudgetExceeded)
+            if self._previous is not None:
+                signal.pthread_kill(self._target, signal.SIGUSR1)
 
     def check(self, now: float | None = None) -> Overrun | None:
         """The first cap passed, if any: each running stage's own, then the run's."""
@@ -214,6 +239,16 @@ def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Over
 
 def _wake(signum: int, frame: Any) -> None:
     """SIGUSR1 only interrupts a blocking call; the pending exception does the rest."""
+
+
+def _importing(thread_id: int) -> bool:
+    """Whether the thread is inside an import (a frame of the import system on its stack)."""
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _raise_in(thread_id: int, exception: type[BaseException]) -> None:

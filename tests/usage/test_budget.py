@@ -200,3 +200,85 @@ def test_a_cost_cap_without_a_rate_to_price_anything_says_it_can_never_stop_the_
     with caplog.at_level(logging.WARNING, logger="pipeline"):
         budget_hook(priced.budget, HookContext(config=priced, pipeline="b", runs_dir=tmp_path))
     assert "can never stop" not in caplog.text
+
+
+def _watched(budget: Budget, **kwargs) -> BudgetHook:
+    """A budget hook watching this thread, as it watches the thread that runs the stages."""
+    hook = BudgetHook(budget, {}, Rates(), gpus=[], interval=0.02, **kwargs)
+    hook.run_started(None)
+    return hook
+
+
+def _ended(hook: BudgetHook, status: str) -> None:
+    from types import SimpleNamespace
+
+    from pipeline.core.interrupts import clear_budget_stop
+
+    event = SimpleNamespace(status=status, manifest=SimpleNamespace(budget=None))
+    hook.run_finishing(event)
+    hook.run_finished(event)
+    clear_budget_stop()
+
+
+def test_a_stop_that_comes_during_an_import_waits_for_the_import_to_finish(tmp_path, monkeypatch):
+    """A budget stop landed inside ``import torch`` in library use: torch stayed half-imported,
+    and every later run in that process failed its torch stage (exit 4, "Trying to override a
+    python impl ... aten::broadcast_tensors")."""
+    import sys
+
+    from pipeline.core.interrupts import BudgetExceeded
+
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(0.5)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_to_import", raising=False)
+    hook = _watched(Budget(max_wall=0.05))
+    stopped_in = "nowhere"
+    try:
+        try:
+            import slow_to_import  # noqa: F401 - imported for its side effect: half a second
+            stopped_in = "not yet"
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                sum(range(100))
+        except BudgetExceeded:
+            stopped_in = "after the import" if stopped_in == "not yet" else "the import"
+    finally:
+        _ended(hook, "interrupted")
+    assert stopped_in == "after the import"
+    assert sys.modules["slow_to_import"].DONE is True and hook.overrun is not None
+
+
+def test_a_run_that_ends_while_the_watch_decides_is_never_stopped_after_it_ended(monkeypatch):
+    """The watch read the figures, the run ended, then the watch raised its stop into whatever
+    the caller ran next (and sent SIGUSR1 after its default action was back: a killed process)."""
+    import signal
+
+    from pipeline.core.interrupts import BudgetExceeded, budget_stop
+    from pipeline.usage.budget import Overrun
+
+    def slow_check(now=None):
+        time.sleep(0.3)
+        return Overrun("run", "max_wall", 0.01, 0.3, {})
+
+    signals: list[int] = []
+    def ours(signum, frame):
+        signals.append(signum)
+
+    previous = signal.signal(signal.SIGUSR1, ours)
+    try:
+        hook = BudgetHook(Budget(max_wall=0.01), {}, Rates(), gpus=[], interval=0.02)
+        monkeypatch.setattr(hook, "check", slow_check)
+        hook.run_started(None)
+        time.sleep(0.1)                        # the watch is reading the figures
+        _ended(hook, "succeeded")
+        raised = False
+        try:
+            end = time.monotonic() + 0.6
+            while time.monotonic() < end:
+                sum(range(100))
+        except BudgetExceeded:
+            raised = True
+        assert not raised and signals == [] and hook.overrun is None and budget_stop() is None
+        assert signal.getsignal(signal.SIGUSR1) is ours            # back, not the watch's
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
