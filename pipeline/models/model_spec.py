@@ -25,6 +25,7 @@ from pipeline.models.formats import (
     SKOPS,
     ModelFormat,
 )
+from pipeline.models.param_bounds import Bound
 from pipeline.models.roles import InitChoice, PortfolioMember
 from pipeline.models.steps import (
     Pruning,
@@ -150,6 +151,9 @@ class ModelSpec:
     # Its CPU estimator's thread-count parameter, where the library starts threads per core
     # (``auto`` sizes it to the cores free at the fit); None: it has none that acts.
     threads_param: str | None = None
+    # The range of each parameter (``pipeline.models.param_bounds``) where the library checks
+    # none before it fits: refused at validation, and in a tune space before the first trial.
+    bounds: Mapping[str, Bound] = field(default_factory=dict)
 
     def fit_kwargs(self, inputs: FitInputs) -> dict[str, Any]:
         """What ``train`` passes to ``fit`` beside the training rows (see ``fit_arguments``)."""
@@ -220,9 +224,19 @@ class ModelSpec:
                 close = difflib.get_close_matches(key, allowed, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(allowed)}"
                 problems.append(f"unknown parameter '{key}' for model '{self.name}'{hint}")
+        problems += [problem for _, problem in self.bound_problems(params)]
         if self.param_rules is not None:
             problems += self.param_rules({k: v for k, v in params.items() if k in self.params})
         return problems
+
+    def bound_problems(self, params: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``(param, problem)`` for each value outside the entry's declared ``bounds``."""
+        found = []
+        for key, value in params.items():
+            why = self.bounds[key].problem(value) if key in self.bounds else None
+            if why:
+                found.append((key, f"parameter '{key}' of model '{self.name}': {why}, not {value!r}"))
+        return found
 
     def value_problems(self, params: Mapping[str, Any]) -> list[tuple[str, str]]:
         """``(param, problem)`` for text (or true/false) where the CPU estimator's constructor
@@ -231,16 +245,17 @@ class ModelSpec:
         parameter constraints refuse (``C: high``, ``C: -1``). Read from the estimator class, so
         it imports the model's library: ``train`` asks it before fitting, not ``validate`` (which
         imports none). A parameter without an annotation or a constraint, or an estimator that
-        does not import, is not checked."""
+        does not import, is not checked. The entry's own ``bounds`` come first."""
+        problems = self.bound_problems(params)
         path = next(filter(None, (self.class_path("cpu", task=task) for task in self.tasks)), None)
         cls = _class_at(path) if path else None
         if cls is None:
-            return []
+            return problems
         numbers = _annotated_numbers(cls)
-        problems = []
+        bounded = {key for key, _ in problems}
         for key, value in params.items():
             target = self.params[key][0] if key in self.params else None
-            if target is None:
+            if target is None or key in bounded:
                 continue
             kind = numbers.get(target)
             if kind and (isinstance(value, bool) or not isinstance(value, (int, float))) and value is not None:

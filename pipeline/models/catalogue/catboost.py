@@ -12,6 +12,7 @@ from pipeline.models.explainers import catboost_importance
 from pipeline.models.gbdt_formats import CATBOOST_CBM, catboost_family
 from pipeline.models.roles import PortfolioMember
 from pipeline.models.model_spec import EstimatorClasses, FitInputs, ModelSpec, same
+from pipeline.models.param_bounds import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, SIZE, between
 
 
 def catboost_fit_arguments(inputs: FitInputs) -> dict[str, Any]:
@@ -40,6 +41,16 @@ _CATBOOST_PARAMS = same(
 # thread_count is left at CatBoost's default, -1: every core (CatBoost drops an explicit -1).
 _CATBOOST_DEFAULTS = {"verbose": False, "allow_writing_files": False}
 
+# CatBoost fits an inverted model for a negative learning rate (ROC AUC 0.08) and a constant
+# one for depth 0, and refuses the rest as a C++ check naming its source file.
+_CATBOOST_BOUNDS = {
+    "iterations": COUNT, "early_stopping_rounds": COUNT, "learning_rate": POSITIVE, "depth": between(1, 16),
+    "l2_leaf_reg": NON_NEGATIVE, "border_count": between(1, 65535), "random_strength": NON_NEGATIVE,
+    "bagging_temperature": NON_NEGATIVE, "subsample": FRACTION, "rsm": FRACTION, "min_data_in_leaf": COUNT,
+    "max_leaves": between(2, 64), "one_hot_max_size": SIZE, "max_ctr_complexity": SIZE,
+    "leaf_estimation_iterations": COUNT, "scale_pos_weight": POSITIVE,
+}
+
 
 CATBOOST = ModelSpec(
     name="catboost",
@@ -60,6 +71,7 @@ CATBOOST = ModelSpec(
         gpu="pipeline.models.catboost_estimators:CatBoostRegressor",
     ),
     task_param_rules=_catboost_task_rules,
+    bounds=_CATBOOST_BOUNDS,
     explain=catboost_importance,
     extra="catboost",
     threads_param="thread_count",

@@ -10,6 +10,7 @@ from pipeline.models.explainers import lightgbm_importance
 from pipeline.models.gbdt_formats import LIGHTGBM_TEXT, lightgbm_family
 from pipeline.models.roles import PortfolioMember
 from pipeline.models.model_spec import EstimatorClasses, FitInputs, ModelSpec, same
+from pipeline.models.param_bounds import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, SIZE, at_least
 from pipeline.models.steps import lightgbm_rounds
 
 
@@ -41,6 +42,17 @@ _LGBM_PARAMS = same(
 # container's share); its own default, None, takes physical cores only.
 _LGBM_DEFAULTS = {"verbose": -1, "n_jobs": -1}
 
+# LightGBM refuses these only as a C++ check naming its source file ("Check failed:
+# (num_leaves) > (1) at .../config_auto.cpp"); max_depth takes any integer (<= 0: no limit).
+_LGBM_BOUNDS = {
+    "n_estimators": COUNT, "early_stopping_rounds": COUNT, "learning_rate": POSITIVE,
+    "num_leaves": at_least(2), "max_bin": at_least(2), "min_child_samples": SIZE, "subsample_freq": SIZE,
+    "subsample": FRACTION, "colsample_bytree": FRACTION, "min_child_weight": NON_NEGATIVE,
+    "min_split_gain": NON_NEGATIVE, "reg_alpha": NON_NEGATIVE, "reg_lambda": NON_NEGATIVE,
+    "scale_pos_weight": POSITIVE, "cat_smooth": NON_NEGATIVE, "cat_l2": NON_NEGATIVE,
+    "max_cat_threshold": COUNT, "min_data_per_group": COUNT, "path_smooth": NON_NEGATIVE,
+}
+
 
 LIGHTGBM = ModelSpec(
     name="lightgbm",
@@ -61,6 +73,7 @@ LIGHTGBM = ModelSpec(
         gpu="pipeline.models.lightgbm_estimators:LightGBMRegressor",
     ),
     task_param_rules=_lightgbm_task_rules,
+    bounds=_LGBM_BOUNDS,
     explain=lightgbm_importance,
     fit_steps=lightgbm_rounds,
     extra="lightgbm",

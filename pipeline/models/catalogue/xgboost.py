@@ -11,6 +11,7 @@ from pipeline.models.explainers import xgboost_importance
 from pipeline.models.formats import XGBOOST_JSON, xgboost_family
 from pipeline.models.roles import InitChoice, PortfolioMember
 from pipeline.models.model_spec import EstimatorClasses, ModelSpec, same
+from pipeline.models.param_bounds import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, SIZE, at_least
 from pipeline.models.steps import XGBOOST_PRUNING, xgboost_rounds
 
 
@@ -31,6 +32,17 @@ _XGB_PARAMS = same(
     "random_state", "missing", "num_parallel_tree", "max_cat_to_onehot", "eval_metric",
     "early_stopping_rounds", "validate_parameters",
 )
+
+# XGBoost fits a constant model for no rounds, a zero learning rate or a zero row sample (exit
+# 0, ROC AUC 0.5), and checks the other ranges only once its data is built.
+_XGB_BOUNDS = {
+    "n_estimators": COUNT, "num_parallel_tree": COUNT, "early_stopping_rounds": COUNT,
+    "learning_rate": POSITIVE, "max_depth": SIZE, "max_leaves": SIZE, "max_bin": at_least(2),
+    "subsample": FRACTION, "colsample_bytree": FRACTION, "colsample_bylevel": FRACTION,
+    "colsample_bynode": FRACTION, "gamma": NON_NEGATIVE, "min_child_weight": NON_NEGATIVE,
+    "max_delta_step": NON_NEGATIVE, "reg_alpha": NON_NEGATIVE, "reg_lambda": NON_NEGATIVE,
+    "scale_pos_weight": POSITIVE,
+}
 
 
 XGBOOST = ModelSpec(
@@ -55,6 +67,7 @@ XGBOOST = ModelSpec(
         dask_gpu="xgboost.dask:DaskXGBRegressor",
     ),
     task_param_rules=_xgboost_task_rules,
+    bounds=_XGB_BOUNDS,
     explain=xgboost_importance,
     fit_steps=xgboost_rounds,
     pruning=XGBOOST_PRUNING,
