@@ -118,8 +118,9 @@ def located(error: ConfigError, config_path: str | os.PathLike[str] | None,
 
 
 def _override_path(key: str) -> KeyPath:
-    """The key path of a ``--set`` key (``stages.features.ops.0.fill_missing``)."""
-    return tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
+    """The key path of a ``--set`` key: ``stages.features.ops.0.fill_missing``, or as messages
+    write it, ``stages.features.ops[0].fill_missing``."""
+    return _key_path(key.strip())
 
 
 def _key_path(text: str) -> KeyPath:

@@ -105,6 +105,16 @@ def test_overrides_are_parsed_as_yaml_and_applied():
     assert config.stages["features"].build_ops()[0].strategy == "mean"
 
 
+
+def test_an_override_takes_a_list_index_as_messages_write_it():
+    """A message names `stages.mlp.hidden[0]` or `feature ops[2]`; the same path given to --set
+    was refused as "unknown key 'ops[0]'", though `ops.0` worked."""
+    config = load_config(CHURN, overrides=["stages.features.ops[0].fill_missing.strategy=mean",
+                                            "stages.mlp.hidden[1]=16"])
+    assert config.stages["features"].build_ops()[0].strategy == "mean"
+    assert config.stages["mlp"].hidden[1] == 16
+
+
 def test_bad_override_reports_its_source():
     issues = issues_of(MINIMAL, overrides=("seed=abc", "nonsense"))
     assert {i.source for i in issues} == {"--set"}
