@@ -80,7 +80,7 @@ from pipeline.models.roles import PortfolioMember
 from pipeline.stages.ensemble import ensemble_model, fit_ensemble, fit_weights
 from pipeline.stages.features import build_features
 from pipeline.stages.spec import (
-    ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage,
+    ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage, split_facts,
 )
 from pipeline.stages.split import SplitData
 from pipeline.stages.train import TrainedModel, train_model
@@ -143,8 +143,7 @@ class AutoSpec(StageSpec):
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (source,) = inputs.values() if len(inputs) == 1 else (Preview(),)
-        return Preview(features=source.features or stage, valid=source.valid, folds=source.folds,
-                       target=source.target)
+        return split_facts(source, features=source.features or stage)
 
 
 def member_names_problem(models: Sequence[str] | None) -> str | None:

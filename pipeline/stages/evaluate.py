@@ -26,7 +26,7 @@ from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, cla
                               default_metric, is_better, known_metric, metric_names, metric_task_problem,
                               task_metrics)
 from pipeline.metrics.curves import binary_curves, regression_curves
-from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, no_rows_in, register_stage
 from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.stages.explain import (
     IMPORTANCE_ROWS, REPEATS, SAMPLE, SCORED_ROWS, ImportanceBudget, explain_models, strided_sample,
@@ -44,6 +44,7 @@ METRICS = metric_names("binary")
 # 7M-row training split is one more prediction pass over 70% of the table.
 TRAIN_ROWS = 250_000
 VALID = "valid"
+TEST = "test"
 
 
 @dataclass
@@ -148,11 +149,17 @@ class EvaluateSpec(StageSpec):
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
         """``split`` or ``splits`` naming the valid split of a split that has none: one with
-        ``folds:`` (they fit and score every non-test row) or with ``valid: 0``."""
+        ``folds:`` (they fit and score every non-test row) or with ``valid: 0``; and the test
+        split (the default) of a split with ``test: 0``, found only after every model trained."""
+        problems: list[tuple[KeyPath, str]] = []
+        if self.split == TEST and no_rows_in(TEST, inputs):
+            problems.append((("split",), f"evaluate scores the test split (split: test, the default), but "
+                                         f"{no_rows_in(TEST, inputs)}, so there are no test rows; set test: > 0 on the "
+                                         "split stage, evaluate split: valid, or leave evaluate out (a final fit on "
+                                         "every row has nothing held out to measure)"))
         missing = next((_no_valid_split(p) for p in inputs.values() if _no_valid_split(p)), None)
         if missing is None:
-            return []
-        problems: list[tuple[KeyPath, str]] = []
+            return problems
         if self.split == VALID:
             problems.append((("split",), f"split: valid: {missing}"))
         problems += [(("splits", i), f"splits: valid: {missing}") for i, name in enumerate(self.splits or [])

@@ -26,7 +26,7 @@ from pipeline.runs.store import finite_or_null
 from pipeline.featuresets import FeatureSet
 from pipeline.runs.layout import MODEL_DESCRIPTION, MODELS_DIR, REFERENCE_FILE, model_folder
 from pipeline.stages.ensemble import mixed_features
-from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, no_rows_in, register_stage
 from pipeline.stages.train import TrainedModel
 from pipeline.stages.training.trained import model_meta
 
@@ -40,15 +40,22 @@ class ExportSpec(StageSpec):
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
         """Models from different features stages: one predictions table needs one set of rows
         (found at the export, after every model had trained, otherwise)."""
+        problems: list[tuple[KeyPath, str]] = []
+        empty = no_rows_in(self.split, inputs)
+        if empty:
+            default = ", the default" if self.split == "test" else ""
+            problems.append((("split",), f"export writes predictions for the {self.split} split (split: {self.split}"
+                                         f"{default}), but {empty}, so it has no rows; set split: all (or train), "
+                                         "or give the split stage those rows"))
         sources = {name: p.features for name, p in inputs.items()}
         if len(sources) < 2 or None in sources.values():
-            return []
+            return problems
         mixed = mixed_features(sources, "export")
         if mixed is None:
-            return []
+            return problems
         shown = ", ".join(f"{name}: {source}" for name, source in sources.items())
-        return [(("inputs",), f"{mixed}, so they cannot share one predictions table ({shown}); export each "
-                              "features stage's models separately")]
+        return problems + [(("inputs",), f"{mixed}, so they cannot share one predictions table ({shown}); export "
+                                         "each features stage's models separately")]
 
 
 def _same_features(models: list[TrainedModel]) -> FeatureSet:

@@ -23,7 +23,7 @@ from pipeline.features.ops import (
     BUILT_IN_OPS, FeatureOp, OpStep, describe_selector, op_of_step, op_step_union, ops_key,
 )
 from pipeline.featuresets import FeatureSet, build_feature_set
-from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, only_input, register_stage, split_facts
 from pipeline.stages.split import SplitData
 
 __all__ = ["FeatureSet", "FeaturesSpec", "build_features", "run_features"]
@@ -93,7 +93,7 @@ class FeaturesSpec(StageSpec):
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (split,) = inputs.values()
-        return Preview(features=stage, valid=split.valid, folds=split.folds, target=split.target)
+        return split_facts(split, features=stage)
 
 
 def _except_among(columns: ColumnSet, split: ColumnSet, unseen: set[str]) -> ColumnSet:

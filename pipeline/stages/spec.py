@@ -67,9 +67,31 @@ class Preview:
     columns: ColumnSet | None = None     # a table's columns
     features: str | None = None          # the features stage a feature set or model comes from
     valid: bool | None = None            # whether its split has valid rows
+    test: bool | None = None             # whether its split has test rows
     folds: int | None = None             # the split's folds: (0: none)
     target: str | None = None            # the split's target column
     oof: bool | None = None              # whether a model has out-of-fold scores of the training split
+
+
+def split_facts(source: Preview, **changes: Any) -> Preview:
+    """What ``source`` tells of its split (its features stage, valid and test rows, folds,
+    target), with ``changes``: what a stage downstream of a split passes on."""
+    facts = {"features": source.features, "valid": source.valid, "test": source.test, "folds": source.folds,
+             "target": source.target}
+    return Preview(**{**facts, **changes})
+
+
+def no_rows_in(split: str, inputs: Mapping[str, Preview]) -> str | None:
+    """Why the config leaves the inputs' ``split`` ("test", "valid") without rows (``test: 0``,
+    ``valid: 0``, or folds, which leave no valid split), or None (it has rows, or is not known)."""
+    for preview in inputs.values():
+        if split == "test" and preview.test is False:
+            return "the split stage has test: 0"
+        if split == "valid" and preview.folds:
+            return f"the split stage has folds: {preview.folds}, which score every non-test row in turn"
+        if split == "valid" and preview.valid is False:
+            return "the split stage has valid: 0"
+    return None
 
 
 def model_preview(inputs: Mapping[str, Preview]) -> Preview:
@@ -78,8 +100,7 @@ def model_preview(inputs: Mapping[str, Preview]) -> Preview:
     if len(previews) != 1:
         return Preview()
     source = previews[0]
-    return Preview(features=source.features, valid=source.valid, folds=source.folds, target=source.target,
-                   oof=None if source.folds is None else source.folds > 0)
+    return split_facts(source, oof=None if source.folds is None else source.folds > 0)
 
 
 @dataclass(frozen=True)

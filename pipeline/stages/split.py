@@ -150,7 +150,8 @@ class SplitSpec(StageSpec):
     def preview(self, stage: str, inputs: Any, headers: HeaderReader) -> Preview:
         """The input's columns (the target among them); valid rows and folds as configured."""
         (table,) = inputs.values()
-        return Preview(columns=table.columns, valid=self.valid > 0, folds=self.folds or 0, target=self.target)
+        return Preview(columns=table.columns, valid=self.valid > 0, folds=self.folds or 0, target=self.target,
+                       test=self.test_share() > 0 or self.test_latest is not None)
 
 
 def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) -> Any:

@@ -35,7 +35,7 @@ from pipeline.featuresets.in_memory import InMemoryFeatures
 from pipeline.models import checked_params, get_model_spec, trainable_model_named, trainable_models
 from pipeline.models.blending import EnsembleMember, Stacked, blend, stack_columns, stack_matrix
 from pipeline.stages.ensemble import members_codes, mixed_features, one_features
-from pipeline.stages.spec import KeyPath, Preview, StageContext, StageProgress, StageSpec, register_stage
+from pipeline.stages.spec import KeyPath, Preview, StageContext, StageProgress, StageSpec, register_stage, split_facts
 from pipeline.stages.train import SplitScores, TrainedModel
 from pipeline.stages.training.bagging import BaggedModel, bag_model
 from pipeline.stages.training.trained import model_meta
@@ -77,12 +77,10 @@ class StackSpec(StageSpec):
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         """Its members' features and split, when they share them; it has out-of-fold scores."""
-        previews = [Preview(features=p.features, valid=p.valid, folds=p.folds, target=p.target)
-                    for p in inputs.values()]
+        previews = [split_facts(p) for p in inputs.values()]
         if not previews or any(p != previews[0] for p in previews[1:]):
             return Preview(oof=True)
-        return Preview(features=previews[0].features, valid=previews[0].valid, folds=previews[0].folds,
-                       target=previews[0].target, oof=True)
+        return split_facts(previews[0], oof=True)
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
         """Members from different features stages; members without out-of-fold scores."""

@@ -13,7 +13,7 @@ from sklearn import metrics as skm
 
 from pipeline.backends import get_backend
 from pipeline.config import load_config
-from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError, ExitCode
 from pipeline.featuresets import InMemoryFeatures
 from pipeline.metrics import metric_names
 from pipeline.stages.spec import StageContext
@@ -354,3 +354,27 @@ def test_evaluating_the_valid_split_of_a_split_with_folds_is_refused_at_validati
     assert issue.path == "stages.ev.split" and "valid: 0" in issue.message and "valid: > 0" in issue.message
     load_config(text=evaluate_config(data, split=", valid: 0.2", evaluate=", split: valid"), check_data=True)
     load_config(text=evaluate_config(data, split=", folds: 3", evaluate=", splits: [train, test]"), check_data=True)
+
+
+def test_evaluating_or_exporting_the_test_split_of_a_split_without_one_is_refused_at_validation(tmp_path):
+    """`test: 0` (a final fit on every row) with evaluate or export left at their default split
+    trained every model, then failed at evaluate, or at export once evaluate scored valid."""
+    three_classes(tmp_path / "data.csv")
+    text = evaluate_config(str(tmp_path / "data.csv"), split=", valid: 0.2").replace("test: 0.25", "test: 0")
+    exported = text + "  out: {kind: export, inputs: [m]}\n"
+    with pytest.raises(ConfigError) as info:
+        load_config(text=exported, check_data=True)
+    evaluate, export = info.value.issues
+    assert evaluate.path == "stages.ev.split" and "test: 0, so there are no test rows" in evaluate.message
+    assert "evaluate split: valid" in evaluate.message
+    assert export.path == "stages.out.split" and "test: 0, so it has no rows" in export.message
+    assert "split: all" in export.message
+    fixed = exported.replace("inputs: [m]}", "inputs: [m], split: valid}", 1).replace("[m]}\n", "[m], split: all}\n")
+    load_config(text=fixed, check_data=True)
+    # A run stops before the first stage, not after every model trained.
+    from tests.support.cli import run_cli
+
+    (tmp_path / "t.yaml").write_text(exported)
+    proc = run_cli("run", "t.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
+    assert proc.returncode == ExitCode.CONFIG and "stages.ev.split" in proc.stderr
+    assert not (tmp_path / "runs").exists()
