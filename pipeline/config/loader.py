@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from pipeline.core.dag import graph_problems, topological_order
 from pipeline.core.errors import ConfigError, ConfigIssue, UsageError
 from pipeline.features import COLUMNS_TAGS, OPS, SELECTOR_TAG, ColumnSelector
 from pipeline.core.plugins import is_module_name, load_plugins
+from pipeline.core.local_code import use_config_folders
 from pipeline.stages import STAGE_KINDS
 from pipeline.stages.spec import input_list, kinds_producing
 
@@ -411,10 +411,9 @@ def _dedupe(issues: list[ConfigIssue]) -> list[ConfigIssue]:
 
 
 def _allow_local_modules(config_path: Path) -> None:
-    """Let ``python`` stages import modules that sit beside the config file."""
-    folder = str(config_path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.append(folder)
+    """Let ``python`` stages import modules that sit beside the config file (ahead of other
+    configs' folders: ``pipeline.core.local_code``)."""
+    use_config_folders([config_path.resolve().parent])
 
 
 def dump_config(config: PipelineConfig) -> str:

@@ -37,12 +37,35 @@ def code_fingerprint(modules: Iterable[str]) -> str:
     report, the CLI) leaves its key alone. A module outside the package (a plugin's, a
     ``python`` stage's) counts by its own file, its author's own modules that it imports
     (``local_modules``) and the modules of the package they import. Computed once per process
-    for each set of modules."""
-    return _code_fingerprint(frozenset(modules))
+    for each set of modules and state of its author's files: a long-lived process (a notebook,
+    a Dask worker) sees an edit to a ``python`` stage's module or its helper."""
+    modules = frozenset(modules)
+    return _code_fingerprint(modules, local_stamps(modules))
+
+
+def local_stamps(modules: Iterable[str]) -> tuple[tuple[str, int, int], ...]:
+    """``(file, mtime_ns, size)`` of the author's own modules among ``modules`` and those they
+    import (``local_modules``); empty for the package's own."""
+    package = package_modules()
+    outside = [m for m in modules if m not in package]
+    if not outside:
+        return ()
+    return tuple(sorted(filter(None, (file_stamp(_source_path(m)) for m in local_modules(outside)))))
+
+
+def file_stamp(path: str | os.PathLike[str] | None) -> tuple[str, int, int] | None:
+    """``(path, mtime_ns, size)``: what tells an edited file from the one read before."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return str(path), stat.st_mtime_ns, stat.st_size
 
 
 @cache
-def _code_fingerprint(modules: frozenset[str]) -> str:
+def _code_fingerprint(modules: frozenset[str], stamps: tuple[tuple[str, int, int], ...]) -> str:
     outside = local_modules(modules)
     imported = {name for m in outside if (path := _source_path(m)) for name in file_imports(str(path))}
     digest = hashlib.blake2b(digest_size=16)
@@ -127,12 +150,17 @@ def _source_path(module: str) -> Path | None:
     return Path(origin) if origin and origin.endswith(".py") and os.path.isfile(origin) else None
 
 
-@cache
 def _source_digest(module: str) -> str:
-    """Hash of a module's source file, read once per process ("unresolved" without one)."""
-    path = _source_path(module)
+    """Hash of a module's source file, read once per process for each state of the file
+    ("unresolved" without one)."""
+    stamp = file_stamp(_source_path(module))
+    return _file_digest(*stamp) if stamp else "unresolved"
+
+
+@cache
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     try:
-        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() if path else "unresolved"
+        return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
     except OSError:
         return "unresolved"
 

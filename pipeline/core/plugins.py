@@ -193,3 +193,8 @@ def note_replacement(what: str, name: str, old_module: str | None, new_module: s
     logging.getLogger("pipeline").warning(
         "%s '%s' registered by %s replaces the one registered by %s; configs naming '%s' now get the new one "
         "(give it another name to keep both)", what, name, new_module or "an unknown module", old_module, name)
+
+
+def loaded_plugins() -> frozenset[str]:
+    """The plugin modules this process has imported (they stay registered for its life)."""
+    return frozenset(_loaded)

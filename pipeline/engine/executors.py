@@ -35,6 +35,7 @@ from pipeline.backends.devices.gpu_usage import gpu_meter
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.core.errors import PipelineError, StageError, StorageError
 from pipeline.core.interrupts import BudgetExceeded, Terminated, budget_stop, termination_requested
+from pipeline.core.local_code import use_config_folders
 from pipeline.hooks.protocol import StageProgress
 from pipeline.usage.memory import MemorySampler, release_freed_memory, sampling_interval
 from pipeline.stages import STAGE_KINDS, StageContext
@@ -94,9 +95,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
     A successful output is stored in the stage cache before this returns, or, with a
     ``cache_writer``, finished on its thread while the next stage runs (its owner waits for it).
     """
-    for folder in task.import_paths:
-        if folder not in sys.path:
-            sys.path.append(folder)
+    use_config_folders(task.import_paths)
     backend = task.backend
     kind = STAGE_KINDS[task.spec.kind]
     ctx = StageContext(backend=backend, seed=task.seed, stage=task.name, artifacts_dir=task.artifacts_dir,

@@ -34,6 +34,7 @@ from pipeline.config.schema import ClusterConfig, PipelineCore
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
 from pipeline.core.fingerprints import defining_modules, plugin_digest
+from pipeline.core.local_code import use_config_folders
 from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
 from pipeline.core.plugins import environment_plugins
@@ -213,6 +214,8 @@ class Runner:
             raise ConfigError("the stage selection (--only/--from/--until) is empty")
         steps = plan(graph, selected)
         forced = self._forced(graph, steps)
+        if self.config_path:                    # its modules, not another config's of the same name
+            use_config_folders([Path(self.config_path).resolve().parent])
         # Hooks' checks before any work (a signing key set but unusable, a budget earlier runs passed).
         self.hooks.preflight(RunPlan(self.config.name, self.store.layout.runs_dir, tuple(name for name, _ in steps),
                                      frozenset(selected), self.config))

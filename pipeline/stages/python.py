@@ -2,7 +2,8 @@
 
 ``function: mypackage.features:add_ratios`` is called as ``fn(ctx, inputs, **params)`` where
 ``inputs`` maps input stage names to their outputs. Modules beside the config file import
-without installing them.
+without installing them, as they are when the stage runs, also in a process that has run
+other configs or an earlier version of the module (``pipeline.core.local_code``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import Field, field_validator
 
 from pipeline.core.errors import ConfigError
 from pipeline.core.fingerprints import ModuleName, module_fingerprint
+from pipeline.core.local_code import refresh, remember
 from pipeline.stages.spec import StageContext, StageSpec, register_stage
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -37,8 +39,10 @@ def resolve_function(target: str) -> Any:
     """The function ``target`` names. A module that does not import, or lacks the function, is a
     ConfigError (exit 2, as for a plugin): the config names code that is not there."""
     module_name, _, attr = target.partition(":")
+    refresh(module_name)
     try:
         module = importlib.import_module(module_name)
+        remember(module_name)
     except ImportError as exc:
         raise ConfigError(f"function: cannot import module '{module_name}' ({exc}); a module beside the config "
                           "file or on the Python path is imported by its dotted name") from exc
@@ -50,6 +54,7 @@ def resolve_function(target: str) -> Any:
 
 def python_fingerprint(spec: PythonSpec) -> dict[str, Any]:
     """The source of the user's module: an edit to the function reruns the stage."""
+    refresh(spec.function.partition(":")[0])
     return {"module": module_fingerprint(spec.function)}
 
 

@@ -234,7 +234,7 @@ def _clear_process_caches() -> None:
     from pipeline.core import fingerprints, import_graph
 
     fingerprints._code_fingerprint.cache_clear()
-    fingerprints._source_digest.cache_clear()
+    fingerprints._file_digest.cache_clear()
     import_graph.file_imports.cache_clear()
 
 

@@ -1,0 +1,105 @@
+"""A config's own code in a process that runs many configs: a notebook, a service, a Dask worker.
+
+Modules beside a config file import without installing them: the config's folder goes on
+``sys.path``, behind everything installed, so it shadows no library. In a process that runs
+one config and ends, that is all. In one that lives on, Python's module cache would keep the
+first module of a name for good: a second project's ``stagefn`` ran the first project's, and
+an edited module ran as first imported, under the key of its new source. So:
+
+- ``use_config_folders`` puts the folders of the config being run ahead of other configs'
+  folders (still behind everything else), so a name resolves to this config's module;
+- ``refresh`` drops a ``python`` stage's module, and the author's modules it imports, from the
+  module cache when one of them now resolves to another file or its file has changed since it
+  was imported (``remember``), so the stage imports what a new process would.
+
+Plugins are left as they are: they register their stage kinds, models and ops once for the
+life of the process (``pipeline.core.plugins``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.core.fingerprints import file_stamp, local_modules
+from pipeline.core.plugins import loaded_plugins
+
+# Folders of configs this process has run, in the order first seen.
+_config_folders: list[str] = []
+# A module's file -> its (path, mtime_ns, size) when the module was imported.
+_imported: dict[str, tuple[str, int, int]] = {}
+
+
+def use_config_folders(folders: Sequence[str | os.PathLike[str]]) -> None:
+    """Put ``folders`` on ``sys.path`` ahead of other configs' folders, behind everything else."""
+    current = list(dict.fromkeys(str(Path(folder).resolve()) for folder in folders))
+    if not current:
+        return
+    for folder in current:
+        if folder not in _config_folders:
+            _config_folders.append(folder)
+        while folder in sys.path:
+            sys.path.remove(folder)
+    at = next((i for i, entry in enumerate(sys.path) if entry in _config_folders), len(sys.path))
+    sys.path[at:at] = current
+    importlib.invalidate_caches()
+
+
+def refresh(module: str) -> None:
+    """Drop ``module`` and the author's modules it imports from the module cache when one of
+    them is stale: it now resolves to another file, or its file changed since its import."""
+    family = sorted(_family(module))
+    if not any([_stale(name) for name in family]):         # each checked: a changed file loses its bytecode
+        return
+    for name in family:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[loaded]
+    importlib.invalidate_caches()
+
+
+def remember(module: str) -> None:
+    """Note the files of ``module`` and the author's modules it imports, as just imported."""
+    for name in _family(module):
+        stamp = file_stamp(getattr(sys.modules.get(name), "__file__", None))
+        if stamp is not None:
+            _imported.setdefault(stamp[0], stamp)
+
+
+def _family(module: str) -> set[str]:
+    """``module`` (its top package too) and the author's modules it imports, less plugins."""
+    plugins = set(loaded_plugins())
+    names = set(local_modules([module])) | {module.split(".")[0]}
+    return {name for name in names if name not in plugins and name.split(".")[0] != "pipeline"}
+
+
+def _stale(name: str) -> bool:
+    loaded = sys.modules.get(name)
+    path = getattr(loaded, "__file__", None)
+    if loaded is None or path is None:
+        return False
+    stamp = file_stamp(path)
+    if stamp is None or _imported.setdefault(stamp[0], stamp) != stamp:
+        _imported.pop(str(path), None)
+        _forget_bytecode(loaded)
+        return True
+    if "." in name:
+        return False
+    found = importlib.machinery.PathFinder.find_spec(name)
+    return found is not None and found.origin is not None and \
+        os.path.realpath(found.origin) != os.path.realpath(path)
+
+
+def _forget_bytecode(module: object) -> None:
+    """Remove a changed module's cached bytecode: Python checks it against the source's mtime
+    in whole seconds and its size, so an edit of the same size within the second would load
+    the old code again."""
+    cached = getattr(module, "__cached__", None)
+    if isinstance(cached, str):
+        try:
+            os.remove(cached)
+        except OSError:
+            pass
