@@ -136,7 +136,7 @@ class HeaderReader:
                 check_separator(first, names, dialect)
             check_header_names(first, names)
             if fmt == "csv":
-                names = _pandas_names(names)
+                names = pandas_names(names)
         return ColumnSet(tuple(names), source=str(path))
 
 
@@ -154,6 +154,6 @@ def _dataset_columns(folder: Path, fmt: str) -> list[str]:
         raise DataError(f"cannot read {folder} as parquet: {one_line(exc)}") from exc
 
 
-def _pandas_names(names: list[str]) -> list[str]:
+def pandas_names(names: list[str]) -> list[str]:
     """A CSV header as pandas and cuDF name its columns: an empty name is ``Unnamed: <i>``."""
     return [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(names)]

@@ -135,12 +135,15 @@ SEP_FIX = ("pass --sep {sep} to pipeline predict (sep={sep} as a query parameter
 
 
 def _header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:
-    """The names as the file has them (a repeated name is refused when the file is read)."""
+    """The names as the file is read (a CSV header's empty name is ``Unnamed: <i>``, as at
+    training; a repeated name is refused when the file is read)."""
+    from pipeline.backends.headers import pandas_names
     from pipeline.backends.input_files import check_separator, read_header
 
     names = read_header(path, fmt, dialect)
     if fmt == "csv":
         check_separator(path, names, dialect, option=SEP_FIX)
+        names = pandas_names(names)
     return names
 
 

@@ -625,3 +625,21 @@ def test_a_changed_or_missing_reference_json_is_a_data_error(churn_run, tmp_path
     with pytest.raises(DataError, match=f"reference.json.*{message}|{message}.*reference.json"):
         predict_batch(run_copy, source, tmp_path / "out.csv", model="logreg", na_values=[" "])
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_header_with_an_empty_name_scores_the_file_it_trained_on(tmp_path):
+    """Training read the empty header cell as `Unnamed: 1`, as pandas names it; predict read
+    the raw header and refused the very file the run trained on ("missing column(s)
+    ['Unnamed: 1']")."""
+    from tests.conftest import small_config
+
+    rng = np.random.default_rng(3)
+    rows = pd.DataFrame({"id": [f"c{i}" for i in range(200)], "": rng.normal(size=200), "b": rng.normal(size=200)})
+    rows["churn"] = np.where(rows[""] + rng.normal(scale=0.5, size=200) > 0, "yes", "no")
+    rows.to_csv(tmp_path / "data.csv", index=False)
+    (tmp_path / "p.yaml").write_text(small_config("p", tmp_path / "data.csv", ops=("standardize: {columns: ['Unnamed: 1', b]}",),
+                                                       after="  export: {kind: export, inputs: [logreg]}\n"))
+    assert _pipeline("run", "p.yaml", "-q", cwd=tmp_path).returncode == 0
+    proc = _pipeline("predict", "--run", "latest", "--input", "data.csv", "--output", "scores.csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(pd.read_csv(tmp_path / "scores.csv")) == 200
