@@ -181,6 +181,22 @@ def test_a_holdout_file_is_what_both_models_are_scored_on(tmp_path):
     assert champion_of(config) == second.run_id
 
 
+def test_a_holdout_gate_reads_this_runs_model_when_the_export_came_from_the_cache(tmp_path):
+    """The cached export named the files of the run that first wrote them: once that run was
+    pruned (a nightly `runs prune --keep 1`) the gate failed every night, exit 3, "... is not an
+    exported model folder"."""
+    import shutil
+
+    holdout = tmp_path / "holdout.csv"
+    generated(200, 1).to_csv(holdout, index=False)
+    config = project(tmp_path, promote=f"inputs: [split, evaluate, export]\nholdout: {holdout}")
+    first = run(config)
+    shutil.rmtree(first.run_dir)                     # pruned; the cache keeps the export's entry
+    second = run(config)
+    assert second.manifest.stages["export"].status == "cached"
+    assert promotion(second)["rows"] == 200
+
+
 def test_a_champion_that_cannot_be_compared_with_is_kept_with_a_warning(tmp_path, caplog):
     import shutil
 
