@@ -48,7 +48,8 @@ from pipeline.core.problems import Task
 from pipeline.metrics import ALL_METRICS, HIGHER_IS_BETTER, known_metric, metric_task_problem, task_metrics
 from pipeline.runs.history import alias_target
 from pipeline.runs.layout import CHAMPION, MODEL_DESCRIPTION, MODELS_DIR, RunLayout
-from pipeline.scoring.input_rows import input_files, read_input
+from pipeline.runs.record import read_manifest
+from pipeline.scoring.input_rows import input_files, read_input, training_read_options
 from pipeline.scoring.model_folder import SavedModel, load_model
 from pipeline.scoring.run_models import OpenedRun, open_run
 from pipeline.stages.evaluate import Evaluation, resolve_rank_by
@@ -285,6 +286,16 @@ def _new_value_on_test(evaluation: Evaluation, best: str, metric: str) -> float:
     return float(value)
 
 
+def _own_read_options(run_dir: Path, model: str) -> dict[str, Any]:
+    """How this run read the rows ``model`` trained on (its ``na_values``, dtypes, dates, CSV
+    dialect), from the record its stages have written so far: the holdout of a first promotion,
+    with no champion's to use, is read as ``pipeline predict`` would read it for this run."""
+    try:
+        return training_read_options(run_dir, read_manifest(run_dir), model)
+    except PipelineError:
+        return {"na_values": [], "dtypes": {}, "dates": {}}
+
+
 def _read_holdout(files: list[tuple[Path, str]], target: str, models: list[SavedModel], ctx: StageContext,
                   read: dict[str, Any]) -> Any:
     """The holdout's rows with every column the models read and the target, checked like
@@ -364,7 +375,7 @@ def run_promote(spec: PromoteSpec, ctx: StageContext, inputs) -> Promotion:
             unusable = _columns_missing(champion, files)
             if unusable is not None:
                 champion = None
-        read = champion.read if champion is not None else {"na_values": [], "dtypes": {}, "dates": {}}
+        read = champion.read if champion is not None else _own_read_options(run.path, best)
         frame = _read_holdout(files, target, [new_saved] + ([champion.saved] if champion else []), ctx, read)
         labels = np.asarray(ctx.backend.to_host(task_labels(frame[target], task, ctx.backend, column=target)))
         new_value = _value(new_saved, frame, labels, task, metric, threshold)

@@ -197,6 +197,22 @@ def test_a_holdout_gate_reads_this_runs_model_when_the_export_came_from_the_cach
     assert promotion(second)["rows"] == 200
 
 
+def test_the_first_promotion_reads_the_holdout_as_this_run_read_its_rows(tmp_path):
+    """With no champion yet, the holdout was read without the run's na_values: a ' ' the load
+    stage reads as missing made x1 text, and the first gate failed (exit 3)."""
+    holdout = tmp_path / "holdout.csv"
+    rows = generated(200, 1).astype({"x1": object})
+    rows.loc[:4, "x1"] = " "
+    rows.to_csv(holdout, index=False)
+    config = project(tmp_path, promote=f"inputs: [split, evaluate, export]\nholdout: {holdout}")
+    config.write_text(config.read_text().replace("path: " + str(tmp_path / "rows.csv") + "}",
+                                                 "path: " + str(tmp_path / "rows.csv") + ', na_values: [" "]}')
+                      .replace("ops: [{standardize", "ops: [{fill_missing: {columns: [x1]}}, {standardize"))
+    assert 'na_values: [" "]' in config.read_text()
+    first = run(config)
+    assert promotion(first)["rows"] == 200 and champion_of(config) == first.run_id
+
+
 def test_a_champion_that_cannot_be_compared_with_is_kept_with_a_warning(tmp_path, caplog):
     import shutil
 
