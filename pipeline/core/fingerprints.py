@@ -212,22 +212,63 @@ def files_fingerprint(pattern: str) -> dict[str, str]:
 
     SHA-256, not BLAKE2b: with the SHA extensions of current x86 and ARM CPUs (which OpenSSL
     uses) it hashes 2-2.5x faster, and a large input is hashed on every run, cached or not.
+    Each file's identity (inode, size, mtime) as it was hashed is kept in this process, for
+    ``changed_since_hashed``.
     """
-    path = Path(pattern)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    elif any(ch in pattern for ch in "*?["):
-        files = sorted(Path(p) for p in glob(pattern))
-    else:
-        files = [path]
     out = {}
-    for file in files:
+    for file in _files_of(pattern):
         try:
             with open(file, "rb") as fh:
+                before = _identity(os.fstat(fh.fileno()))
                 out[str(file)] = hashlib.file_digest(fh, "sha256").hexdigest()
+            _hashed[str(file)] = (before, out[str(file)])
         except OSError:
             out[str(file)] = "missing"          # the stage itself will report it
     return out
+
+
+# A file hashed for a cache key in this process -> (its identity then, its SHA-256).
+_hashed: dict[str, tuple[tuple[int, ...], str]] = {}
+
+
+def forget_hashed() -> None:
+    """Start a run's record afresh: only files hashed for this run's keys are checked."""
+    _hashed.clear()
+
+
+def changed_since_hashed(pattern: str) -> list[str]:
+    """The files of ``pattern`` whose bytes differ from when ``files_fingerprint`` hashed them
+    in this process for a cache key (a nightly export rewritten or renamed into place while the
+    run read it): a file whose identity changed is hashed again; one never hashed here (no key
+    was made: ``--no-cache``, a stage on a Dask worker) is not checked."""
+    changed = []
+    for file in _files_of(pattern):
+        seen = _hashed.get(str(file))
+        if seen is None:
+            continue
+        try:
+            with open(file, "rb") as fh:
+                if _identity(os.fstat(fh.fileno())) == seen[0]:
+                    continue
+                digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError:
+            digest = "missing"
+        if digest != seen[1]:
+            changed.append(str(file))
+    return changed
+
+
+def _files_of(pattern: str) -> list[Path]:
+    path = Path(pattern)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if any(ch in pattern for ch in "*?["):
+        return sorted(Path(p) for p in glob(pattern))
+    return [path]
+
+
+def _identity(stat: os.stat_result) -> tuple[int, ...]:
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def module_fingerprint(target: str) -> str:

@@ -33,7 +33,7 @@ from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig, PipelineCore
 from pipeline.core.dag import plan, select
 from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
-from pipeline.core.fingerprints import defining_modules, plugin_digest
+from pipeline.core.fingerprints import defining_modules, forget_hashed, plugin_digest
 from pipeline.core.local_code import use_config_folders
 from pipeline.core.host_memory import apply_page_policy
 from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
@@ -363,6 +363,7 @@ class Runner:
                         forced: set[str]) -> dict[str, CacheEntry]:
         """Key every stage; return the verified cache entries of those that need not run."""
         versions = backend.versions()
+        forget_hashed()                                   # a load checks its files against this run's keys only
         backend_code = defining_modules(backend)          # the backend's class: code every stage runs
         self.keys.clear()
         found: dict[str, CacheEntry] = {}

@@ -18,7 +18,7 @@ from pipeline.backends.dates import check_date_format
 from pipeline.backends.streams import STREAM_TIMEOUT, is_stream, spool
 from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError
-from pipeline.core.fingerprints import files_fingerprint
+from pipeline.core.fingerprints import changed_since_hashed, files_fingerprint
 from pipeline.backends.headers import ColumnSet, HeaderReader
 from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
 
@@ -221,6 +221,11 @@ def run_load(spec: LoadSpec, ctx: StageContext, inputs) -> Any:
             rng = np.random.default_rng(ctx.seed)
             frame = ctx.backend.take(frame, np.sort(rng.choice(len(frame), spec.sample, replace=False)))
             ctx.facts["sampled"] = spec.sample
+        changed = [] if is_stream(spec.path) else changed_since_hashed(spec.path)
+        if changed:
+            raise DataError(f"{', '.join(changed)} changed while this run read it: the rows read are not the bytes "
+                            "the run's cache key was made from, so nothing is kept of them. Run again once the file "
+                            "is complete (a job that writes it should write another name and rename it into place)")
         ctx.facts["rows"] = int(len(frame))
         if not len(frame):
             raise DataError(f"{spec.path}: no rows" + (f" left after the filters {spec.filters}" if spec.filters else ""))
