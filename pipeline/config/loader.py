@@ -21,6 +21,7 @@ from pipeline.config.data_checks import data_issues
 from pipeline.config.schema import PipelineConfig, config_model
 from pipeline.core.yaml_source import (
     MAX_DEPTH,
+    ConfigDumper,
     KeyPath,
     YamlDocument,
     format_path,
@@ -422,4 +423,4 @@ def dump_config(config: PipelineConfig) -> str:
     if not data.get("plugins"):
         data.pop("plugins", None)
     data["stages"] = {name: {"kind": block.pop("kind"), **block} for name, block in data["stages"].items()}
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return yaml.dump(data, Dumper=ConfigDumper, sort_keys=False, allow_unicode=True)

@@ -196,15 +196,30 @@ class _BoundPassed(yaml.MarkedYAMLError):
 CORE_BOOL = re.compile(r"^(?:true|false)$", re.IGNORECASE)
 
 
+# Floats in exponent form (1e-3, 1.5e3, 5E+2), which YAML 1.2 reads as numbers and YAML 1.1
+# (PyYAML's) as text unless they have a point and a signed exponent: `learning_rate: 1e-3` was
+# the string '1e-3'.
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
+
+
 def _core_resolvers(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
     """PyYAML's implicit resolvers without timestamps, with YAML 1.2 booleans (true / false)
-    in place of YAML 1.1's (which include on / off / yes / no)."""
+    in place of YAML 1.1's (which include on / off / yes / no), and YAML 1.2's exponent floats."""
     dropped = {f"{CORE}timestamp", f"{CORE}bool"}
     out = {first: [(tag, regexp) for tag, regexp in entries if tag not in dropped]
            for first, entries in resolvers.items()}
     for first in "tTfF":
         out.setdefault(first, []).insert(0, (f"{CORE}bool", CORE_BOOL))
+    for first in "-+.0123456789":
+        out.setdefault(first, []).insert(0, (f"{CORE}float", EXPONENT_FLOAT))
     return out
+
+
+class ConfigDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper with the loader's rules: a string the loader would read as another
+    type ('1e3', 'on' is text to both) is written quoted."""
+
+    yaml_implicit_resolvers = _core_resolvers(yaml.SafeDumper.yaml_implicit_resolvers)
 
 
 class _PythonEventParser(Reader, Scanner, Parser):

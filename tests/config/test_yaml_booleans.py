@@ -58,3 +58,20 @@ def test_a_bool_field_still_reads_yes_and_no(word, expected):
 def test_a_text_field_gets_the_word_that_was_written():
     config = load_config(text=SPLIT + "    positive: yes\n")
     assert config.stages["split"].positive == "yes"
+
+
+@pytest.mark.parametrize("text, value", [("1e-3", 0.001), ("5E+2", 500.0), ("1.5e3", 1500.0), (".5e1", 5.0),
+                                         ("-2e-2", -0.02), ("1.0e+3", 1000.0), ("12", 12), ("e5", "e5")])
+def test_numbers_in_exponent_form_are_numbers_as_yaml_1_2_reads_them(text, value):
+    """`learning_rate: 1e-3` was the string '1e-3' (YAML 1.1 wants a point and a signed
+    exponent): validate passed, and the run failed at the model after the stages before it."""
+    assert parse_yaml(f"a: {text}\n", source="t").data == {"a": value}
+    assert parse_value(text, path=("x",)) == value
+
+
+def test_a_resolved_config_writes_text_that_looks_like_a_number_quoted():
+    from pipeline.config import dump_config
+
+    config = load_config(text=SPLIT + "    positive: '1e3'\n")
+    assert config.stages["split"].positive == "1e3"
+    assert load_config(text=dump_config(config)).stages["split"].positive == "1e3"
