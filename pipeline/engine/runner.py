@@ -32,7 +32,9 @@ from pipeline.cache import CacheEntry, StageCache, resolve_max_size, stage_key
 from pipeline.config import PipelineConfig, dump_config
 from pipeline.config.schema import ClusterConfig, PipelineCore
 from pipeline.core.dag import plan, select
-from pipeline.core.errors import BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError
+from pipeline.core.errors import (
+    BudgetError, ConfigError, DataError, PipelineError, StageError, StorageError, UsageError,
+)
 from pipeline.core.fingerprints import defining_modules, forget_hashed, plugin_digest
 from pipeline.core.local_code import use_config_folders
 from pipeline.core.host_memory import apply_page_policy
@@ -81,19 +83,20 @@ class LibraryLogHook(RunHook):
         self.stream = stream
 
     def _line(self, text: str) -> None:
-        print(text, file=self.stream or sys.stderr, flush=True)
+        """``text`` to the stream when shown, else to the "pipeline" logger at INFO (a failed
+        stage too: the exception raised to the caller is the error)."""
+        if self.show:
+            print(text, file=self.stream or sys.stderr, flush=True)
+        else:
+            logging.getLogger("pipeline").info("%s", text)
 
     def run_started(self, run: RunInfo) -> None:
-        if self.show:
-            self._line(f"run {run.run_id} on {run.device} ({run.device_reason}); {run.stages} stage(s)")
+        self._line(f"run {run.run_id} on {run.device} ({run.device_reason}); {run.stages} stage(s)")
 
     def stage_started(self, event: StageEvent) -> None:
-        if self.show:
-            self._line(f"[{event.index}/{event.run.stages}] {event.record.name} ({event.record.kind}) started")
+        self._line(f"[{event.index}/{event.run.stages}] {event.record.name} ({event.record.kind}) started")
 
     def stage_finished(self, event: StageEvent) -> None:
-        if not self.show:
-            return
         record = event.record
         head = f"[{event.index}/{event.run.stages}] {record.name} ({record.kind})"
         if record.status == "cached":
@@ -104,9 +107,8 @@ class LibraryLogHook(RunHook):
             self._line(f"{head} done in {elapsed(record.seconds or 0)}")
 
     def run_finished(self, event: RunEvent) -> None:
-        if self.show:
-            took = elapsed(event.manifest.duration_s or 0)
-            self._line(f"run {event.run.run_id} {event.status} in {took}: {event.run.run_dir}")
+        took = elapsed(event.manifest.duration_s or 0)
+        self._line(f"run {event.run.run_id} {event.status} in {took}: {event.run.run_dir}")
 
     def stage_progress(self, event: StageEvent) -> StageProgress:
         if self.show:
@@ -652,7 +654,7 @@ def run_pipeline(config: PipelineConfig | str | os.PathLike[str], options: RunOp
 
     ``options``: a ``RunOptions``; ``changes``: any of its fields by name, applied over it
     (``run_pipeline(path, device="gpu", until=["features"])``). ``overrides`` apply when
-    ``config`` is a path.
+    ``config`` is a path (with a loaded config they are a ``UsageError``, not ignored).
 
     ``progress``: False (the default) prints nothing: a library should not write to the
     caller's terminal; lines go to the "pipeline" logger, for the caller's logging to show.
@@ -678,6 +680,10 @@ def run_pipeline(config: PipelineConfig | str | os.PathLike[str], options: RunOp
     if not isinstance(config, PipelineCore):      # every config model's base (a plugin's sections too)
         config_path = str(config)
         config = load_config(config, overrides=options.overrides)
+    elif options.overrides:
+        raise UsageError(f"overrides {list(options.overrides)} apply to a config file path, and a loaded config was "
+                         "given: they would be ignored. Pass the path, or load it with them: "
+                         "load_config(path, overrides=[...])")
     return Runner(config, options, config_path=config_path).run()
 
 

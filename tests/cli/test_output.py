@@ -167,16 +167,19 @@ def test_latest_among_several_pipelines_is_a_usage_error_that_names_them(tmp_pat
 
 
 # ------------------------------------------------------------------ library runs
-def test_a_library_run_prints_nothing_unless_asked(tmp_path, capfd, monkeypatch):
+def test_a_library_run_prints_nothing_unless_asked(tmp_path, capfd, monkeypatch, caplog):
     from pipeline import run_pipeline
 
     monkeypatch.setenv(*next(iter(EVERY_STEP.items())))
 
     data = write_table(tmp_path)
     (tmp_path / "p.yaml").write_text(config("p", str(data), folds=False))
-    run_pipeline(tmp_path / "p.yaml", runs_dir=tmp_path / "runs", overrides=["report.enabled=false"])
+    with caplog.at_level(logging.INFO, logger="pipeline"):
+        run_pipeline(tmp_path / "p.yaml", runs_dir=tmp_path / "runs", overrides=["report.enabled=false"])
     quiet = capfd.readouterr()
     assert quiet.out == "" and quiet.err == ""
+    # The stage lines go to the "pipeline" logger, for the caller's logging to show.
+    assert "[4/5] xgb (train) started" in caplog.text and re.search(r"run \S+ succeeded in ", caplog.text)
     result = run_pipeline(tmp_path / "p.yaml", runs_dir=tmp_path / "runs", cache=False, progress=True,
                           overrides=["report.enabled=false"])
     shown = capfd.readouterr().err

@@ -62,3 +62,11 @@ def test_the_text_path_still_loads_a_config_held_as_a_mapping(in_project):
 
     data = yaml.safe_load(open("configs/churn.yaml", encoding="utf-8"))
     assert load_config(text=yaml.safe_dump(data)).name == "churn"
+
+
+def test_overrides_with_a_loaded_config_are_refused_not_ignored(in_project):
+    """They applied only to a path: with a loaded config the run went on without them (a user's
+    `C=0.001` ignored, same metrics, no word)."""
+    config = load_config("configs/churn.yaml")
+    with pytest.raises(UsageError, match=r"overrides \['stages.logreg.params.C=0.001'\] apply to a config file path"):
+        run_pipeline(config, overrides=["stages.logreg.params.C=0.001"])
