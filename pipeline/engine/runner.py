@@ -210,8 +210,8 @@ class Runner:
         try:
             selected = select(graph, only=only, from_=from_, until=until)
         except KeyError as exc:
-            raise ConfigError(f"--only/--from/--until name unknown stage(s) {exc.args[0]} "
-                              f"(stages: {', '.join(graph)})") from None
+            raise ConfigError(f"--only/--from/--until (only/from_/until in run_pipeline) name unknown stage(s) "
+                              f"{exc.args[0]} (stages: {', '.join(graph)})") from None
         if not selected:
             raise ConfigError("the stage selection (--only/--from/--until) is empty")
         steps = plan(graph, selected)

@@ -79,7 +79,7 @@ class RunLock:
         who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, running since {holder.get('since', '?')}"
                + (f", run {holder['run_id']}" if holder.get("run_id") else ""))
         return (f"another run of this pipeline holds {self.path} ({who}); waited {self.wait:g} s. "
-                "Wait for it to finish, or raise --wait")
+                "Wait for it to finish, or raise --wait (wait= in run_pipeline)")
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:

@@ -226,8 +226,8 @@ def refuse_over_budget(budget: Budget, runs_dir: Path, pipeline: str, currency: 
             raise BudgetError(
                 f"not started: the last {estimate['runs']} succeeded run(s) of '{pipeline}' spent a median of "
                 f"{value:.4g}{unit}, over the budget's {cap} of {limit:.4g}{unit}. Raise the cap, or start it anyway "
-                "with --ignore-budget-estimate (the caps still stop it while it runs; a run whose stages the "
-                "cache holds costs less than the runs before it)")
+                "with --ignore-budget-estimate (check_budget_estimate=False in run_pipeline; the caps still stop "
+                "it while it runs; a run whose stages the cache holds costs less than the runs before it)")
 
 
 def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Overrun | None:
