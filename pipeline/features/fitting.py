@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pipeline.backends import Backend, compute_lazy, is_partitioned
-from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.core.errors import ConfigError, DataError, PipelineError
 from pipeline.features.ops import FeatureOp, OpState, fit_state
 from pipeline.features.ops.op_base import Target, op_statistics
 
@@ -90,6 +90,13 @@ def transformed(op: FeatureOp, position: int, frame: Any, backend: Backend, stat
         raise FeatureOpError(position, op.op, f"transform returned {len(out)} rows for {len(frame)}; an op keeps "
                                               "the rows it is given (one row out per row in, in order), or the "
                                               "labels no longer line up with them")
+    if len(set(out.columns)) != len(out.columns):
+        # An op named a new column like one already there (fill_missing's "x_missing", one_hot's
+        # "x=a"): every later op would read two columns under one name.
+        repeated = sorted({str(c) for c in out.columns if list(out.columns).count(c) > 1})
+        raise DataError(f"feature ops[{position}] ({op.op}) adds column(s) {repeated}, which the table already has; "
+                        "rename or drop that input column (a load's columns: or a drop op before it), or leave the "
+                        "op's new column out")
     return out
 
 

@@ -65,6 +65,9 @@ def feature_ops(columns: list[Column]) -> list[Op]:
         numbers += [f"{c.name}_{p}" for p in parts]
     with_gaps = [c.name for c in by_role.get("numeric", []) if c.missing]
     with_gaps += [f"{c.name}_{c.date_parts[0]}" for c in dates if c.missing]   # one indicator per date
+    # A table that has a "<column>_missing" already (an earlier pipeline's export) gets no second one.
+    taken = {c.name for c in columns}
+    with_gaps = [name for name in with_gaps if f"{name}_missing" not in taken]
     if with_gaps:
         ops.append(Op("fill_missing", {"columns": with_gaps, "strategy": "median", "indicator": True},
                       "gaps in the sample: the training median, and a <column>_missing 0/1 column"))

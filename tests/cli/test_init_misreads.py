@@ -264,3 +264,21 @@ def test_roles_print_as_the_docs_name_them(tmp_path: Path) -> None:
     assert re.search(r"ticket_id\s*│\s*likely leak\s*│", made.stderr), made.stderr
     assert "# note: free text (" in made.stdout and "# ticket_id: likely leak (" in made.stdout
     assert classify(frame["note"], "note", n_rows=n).label == "free text"
+
+
+# ---------------------------------------------------------------- a table from an earlier pipeline
+def test_a_table_that_has_a_missing_indicator_already_gets_no_second_one(tmp_path: Path) -> None:
+    """`spend` with gaps beside a `spend_missing` column an earlier pipeline exported: init's
+    fill_missing indicator named the same column, and init ended in an internal error (exit 1)."""
+    rng = np.random.default_rng(8)
+    spend = rng.gamma(2.0, 10.0, 300)
+    spend[:12] = np.nan
+    frame = pd.DataFrame({"spend": spend, "spend_missing": rng.normal(size=300),
+                          "y": rng.choice(["a", "b"], 300)})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    made = cli("init", "t.csv", "-t", "y", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    ops = yaml.safe_load((tmp_path / "t.yaml").read_text())["stages"]["features"]["ops"]
+    fills = [op["fill_missing"] for op in ops if "fill_missing" in op]
+    assert any("spend" in fill["columns"] and not fill.get("indicator") for fill in fills)
+    assert not any("spend" in fill["columns"] and fill.get("indicator") for fill in fills)

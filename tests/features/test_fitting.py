@@ -223,3 +223,15 @@ def test_nothing_in_the_features_package_asks_which_op_it_holds():
 def test_the_op_kind_check_sees_one():
     assert op_kind_checks("if isinstance(op, (Drop, FillMissing)):\n    pass\n", {"FillMissing"}) == [
         "line 1: FillMissing"]
+
+
+def test_an_op_adding_a_column_the_table_has_is_a_data_error_naming_the_op():
+    """fill_missing's indicator 'x_missing' beside an input 'x_missing' (a table an earlier
+    pipeline exported): the next op read two columns under one name, and `pipeline init`
+    ended in an internal error (exit 1, AttributeError: 'DataFrame' object has no attribute 'dtype')."""
+    frame = pd.DataFrame({"x": [1.0, None, 3.0, 4.0], "x_missing": [0.5, 0.1, 0.2, 0.3]})
+    workflow = FeatureWorkflow([{"fill_missing": {"columns": ["x"], "indicator": True}},
+                                {"standardize": {"columns": ["x_missing"]}}], backend="cpu")
+    with pytest.raises(DataError, match=r"feature ops\[0\] \(fill_missing\) adds column\(s\) \['x_missing'\], "
+                                        r"which the table already has"):
+        workflow.fit_transform(frame)
