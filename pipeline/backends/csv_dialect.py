@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["CsvDialect", "DEFAULT_DIALECT", "LIKELY_SEPARATORS", "checked_encoding", "checked_mark",
-           "checked_separator", "dialect_of", "normalize_separator", "one_column_header", "show", "sniff"]
+           "checked_separator", "dialect_of", "normalize_separator", "one_column_header", "show", "sniff",
+           "written_in_utf8"]
 
 # Separators a header that reads as one column is searched for, most common first.
 LIKELY_SEPARATORS = (";", "\t", "|", ",")
@@ -208,3 +209,21 @@ def _number_marks(rows: list[str], sep: str) -> tuple[str, str | None]:
         return ".", None
     grouped = {m.group(1) for v in comma if (m := _DECIMAL_COMMA.match(v)) and m.group(1)}
     return ",", (grouped.pop() if len(grouped) == 1 else None)
+
+
+def written_in_utf8(path: Any) -> str | None:
+    """Why a file is surely UTF-8 (its byte order mark, or bytes past ASCII that decode as
+    UTF-8), or None. A run that read cp1252 or Latin-1 given new rows in UTF-8 would read every
+    accented value as other letters ('ChÃ¨que' for 'Chèque'): unseen categories, wrong scores.
+    Bytes of cp1252 text past ASCII almost never form valid UTF-8 sequences."""
+    with open(path, "rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    if head.startswith(codecs.BOM_UTF8):
+        return "it starts with UTF-8's byte order mark"
+    if not any(b >= 0x80 for b in head):
+        return None
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)    # a character cut at the end is fine
+    except UnicodeDecodeError:
+        return None
+    return "its characters past ASCII are UTF-8 sequences"

@@ -33,7 +33,7 @@ _DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
 @click.option("--sep", metavar="CHAR", help="CSV input's field separator (a tab: '\\t' or tab). Default: the "
                                           "run's load stage's (its sep), else a comma.")
 @click.option("--encoding", metavar="CODEC", help="CSV input's text encoding (utf-8, cp1252, latin-1...). Default: "
-                                                 "the run's load stage's.")
+                                                 "the run's load stage's (UTF-8 for a file that is surely UTF-8 where the run read another).")
 @click.option("--decimal", metavar="CHAR", help="CSV input's decimal mark ('.' or ','). Default: the run's.")
 @click.option("--thousands", metavar="CHAR", help="CSV input's thousands separator. Default: the run's (none).")
 @click.option("--partitioned", is_flag=True,

@@ -32,13 +32,13 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from pipeline.backends.csv_dialect import CsvDialect, dialect_of
+from pipeline.backends.csv_dialect import CsvDialect, dialect_of, written_in_utf8
 from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
@@ -143,7 +143,7 @@ def predict_batch(run: str | os.PathLike[str], input: str | os.PathLike[str], ou
     na_values = options.na_values
     if na_values is None:                                # the run's own unless the caller says otherwise
         na_values = read["na_values"] or None
-    dialect = input_dialect(read["dialect"], options.csv_options)
+    dialect = utf8_if_written_so(input_dialect(read["dialect"], options.csv_options), files, options.csv_options)
     id_column = saved.meta.get("id_column")
     if partitioned:
         how = TableRead(na_values=list(na_values) if na_values else None, dates=read["dates"], dialect=dialect)
@@ -213,6 +213,22 @@ def _predict_partitioned(opened: OpenedRun, files: list[tuple[Path, str]], outpu
                              text_columns=text_columns, scheduler=scheduler,
                              check=lambda meta, source, fmt: check_types(meta, fitted, backend, source=source,
                                                                          fmt=fmt))
+
+
+def utf8_if_written_so(dialect: CsvDialect, files: list[tuple[Path, str]],
+                       options: Mapping[str, str | None] | None) -> CsvDialect:
+    """UTF-8 for new rows that surely are (``written_in_utf8``) where the run read another
+    encoding and the caller named none: read as the run did, every accented value would be
+    other letters, an unseen category, and the scores wrong without an error."""
+    csv_files = [path for path, fmt in files if fmt == "csv"]
+    if dialect.utf8 or (options or {}).get("encoding") or not csv_files:
+        return dialect
+    why = [written_in_utf8(path) for path in csv_files]
+    if not all(why):
+        return dialect
+    log.warning("%s: %s, but the run read its rows as %s: read as UTF-8 (pass --encoding %s to read it as the run "
+                "did)", csv_files[0], why[0], dialect.encoding, dialect.encoding)
+    return replace(dialect, encoding="utf-8")
 
 
 def input_dialect(run: CsvDialect, options: Mapping[str, str | None] | None) -> CsvDialect:

@@ -643,3 +643,37 @@ def test_a_header_with_an_empty_name_scores_the_file_it_trained_on(tmp_path):
     proc = _pipeline("predict", "--run", "latest", "--input", "data.csv", "--output", "scores.csv", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert len(pd.read_csv(tmp_path / "scores.csv")) == 200
+
+
+def test_new_rows_in_utf8_for_a_run_that_read_cp1252_are_read_as_utf8(tmp_path):
+    """Every accented category of a UTF-8 file read as cp1252 became other letters ('ChÃ¨que'),
+    an unseen category: exit 0, scores moved by up to 0.10, a drift warning the only sign.
+    A UTF-8 file with a byte order mark (Excel's "CSV UTF-8") lost its first column's name too."""
+    rng = np.random.default_rng(4)
+    pay = rng.choice(["Chèque électronique", "Carte", "Virement"], 300)
+    rows = pd.DataFrame({"id": [f"c{i}" for i in range(300)], "pay": pay, "x": rng.normal(size=300)})
+    rows["churn"] = np.where((rows["pay"] == "Chèque électronique") ^ (rng.random(300) < 0.1), "yes", "no")
+    rows.to_csv(tmp_path / "train.csv", index=False, encoding="cp1252")
+    rows.to_csv(tmp_path / "utf8.csv", index=False, encoding="utf-8")
+    rows.to_csv(tmp_path / "bom.csv", index=False, encoding="utf-8-sig")
+    (tmp_path / "p.yaml").write_text(
+        "name: p\ndevice: cpu\nstages:\n"
+        "  raw: {kind: load, path: train.csv, encoding: cp1252}\n"
+        "  split: {kind: split, inputs: [raw], target: churn, positive: 'yes'}\n"
+        "  features: {kind: features, inputs: [split], id: id, ops: [{one_hot: {columns: [pay]}}]}\n"
+        "  m: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  export: {kind: export, inputs: [m]}\n")
+    assert _pipeline("run", "p.yaml", "-q", cwd=tmp_path).returncode == 0
+    scores = {}
+    for name in ("train", "utf8", "bom"):
+        proc = _pipeline("predict", "--run", "latest", "--input", f"{name}.csv", "--output", f"{name}.out.csv",
+                         cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        scores[name] = pd.read_csv(tmp_path / f"{name}.out.csv")["score"]
+        if name != "train":
+            assert "read as UTF-8 (pass --encoding cp1252" in proc.stderr
+    assert scores["utf8"].tolist() == scores["train"].tolist() == scores["bom"].tolist()
+    # Told otherwise, it reads as told.
+    told = _pipeline("predict", "--run", "latest", "--input", "utf8.csv", "--output", "told.csv",
+                     "--encoding", "cp1252", cwd=tmp_path)
+    assert told.returncode == 0 and "read as UTF-8" not in told.stderr
