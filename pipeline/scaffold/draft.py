@@ -22,7 +22,7 @@ from pipeline.features.column_roles import (
 )
 from pipeline.models import MODELS
 from pipeline.models.registry import portfolio_members
-from pipeline.scaffold.markers import Placeholders, placeholders
+from pipeline.scaffold.markers import numbers_behind_placeholders, placeholders
 from pipeline.scaffold.ops_and_models import (
     Op,
     choose_models,
@@ -78,12 +78,16 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     load_plugins()
     sample = read_sample(data, fmt=fmt)
     check_target(sample.frame, target, sample.path)
-    # The load's na_values are for CSV text; those that are a real value of some column stay out (notes).
-    found = placeholders(sample.frame, target) if sample.format == "csv" else Placeholders(rows=len(sample.frame))
+    # The load's na_values apply to text; those that are a real value of some column stay out (notes).
+    found = placeholders(sample.frame, target)
     tokens = found.tokens
-    if tokens:                          # read again with them, in the dialect already found
+    as_numbers: dict[str, str] = {}
+    if tokens and sample.format == "csv":    # read again with them, in the dialect already found
         sample = dataclasses.replace(read_sample(data, fmt=sample.format, na_values=tokens, dialect=sample.dialect),
                                      notes=sample.notes)
+    elif tokens:                        # Parquet text: blanked as the load will, numbers typed by dtypes:
+        frame, as_numbers = numbers_behind_placeholders(sample.frame, tokens, set(found.read) - {target})
+        sample = dataclasses.replace(sample, frame=frame)
     frame = sample.frame
     notes: list[str] = list(found.notes)
     choice = choose_task(frame[target], target, declared=task, positive=positive, sample=sample)
@@ -118,7 +122,7 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
                         "left out by auto" if c.role in LEFT_OUT_ROLES else "a feature (auto types it)")
     config_name = name or pipeline_name(Path(data))
     text = render(Draft(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens,
-                        target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
+                        dtypes=as_numbers, target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
                         notes=notes, date_notes=date_notes, auto=auto, plugins=listed,
                         plugins_why=_plugins_why(from_plugins, auto) if listed else ""))
     check_config_text(text)

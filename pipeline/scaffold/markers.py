@@ -174,3 +174,24 @@ def occurrences(frame: pd.DataFrame, token: str) -> dict[str, int]:
     return held
 
 
+
+
+def numbers_behind_placeholders(frame: pd.DataFrame, tokens: list[str],
+                                columns: set[str]) -> tuple[pd.DataFrame, dict[str, str]]:
+    """``frame`` with ``tokens`` blanked in its text columns, as the load's ``na_values`` blank
+    them in a Parquet file's text, and those of ``columns`` that hold only numbers then as
+    float64; with the ``dtypes`` the load needs to read them so (a Parquet table written from
+    pandas keeps a number column with a ``' '`` placeholder as text, which init took for an id)."""
+    out = frame.copy()
+    dtypes: dict[str, str] = {}
+    for column in out.columns:
+        if is_number(out[column].dtype):
+            continue
+        values = out[column].mask(out[column].isin(tokens))
+        out[column] = values
+        if str(column) in columns and values.notna().any():
+            numbers = pd.to_numeric(values, errors="coerce")
+            if numbers.notna().sum() == values.notna().sum():
+                out[column] = numbers.astype("float64")
+                dtypes[str(column)] = "float64"
+    return out, dtypes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.backends.csv_dialect import show
@@ -125,6 +125,8 @@ class Draft:
     plugins: Sequence[str] = ()
     date_notes: Sequence[str] = ()
     plugins_why: str = ""
+    # Text columns of a Parquet file that hold numbers once the placeholders are blanked.
+    dtypes: Mapping[str, str] = field(default_factory=dict)
 
 
 def render(draft: Draft) -> str:
@@ -159,6 +161,8 @@ def render(draft: Draft) -> str:
         add(f"    {key}: {show(value)}" + f"   # {_DIALECT_WHY[key]}")
     if tokens:
         add(f"    na_values: {flow(tokens)}" + "   # read as missing: placeholders seen in the sample")
+    if draft.dtypes:
+        add(f"    dtypes: {flow(dict(draft.dtypes))}" + "   # numbers stored as text in the file")
     dates = load_dates(columns)
     if dates:
         add("    # date text read as dates" + (" (null: the layout of the first value, ISO 8601)"

@@ -282,3 +282,23 @@ def test_a_table_that_has_a_missing_indicator_already_gets_no_second_one(tmp_pat
     fills = [op["fill_missing"] for op in ops if "fill_missing" in op]
     assert any("spend" in fill["columns"] and not fill.get("indicator") for fill in fills)
     assert not any("spend" in fill["columns"] and fill.get("indicator") for fill in fills)
+
+
+def test_numbers_stored_as_text_with_a_placeholder_in_parquet_are_read_as_numbers(tmp_path: Path) -> None:
+    """pandas writes a number column holding ' ' placeholders to Parquet as text; init took
+    it for a near-unique id and dropped it (the CSV rules for placeholders ran on CSV only)."""
+    rng = np.random.default_rng(9)
+    charges = np.round(rng.gamma(2.0, 500.0, 400), 2).astype(str).astype(object)
+    charges[:4] = " "
+    frame = pd.DataFrame({"charges": charges, "plan": rng.choice(["a", "b", "c"], 400),
+                          "y": rng.choice(["yes", "no"], 400)})
+    frame.to_parquet(tmp_path / "t.parquet")
+    made = cli("init", "t.parquet", "-t", "y", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    config = yaml.safe_load((tmp_path / "t.yaml").read_text())
+    assert config["stages"]["raw"]["na_values"] == [" "]
+    assert config["stages"]["raw"]["dtypes"] == {"charges": "float64"}
+    ops = config["stages"]["features"]["ops"]
+    assert not any("charges" in op.get("drop", {}).get("columns", []) for op in ops)
+    facts = run_facts(tmp_path, "t.yaml", "features")
+    assert facts["raw"]["rows"] == 400
