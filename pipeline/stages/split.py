@@ -194,6 +194,26 @@ def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
                     ", ".join(map(repr, near)), positive)
 
 
+def classes_written_alike(values: list[Any]) -> list[list[str]]:
+    """Groups of classes that differ only in case or surrounding spaces (``Yes``, ``yes ``,
+    `` YES``): most likely one class written several ways, each now a class of its own."""
+    groups: dict[str, list[str]] = {}
+    for value in values:
+        if isinstance(value, str):
+            groups.setdefault(value.strip().casefold(), []).append(value)
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def classes_alike_note(values: list[Any], column: str) -> str | None:
+    """What ``classes_written_alike`` found, as one sentence naming the column, or None."""
+    alike = classes_written_alike(values)
+    if not alike:
+        return None
+    shown = "; ".join(", ".join(map(repr, group)) for group in alike)
+    return (f"target column '{column}' has classes that differ only in case or spaces ({shown}): each is a class of "
+            "its own; if they mean the same, write them alike in the data")
+
+
 def check_regression_labels(labels: Any, backend: Backend, *, column: str) -> None:
     """One pass over the labels on the host: a target with one value is refused (``one_value``),
     and one whose values are large against their spread is named. XGBoost and LightGBM hold
@@ -261,7 +281,7 @@ def resolve_task(series: Any, backend: Backend, *, column: str, declared: str | 
         if len(values) < 2:
             raise DataError(f"task: multiclass needs at least 2 classes; target column '{column}' has "
                             f"{_shown(values)}")
-        return Task("multiclass", classes=tuple(values))
+        return _multiclass(values, column)
     return _inferred_task(series, backend, column=column)
 
 
@@ -278,6 +298,14 @@ def _inferred_task(series: Any, backend: Backend, *, column: str) -> Task:
         raise DataError(f"target column '{column}' has more than {MAX_INFERRED_CLASSES} distinct values, too many "
                         "to take as classes without being told (an id or free text?); set task: multiclass to "
                         "predict every value as a class")
+    return _multiclass(values, column)
+
+
+def _multiclass(values: list[Any], column: str) -> Task:
+    """The multiclass task of ``values``, warning of classes written alike."""
+    note = classes_alike_note(values, column)
+    if note:
+        log.warning("%s", note)
     return Task("multiclass", classes=tuple(values))
 
 

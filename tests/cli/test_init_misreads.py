@@ -302,3 +302,13 @@ def test_numbers_stored_as_text_with_a_placeholder_in_parquet_are_read_as_number
     assert not any("charges" in op.get("drop", {}).get("columns", []) for op in ops)
     facts = run_facts(tmp_path, "t.yaml", "features")
     assert facts["raw"]["rows"] == 400
+
+
+def test_target_classes_written_alike_are_noted(tmp_path: Path) -> None:
+    """`Yes`, `yes ` and `YES` became three classes of a multiclass task without a note."""
+    rng = np.random.default_rng(10)
+    y = rng.choice(["Yes", "No", "yes ", "YES"], 300)
+    pd.DataFrame({"x": rng.normal(size=300), "y": y}).to_csv(tmp_path / "t.csv", index=False)
+    draft = draft_config(tmp_path / "t.csv", "y")
+    assert draft.task.kind == "multiclass"
+    assert "classes that differ only in case or spaces ('YES', 'Yes', 'yes ')" in draft.text.replace("\n# ", " ")

@@ -52,6 +52,18 @@ def test_a_category_target_is_multiclass_with_its_values_sorted():
     assert data.task == Task("multiclass", classes=("<30", ">30", "NO"))
 
 
+def test_classes_written_alike_are_named_in_a_warning(caplog):
+    """'Yes', 'yes ' and ' YES' in one target made a five-class problem with no word of it."""
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        data = split_frame(frame_of(["Yes", "No", "yes ", " YES", "No "] * 20), "y", test=0.2, seed=1)
+    assert data.task.kind == "multiclass" and len(data.task.classes) == 5
+    assert "classes that differ only in case or spaces (' YES', 'Yes', 'yes '; 'No', 'No ')" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        split_frame(frame_of(READMITTED * 20), "y", test=0.2, seed=1)
+    assert "differ only in case" not in caplog.text
+
+
 @pytest.mark.parametrize("values", [["yes", "no"] * 10, [1, 2] * 10, [0.5, 1.5] * 10])
 def test_two_values_that_are_not_0_1_still_ask_which_is_positive(values):
     with pytest.raises(DataError, match=r"target column 'y' has values .*set positive: .*task: multiclass"):
