@@ -8,6 +8,7 @@ one that was edited would fail the entry's verification, not load.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -39,19 +40,46 @@ def link_artifacts(source: Path, entry: Path, name: str) -> dict[str, str]:
 
 def restore_artifacts(source: Path, destination: Path) -> list[str]:
     """Hard-link (or copy) an entry's artifact folder ``source`` into a run's stage folder: the
-    paths restored."""
+    paths restored. A file is linked only where its mode is the one this process gives a new
+    file there (0666 less the umask, or a default ACL's): a link shares the mode of the run that
+    first wrote it, so one run under umask 077 made every later run's models unreadable to the
+    group or the scoring service, and a copy gets this run's mode, as the files it writes do."""
     restored = []
+    fresh = _new_file_mode(destination)
     for path in sorted(source.rglob("*")):
         if not path.is_file():
             continue
         target = destination / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)            # artifacts are replaced by rename, never edited
-        except OSError:
-            shutil.copy2(path, target)
+        if fresh is None or (path.stat().st_mode & 0o7777) == fresh:
+            try:
+                os.link(path, target)            # artifacts are replaced by rename, never edited
+                restored.append(str(target))
+                continue
+            except OSError:
+                pass
+        shutil.copyfile(path, target)            # a new file: this process's mode, not the entry's
+        shutil.copystat(path, target, follow_symlinks=True)
+        if fresh is not None:
+            os.chmod(target, fresh)
         restored.append(str(target))
     return restored
+
+
+def _new_file_mode(folder: Path) -> int | None:
+    """The mode a file created in ``folder`` with 0666 gets (the umask, a default ACL), found by
+    making one; None where none can be made (the copy then keeps its own)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".mode-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError:
+        return None
+    try:
+        os.close(fd)
+        return os.stat(probe).st_mode & 0o7777
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def link_or_copy(source: Path, target: Path) -> None:

@@ -39,6 +39,10 @@ def first(ctx, inputs):
 def second(ctx, inputs):
     return {"n": inputs["first"]["n"] + 1}
 
+def artifact(ctx, inputs):
+    ctx.artifact_path("out.txt").write_text("x")
+    return {}
+
 def fill_the_disk(ctx, inputs, fail_writes):
     """Make this process's writes of manifest.json fail as on a full disk (the first
     ``fail_writes`` of them; -1: all)."""
@@ -130,6 +134,21 @@ def test_a_run_folder_is_readable_by_the_group_under_umask_027(tmp_path):
     (run,) = run_folders(tmp_path)
     for name in ("manifest.json", "config.yaml"):
         assert stat.S_IMODE((run / name).stat().st_mode) == 0o640, name
+
+
+def test_files_taken_from_the_cache_get_this_runs_mode_not_the_first_runs(tmp_path):
+    """A run's cached artifacts were hard links to the entry, with the mode of the run that
+    first wrote them: after one run under umask 077, every later run's files were 0600,
+    unreadable to the group or a scoring service, whatever its own umask."""
+    project(tmp_path, stages="  art: {kind: python, function: 'steps:artifact'}\n")
+    assert cli(tmp_path, "run", "configs/p.yaml", umask=0o077).returncode == 0
+    proc = cli(tmp_path, "run", "configs/p.yaml", umask=0o022)
+    assert proc.returncode == 0, proc.stderr
+    first, second = run_folders(tmp_path)
+    restored = [p for p in second.rglob("*") if p.is_file() and p.parent != second]
+    assert restored, "the second run took nothing from the cache"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in restored} == {0o644}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in first.rglob("*") if p.is_file() and p.parent != first} == {0o600}
 
 
 @pytest.mark.parametrize("failing", ["replace", "body", "parent_is_a_file", "create"])
