@@ -194,6 +194,7 @@ def _separator(lines: list[str]) -> str:
 
 
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d{1,3}(?:([. ])\d{3})*,\d+$|^[+-]?\d+,\d+$")
+_DOT_GROUPED = re.compile(r"[+-]?\d{1,3}(?:\.\d{3})+")
 
 
 def _number_marks(rows: list[str], sep: str) -> tuple[str, str | None]:
@@ -208,6 +209,12 @@ def _number_marks(rows: list[str], sep: str) -> tuple[str, str | None]:
     if not numeric or len(comma) * 10 < len(numeric):
         return ".", None
     grouped = {m.group(1) for v in comma if (m := _DECIMAL_COMMA.match(v)) and m.group(1)}
+    if not grouped:
+        # With the decimal mark a comma, a point between groups of three digits in a whole
+        # number (4.268) can only separate thousands, unless some point is used otherwise.
+        dotted = [v for v in numeric if _DOT_GROUPED.fullmatch(v)]
+        other = [v for v in numeric if "." in v and not _DOT_GROUPED.fullmatch(v) and not _DECIMAL_COMMA.match(v)]
+        grouped = {"."} if dotted and not other else set()
     return ",", (grouped.pop() if len(grouped) == 1 else None)
 
 

@@ -64,6 +64,15 @@ def test_sniff_finds_the_separator_encoding_and_number_marks():
     assert one_column_header(["a;b;c"], CsvDialect()) == ";" and one_column_header(["a", "b"], CsvDialect()) is None
 
 
+def test_with_a_decimal_comma_a_point_grouping_a_whole_numbers_thousands_is_the_thousands_separator():
+    """`qty` written 4.268 beside prices written 79,85 was read as text (a category) by init:
+    once the decimal mark is a comma, a point between groups of three digits separates thousands."""
+    dialect, notes = sniff(b"a;price;qty\n1;79,85;4.268\n2;12,5;1.421\n3;3,25;12\n")
+    assert dialect == CsvDialect(sep=";", decimal=",", thousands=".") and "'.' between thousands" in notes[-1]
+    # A point used another way (4.2) leaves it undecided: no thousands separator.
+    assert sniff(b"a;price;qty\n1;79,85;4.2\n2;12,5;1.421\n")[0].thousands is None
+
+
 # ---------------------------------------------------------------- reading
 @pytest.mark.parametrize("sep, encoding, thousands", [(";", "cp1252", True), ("\t", "utf-8", False),
                                                       ("|", "latin-1", False)])
