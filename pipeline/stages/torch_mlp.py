@@ -12,6 +12,7 @@ PyTorch is imported when the stage runs, not when a config is validated.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -223,16 +224,21 @@ def train_torch(
             raise ValueError("an epoch callback (a tuner's pruning) runs in one process: train without distributed")
         return _train_distributed(spec, features, arch, options, device, name=name, progress=progress,
                                   handoffs=handoffs)
-    # Seed weights and dropout without disturbing the caller's global random state.
+    # Seed weights and dropout without disturbing the caller's global random state. PyTorch's
+    # generator is the process's: two runs in two threads of one process (a service) drew from
+    # it in turn and trained other weights than their seeds give, so fits take turns.
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda_devices):
+    with _TORCH_RANDOM, torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
         module = arch.build()
         result = fit(module, splits["train"], splits.get("valid"), options, device=device, progress=progress,
                      on_epoch=on_epoch)
     return _trained(spec, features, name, MLPClassifier(module, device, objective), result.to_dict(), handoffs)
 
+
+# Held while a fit draws from PyTorch's process-wide random generator (see ``train_mlp``).
+_TORCH_RANDOM = threading.RLock()
 
 # Training rows the input scaling is estimated from (spread over the split; all of a smaller one).
 STANDARDIZE_ROWS = 100_000
