@@ -102,8 +102,10 @@ class MLPClassifier:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
-        with atomic_destination(folder / STATE_FILE) as tmp:
-            torch.save(state, tmp)
+        with atomic_destination(folder / STATE_FILE) as tmp, open(tmp, "wb") as fh:
+            # To a file object, not a name: the archive's inner folder is then "archive", not
+            # the temporary file's random name, so one model is one file, byte for byte.
+            torch.save(state, fh)
         body = {**self.arch.to_dict(), **self.objective.to_dict()}
         atomic_write_json(folder / ARCHITECTURE_FILE, body)
         return [folder / STATE_FILE, folder / ARCHITECTURE_FILE]

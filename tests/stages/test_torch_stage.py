@@ -56,11 +56,15 @@ def test_mlp_with_embeddings_trains_and_is_evaluated_like_any_model(features):
     assert "score_mlp" in table and len(table) == features.rows()["test"]
 
 
-def test_same_seed_same_model(features):
+def test_same_seed_same_model(features, tmp_path):
     a = train_torch(features, seed=3, **FAST)
     b = train_torch(features, seed=3, **FAST)
     np.testing.assert_array_equal(a.scores["test"], b.scores["test"])
     assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
+    # The same model is the same file, byte for byte (the zip's inner folder was the temporary
+    # file's random name).
+    written = [save_model(m, tmp_path / name) for name, m in (("a", a), ("b", b))]
+    assert (tmp_path / "a" / "model.pt").read_bytes() == (tmp_path / "b" / "model.pt").read_bytes(), written
 
 
 def test_fits_in_two_threads_train_the_models_their_seeds_give(features):
