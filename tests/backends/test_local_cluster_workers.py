@@ -108,3 +108,17 @@ def test_a_paused_worker_releases_unused_memory_and_a_running_one_does_not(sessi
     assert list(session.client.run(_releases).values()) == [idle]
     (before, after), = session.client.run(_releases_while_paused).values()
     assert after > before
+
+
+def test_the_callers_environment_is_as_it_was_once_the_cluster_closed():
+    """Dask's nanny sets OMP_NUM_THREADS=1, MKL_NUM_THREADS=1, PYTHONHASHSEED... in the process
+    that starts the cluster; after a library run they stayed, and every subprocess the caller
+    started later ran single-threaded BLAS."""
+    import os
+
+    from pipeline.backends.clusters.startup import open_cluster
+
+    before = dict(os.environ)
+    opened = open_cluster(ClusterConfig(n_workers=1, threads_per_worker=1), "cpu")
+    opened.close()
+    assert dict(os.environ) == before

@@ -28,6 +28,8 @@ class ClusterSession:
     cluster: Any = None                     # None: an existing cluster, never closed here
     description: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # What starting the local cluster set in this process's environment: name -> (before, after).
+    environ: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
     @property
     def owned(self) -> bool:
@@ -44,6 +46,27 @@ class ClusterSession:
         finally:
             if self.cluster is not None:
                 self.cluster.close()
+            restore_environ(self.environ)
+
+
+def environ_changes(before: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """The variables of ``os.environ`` that differ from ``before``: name -> (before, now)."""
+    names = set(before) | set(os.environ)
+    return {name: (before.get(name), os.environ.get(name)) for name in names
+            if before.get(name) != os.environ.get(name)}
+
+
+def restore_environ(changes: dict[str, tuple[str | None, str | None]]) -> None:
+    """Put back what a local cluster's start set in this process's environment (Dask's nanny
+    sets ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, ``PYTHONHASHSEED``... for its workers, and
+    a library caller's later subprocesses inherited them); a variable changed since is left."""
+    for name, (before, set_to) in changes.items():
+        if os.environ.get(name) != set_to:
+            continue
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def cluster_workers(client: Any) -> dict[str, dict[str, Any]]:
@@ -80,6 +103,7 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
                               {"address": config.address, "workers": workers, "started_here": False})
     refuse_unguarded_main_script()
     plan = gpu_memory_plan_here(config) if device == "gpu" else None
+    environ_before = dict(os.environ)
     try:
         cluster = _local_cuda_cluster(config, plan) if device == "gpu" else _local_cluster(config)
     except ClusterUnavailable:
@@ -95,7 +119,7 @@ def open_cluster(config: Any, device: str) -> ClusterSession:
     if plan is not None:
         details["gpu_memory"] = plan.facts()
     return ClusterSession(client, cluster, f"{kind} with {workers} worker(s) at {cluster.scheduler_address}",
-                          details)
+                          details, environ=environ_changes(environ_before))
 
 
 def _local_cluster(config: Any) -> Any:
