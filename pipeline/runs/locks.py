@@ -11,6 +11,7 @@ several hosts need a scheduler that serialises them.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import time
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 from pipeline.core.errors import LockTimeout
 from pipeline.runs.store import host_name, json_text, read_lock_note, utc_now
+
+log = logging.getLogger("pipeline")
 
 
 class RunLock:
@@ -42,14 +45,21 @@ class RunLock:
         return self
 
     def _take(self, fd: int) -> None:
-        deadline = time.monotonic() + self.wait
+        started = time.monotonic()
+        deadline = started + self.wait
+        said = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if said:
+                    log.info("took the run lock after %.0f s", time.monotonic() - started)
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise LockTimeout(self._message(self.holder())) from None
+                if not said:            # a job's log says why it is quiet, once
+                    log.info("waiting up to %g s for %s, held by %s", self.wait, self.path, self._who(self.holder()))
+                    said = True
                 time.sleep(self.poll)
 
     def note(self, **extra: Any) -> None:
@@ -75,9 +85,13 @@ class RunLock:
     def holder(self) -> dict[str, Any]:
         return read_lock_note(self.path)
 
+    @staticmethod
+    def _who(holder: dict[str, Any]) -> str:
+        return (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, running since {holder.get('since', '?')}"
+                + (f", run {holder['run_id']}" if holder.get("run_id") else ""))
+
     def _message(self, holder: dict[str, Any]) -> str:
-        who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, running since {holder.get('since', '?')}"
-               + (f", run {holder['run_id']}" if holder.get("run_id") else ""))
+        who = self._who(holder)
         return (f"another run of this pipeline holds {self.path} ({who}); waited {self.wait:g} s. "
                 "Wait for it to finish, or raise --wait (wait= in run_pipeline)")
 
