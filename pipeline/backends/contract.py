@@ -26,7 +26,7 @@ from pipeline.backends.estimators import (
 )
 from pipeline.backends.filters import apply_filters, late_filters, pushed_filters, text_dates
 from pipeline.backends.input_files import (
-    check_parts, check_row_widths, check_source, decimal_columns, infer_format, one_line, parquet_files,
+    check_parts, check_row_widths, check_source, decimal_columns, encoding_hint, infer_format, one_line, parquet_files,
     partitioned_sources, read_errors, read_header,
 )
 from pipeline.backends.table_read import TableRead
@@ -89,7 +89,7 @@ class Backend(ABC):
         except DataError:
             raise
         except read_errors() as exc:
-            raise DataError(f"cannot read {path} as {fmt}: {one_line(exc)}") from exc
+            raise DataError(f"cannot read {path} as {fmt}: {one_line(exc)}{encoding_hint(exc, dialect)}") from exc
         missing = [c for c in (columns or []) if c not in frame.columns]
         if missing:
             raise DataError(f"{path}: missing columns {missing}")

@@ -161,14 +161,18 @@ def sniff(head: bytes) -> tuple[CsvDialect, list[str]]:
     each. Decimal mark: ``,`` when the separator is not a comma and numbers are written
     ``12,5``; thousands: ``.`` (or a space) when they are written ``1.234,5``."""
     notes: list[str] = []
-    try:
-        text, encoding = head.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError as exc:
-        if exc.reason == "unexpected end of data":        # the sample ends inside a character
-            text, encoding = head[:exc.start].decode("utf-8"), "utf-8"
-        else:
-            text, encoding = head.decode("cp1252", errors="replace"), "cp1252"
-            notes.append(f"the bytes are not UTF-8 (byte {exc.start}): read as cp1252")
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        text, encoding = codecs.getincrementaldecoder("utf-16")().decode(head), "utf-16"
+        notes.append("the file is UTF-16 (its byte order mark says so)")
+    else:
+        try:
+            text, encoding = head.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError as exc:
+            if exc.reason == "unexpected end of data":        # the sample ends inside a character
+                text, encoding = head[:exc.start].decode("utf-8"), "utf-8"
+            else:
+                text, encoding = head.decode("cp1252", errors="replace"), "cp1252"
+                notes.append(f"the bytes are not UTF-8 (byte {exc.start}): read as cp1252")
     text = text.lstrip("\ufeff")
     lines = [line for line in text.splitlines()[:50] if line.strip()]
     if len(lines) > 1 and not text.endswith(("\n", "\r")):

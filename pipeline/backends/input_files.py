@@ -32,6 +32,20 @@ def read_errors() -> tuple[type[BaseException], ...]:
     return (*errors, ArrowException)
 
 
+def encoding_hint(exc: BaseException, dialect: CsvDialect) -> str:
+    """For a UTF-8 read that met bytes that are not UTF-8 (anywhere in the file, not only its
+    header): the encoding to set, as a clause to add to the message; "" otherwise."""
+    found = exc if isinstance(exc, UnicodeDecodeError) else exc.__cause__ or exc.__context__
+    if not isinstance(found, UnicodeDecodeError) or not dialect.utf8:
+        return ""
+    if found.object[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "; it starts with UTF-16's byte order mark: set encoding: utf-16 (--encoding utf-16 for predict)"
+    if b"\x00" in bytes(found.object[:4096]):
+        return ""
+    return ("; if it was written by an older Windows program, give its encoding, cp1252 (or latin-1): encoding: on "
+            "the load stage that reads it, --encoding for predict")
+
+
 def one_line(exc: BaseException) -> str:
     """A library's message as one line (pandas ends its parser errors with a newline)."""
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
@@ -176,11 +190,8 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
         with open(path, newline="", encoding=dialect.text_encoding) as fh:
             row = next((r for r in csv.reader(fh, delimiter=dialect.sep) if r), None)
     except (csv.Error, UnicodeError) as exc:         # UnicodeError: a UTF-16 file without its byte order mark
-        text_like = isinstance(exc, UnicodeDecodeError) and b"\x00" not in bytes(exc.object[:4096])
-        hint = "" if not text_like or not dialect.utf8 else (
-            "; if it was written by an older Windows program, give its encoding, cp1252 (or latin-1): encoding: on "
-            "the load stage that reads it, --encoding for predict")
-        raise DataError(f"{path} is not a text CSV file in {dialect.encoding} ({one_line(exc)}){hint}") from exc
+        raise DataError(f"{path} is not a text CSV file in {dialect.encoding} ({one_line(exc)})"
+                        f"{encoding_hint(exc, dialect)}") from exc
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if row is None:

@@ -11,6 +11,8 @@ the first rows alone would show one year, or one class. The sample is then thinn
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 import math
 from dataclasses import dataclass, field
@@ -86,7 +88,16 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
         dialect, notes = sniff_file(path) if fmt == "csv" else (DEFAULT_DIALECT, [])
     check_source(path, fmt, dialect)   # an empty folder, a header naming a column twice
     if fmt == "csv":
-        sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)
+        try:
+            sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)
+        except DataError as exc:
+            undecodable = exc.__cause__
+            if not (dialect.utf8 and isinstance(undecodable, UnicodeDecodeError)):
+                raise
+            # Past the first bytes sniffed, a byte that is not UTF-8: cp1252, as sniff decides early.
+            notes.append(f"the bytes are not UTF-8 (byte {undecodable.start} of a read): read as cp1252")
+            dialect = dataclasses.replace(dialect, encoding="cp1252")
+            sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)
         sample.dialect, sample.notes = dialect, [*notes, *sample.notes]
     else:
         sample = _parquet_sample(path, max_rows)

@@ -172,3 +172,19 @@ def test_init_writes_the_dialect_the_run_reads_it_and_predict_reads_new_rows_ali
     bad = run_cli("predict", "--run", "latest", "--input", "new.csv", "--output", "b.csv", "--encoding", "nope",
                   cwd=tmp_path)
     assert bad.returncode == 2 and "--encoding 'nope' is not a known text encoding" in bad.stderr
+
+
+def test_a_utf16_file_is_sniffed_and_a_late_byte_that_is_not_utf8_gets_the_encoding_hint(tmp_path):
+    """UTF-16 (its byte order mark) was taken for cp1252, its header for 'ÿþc...'; a cp1252
+    byte past the first 64 KiB failed the load with Python's words alone."""
+    frame = pd.DataFrame({"city": ["Köln", "Zürich"] * 5, "n": range(10)})
+    frame.to_csv(tmp_path / "u16.csv", index=False, encoding="utf-16")
+    dialect, notes = sniff((tmp_path / "u16.csv").read_bytes())
+    assert dialect.encoding == "utf-16" and "UTF-16" in notes[0]
+    pd.testing.assert_frame_equal(load_table(tmp_path / "u16.csv", encoding="utf-16"), frame)
+    with pytest.raises(DataError, match="UTF-16's byte order mark: set encoding: utf-16"):
+        load_table(tmp_path / "u16.csv")
+    late = pd.DataFrame({"city": ["Paris"] * 20000 + ["Chèque"], "n": range(20001)})
+    late.to_csv(tmp_path / "late.csv", index=False, encoding="cp1252")
+    with pytest.raises(DataError, match=r"can't decode byte 0xe8 .*give its encoding, cp1252"):
+        load_table(tmp_path / "late.csv")

@@ -312,3 +312,18 @@ def test_target_classes_written_alike_are_noted(tmp_path: Path) -> None:
     draft = draft_config(tmp_path / "t.csv", "y")
     assert draft.task.kind == "multiclass"
     assert "classes that differ only in case or spaces ('YES', 'Yes', 'yes ')" in draft.text.replace("\n# ", " ")
+
+
+def test_a_cp1252_byte_past_the_sniffed_bytes_and_a_utf16_file_are_drafted_with_their_encoding(tmp_path: Path) -> None:
+    """A cp1252 accent first met on row 20,000 failed init (exit 3, 'utf-8' codec can't decode),
+    and init has no option to say the encoding; a UTF-16 file was read as cp1252."""
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame({"pay": ["Carte"] * 20000 + ["Chèque"] * 50, "x": rng.normal(size=20050),
+                          "y": rng.choice(["a", "b"], 20050)})
+    frame.to_csv(tmp_path / "late.csv", index=False, encoding="cp1252")
+    frame.head(300).to_csv(tmp_path / "wide.csv", index=False, encoding="utf-16")
+    for name in ("late", "wide"):
+        made = cli("init", f"{name}.csv", "-t", "y", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+    assert yaml.safe_load((tmp_path / "late.yaml").read_text())["stages"]["raw"]["encoding"] == "cp1252"
+    assert yaml.safe_load((tmp_path / "wide.yaml").read_text())["stages"]["raw"]["encoding"] == "utf-16"
