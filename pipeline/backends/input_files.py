@@ -321,6 +321,6 @@ def infer_format(path: Path, *, fix: str = "set format: csv or parquet") -> str:
     suffixes = [s.lower() for s in path.suffixes]
     if ".parquet" in suffixes or ".pq" in suffixes:
         return "parquet"
-    if ".csv" in suffixes or ".txt" in suffixes:
+    if ".csv" in suffixes or ".txt" in suffixes or ".tsv" in suffixes:
         return "csv"
-    raise DataError(f"{path}: cannot tell the format from the file name (.csv, .txt, .parquet or .pq); {fix}")
+    raise DataError(f"{path}: cannot tell the format from the file name (.csv, .tsv, .txt, .parquet or .pq); {fix}")

@@ -21,7 +21,8 @@ from pipeline.core.errors import DataError, input_not_found
 from pipeline.runs import layout
 from pipeline.runs.record import RunManifest
 
-INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+# What a file's suffix says it is: as a load reads it (.txt and .tsv are CSV in the run's dialect).
+INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".txt": "csv"}
 
 __all__ = [
     "INPUT_SUFFIXES", "check_finite", "check_headers", "check_types", "input_files",
@@ -30,20 +31,20 @@ __all__ = [
 
 
 def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
-    """(file, format) pairs: the file itself, or a folder's .csv/.parquet files in name order
+    """(file, format) pairs: the file itself, or a folder's CSV and Parquet files in name order
     (subfolders and other files are not read)."""
     path = Path(input)
     if path.is_dir():
         files = sorted((p, INPUT_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
                        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in INPUT_SUFFIXES)
         if not files:
-            raise DataError(f"input folder {path} holds no .csv or .parquet files")
+            raise DataError(f"input folder {path} holds no files named {', '.join(INPUT_SUFFIXES)}")
         return files
     if not path.is_file():
         raise input_not_found(path)
     fmt = INPUT_SUFFIXES.get(path.suffix.lower())
     if fmt is None:
-        raise DataError(f"input {path}: cannot tell the format from the name (expected .csv or .parquet)")
+        raise DataError(f"input {path}: cannot tell the format from the name (expected {', '.join(INPUT_SUFFIXES)})")
     return [(path, fmt)]
 
 

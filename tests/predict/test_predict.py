@@ -677,3 +677,21 @@ def test_new_rows_in_utf8_for_a_run_that_read_cp1252_are_read_as_utf8(tmp_path):
     told = _pipeline("predict", "--run", "latest", "--input", "utf8.csv", "--output", "told.csv",
                      "--encoding", "cp1252", cwd=tmp_path)
     assert told.returncode == 0 and "read as UTF-8" not in told.stderr
+
+
+def test_a_tab_separated_file_scores_as_the_run_read_it(tmp_path):
+    """A run that loaded a .tsv could not score a .tsv: "cannot tell the format from the name"."""
+    rng = np.random.default_rng(6)
+    rows = pd.DataFrame({"id": [f"c{i}" for i in range(200)], "a": rng.normal(size=200), "b": rng.normal(size=200)})
+    rows["churn"] = np.where(rows["a"] + rng.normal(scale=0.5, size=200) > 0, "yes", "no")
+    rows.to_csv(tmp_path / "data.tsv", index=False, sep="\t")
+    (tmp_path / "p.yaml").write_text(
+        "name: p\ndevice: cpu\nstages:\n  raw: {kind: load, path: data.tsv, sep: \"\\t\"}\n"
+        "  split: {kind: split, inputs: [raw], target: churn, positive: 'yes'}\n"
+        "  features: {kind: features, inputs: [split], id: id, ops: [{standardize: {columns: [a, b]}}]}\n"
+        "  m: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  export: {kind: export, inputs: [m]}\n")
+    assert _pipeline("run", "p.yaml", "-q", cwd=tmp_path).returncode == 0
+    proc = _pipeline("predict", "--run", "latest", "--input", "data.tsv", "--output", "s.csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(pd.read_csv(tmp_path / "s.csv")) == 200
