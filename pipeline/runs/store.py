@@ -339,11 +339,13 @@ class RunStore:
 
 
 def not_a_link(path: Path) -> str:
-    """The message for an alias that is a plain file or folder: what it is, and what to do."""
+    """The message for an alias that is a plain file or folder: what it is, and what to do
+    (``latest`` is pointed by the next run of every stage; the others by ``runs promote``)."""
     kind = "a folder" if path.is_dir() else "a plain file"
+    again = ("the next run of every stage points it again" if path.name == "latest"
+             else "then point it with `pipeline runs promote RUN`, or let a promotion gate do it")
     return (f"'{path}' is {kind}, not a link to a run folder, so the run it means cannot be told; the pipeline "
-            f"leaves it untouched. Move it away (mv '{path}' '{path}.bak'), then promote a run again or point "
-            f"the alias with `pipeline runs promote RUN`")
+            f"leaves it untouched. Move it away (mv '{path}' '{path}.bak'): {again}")
 
 
 class RunDir:

@@ -16,8 +16,10 @@ def test_a_plain_file_latest_stops_the_run_before_it_starts(tmp_path):
     pipeline_dir = tmp_path / "runs" / "nightly"
     pipeline_dir.mkdir(parents=True)
     (pipeline_dir / "latest").write_text("20261201T000000.000Z-000001\n")
-    with pytest.raises(DataError, match=r"run not started: it would move 'latest'.*is a plain file"):
+    with pytest.raises(DataError, match=r"run not started: it would move 'latest'.*is a plain file") as info:
         run(config)
+    # What to do for 'latest': move it away; `runs promote` moves only champion.
+    assert "the next run of every stage points it again" in str(info.value) and "runs promote" not in str(info.value)
     assert {p.name for p in pipeline_dir.iterdir() if not p.name.startswith(".")} == {"latest"}   # no run folder
     assert (pipeline_dir / "latest").read_text() == "20261201T000000.000Z-000001\n"
 
