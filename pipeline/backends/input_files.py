@@ -186,6 +186,7 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
     the schema of a Parquet file."""
     if fmt == "parquet":
         return [str(n) for n in parquet_schema(path).names]
+    refuse_compressed(path)
     try:
         with open(path, newline="", encoding=dialect.text_encoding) as fh:
             row = next((r for r in csv.reader(fh, delimiter=dialect.sep) if r), None)
@@ -197,6 +198,28 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
     if row is None:
         raise DataError(f"{path} is empty: a CSV file needs a header line")
     return row
+
+
+# The first bytes of compressed files: what each is, and the command that undoes it.
+COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
+              (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+              (b"PK\x03\x04", "zip", "unzip"))
+
+
+def refuse_compressed(path: Path) -> None:
+    """A compressed file named as CSV (``scores.csv.gz``) read as text gave "not a text CSV file
+    in utf-8", or a header of garbage: say what it is and how to read it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return                              # the read that follows names the problem
+    for magic, kind, command in COMPRESSED:
+        if head.startswith(magic):
+            stream = "unzip -p" if kind == "zip" else f"{kind} -dc"
+            raise DataError(f"{path} is {kind}-compressed, and CSV input is read as plain text: decompress it first "
+                            f"({command} {path.name}), or stream it into a run ({stream} {path.name} | pipeline run "
+                            "CONFIG, with the load stage's path: '-')")
 
 
 def parquet_schema(path: Path) -> Any:
