@@ -29,6 +29,7 @@ from pipeline.backends.csv_dialect import (
     sniff,
 )
 from pipeline.backends.input_files import (
+    check_row_widths,
     check_source,
     decimal_columns,
     infer_format,
@@ -129,6 +130,10 @@ def _csv_sample(path: Path, na_values: list[str] | None, max_rows: int, max_byte
     size = path.stat().st_size
     read_header(path, "csv", dialect)  # an empty file: "is empty: a CSV file needs a header line"
     if size <= max_bytes:
+        # Read whole, it gets the load's row check too: a row cut short read as a row of gaps
+        # (init then drafted missing_target: drop for it), and a separator ending every data
+        # line shifted every column; the run refuses both, naming the line.
+        check_row_widths(path, dialect)
         frame = _parse_csv(path, path, na_values, dialect=dialect)
         return Sample(frame, path, "csv", total_rows=len(frame), complete=True)
     data, parsed_bytes = _csv_windows(path, size, max_bytes)

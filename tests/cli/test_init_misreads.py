@@ -327,3 +327,16 @@ def test_a_cp1252_byte_past_the_sniffed_bytes_and_a_utf16_file_are_drafted_with_
         assert made.returncode == 0, made.stderr
     assert yaml.safe_load((tmp_path / "late.yaml").read_text())["stages"]["raw"]["encoding"] == "cp1252"
     assert yaml.safe_load((tmp_path / "wide.yaml").read_text())["stages"]["raw"]["encoding"] == "utf-16"
+
+
+def test_a_row_cut_short_stops_init_as_it_stops_the_run(tmp_path: Path) -> None:
+    """A line cut short read as a row of gaps: init drafted missing_target: drop for it, and
+    the run then refused the file, naming the line."""
+    rng = np.random.default_rng(12)
+    frame = pd.DataFrame({"x": rng.normal(size=100), "z": rng.normal(size=100), "y": rng.choice(["a", "b"], 100)})
+    lines = frame.to_csv(index=False).splitlines()
+    lines[51] = lines[51].split(",")[0]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    made = cli("init", "t.csv", "-t", "y", cwd=tmp_path)
+    assert made.returncode == ExitCode.DATA and "line 52 has 1 fields where the header has 3" in made.stderr
+    assert not (tmp_path / "t.yaml").exists()
