@@ -10,6 +10,7 @@ offending column before anything is scored.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,7 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
     values at all is accepted and cast to its fit-time kind."""
     from pipeline.features.ops.op_support import values_not_numbers
 
-    problems, blanks = [], False
+    problems, blanks, commas = [], False, False
     for column, fit_dtype in fitted.items():
         series = frame[column]
         numeric_now = backend.is_numeric(series)
@@ -172,14 +173,17 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
                 frame[column] = series.astype("float64")
                 continue
             detail = (f": {bad:,} of its {present:,} values are not numbers (the first: {first!r})"
-                      if bad and bad < present else "")
+                      if bad and bad < present else
+                      f": none of its values is a number (the first: {first!r})" if bad else "")
             problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} at fit{detail}")
             blanks = blanks or (first is not None and not str(first).strip())
+            commas = commas or (first is not None and re.fullmatch(r"[+-]?\d+,\d+", str(first).strip()) is not None)
         elif numeric_now:
             problems.append(f"'{column}' is {series.dtype} now, {fit_dtype} (text) at fit")
     if problems:
         hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
-                if blanks and fmt == "csv" else "")
+                if blanks and fmt == "csv" else
+                " (numbers written with a decimal comma, 79,85: pass --decimal ',')" if commas and fmt == "csv" else "")
         raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
     check_finite(frame, [c for c, dtype in fitted.items() if is_number_or_bool(dtype)], backend, source=source)
     return frame

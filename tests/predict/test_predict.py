@@ -695,3 +695,18 @@ def test_a_tab_separated_file_scores_as_the_run_read_it(tmp_path):
     proc = _pipeline("predict", "--run", "latest", "--input", "data.tsv", "--output", "s.csv", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert len(pd.read_csv(tmp_path / "s.csv")) == 200
+
+
+def test_a_column_of_text_where_numbers_were_says_its_first_value_and_a_decimal_comma_the_option():
+    """'MonthlyCharges' is str now, float64 at fit: no value shown when none was a number, and
+    no word of --decimal for a file written 79,85."""
+    from pipeline.backends import get_backend
+    from pipeline.scoring.input_rows import check_types
+
+    cpu = get_backend("cpu")
+    with pytest.raises(DataError, match=r"'a' is \w+ now, float64 at fit: none of its values is a number "
+                                        r"\(the first: '79,85'\) \(numbers written with a decimal comma, 79,85: "
+                                        r"pass --decimal ','\)"):
+        check_types(pd.DataFrame({"a": ["79,85", "12,5"]}), {"a": "float64"}, cpu, source=Path("x.csv"), fmt="csv")
+    with pytest.raises(DataError, match=r"none of its values is a number \(the first: 'Yes'\)$"):
+        check_types(pd.DataFrame({"a": ["Yes", "No"]}), {"a": "int64"}, cpu, source=Path("x.csv"), fmt="csv")
