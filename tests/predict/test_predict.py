@@ -645,6 +645,20 @@ def test_a_header_with_an_empty_name_scores_the_file_it_trained_on(tmp_path):
     assert len(pd.read_csv(tmp_path / "scores.csv")) == 200
 
 
+def trained_here(folder: Path, load: str, ops: str) -> None:
+    """A run of a one-model pipeline over ``id``, features and ``churn`` (yes / no) in
+    ``folder``: ``load`` is the load stage's keys, ``ops`` its feature ops (YAML flow)."""
+    (folder / "p.yaml").write_text(
+        "name: p\ndevice: cpu\nstages:\n"
+        f"  raw: {{kind: load, {load}}}\n"
+        "  split: {kind: split, inputs: [raw], target: churn, positive: 'yes'}\n"
+        f"  features: {{kind: features, inputs: [split], id: id, ops: [{ops}]}}\n"
+        "  m: {kind: train, inputs: [features], model: logistic_regression}\n"
+        "  export: {kind: export, inputs: [m]}\n")
+    proc = _pipeline("run", "p.yaml", "-q", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_new_rows_in_utf8_for_a_run_that_read_cp1252_are_read_as_utf8(tmp_path):
     """Every accented category of a UTF-8 file read as cp1252 became other letters ('ChÃ¨que'),
     an unseen category: exit 0, scores moved by up to 0.10, a drift warning the only sign.
@@ -656,14 +670,7 @@ def test_new_rows_in_utf8_for_a_run_that_read_cp1252_are_read_as_utf8(tmp_path):
     rows.to_csv(tmp_path / "train.csv", index=False, encoding="cp1252")
     rows.to_csv(tmp_path / "utf8.csv", index=False, encoding="utf-8")
     rows.to_csv(tmp_path / "bom.csv", index=False, encoding="utf-8-sig")
-    (tmp_path / "p.yaml").write_text(
-        "name: p\ndevice: cpu\nstages:\n"
-        "  raw: {kind: load, path: train.csv, encoding: cp1252}\n"
-        "  split: {kind: split, inputs: [raw], target: churn, positive: 'yes'}\n"
-        "  features: {kind: features, inputs: [split], id: id, ops: [{one_hot: {columns: [pay]}}]}\n"
-        "  m: {kind: train, inputs: [features], model: logistic_regression}\n"
-        "  export: {kind: export, inputs: [m]}\n")
-    assert _pipeline("run", "p.yaml", "-q", cwd=tmp_path).returncode == 0
+    trained_here(tmp_path, "path: train.csv, encoding: cp1252", "{one_hot: {columns: [pay]}}")
     scores = {}
     for name in ("train", "utf8", "bom"):
         proc = _pipeline("predict", "--run", "latest", "--input", f"{name}.csv", "--output", f"{name}.out.csv",
@@ -685,13 +692,7 @@ def test_a_tab_separated_file_scores_as_the_run_read_it(tmp_path):
     rows = pd.DataFrame({"id": [f"c{i}" for i in range(200)], "a": rng.normal(size=200), "b": rng.normal(size=200)})
     rows["churn"] = np.where(rows["a"] + rng.normal(scale=0.5, size=200) > 0, "yes", "no")
     rows.to_csv(tmp_path / "data.tsv", index=False, sep="\t")
-    (tmp_path / "p.yaml").write_text(
-        "name: p\ndevice: cpu\nstages:\n  raw: {kind: load, path: data.tsv, sep: \"\\t\"}\n"
-        "  split: {kind: split, inputs: [raw], target: churn, positive: 'yes'}\n"
-        "  features: {kind: features, inputs: [split], id: id, ops: [{standardize: {columns: [a, b]}}]}\n"
-        "  m: {kind: train, inputs: [features], model: logistic_regression}\n"
-        "  export: {kind: export, inputs: [m]}\n")
-    assert _pipeline("run", "p.yaml", "-q", cwd=tmp_path).returncode == 0
+    trained_here(tmp_path, 'path: data.tsv, sep: "\\t"', "{standardize: {columns: [a, b]}}")
     proc = _pipeline("predict", "--run", "latest", "--input", "data.tsv", "--output", "s.csv", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert len(pd.read_csv(tmp_path / "s.csv")) == 200
