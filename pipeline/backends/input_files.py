@@ -208,7 +208,10 @@ COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"
 
 def refuse_compressed(path: Path) -> None:
     """A compressed file named as CSV (``scores.csv.gz``) read as text gave "not a text CSV file
-    in utf-8", or a header of garbage: say what it is and how to read it."""
+    in utf-8", or a header of garbage: say what it is and how to read it. Regular files only:
+    a pipe's bytes can be read once, and opening one waits for its writer."""
+    if not path.is_file():
+        return
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)
