@@ -215,11 +215,19 @@ def _core_resolvers(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, li
     return out
 
 
-class ConfigDumper(yaml.SafeDumper):
-    """PyYAML's safe dumper with the loader's rules: a string the loader would read as another
-    type ('1e3', 'on' is text to both) is written quoted."""
+def _either_resolvers(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
+    """PyYAML's implicit resolvers (YAML 1.1: on / yes are booleans, dates are timestamps) and
+    the loader's on top: a string either would read as another type is one to quote."""
+    ours = _core_resolvers(resolvers)
+    return {first: [*ours.get(first, []), *resolvers.get(first, [])] for first in set(ours) | set(resolvers)}
 
-    yaml_implicit_resolvers = _core_resolvers(yaml.SafeDumper.yaml_implicit_resolvers)
+
+class ConfigDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that quotes a string that this loader ('1e3', 'tRuE') or PyYAML's
+    own ('yes', 'on', '2024-01-01') would read as another type: a resolved config reads back the
+    same here and in any other YAML reader (a scheduler's, a notebook's ``yaml.safe_load``)."""
+
+    yaml_implicit_resolvers = _either_resolvers(yaml.SafeDumper.yaml_implicit_resolvers)
 
 
 class _PythonEventParser(Reader, Scanner, Parser):

@@ -69,9 +69,15 @@ def test_numbers_in_exponent_form_are_numbers_as_yaml_1_2_reads_them(text, value
     assert parse_value(text, path=("x",)) == value
 
 
-def test_a_resolved_config_writes_text_that_looks_like_a_number_quoted():
+@pytest.mark.parametrize("label", ["1e3", "yes", "On", "tRuE", "2024-01-01"])
+def test_a_resolved_config_reads_back_the_same_here_and_in_other_yaml_readers(label):
+    """Text this loader or PyYAML's own reads as another type is written quoted: `1e3` would
+    be a number here, `yes` a boolean to a scheduler's yaml.safe_load of the run's config.yaml."""
+    import yaml
+
     from pipeline.config import dump_config
 
-    config = load_config(text=SPLIT + "    positive: '1e3'\n")
-    assert config.stages["split"].positive == "1e3"
-    assert load_config(text=dump_config(config)).stages["split"].positive == "1e3"
+    config = load_config(text=SPLIT + f"    positive: '{label}'\n")
+    text = dump_config(config)
+    assert load_config(text=text).stages["split"].positive == label
+    assert yaml.safe_load(text)["stages"]["split"]["positive"] == label
