@@ -24,6 +24,8 @@ from pipeline.runs.record import RunManifest
 
 # What a file's suffix says it is: as a load reads it (.txt and .tsv are CSV in the run's dialect).
 INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".txt": "csv"}
+# The files of a folder that are read: not .txt, which in a folder of parts is most often a note.
+FOLDER_SUFFIXES = {suffix: fmt for suffix, fmt in INPUT_SUFFIXES.items() if suffix != ".txt"}
 
 __all__ = [
     "INPUT_SUFFIXES", "check_finite", "check_headers", "check_types", "input_files",
@@ -36,10 +38,10 @@ def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
     (subfolders and other files are not read)."""
     path = Path(input)
     if path.is_dir():
-        files = sorted((p, INPUT_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in INPUT_SUFFIXES)
+        files = sorted((p, FOLDER_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
+                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in FOLDER_SUFFIXES)
         if not files:
-            raise DataError(f"input folder {path} holds no files named {', '.join(INPUT_SUFFIXES)}")
+            raise DataError(f"input folder {path} holds no files named {', '.join(FOLDER_SUFFIXES)}")
         return files
     if not path.is_file():
         raise input_not_found(path)

@@ -47,8 +47,10 @@ from pipeline.usage.memory import cpu_seconds
 log = logging.getLogger("pipeline")
 
 INTERVAL = 0.2
-# How often a stop waiting for the stages' thread to finish an import looks again.
+# How often a stop waiting for the stages' thread to finish an import looks again, and for how
+# long at most (an import of PyTorch takes a few seconds on a cold disk).
 IMPORT_POLL = 0.01
+IMPORT_WAIT = 10.0
 # How each cap's values are written in messages (a cost in the rates' currency: added where known).
 UNITS = {"max_cost": "", "max_gpu_hours": " GPU-hours", "max_wall": " s"}
 # Earlier runs a budget's pre-flight estimate is the median of.
@@ -166,14 +168,20 @@ class BudgetHook(RunHook):
     # ------------------------------------------------------------------ the watch
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
-            overrun = self.check()
+            try:
+                overrun = self.check()
+            except Exception as exc:  # noqa: BLE001 - a reading that failed once: the next one decides
+                log.debug("budget: could not read the run's spend (%s: %s)", type(exc).__name__, exc)
+                continue
             if overrun is not None:
                 self._fire(overrun)
                 return
 
     def _fire(self, overrun: Overrun) -> None:
-        """Stop the stages' thread, once it is out of any import, unless the run ended meanwhile."""
-        while _importing(self._target):
+        """Stop the stages' thread, once it is out of any import (for ``IMPORT_WAIT`` seconds at
+        most: the cap still holds), unless the run ended meanwhile."""
+        deadline = time.monotonic() + IMPORT_WAIT
+        while _importing(self._target) and time.monotonic() < deadline:
             if self._stop.wait(IMPORT_POLL):
                 return
         with self._firing:

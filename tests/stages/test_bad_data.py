@@ -105,7 +105,8 @@ def test_a_filter_comparing_text_with_a_number_names_the_filter(tmp_path):
 
 def test_an_op_output_named_like_an_input_column_is_named():
     frame = pd.DataFrame({"c": ["a", "b"], "c=a": [1.0, 2.0]})
-    with pytest.raises(DataError, match=r"\['c=a'\] appear more than once"):
+    with pytest.raises(DataError, match=r"feature ops\[0\] \(one_hot\) adds column\(s\) \['c=a'\], which the "
+                                        r"table already has"):
         FeatureWorkflow([OneHot(columns=["c"])]).fit(frame)
 
 
