@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 STAGE = 'from helper import tag\n\n\ndef fn(ctx, inputs, **params):\n    return {"project": "%s", "tag": tag()}\n'
 HELPER = 'def tag():\n    return "%s"\n'
