@@ -1,7 +1,7 @@
 """Buffer files this process stored, so that an equal buffer of a later entry is a hard link.
 
 (sha256, size) -> a buffer file of an entry this process stored, and its identity (device,
-inode, mtime): what ``link_stored`` reuses while that path still names that very file. Entries
+inode, size, mtime: ``fingerprints.file_identity``): what ``link_stored`` reuses while that path still names that very file. Entries
 are never edited; one this process removes is forgotten at once (``forget_buffers``); one
 another process removed and stored again can at worst be linked to other bytes, which its
 checksum then refuses.
@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_stored_buffers: dict[tuple[str, int], tuple[Path, tuple[int, int, int]]] = {}
+from pipeline.core.fingerprints import file_identity
+
+_stored_buffers: dict[tuple[str, int], tuple[Path, tuple[int, int, int, int]]] = {}
 _STORED_BUFFERS_MAX = 4096
 
 
@@ -29,7 +31,7 @@ def link_stored(digest: str, size: int, target: Path) -> bool:
     except OSError:
         _stored_buffers.pop((digest, size), None)
         return False
-    if _identity(info) != identity or info.st_size != size:     # the path names another file now
+    if file_identity(info) != identity or info.st_size != size:     # the path names another file now
         _stored_buffers.pop((digest, size), None)
         target.unlink()
         return False
@@ -45,7 +47,7 @@ def remember_buffers(entry: Path, buffers: list[tuple[str, str, int]]) -> None:
             info = (entry / relative).stat()
         except OSError:
             continue
-        _stored_buffers[(digest, size)] = (entry / relative, _identity(info))
+        _stored_buffers[(digest, size)] = (entry / relative, file_identity(info))
 
 
 def forget_buffers(entry: Path) -> None:
@@ -54,6 +56,3 @@ def forget_buffers(entry: Path) -> None:
         if path.parent.parent == entry:
             _stored_buffers.pop(key, None)
 
-
-def _identity(info: os.stat_result) -> tuple[int, int, int]:
-    return info.st_dev, info.st_ino, info.st_mtime_ns

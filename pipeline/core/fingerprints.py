@@ -43,9 +43,9 @@ def code_fingerprint(modules: Iterable[str]) -> str:
     return _code_fingerprint(modules, local_stamps(modules))
 
 
-def local_stamps(modules: Iterable[str]) -> tuple[tuple[str, int, int], ...]:
-    """``(file, mtime_ns, size)`` of the author's own modules among ``modules`` and those they
-    import (``local_modules``); empty for the package's own."""
+def local_stamps(modules: Iterable[str]) -> tuple[tuple[Any, ...], ...]:
+    """``file_stamp`` of the author's own modules among ``modules`` and those they import
+    (``local_modules``); empty for the package's own."""
     package = package_modules()
     outside = [m for m in modules if m not in package]
     if not outside:
@@ -53,19 +53,24 @@ def local_stamps(modules: Iterable[str]) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(filter(None, (file_stamp(_source_path(m)) for m in local_modules(outside)))))
 
 
-def file_stamp(path: str | os.PathLike[str] | None) -> tuple[str, int, int] | None:
-    """``(path, mtime_ns, size)``: what tells an edited file from the one read before."""
+def file_stamp(path: str | os.PathLike[str] | None) -> tuple[Any, ...] | None:
+    """``(path, *file_identity)``: what tells an edited or replaced file from the one read
+    before; None without a file."""
     if path is None:
         return None
     try:
-        stat = os.stat(path)
+        return (str(path), *file_identity(os.stat(path)))
     except OSError:
         return None
-    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+def file_identity(stat: os.stat_result) -> tuple[int, int, int, int]:
+    """Device, inode, size and mtime (ns): the same file, unedited, while all four hold."""
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 @cache
-def _code_fingerprint(modules: frozenset[str], stamps: tuple[tuple[str, int, int], ...]) -> str:
+def _code_fingerprint(modules: frozenset[str], stamps: tuple[tuple[Any, ...], ...]) -> str:
     outside = local_modules(modules)
     imported = {name for m in outside if (path := _source_path(m)) for name in file_imports(str(path))}
     digest = hashlib.blake2b(digest_size=16)
@@ -154,11 +159,12 @@ def _source_digest(module: str) -> str:
     """Hash of a module's source file, read once per process for each state of the file
     ("unresolved" without one)."""
     stamp = file_stamp(_source_path(module))
-    return _file_digest(*stamp) if stamp else "unresolved"
+    return _file_digest(stamp) if stamp else "unresolved"
 
 
 @cache
-def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+def _file_digest(stamp: tuple[Any, ...]) -> str:
+    path = stamp[0]
     try:
         return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
     except OSError:
@@ -219,7 +225,7 @@ def files_fingerprint(pattern: str) -> dict[str, str]:
     for file in _files_of(pattern):
         try:
             with open(file, "rb") as fh:
-                before = _identity(os.fstat(fh.fileno()))
+                before = file_identity(os.fstat(fh.fileno()))
                 out[str(file)] = hashlib.file_digest(fh, "sha256").hexdigest()
             _hashed[str(file)] = (before, out[str(file)])
         except OSError:
@@ -248,7 +254,7 @@ def changed_since_hashed(pattern: str) -> list[str]:
             continue
         try:
             with open(file, "rb") as fh:
-                if _identity(os.fstat(fh.fileno())) == seen[0]:
+                if file_identity(os.fstat(fh.fileno())) == seen[0]:
                     continue
                 digest = hashlib.file_digest(fh, "sha256").hexdigest()
         except OSError:
@@ -266,9 +272,6 @@ def _files_of(pattern: str) -> list[Path]:
         return sorted(Path(p) for p in glob(pattern))
     return [path]
 
-
-def _identity(stat: os.stat_result) -> tuple[int, ...]:
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def module_fingerprint(target: str) -> str:

@@ -24,37 +24,41 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.fingerprints import file_stamp, local_modules
 from pipeline.core.plugins import loaded_plugins
 
 # Folders of configs this process has run, in the order first seen.
 _config_folders: list[str] = []
-# A module's file -> its (path, mtime_ns, size) when the module was imported.
-_imported: dict[str, tuple[str, int, int]] = {}
+# A module's file -> its ``file_stamp`` when the module was imported.
+_imported: dict[str, tuple[Any, ...]] = {}
 
 
 def use_config_folders(folders: Sequence[str | os.PathLike[str]]) -> None:
     """Put ``folders`` on ``sys.path`` ahead of other configs' folders, behind everything else."""
     current = list(dict.fromkeys(str(Path(folder).resolve()) for folder in folders))
-    if not current:
-        return
-    for folder in current:
-        if folder not in _config_folders:
-            _config_folders.append(folder)
-        while folder in sys.path:
-            sys.path.remove(folder)
-    at = next((i for i, entry in enumerate(sys.path) if entry in _config_folders), len(sys.path))
-    sys.path[at:at] = current
-    importlib.invalidate_caches()
+    _config_folders.extend(folder for folder in current if folder not in _config_folders)
+    others = [entry for entry in sys.path if entry not in current]
+    at = next((i for i, entry in enumerate(others) if entry in _config_folders), len(others))
+    wanted = others[:at] + current + others[at:]
+    if wanted != sys.path:              # every stage asks: the import caches are kept when nothing moves
+        sys.path[:] = wanted
+        importlib.invalidate_caches()
 
 
 def refresh(module: str) -> None:
     """Drop ``module`` and the author's modules it imports from the module cache when one of
     them is stale: it now resolves to another file, or its file changed since its import."""
     family = sorted(_family(module))
-    if not any([_stale(name) for name in family]):         # each checked: a changed file loses its bytecode
+    stale = [name for name in family if _stale(name)]
+    if not stale:
         return
+    for name in stale:                  # an edited file: its next import is its new state
+        path = sys.modules[name].__file__
+        if _changed(path):
+            _imported.pop(path, None)
+            _forget_bytecode(sys.modules[name])
     for name in family:
         for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[loaded]
@@ -77,20 +81,25 @@ def _family(module: str) -> set[str]:
 
 
 def _stale(name: str) -> bool:
-    loaded = sys.modules.get(name)
-    path = getattr(loaded, "__file__", None)
-    if loaded is None or path is None:
+    """Whether the loaded ``name`` is not what a new process would import: its file changed
+    since it was imported (a module first seen here counts as imported now), or the name
+    resolves to another file."""
+    path = getattr(sys.modules.get(name), "__file__", None)
+    if path is None:
         return False
-    stamp = file_stamp(path)
-    if stamp is None or _imported.setdefault(stamp[0], stamp) != stamp:
-        _imported.pop(str(path), None)
-        _forget_bytecode(loaded)
+    if _changed(path):
         return True
     if "." in name:
         return False
     found = importlib.machinery.PathFinder.find_spec(name)
     return found is not None and found.origin is not None and \
         os.path.realpath(found.origin) != os.path.realpath(path)
+
+
+def _changed(path: str) -> bool:
+    """Whether the file changed since its module was imported (first seen here: imported now)."""
+    stamp = file_stamp(path)
+    return stamp is None or _imported.setdefault(stamp[0], stamp) != stamp
 
 
 def _forget_bytecode(module: object) -> None:
