@@ -126,8 +126,8 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
                         "left out by auto" if c.role in LEFT_OUT_ROLES else "a feature (auto types it)")
     config_name = name or pipeline_name(Path(data))
     text = render(Draft(name=config_name, data_path=data_path or str(data), sample=sample, tokens=tokens,
-                        dtypes=as_numbers, target=target, choice=choice, columns=columns, id_column=id_column, ops=ops, models=models,
-                        notes=notes, date_notes=date_notes, auto=auto, plugins=listed,
+                        dtypes=as_numbers, target=target, choice=choice, columns=columns, id_column=id_column,
+                        ops=ops, models=models, notes=notes, date_notes=date_notes, auto=auto, plugins=listed,
                         plugins_why=_plugins_why(from_plugins, auto) if listed else ""))
     check_config_text(text)
     if not auto:

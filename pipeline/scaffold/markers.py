@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.contract import text_na_values
 from pipeline.core.dtypes import is_number
 from pipeline.features.column_roles import is_nested, is_text
 
@@ -174,8 +175,6 @@ def occurrences(frame: pd.DataFrame, token: str) -> dict[str, int]:
     return held
 
 
-
-
 def numbers_behind_placeholders(frame: pd.DataFrame, tokens: list[str],
                                 columns: set[str]) -> tuple[pd.DataFrame, dict[str, str]]:
     """``frame`` with ``tokens`` blanked in its text columns, as the load's ``na_values`` blank
@@ -183,13 +182,11 @@ def numbers_behind_placeholders(frame: pd.DataFrame, tokens: list[str],
     float64; with the ``dtypes`` the load needs to read them so (a Parquet table written from
     pandas keeps a number column with a ``' '`` placeholder as text, which init took for an id)."""
     out = frame.copy()
+    text_na_values(out, tokens)                 # as the load blanks them
     dtypes: dict[str, str] = {}
     for column in out.columns:
-        if is_number(out[column].dtype):
-            continue
-        values = out[column].mask(out[column].isin(tokens))
-        out[column] = values
-        if str(column) in columns and values.notna().any():
+        values = out[column]
+        if not is_number(values.dtype) and str(column) in columns and values.notna().any():
             numbers = pd.to_numeric(values, errors="coerce")
             if numbers.notna().sum() == values.notna().sum():
                 out[column] = numbers.astype("float64")

@@ -11,11 +11,9 @@ the first rows alone would show one year, or one class. The sample is then thinn
 
 from __future__ import annotations
 
-import dataclasses
-
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +95,7 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
                 raise
             # Past the first bytes sniffed, a byte that is not UTF-8: cp1252, as sniff decides early.
             notes.append(f"the bytes are not UTF-8 (byte {undecodable.start} of a read): read as cp1252")
-            dialect = dataclasses.replace(dialect, encoding="cp1252")
+            dialect = replace(dialect, encoding="cp1252")
             sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)
         sample.dialect, sample.notes = dialect, [*notes, *sample.notes]
     else:

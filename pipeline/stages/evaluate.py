@@ -152,9 +152,10 @@ class EvaluateSpec(StageSpec):
         ``folds:`` (they fit and score every non-test row) or with ``valid: 0``; and the test
         split (the default) of a split with ``test: 0``, found only after every model trained."""
         problems: list[tuple[KeyPath, str]] = []
-        if self.split == TEST and no_rows_in(TEST, inputs):
+        no_test = no_rows_in(TEST, inputs) if self.split == TEST else None
+        if no_test:
             problems.append((("split",), f"evaluate scores the test split (split: test, the default), but "
-                                         f"{no_rows_in(TEST, inputs)}, so there are no test rows; set test: > 0 on the "
+                                         f"{no_test}, so there are no test rows; set test: > 0 on the "
                                          "split stage, evaluate split: valid, or leave evaluate out (a final fit on "
                                          "every row has nothing held out to measure)"))
         missing = next((_no_valid_split(p) for p in inputs.values() if _no_valid_split(p)), None)

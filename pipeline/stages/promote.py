@@ -218,7 +218,7 @@ def _sorted_inputs(stage: str, inputs: dict[str, Any], spec: PromoteSpec) -> _In
                    [v for v in values if isinstance(v, ExportedFiles)])
 
 
-def _new_model_folder(stage: str, best: str, exported: list[ExportedFiles], run_dir: Path | None) -> Path:
+def _new_model_folder(stage: str, best: str, exported: list[ExportedFiles], run_dir: Path) -> Path:
     """The folder ``best`` is in, in this run's folder (``run_dir``). An export taken from the
     cache names the files of the run that first wrote them, which may since have been pruned or
     moved with its project: this run holds the same files under the export stage's folder."""
@@ -226,8 +226,6 @@ def _new_model_folder(stage: str, best: str, exported: list[ExportedFiles], run_
         for written in files:
             path = PurePosixPath(Path(written).as_posix())
             if path.name == MODEL_DESCRIPTION and path.parent.name == best and path.parent.parent.name == MODELS_DIR:
-                if run_dir is None:
-                    return Path(written).parent
                 return run_dir / path.parent.parent.parent.name / MODELS_DIR / best
     raise ConfigError([ConfigIssue(f"stages.{stage}.inputs", (
         f"the evaluation's best model '{best}' is not exported by the export stage(s) among promote's inputs; "
@@ -340,13 +338,12 @@ def run_promote(spec: PromoteSpec, ctx: StageContext, inputs) -> Promotion:
     evaluation = got.evaluation
     task, best = evaluation.task, evaluation.best
     metric = resolve_rank_by(spec.metric or evaluation.rank_by, task, where=f"stages.{ctx.stage}.metric")
-    new_folder = _new_model_folder(ctx.stage, best, got.exported,
-                                   ctx.artifacts_dir.parent if ctx.artifacts_dir is not None else None)
     if ctx.artifacts_dir is None:
         raise ConfigError([ConfigIssue(f"stages.{ctx.stage}", "promote compares with the pipeline's champion run: "
                                                               "run it inside a pipeline run (pipeline run), which "
                                                               "has a run folder")])
     run = RunLayout(ctx.artifacts_dir.parent)
+    new_folder = _new_model_folder(ctx.stage, best, got.exported, run.path)
     pipeline_dir = run.path.parent
     champion, unusable = _champion(pipeline_dir, run.run_id, ctx.backend.name)
     new_saved = None

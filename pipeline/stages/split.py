@@ -194,19 +194,15 @@ def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
                     ", ".join(map(repr, near)), positive)
 
 
-def classes_written_alike(values: list[Any]) -> list[list[str]]:
-    """Groups of classes that differ only in case or surrounding spaces (``Yes``, ``yes ``,
-    `` YES``): most likely one class written several ways, each now a class of its own."""
+def classes_alike_note(values: list[Any], column: str) -> str | None:
+    """Classes that differ only in case or surrounding spaces (``Yes``, ``yes ``, `` YES``),
+    most likely one class written several ways, each now a class of its own: one sentence
+    naming the column, or None."""
     groups: dict[str, list[str]] = {}
     for value in values:
         if isinstance(value, str):
             groups.setdefault(value.strip().casefold(), []).append(value)
-    return [group for group in groups.values() if len(group) > 1]
-
-
-def classes_alike_note(values: list[Any], column: str) -> str | None:
-    """What ``classes_written_alike`` found, as one sentence naming the column, or None."""
-    alike = classes_written_alike(values)
+    alike = [group for group in groups.values() if len(group) > 1]
     if not alike:
         return None
     shown = "; ".join(", ".join(map(repr, group)) for group in alike)
