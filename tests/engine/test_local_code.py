@@ -4,8 +4,7 @@ stage runs the module beside the config being run, as it is now. A second projec
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.support.cli import run_script
 
 STAGE = 'from helper import tag\n\n\ndef fn(ctx, inputs, **params):\n    return {"project": "%s", "tag": tag()}\n'
 HELPER = 'def tag():\n    return "%s"\n'
@@ -44,8 +43,9 @@ def test_each_config_runs_its_own_module_as_it_is_now(tmp_path):
         (tmp_path / project / "p.yaml").write_text(
             "name: p\ndevice: cpu\nstages:\n  step: {kind: python, function: 'stagefn:fn'}\n")
     (tmp_path / "notebook.py").write_text(SCRIPT)
-    # A process of its own: what is checked is one interpreter's module cache across runs.
-    proc = subprocess.run([sys.executable, "notebook.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    # In this process, as `python notebook.py` would run it: the state the script leaves (the
+    # modules it imported, sys.path) is put back after it.
+    proc = run_script(tmp_path / "notebook.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:5] == ["a a a1 succeeded", "b b b1 succeeded", "a a a1 cached", "a a a2 succeeded",
