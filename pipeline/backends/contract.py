@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.compressed import compression_of, plain_copy, refuse_partitioned
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.dask_collections import cluster_client
 from pipeline.backends.dates import missing_date_columns, parse_dates, partition_dates
@@ -70,6 +71,9 @@ class Backend(ABC):
         if not path.exists():
             raise input_not_found(path)
         fmt = (how.format or infer_format(path)).lower()
+        if fmt == "csv" and compression_of(path):   # every check and reader below takes a plain file
+            with plain_copy(path) as plain:
+                return self.read(plain, how, layouts=layouts)
         check_source(path, fmt, dialect)
         if fmt == "csv" and not self.csv_checks_row_widths:
             check_row_widths(path, dialect)
@@ -125,6 +129,8 @@ class Backend(ABC):
             check_source(first, fmt, dialect)
             parts = [f for s in sources for f in (parquet_files(s) if s.is_dir() else [s]) if f.exists()]
             check_parts(parts, fmt, dialect)
+            if fmt == "csv":
+                refuse_partitioned(parts)
         try:
             with dask.config.set({"dataframe.backend": self.dask_backend}):
                 if fmt == "parquet":

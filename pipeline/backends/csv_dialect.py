@@ -17,6 +17,7 @@ import codecs
 import csv
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 __all__ = ["CsvDialect", "DEFAULT_DIALECT", "LIKELY_SEPARATORS", "checked_encoding", "checked_mark",
@@ -227,8 +228,9 @@ def written_in_utf8(path: Any) -> str | None:
     UTF-8), or None. A run that read cp1252 or Latin-1 given new rows in UTF-8 would read every
     accented value as other letters ('ChÃ¨que' for 'Chèque'): unseen categories, wrong scores.
     Bytes of cp1252 text past ASCII almost never form valid UTF-8 sequences."""
-    with open(path, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
+    from pipeline.backends.compressed import read_head
+
+    head = read_head(Path(path), SNIFF_BYTES)
     if head.startswith(codecs.BOM_UTF8):
         return "it starts with UTF-8's byte order mark"
     if not any(b >= 0x80 for b in head):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.backends.compressed import plain_name, reading, text_reader
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, one_column_header, show
 from pipeline.core.errors import DataError, input_not_found
 
@@ -182,13 +183,12 @@ def parquet_files(folder: Path) -> list[Path]:
 
 def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> list[str]:
     """Column names exactly as the file holds them (pandas renames a repeated name; this does
-    not): the first non-blank line of a CSV (read with ``dialect``'s separator and encoding),
-    the schema of a Parquet file."""
+    not): the first non-blank line of a CSV (read with ``dialect``'s separator and encoding,
+    through a decompressing stream when the file is compressed), the schema of a Parquet file."""
     if fmt == "parquet":
         return [str(n) for n in parquet_schema(path).names]
-    refuse_compressed(path)
     try:
-        with open(path, newline="", encoding=dialect.text_encoding) as fh:
+        with reading(path), text_reader(path, dialect.text_encoding) as fh:
             row = next((r for r in csv.reader(fh, delimiter=dialect.sep) if r), None)
     except (csv.Error, UnicodeError) as exc:         # UnicodeError: a UTF-16 file without its byte order mark
         raise DataError(f"{path} is not a text CSV file in {dialect.encoding} ({one_line(exc)})"
@@ -198,31 +198,6 @@ def read_header(path: Path, fmt: str, dialect: CsvDialect = DEFAULT_DIALECT) -> 
     if row is None:
         raise DataError(f"{path} is empty: a CSV file needs a header line")
     return row
-
-
-# The first bytes of compressed files: what each is, and the command that undoes it.
-COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
-              (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
-              (b"PK\x03\x04", "zip", "unzip"))
-
-
-def refuse_compressed(path: Path) -> None:
-    """A compressed file named as CSV (``scores.csv.gz``) read as text gave "not a text CSV file
-    in utf-8", or a header of garbage: say what it is and how to read it. Regular files only:
-    a pipe's bytes can be read once, and opening one waits for its writer."""
-    if not path.is_file():
-        return
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-    except OSError:
-        return                              # the read that follows names the problem
-    for magic, kind, command in COMPRESSED:
-        if head.startswith(magic):
-            stream = "unzip -p" if kind == "zip" else f"{kind} -dc"
-            raise DataError(f"{path} is {kind}-compressed, and CSV input is read as plain text: decompress it first "
-                            f"({command} {path.name}), or stream it into a run ({stream} {path.name} | pipeline run "
-                            "CONFIG, with the load stage's path: '-')")
 
 
 def parquet_schema(path: Path) -> Any:
@@ -339,11 +314,25 @@ def partitioned_sources(text: str | list[str]) -> list[Path]:
     return found
 
 
+# What a file's suffix says it is (.txt and .tsv are CSV in the reader's dialect).
+NAME_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".txt": "csv"}
+
+
+def name_format(path: Path) -> str | None:
+    """The format a file's last suffix says, a compression suffix passed over (``rows.csv.gz``
+    is CSV); None when it says none."""
+    return NAME_FORMATS.get(Path(plain_name(path)).suffix.lower())
+
+
 def infer_format(path: Path, *, fix: str = "set format: csv or parquet") -> str:
-    """The format a file's name says (a folder is Parquet); ``fix`` is how the caller's user
-    names one when the name says nothing."""
+    """The format a file's name says (a folder is Parquet): its last suffix, or any of its
+    suffixes (``rows.csv.2024``); ``fix`` is how the caller's user names one when the name
+    says nothing."""
     if path.is_dir():
         return "parquet"
+    fmt = name_format(path)
+    if fmt is not None:
+        return fmt
     suffixes = [s.lower() for s in path.suffixes]
     if ".parquet" in suffixes or ".pq" in suffixes:
         return "parquet"

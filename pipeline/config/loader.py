@@ -162,7 +162,10 @@ def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:
 # ---------------------------------------------------------------- overrides
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list[ConfigIssue]) -> set[KeyPath]:
     """Apply ``a.b.c=value`` overrides in place; values are read by the config file's own YAML
-    rules (500, true, [a, b]; no tags beyond the core ones, bounded nesting)."""
+    rules (500, true, [a, b]; no tags beyond the core ones, bounded nesting), except a bare
+    ``-``, which is the text ``-`` (standard input as a load's path), not a list holding null.
+    A key inside a stage the config does not have is refused naming its stages: setting it
+    would make a stage of that one key (a whole new stage is set as ``stages.NAME={...}``)."""
     done: set[KeyPath] = set()
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -174,8 +177,14 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
         if len(parts) >= MAX_DEPTH:
             issues.append(ConfigIssue(key.strip(), f"the key path is deeper than {MAX_DEPTH} levels", source="--set"))
             continue
+        stages = data.get("stages")
+        if len(parts) > 2 and parts[0] == "stages" and isinstance(stages, dict) and parts[1] not in stages:
+            names = [str(n) for n in stages]
+            issues.append(ConfigIssue(f"stages.{parts[1]}", f"no stage named '{parts[1]}' (stages: {', '.join(names)})"
+                                      f"{_did_you_mean(parts[1], names)}", source="--set"))
+            continue
         try:
-            value = parse_value(raw, path=tuple(parts)) if raw.strip() else ""
+            value = "-" if raw.strip() == "-" else parse_value(raw, path=tuple(parts)) if raw.strip() else ""
         except ConfigError as exc:
             issues.extend(exc.issues)
             continue

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.backends.compressed import compression_of, plain_copy, read_head
 from pipeline.backends.csv_dialect import (
     DEFAULT_DIALECT,
     SNIFF_BYTES,
@@ -82,6 +83,12 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
     if not path.exists():
         raise DataError(f"{path}: no such file or folder (looked in {Path.cwd()})")
     fmt = format_of(path, fmt)
+    kind = compression_of(path) if fmt == "csv" else None
+    if kind is not None:               # the sampler seeks windows over a plain file, sized by its bytes
+        with plain_copy(path) as plain:
+            sample = read_sample(plain, fmt=fmt, na_values=na_values, max_rows=max_rows, max_bytes=max_bytes,
+                                 dialect=dialect)
+        return replace(sample, path=path, notes=[f"decompressed from {kind}", *sample.notes])
     notes: list[str] = []
     if dialect is None:
         dialect, notes = sniff_file(path) if fmt == "csv" else (DEFAULT_DIALECT, [])
@@ -116,8 +123,7 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
 def sniff_file(path: Path) -> tuple[CsvDialect, list[str]]:
     """The dialect of a CSV file's first bytes (``csv_dialect.sniff``), and what was found."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
+        head = read_head(path, SNIFF_BYTES)
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
     return sniff(head)

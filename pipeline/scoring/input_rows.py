@@ -15,15 +15,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect, dialect_of
+from pipeline.backends.compressed import plain_name
+from pipeline.backends.input_files import NAME_FORMATS, name_format
 from pipeline.core.dtypes import is_number_or_bool
 from pipeline.core.errors import DataError, input_not_found
 from pipeline.runs import layout
 from pipeline.runs.record import RunManifest
 
 # What a file's suffix says it is: as a load reads it (.txt and .tsv are CSV in the run's dialect).
-INPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".txt": "csv"}
+INPUT_SUFFIXES = NAME_FORMATS
 # The files of a folder that are read: not .txt, which in a folder of parts is most often a note.
 FOLDER_SUFFIXES = {suffix: fmt for suffix, fmt in INPUT_SUFFIXES.items() if suffix != ".txt"}
 
@@ -38,17 +39,24 @@ def input_files(input: str | os.PathLike[str]) -> list[tuple[Path, str]]:
     (subfolders and other files are not read)."""
     path = Path(input)
     if path.is_dir():
-        files = sorted((p, FOLDER_SUFFIXES[p.suffix.lower()]) for p in path.iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in FOLDER_SUFFIXES)
+        parts = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        files = [(p, fmt) for p in parts if (fmt := name_format(p)) and _folder_part(p)]
         if not files:
-            raise DataError(f"input folder {path} holds no files named {', '.join(FOLDER_SUFFIXES)}")
+            raise DataError(f"input folder {path} holds no files named {', '.join(FOLDER_SUFFIXES)} (or those "
+                            "names compressed: .csv.gz)")
         return files
     if not path.is_file():
         raise input_not_found(path)
-    fmt = INPUT_SUFFIXES.get(path.suffix.lower())
+    fmt = name_format(path)
     if fmt is None:
-        raise DataError(f"input {path}: cannot tell the format from the name (expected {', '.join(INPUT_SUFFIXES)})")
+        raise DataError(f"input {path}: cannot tell the format from the name (expected {', '.join(INPUT_SUFFIXES)}, "
+                        "or one of those compressed: .csv.gz)")
     return [(path, fmt)]
+
+
+def _folder_part(path: Path) -> bool:
+    """Whether a folder's file is a part to read: not a ``.txt``, most often a note there."""
+    return not plain_name(path).lower().endswith(".txt")
 
 
 def read_input(files: list[tuple[Path, str]], fitted: dict[str, str], backend: Any, *,

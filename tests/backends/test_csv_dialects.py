@@ -188,14 +188,3 @@ def test_a_utf16_file_is_sniffed_and_a_late_byte_that_is_not_utf8_gets_the_encod
     late.to_csv(tmp_path / "late.csv", index=False, encoding="cp1252")
     with pytest.raises(DataError, match=r"can't decode byte 0xe8 .*give its encoding, cp1252"):
         load_table(tmp_path / "late.csv")
-
-
-@pytest.mark.parametrize("compression, said", [("gzip", "gzip-compressed"), ("bz2", "bzip2-compressed"),
-                                               ("zip", "zip-compressed"), ("xz", "xz-compressed")])
-def test_a_compressed_file_is_named_as_compressed_with_how_to_read_it(tmp_path, compression, said):
-    """`scores.csv.gz` read as text was "not a text CSV file in utf-8" at the load, cp1252 garbage
-    at init ("--target 'Churn' is not a column ... (columns: \\x1f\\x8b...)")."""
-    path = tmp_path / "rows.csv.x"
-    pd.DataFrame({"a": range(50), "b": ["x"] * 50}).to_csv(path, index=False, compression=compression)
-    with pytest.raises(DataError, match=f"{said}, and CSV input is read as plain text: decompress it first"):
-        load_table(path, format="csv")

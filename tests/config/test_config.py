@@ -115,6 +115,23 @@ def test_an_override_takes_a_list_index_as_messages_write_it():
     assert config.stages["mlp"].hidden[1] == 16
 
 
+def test_an_override_inside_a_stage_that_does_not_exist_names_the_stages():
+    """`--set stages.train.models=[...]` on a config without a stage `train` made one, and the
+    message was "stages.train.kind: missing 'kind'", as if the user had left a key out."""
+    (issue,) = issues_of(MINIMAL, overrides=("stages.splitt.test=0.3",))
+    assert issue.source == "--set" and issue.path == "stages.splitt"
+    assert "no stage named 'splitt'" in issue.message and "raw, split" in issue.message
+    assert "did you mean 'split'?" in issue.message
+    added = load_config(text=MINIMAL, overrides=["stages.more={kind: load, path: other.csv}"])
+    assert added.stages["more"].path == "other.csv"
+
+
+def test_an_override_of_a_dash_is_the_text_dash():
+    """`--set stages.raw.path=-` (standard input, as the docs write `path: '-'`) read as YAML is
+    a list holding null, refused as "Input should be a valid string"."""
+    assert load_config(text=MINIMAL, overrides=["stages.raw.path=-"]).stages["raw"].path == "-"
+
+
 def test_bad_override_reports_its_source():
     issues = issues_of(MINIMAL, overrides=("seed=abc", "nonsense"))
     assert {i.source for i in issues} == {"--set"}

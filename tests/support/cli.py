@@ -58,9 +58,10 @@ def _in_a_process(argv: list[str], cwd: Path, env: dict[str, str], input: str | 
                   timeout: float) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "pipeline", *argv]
     stdin = subprocess.DEVNULL if input is None else None
-    text = input.decode() if isinstance(input, bytes) else input
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, errors="replace",
-                          timeout=timeout, stdin=stdin, input=text)
+    data = input.encode() if isinstance(input, str) else input      # bytes as they are: a gzip stream
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, timeout=timeout, stdin=stdin, input=data)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"),
+                                       done.stderr.decode(errors="replace"))
 
 
 def _in_this_process(argv: list[str], cwd: Path, env: dict[str, str], input: str | bytes | None
