@@ -164,9 +164,11 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
     """Apply ``a.b.c=value`` overrides in place; values are read by the config file's own YAML
     rules (500, true, [a, b]; no tags beyond the core ones, bounded nesting), except a bare
     ``-``, which is the text ``-`` (standard input as a load's path), not a list holding null.
-    A key inside a stage the config does not have is refused naming its stages: setting it
-    would make a stage of that one key (a whole new stage is set as ``stages.NAME={...}``)."""
+    Keys set inside a stage the config does not have make a new stage; one that ends without a
+    ``kind`` was most often a misspelt stage name, refused naming the config's stages."""
     done: set[KeyPath] = set()
+    stages = data.get("stages")
+    named = [str(n) for n in stages] if isinstance(stages, dict) else []
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -176,12 +178,6 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
         parts: list[str | int] = list(_override_path(key))
         if len(parts) >= MAX_DEPTH:
             issues.append(ConfigIssue(key.strip(), f"the key path is deeper than {MAX_DEPTH} levels", source="--set"))
-            continue
-        stages = data.get("stages")
-        if len(parts) > 2 and parts[0] == "stages" and isinstance(stages, dict) and parts[1] not in stages:
-            names = [str(n) for n in stages]
-            issues.append(ConfigIssue(f"stages.{parts[1]}", f"no stage named '{parts[1]}' (stages: {', '.join(names)})"
-                                      f"{_did_you_mean(parts[1], names)}", source="--set"))
             continue
         try:
             value = "-" if raw.strip() == "-" else parse_value(raw, path=tuple(parts)) if raw.strip() else ""
@@ -206,6 +202,13 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], issues: list
                                       source="--set"))
             continue
         done.add(tuple(parts))
+    if isinstance(stages, dict):
+        for name in [n for n in stages if str(n) not in named]:
+            if isinstance(stages[name], dict) and "kind" not in stages[name]:
+                del stages[name]
+                done = {p for p in done if p[:2] != ("stages", name)}
+                issues.append(ConfigIssue(f"stages.{name}", f"no stage named '{name}' (stages: {', '.join(named)})"
+                                          f"{_did_you_mean(name, named)}", source="--set"))
     return done
 
 

@@ -124,6 +124,8 @@ def test_an_override_inside_a_stage_that_does_not_exist_names_the_stages():
     assert "did you mean 'split'?" in issue.message
     added = load_config(text=MINIMAL, overrides=["stages.more={kind: load, path: other.csv}"])
     assert added.stages["more"].path == "other.csv"
+    piecewise = load_config(text=MINIMAL, overrides=["stages.more.path=o.csv", "stages.more.kind=load"])
+    assert piecewise.stages["more"].path == "o.csv"
 
 
 def test_an_override_of_a_dash_is_the_text_dash():
