@@ -135,6 +135,7 @@ def predict_batch(run: str | os.PathLike[str], input: str | os.PathLike[str], ou
     if not drift_threshold > 0.0:
         raise UsageError(f"--drift-threshold must be above 0, got {drift_threshold}")
     files = input_files(input)
+    refuse_overwriting_input(output, files)
 
     opened = open_model(run, model=options.model, runs_dir=options.runs_dir, pipeline=options.pipeline,
                         device=options.device, threshold=threshold)
@@ -269,6 +270,16 @@ def write_table(table: pd.DataFrame, path: Path, fmt: str) -> None:
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
+def refuse_overwriting_input(output: Path, files: list[tuple[Path, str]]) -> None:
+    """An ``--output`` that is one of the input's files would replace the rows with their
+    scores (a typo a nightly job makes once): refused before anything is read."""
+    target = output.resolve()
+    for path, _ in files:
+        if path.resolve() == target:
+            raise UsageError(f"--output {output} is the input file {path}: scoring would replace the rows with their "
+                             "scores; write the scores to another file")
+
+
 # ------------------------------------------------------------------ drift
 def drift_path(output: Path, *, partitioned: bool) -> Path:
     """Where the drift summary of the scores at ``output`` goes: ``scores.drift.json`` beside
@@ -299,11 +310,15 @@ def report_drift(saved: Any, counts: Counts | None, rows: int, path: Path, *, ru
         return None, []
     values = psi(saved.reference, counts) if rows else {}
     over = over_threshold(values, threshold)
-    atomic_write_json(path, {
-        "psi": values, "threshold": threshold, "over_threshold": over, "rows": rows,
-        "reference_rows": saved.reference["rows"], "model": model, "run": run_dir.name,
-        "counts": {name: part.tolist() for name, part in counts.items()},
-    })
+    try:
+        atomic_write_json(path, {
+            "psi": values, "threshold": threshold, "over_threshold": over, "rows": rows,
+            "reference_rows": saved.reference["rows"], "model": model, "run": run_dir.name,
+            "counts": {name: part.tolist() for name, part in counts.items()},
+        })
+    except StorageError as exc:        # drift only warns: the scores are written, the exit is theirs
+        _unwritten_summary(path, exc)
+        return None, over
     if over:
         log.warning("drift: %d feature%s over PSI %g: %s (%s)", len(over), "" if len(over) == 1 else "s", threshold,
                     ", ".join(f"{name} {values[name]:.2f}" for name in over), path)
@@ -313,6 +328,18 @@ def report_drift(saved: Any, counts: Counts | None, rows: int, path: Path, *, ru
     else:
         log.info("drift: no rows scored, no PSI (%s)", path)
     return path, over
+
+
+def _unwritten_summary(path: Path, exc: StorageError) -> None:
+    """Warn that the drift summary could not be written, and remove one an earlier scoring left
+    at ``path``: beside the new scores it would describe other rows."""
+    left = ""
+    try:
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+    except OSError as gone:
+        left = f"; the summary there is an earlier scoring's and could not be removed ({gone.strerror or gone})"
+    log.warning("drift: %s; the scores are written, without a drift summary%s", exc, left)
 
 
 # ------------------------------------------------------------------ the run

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from tests.support.cli import run_cli as _pipeline
-from pipeline.core.errors import ConfigError, DataError, ExitCode
+from pipeline.core.errors import ConfigError, DataError, ExitCode, StorageError
 from pipeline.predict.batch import predict_batch
 from pipeline.runs.record import read_manifest
 from pipeline.runs.store import sha256_file
@@ -360,6 +360,42 @@ def test_unknown_model_and_bad_output_are_usage_errors(churn_run, tmp_path):
                cwd=churn_run["project"])
     assert proc.returncode == ExitCode.CONFIG and ".parquet or .csv" in proc.stderr, proc.stderr
     assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.json").exists()
+
+
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(churn_run, tmp_path):
+    """`--output new.csv --input new.csv` replaced the rows with their scores, exit 0."""
+    source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
+    before = source.read_bytes()
+    for output in (source, tmp_path / "." / "new.csv"):
+        proc = cli("--run", "latest", "--input", str(source), "--output", str(output), cwd=churn_run["project"])
+        assert proc.returncode == ExitCode.CONFIG, proc.stderr
+        assert "--output" in proc.stderr and "is the input file" in proc.stderr
+    assert source.read_bytes() == before
+
+
+def test_a_drift_summary_that_cannot_be_written_warns_and_leaves_no_stale_one(churn_run, tmp_path, monkeypatch):
+    """Drift only warns, so the exit is the scoring's: a summary that could not be written
+    (here a folder in its way) was exit 6 with the new scores in place, and one left from an
+    earlier scoring stayed beside them, describing other rows."""
+    source = write_rows(churn_run["test_rows"].head(20), tmp_path / "new.csv")
+    out = tmp_path / "s.csv"
+    (tmp_path / "s.drift.json").mkdir()
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), cwd=churn_run["project"])
+    assert proc.returncode == 0, proc.stderr
+    assert len(pd.read_csv(out)) == 20
+    assert "drift: cannot write" in proc.stderr and "s.drift.json" in proc.stderr
+    (tmp_path / "s.drift.json").rmdir()
+    first = predict_batch(churn_run["run_dir"], source, out, na_values=[" "])
+    assert first.drift == tmp_path / "s.drift.json" and first.drift.exists()
+
+    def disk_full(path, data):
+        raise StorageError(f"cannot write {path}: No space left on device")
+
+    monkeypatch.setattr("pipeline.runs.store.atomic_write_json", disk_full)
+    again = predict_batch(churn_run["run_dir"], write_rows(churn_run["test_rows"].head(3), tmp_path / "few.csv"),
+                          out, na_values=[" "])
+    assert again.drift is None and len(pd.read_csv(out)) == 3
+    assert not (tmp_path / "s.drift.json").exists()          # the earlier rows' summary is not left beside them
 
 
 def test_a_failed_run_is_refused(churn_run, tmp_path):
