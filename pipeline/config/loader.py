@@ -33,7 +33,7 @@ from pipeline.core.dag import graph_problems, topological_order
 from pipeline.core.errors import ConfigError, ConfigIssue, UsageError
 from pipeline.features import COLUMNS_TAGS, OPS, SELECTOR_TAG, ColumnSelector
 from pipeline.core.plugins import is_module_name, load_plugins
-from pipeline.core.local_code import use_config_folders
+from pipeline.core.local_code import refresh_plugins, remember, use_config_folders
 from pipeline.stages import STAGE_KINDS
 from pipeline.stages.spec import input_list, kinds_producing
 
@@ -151,8 +151,12 @@ def _plugin_issues(doc: YamlDocument) -> list[ConfigIssue]:
     listed = doc.data.get("plugins") or []
     listed = listed if isinstance(listed, list) else []
     malformed = {f"plugins[{i}]" for i, module in enumerate(listed) if not is_module_name(module)}
+    named = [module for module in listed if is_module_name(module)]
+    refresh_plugins(named)          # another project's plugin of the same name, or an edited one
     try:
         load_plugins(listed)
+        for module in named:
+            remember(module, plugin=True)
     except ConfigError as exc:
         return [ConfigIssue(i.path, i.message, doc.line_of(("plugins",)) if i.path.startswith("plugins") else None,
                             i.source) for i in exc.issues if i.path not in malformed]

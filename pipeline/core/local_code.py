@@ -12,8 +12,9 @@ an edited module ran as first imported, under the key of its new source. So:
   module cache when one of them now resolves to another file or its file has changed since it
   was imported (``remember``), so the stage imports what a new process would.
 
-Plugins are left as they are: they register their stage kinds, models and ops once for the
-life of the process (``pipeline.core.plugins``).
+A config's plugins (``plugins: [...]``) are refreshed the same way when the config is read
+(``refresh_plugins``): a second project's plugin of the same name, or an edited one, is
+imported again, and what it registers replaces what the earlier import registered.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.fingerprints import file_stamp, local_modules
-from pipeline.core.plugins import loaded_plugins
+from pipeline.core.plugins import forget_plugin, loaded_plugins
 
 # Folders of configs this process has run, in the order first seen.
 _config_folders: list[str] = []
@@ -50,34 +51,52 @@ def use_config_folders(folders: Sequence[str | os.PathLike[str]]) -> None:
 def refresh(module: str) -> None:
     """Drop ``module`` and the author's modules it imports from the module cache when one of
     them is stale: it now resolves to another file, or its file changed since its import."""
-    family = sorted(_family(module))
-    stale = [name for name in family if _stale(name)]
+    _drop_if_stale(_family(module))
+
+
+def refresh_plugins(modules: Sequence[str]) -> list[str]:
+    """Of a config's plugin ``modules``, those already imported that are stale (``refresh``'s
+    test, over the plugin and the author's modules it imports): dropped from the module cache
+    and from the plugins loaded, so that loading them imports them again. Returns them."""
+    stale = []
+    for module in modules:
+        if module in loaded_plugins() and _drop_if_stale(_family(module, plugins=True)):
+            forget_plugin(module)
+            stale.append(module)
+    return stale
+
+
+def _drop_if_stale(family: set[str]) -> bool:
+    names = sorted(family)
+    stale = [name for name in names if _stale(name)]
     if not stale:
-        return
+        return False
     for name in stale:                  # an edited file: its next import is its new state
         path = sys.modules[name].__file__
         if _changed(path):
             _imported.pop(path, None)
             _forget_bytecode(sys.modules[name])
-    for name in family:
+    for name in names:
         for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[loaded]
     importlib.invalidate_caches()
+    return True
 
 
-def remember(module: str) -> None:
+def remember(module: str, *, plugin: bool = False) -> None:
     """Note the files of ``module`` and the author's modules it imports, as just imported."""
-    for name in _family(module):
+    for name in _family(module, plugins=plugin):
         stamp = file_stamp(getattr(sys.modules.get(name), "__file__", None))
         if stamp is not None:
             _imported.setdefault(stamp[0], stamp)
 
 
-def _family(module: str) -> set[str]:
-    """``module`` (its top package too) and the author's modules it imports, less plugins."""
-    plugins = set(loaded_plugins())
+def _family(module: str, *, plugins: bool = False) -> set[str]:
+    """``module`` (its top package too) and the author's modules it imports, less plugins
+    (other than ``module`` itself when ``plugins``)."""
+    skipped = set() if plugins else set(loaded_plugins())
     names = set(local_modules([module])) | {module.split(".")[0]}
-    return {name for name in names if name not in plugins and name.split(".")[0] != "pipeline"}
+    return {name for name in names if name not in skipped and name.split(".")[0] != "pipeline"}
 
 
 def _stale(name: str) -> bool:

@@ -60,6 +60,7 @@ ENTRY_POINT_GROUPS = {ENTRY_POINT_GROUP: "plugin", HOOK_ENTRY_POINT_GROUP: "hook
 MODULE_NAME = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 _loaded: set[str] = set()
+_config_only: set[str] = set()
 _entry_points_loaded = False
 
 Folders = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
@@ -99,6 +100,9 @@ def load_plugins(modules: Iterable[str] = (), *, search_path: Folders = None, wh
     named += [(m, f"${ENV_VAR}", None) for m in environment_plugins()]
     issues = []
     for module, origin, held_by in named:
+        from_config = where == "plugins" and not origin.startswith("$")
+        if not from_config:
+            _config_only.discard(module)            # asked for process-wide: its hooks serve every run
         if module in _loaded:
             continue
         try:
@@ -110,6 +114,8 @@ def load_plugins(modules: Iterable[str] = (), *, search_path: Folders = None, wh
             issues.append(ConfigIssue(origin, _import_problem(module, exc, note), source=held_by))
             continue
         _loaded.add(module)
+        if from_config:
+            _config_only.add(module)
         imported.append(module)
     if issues:
         raise ConfigError(issues)
@@ -198,3 +204,16 @@ def note_replacement(what: str, name: str, old_module: str | None, new_module: s
 def loaded_plugins() -> frozenset[str]:
     """The plugin modules this process has imported (they stay registered for its life)."""
     return frozenset(_loaded)
+
+
+def forget_plugin(module: str) -> None:
+    """Count ``module`` as not loaded, so the next ``load_plugins`` naming it imports it again
+    (``pipeline.core.local_code.refresh_plugins``, after dropping a stale one)."""
+    _loaded.discard(module)
+
+
+def config_only_plugins() -> frozenset[str]:
+    """The plugin modules imported only because a config listed them (not ``--plugin``,
+    $PIPELINE_PLUGINS or an entry point): what they register is that config's, so their run
+    hooks serve the runs of configs that list them (``hooks.hook_registry.build_hooks``)."""
+    return frozenset(_config_only)

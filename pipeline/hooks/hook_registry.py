@@ -20,7 +20,9 @@ A registration says:
 
 Plugin code registers hooks with the same ``register_hook`` (``pipeline.core.plugins``:
 a config's ``plugins:``, ``$PIPELINE_PLUGINS``, or the ``pipeline.hooks`` entry-point group).
-Registering a name that exists replaces it (a plugin reloaded in a notebook).
+Registering a name that exists replaces it (a plugin reloaded in a notebook). A hook that a
+plugin registered because a config listed it serves the runs of configs that list that plugin,
+not every later run of the process (a notebook, a service running several projects).
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.plugins import note_replacement
+from pipeline.core.plugins import config_only_plugins, note_replacement
 from pipeline.hooks.protocol import RunHook
 
 __all__ = [
@@ -74,6 +76,7 @@ class HookRegistration:
     default: bool = True
     order: int = DEFAULT_ORDER
     description: str = ""
+    module: str | None = None          # the module that registered it (its factory's)
 
     def section_of(self, config: Any) -> Any:
         """The hook's section of ``config``: as validated, or (a config validated before the hook
@@ -145,12 +148,23 @@ def register_hook(
     if description is None:
         doc = (section.__doc__ or "") if section is not None else ""
         description = " ".join(doc.strip().split("\n\n")[0].split())
-    registration = HookRegistration(name, factory, config_key, section, bool(default), order, description)
+    if section is not None and "extra" not in section.model_config:
+        section = _strict(section)
+    registration = HookRegistration(name, factory, config_key, section, bool(default), order, description,
+                                    getattr(factory, "__module__", None))
     old = HOOKS.get(name)
     note_replacement("run hook", name, getattr(old.factory, "__module__", "?") if old else None,
                      getattr(factory, "__module__", None))
     HOOKS[name] = registration
     return registration
+
+
+def _strict(section: type[BaseModel]) -> type[BaseModel]:
+    """``section`` refusing keys it does not have, as every other key of a config does (a
+    misspelt ``chanel:`` was dropped and the default used); a model that says what to do with
+    extra keys (``model_config = ConfigDict(extra=...)``) is kept as it is."""
+    return type(section.__name__, (section,), {"__module__": section.__module__, "__doc__": section.__doc__,
+                                               "model_config": ConfigDict(extra="forbid")})
 
 
 def reserve_config_keys(keys: Any) -> None:
@@ -170,7 +184,11 @@ def build_hooks(context: HookContext) -> list[RunHook]:
     anything else (a plugin's bug) is logged and that hook left out, as a hook that fails later is."""
     placed: list[tuple[int, int, int, RunHook]] = [(CALLER_ORDER, 0, i, hook) for i, hook in enumerate(context.hooks)]
     entries = sorted(enumerate(HOOKS.values()), key=lambda item: item[1].order)
+    listed = set(getattr(context.config, "plugins", None) or ())
     for sequence, entry in entries:
+        plugin = _config_plugin(entry.module)
+        if plugin is not None and plugin not in listed:
+            continue                       # another config's plugin, imported earlier in this process
         try:
             hook = entry.factory(entry.section_of(context.config), context)
         except PipelineError:
@@ -182,3 +200,10 @@ def build_hooks(context: HookContext) -> list[RunHook]:
         if hook is not None:
             placed.append((entry.order, 1, sequence, hook))
     return [hook for *_, hook in sorted(placed, key=lambda item: item[:3])]
+
+
+def _config_plugin(module: str | None) -> str | None:
+    """The plugin that a config listed, and only a config, that ``module`` is (or is inside)."""
+    if module is None:
+        return None
+    return next((p for p in config_only_plugins() if module == p or module.startswith(p + ".")), None)

@@ -228,6 +228,10 @@ def test_a_section_registered_in_process_is_validated_with_its_line(registry):
     with pytest.raises(ConfigError) as caught:
         load_config(text=text)
     assert "retention.days (line 3)" in str(caught.value)
+    # The model says nothing of extra keys: a misspelt one is refused, as any config key is
+    # (it was dropped, and the default used).
+    with pytest.raises(ConfigError, match=r"retention\.dayz \(line 3\): unknown key 'dayz'; did you mean 'days'"):
+        load_config(text=text.replace("days: many", "dayz: 7"))
     config = load_config(text=text.replace("many", "7"))
     assert config.retention.days == 7 and isinstance(config, PipelineConfig)
     assert load_config(text=text.replace("retention:\n  days: many\n", "")).retention.days == 30

@@ -135,7 +135,7 @@ def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
     for name in saved_modules:
         del sys.modules[name]
     saved_registries = [(registry, dict(registry)) for registry in _registries()]
-    saved_plugins = (set(plugins._loaded), plugins._entry_points_loaded)
+    saved_plugins = (set(plugins._loaded), plugins._entry_points_loaded, set(plugins._config_only))
     saved_signals = {s: signal.getsignal(s) for s in SIGNALS}
     saved_logging = _logging_state()
     saved_json = dict(options.JSON_ERRORS)
@@ -154,6 +154,7 @@ def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
     sys.path[:0] = [str(cwd), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
     importlib.invalidate_caches()
     plugins._loaded.clear()
+    plugins._config_only.clear()
     plugins._entry_points_loaded = False
     logging.getLogger().handlers[:] = []
     logging.getLogger().setLevel(logging.WARNING)
@@ -175,6 +176,8 @@ def _process_state(cwd: Path, env: dict[str, str]) -> Iterator[None]:
         plugins._loaded.clear()
         plugins._loaded.update(saved_plugins[0])
         plugins._entry_points_loaded = saved_plugins[1]
+        plugins._config_only.clear()
+        plugins._config_only.update(saved_plugins[2])
         for number, handler in saved_signals.items():
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         _restore_logging(saved_logging)
