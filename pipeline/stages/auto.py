@@ -177,12 +177,16 @@ class MemberRecord:
     params: dict[str, Any] = field(default_factory=dict)
     holdout: float | None = None      # planned: the score on fold 0's held-out rows (its first fit)
     folds: int = 0                    # folds fitted (its out-of-fold rows are theirs)
+    # planned: the score on the training rows every fitted member scored out of fold, the
+    # leaderboard's order (members bagged on fewer folds have out-of-fold scores on fewer rows,
+    # and scores over other rows do not rank).
+    shared: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model, "status": self.status, "seconds": round(self.seconds, 3)}
         if self.folds:
             out["folds"] = self.folds
-        for key in ("holdout", "oof", "valid"):
+        for key in ("holdout", "oof", "shared", "valid"):
             value = getattr(self, key)
             if value is not None and math.isfinite(value):
                 out[key] = round(value, 6)
@@ -461,12 +465,14 @@ class _Run:
         rows = "every training row" if all(bags[m].done == PLANNED_FOLDS for m in chosen) else "the rows all scored"
         self.plan.append(PlanStep("blend", self.name, f"weights on {rows} out of fold: "
                                   + ", ".join(f"{m} {final[m]:.3f}" for m in chosen)))
+        shared = np.all([_has_score(bag.oof) for bag in bags.values()], axis=0)   # fold 0 at least
         for record in self.board:
             if record.model in bags:
                 bag = bags[record.model]
                 record.folds = bag.done
                 record.seconds = bag.seconds
                 record.oof = _metric(self.task, self.metric, *_scored_rows(self.labels, bag.oof))
+                record.shared = _metric(self.task, self.metric, self.labels[shared], bag.oof[shared])
                 record.weight = final.get(record.model, 0.0)
                 if self.has_valid:
                     record.valid = _metric(self.task, self.metric, np.asarray(self.features.labels(VALID)),
@@ -691,7 +697,10 @@ class _Run:
 
     def _result(self, blended: TrainedModel, mode: str) -> AutoResult:
         better = HIGHER_IS_BETTER[self.metric]
-        self.board.sort(key=lambda r: (r.status != "fitted", -(r.oof or 0.0) if better else (r.oof or math.inf)))
+        def score(record: MemberRecord) -> float | None:
+            return record.shared if record.shared is not None else record.oof
+
+        self.board.sort(key=lambda r: (r.status != "fitted", -(score(r) or 0.0) if better else (score(r) or math.inf)))
         seconds = time.perf_counter() - self.started
         # The whole stage is the blend's fit: what evaluate sizes its importance by (explain.FIT_SHARE).
         blended.fit_seconds = seconds
@@ -783,7 +792,9 @@ def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> Tr
                           ensemble=spec.ensemble, seed=ctx.seed, name=ctx.stage)
     result = fit_auto(features, options, log=lambda line: ctx.logger.info("%s: %s", ctx.stage, line))
     board = [r.to_dict() for r in result.leaderboard]
-    ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)",
+    ranked = ("shared: the rows every fitted member scored out of fold" if result.mode == "planned"
+              else "oof: every training row, out of fold")
+    ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)", "ranked_by": ranked,
                                 "time_limit": spec.time_limit, "seconds": round(result.seconds, 3),
                                 "mode": result.mode, "members": board,
                                 "plan": [step.to_dict() for step in result.plan]}

@@ -167,6 +167,21 @@ def test_a_boosters_projection_grows_with_the_classes_and_the_others_do_not():
     assert binary._units(portfolio_for("binary", "auto")[0]) == 1
 
 
+def test_the_leaderboard_ranks_members_on_the_rows_every_one_of_them_scored():
+    """A member fitted on one fold has out-of-fold scores on a fifth of the rows, a bagged one
+    on all: ranking by each one's own rows listed a 1-fold xgboost above a lightgbm that was
+    better on the rows both scored."""
+    features = features_of(table(), "binary")
+    result = fit_auto(features, time_limit=120, models=["linear", "random_forest", "extra_trees"], seed=1)
+    fitted = [r for r in result.leaderboard if r.status == "fitted"]
+    assert len(fitted) == 3 and all(r.shared is not None for r in fitted)
+    assert [r.shared for r in fitted] == sorted((r.shared for r in fitted), reverse=True)
+    least = min(r.folds for r in fitted)
+    for record in fitted:           # the rows all scored: fold 0's if one was fitted on it alone
+        assert record.shared == pytest.approx(record.holdout if least == 1 else record.oof)
+        assert record.to_dict()["shared"] == round(record.shared, 6)
+
+
 def test_a_member_projected_past_a_quarter_of_the_limit_is_skipped_however_much_time_is_left(monkeypatch):
     from pipeline.stages import auto
 
