@@ -30,12 +30,16 @@ _EXPORTS = {
     "PipelineConfig": "pipeline.config",
     "load_config": "pipeline.config",
     "BackendUnavailable": "pipeline.core.errors",
+    "BudgetError": "pipeline.core.errors",
     "ConfigError": "pipeline.core.errors",
     "DataError": "pipeline.core.errors",
     "ExitCode": "pipeline.core.errors",
+    "LockTimeout": "pipeline.core.errors",
+    "OutOfMemory": "pipeline.core.errors",
     "PipelineError": "pipeline.core.errors",
     "StageError": "pipeline.core.errors",
     "StorageError": "pipeline.core.errors",
+    "UsageError": "pipeline.core.errors",
     "Settings": "pipeline.core.settings",
     "FeatureWorkflow": "pipeline.features",
     "RunOptions": "pipeline.engine.run_options",
@@ -50,12 +54,16 @@ if TYPE_CHECKING:
     from pipeline.config import PipelineConfig, load_config
     from pipeline.core.errors import (
         BackendUnavailable,
+        BudgetError,
         ConfigError,
         DataError,
         ExitCode,
+        LockTimeout,
+        OutOfMemory,
         PipelineError,
         StageError,
         StorageError,
+        UsageError,
     )
     from pipeline.core.settings import Settings
     from pipeline.engine.run_options import RunOptions

@@ -121,7 +121,17 @@ class ConfigError(PipelineError):
 
 
 class UsageError(ConfigError):
-    """A bad command-line option value (exit 2, like every ConfigError), as one plain sentence."""
+    """A bad command-line option or library argument (exit 2, like every ConfigError), as one
+    plain sentence.
+
+    Examples:
+        >>> from pipeline import ConfigError, UsageError, load_config, run_pipeline
+        >>> try:                 # overrides go to load_config; a loaded config is run as it is
+        ...     run_pipeline(load_config("configs/churn.yaml"), overrides=["seed=1"])
+        ... except UsageError as error:
+        ...     print(isinstance(error, ConfigError), error.exit_code)
+        True 2
+    """
 
     def _render(self) -> str:
         return "; ".join(issue.message for issue in self.issues)
@@ -230,20 +240,38 @@ class StorageError(PipelineError):
 
 class OutOfMemory(PipelineError):
     """The process could not allocate the memory the input or the work needs (outside a stage,
-    where a MemoryError is that stage's failure)."""
+    where a MemoryError is that stage's failure).
+
+    Examples:
+        >>> from pipeline import OutOfMemory
+        >>> OutOfMemory("reading data/huge.csv needs 40 GiB").exit_code
+        8
+    """
 
     exit_code = ExitCode.OUT_OF_MEMORY
 
 
 class LockTimeout(PipelineError):
-    """Another run of the same pipeline held the lock for longer than the run would wait."""
+    """Another run of the same pipeline held the lock for longer than the run would wait.
+
+    Examples:
+        >>> from pipeline import LockTimeout
+        >>> LockTimeout("runs/churn/.lock is held by pid 4242").exit_code
+        7
+    """
 
     exit_code = ExitCode.LOCKED
 
 
 class BudgetError(PipelineError):
     """A budget cap stopped the run (recorded with the figures), or the estimate from earlier
-    runs exceeded it before the run started."""
+    runs exceeded it before the run started.
+
+    Examples:
+        >>> from pipeline import BudgetError
+        >>> BudgetError("budget.max_wall 10s reached in stage 'forest'").exit_code
+        9
+    """
 
     exit_code = ExitCode.BUDGET
 
