@@ -111,7 +111,26 @@ def test_stack_params_that_its_default_meta_model_lacks_fail_before_training(tmp
     ("xgboost", "{objective: 'binary:hinge'}", "objective 'binary:hinge' gives class scores that are not"),
 ])
 def test_an_objective_that_contradicts_the_task_fails_validate(tmp_path, model, params, words):
-    text = HEAD + FEATURES + f"  model:\n    kind: train\n    inputs: [features]\n    model: {model}\n" \
+    _objective_fails_validate(tmp_path, HEAD, model, params, words)
+
+
+@pytest.mark.parametrize("model, params, words", [
+    ("xgboost", "{objective: 'binary:logistic'}", "objective 'binary:logistic' gives one class's probability, and "
+                                                  "the split's task is multiclass"),
+    ("lightgbm", "{objective: binary}", "objective 'binary' gives one class's probability"),
+    ("catboost", "{loss_function: Logloss}", "loss_function 'Logloss' gives one class's probability"),
+])
+def test_a_binary_objective_on_a_multiclass_task_fails_validate(tmp_path, model, params, words):
+    """XGBoost replaced it with multi:softprob without a word (the run record kept the binary
+    one, exit 0); LightGBM and CatBoost failed after the stages before it (exit 4)."""
+    multiclass = HEAD.replace("target: Churn\n    task: binary\n    positive: \"Yes\"\n",
+                              "target: Contract\n    task: multiclass\n")
+    assert "target: Contract" in multiclass
+    _objective_fails_validate(tmp_path, multiclass, model, params, words)
+
+
+def _objective_fails_validate(tmp_path, head, model, params, words):
+    text = head + FEATURES + f"  model:\n    kind: train\n    inputs: [features]\n    model: {model}\n" \
                              f"    params: {params}\n"
     (tmp_path / "c.yaml").write_text(text)
     proc = run_cli("validate", "c.yaml", cwd=tmp_path)

@@ -15,15 +15,16 @@ FAMILY_GIVES = {"binary": "one class's probability", "multiclass": "each class's
 def objective_problems(params: Mapping[str, Any], task: str, key: str, family_of: Callable[[str], str]) -> list[str]:
     """An objective (or loss function) in ``params[key]`` that cannot give ``task``'s scores: a
     regression objective for classes, a classifier's for a regression, a multiclass one for a
-    binary task. (A binary objective on a multiclass task is left to the library: a task of
-    two classes takes it.) Caught here, such a run would train, succeed and leave a model that
-    ``predict`` refuses."""
+    binary task, a binary one for a multiclass task (XGBoost replaced it with its own without a
+    word while the run record kept it; LightGBM and CatBoost failed after the stages before).
+    Caught here, such a run would fail late, or train and leave a model that ``predict``
+    refuses."""
     value = params.get(key)
     if not isinstance(value, str) or not value:
         return []
     family = family_of(value)
     fits = family != "scores" and {"regression": family == "value", "binary": family == "binary",
-                                   "multiclass": family in ("binary", "multiclass")}.get(task, True)
+                                   "multiclass": family == "multiclass"}.get(task, True)
     if fits:
         return []
     return [f"{key} {value!r} gives {FAMILY_GIVES[family]}, and the split's task is {task}: remove {key} (the "
