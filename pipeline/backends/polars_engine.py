@@ -24,7 +24,10 @@ instead: each value becomes an integer (``_FixedSums``: of its last decimal plac
 value has at most 6, else a 128-bit integer at a fixed scale from the column's largest
 magnitude), the integers are summed per group (exact, so in any order) and the sum is scaled
 back in float64. The result is the same in every run
-and within an ulp or two of the true sum (pandas' own sum is within its rounding). ``std`` of a
+and within an ulp or two of the true sum (pandas' own sum is within its rounding). A column
+where some value is not a whole number of that scale's unit (its magnitudes span more than
+about 29 digits: one sentinel 1e30 beside prices) would lose those bits in every group, so it
+is summed in row order on the in-memory engine instead, as ``std`` is. ``std`` of a
 float column has no such split here: a query with one runs on Polars' in-memory engine, which
 adds each group's rows in row order. ``repeatable=False`` runs the streaming engine's own float
 sums (``PIPELINE_REDUCTIONS=fast``). Polars before 2.0 collects on its in-memory engine by
@@ -96,6 +99,9 @@ class _FixedSums:
         self.exponent: dict[str, int] = {}
         self.decimals: dict[str, int] = {}
         self.infinite: set[str] = set()           # columns holding an infinity
+        # Columns the 128-bit form would cut: a value with bits below the column's unit (one
+        # 1e30 beside 11.77 made every other group's sum 0). Summed by Polars in row order.
+        self.inexact: set[str] = set()
         if frame.height >= _MOST_ROWS:            # a group's integer sum could overflow: Polars' own
             return
         if not columns:
@@ -116,10 +122,20 @@ class _FixedSums:
         found = frame.select(*(pl.col(c).filter(pl.col(c).is_finite()).abs().max().alias(f"largest {i}")
                                for i, c in enumerate(others)),
                              *(pl.col(c).is_infinite().any().alias(f"infinite {i}") for i, c in enumerate(others))).row(0)
+        exponents = {column: math.frexp(found[i] or 0.0)[1] for i, column in enumerate(others)}
         for i, column in enumerate(others):
-            self.exponent[column] = math.frexp(found[i] or 0.0)[1]
             if found[len(others) + i]:
                 self.infinite.add(column)
+        # Each finite value must be a whole number of its column's units 2**(e - 96): scaling by a
+        # power of 2 is exact, so the scaled value's fraction is what truncation would cut.
+        whole = frame.select(*(((pl.col(c) * (2.0 ** (_FIXED_BITS - e))).floor() == pl.col(c) * (2.0 ** (_FIXED_BITS - e)))
+                               .or_(~pl.col(c).is_finite()).all().alias(f"whole {i}")
+                               for i, (c, e) in enumerate(exponents.items()))).row(0)
+        for (column, exponent), exact in zip(exponents.items(), whole):
+            if exact:
+                self.exponent[column] = exponent
+            else:
+                self.inexact.add(column)
 
     def __contains__(self, column: object) -> bool:
         return column in self.exponent or column in self.decimals
@@ -179,7 +195,8 @@ def _decimal_places(series: Any, rows: int) -> tuple[int, bool] | None:
 def _written_with(values: np.ndarray, scale: float) -> tuple[float, bool] | None:
     """(the largest ``|round(x * scale)|`` of the finite values, whether one is infinite) where
     every finite value is ``round(x * scale) / scale`` in float64; None where one is not."""
-    scaled = np.rint(values * scale)
+    with np.errstate(over="ignore", invalid="ignore"):      # float max x 10 is inf: not written so
+        scaled = np.rint(values * scale)
     finite = np.isfinite(values)
     with np.errstate(invalid="ignore"):
         if not (np.equal(scaled / scale, values) | ~finite).all():
@@ -219,7 +236,8 @@ class PolarsTableEngine:
             return None, False
         floats = {name for name, dtype in frame.schema.items() if dtype.is_float()}
         fixed = _FixedSums(frame, [c for c in dict.fromkeys(sums) if c in floats])
-        return (fixed if fixed.exponent or fixed.decimals else None), any(c in floats for c in spreads)
+        in_order = bool(fixed.inexact) or any(c in floats for c in spreads)
+        return (fixed if fixed.exponent or fixed.decimals else None), in_order
 
     # ------------------------------------------------------------------ windows
     def aggregate_windows(self, events: pd.DataFrame, *, keys: Sequence[str], time: str,

@@ -384,3 +384,31 @@ def test_fast_reductions_are_an_option_the_run_record_names(monkeypatch):
     monkeypatch.setenv("PIPELINE_REDUCTIONS", "quick")
     with pytest.raises(ConfigError, match=r"\$PIPELINE_REDUCTIONS is 'quick'"):
         backend.versions()
+
+
+@pytest.mark.parametrize("outlier", [1e16, 1e22, 1e30, np.finfo(np.float64).max])
+def test_one_huge_value_leaves_every_other_groups_sum_exact(monkeypatch, outlier):
+    """The 128-bit form's unit came from the column's largest magnitude: one 1e30 made every
+    other entity's sum and mean 0.0 (float max, a common sentinel, all of them), exit 0."""
+    monkeypatch.delenv("PIPELINE_REDUCTIONS", raising=False)
+    rng = np.random.default_rng(7)
+    n = 50_000
+    events = pd.DataFrame({"k": rng.integers(0, 500, n),
+                           "t": START + pd.to_timedelta(rng.integers(0, 300, n), unit="D"),
+                           "v": rng.lognormal(2, 1, n) * rng.choice([-1.0, 1.0], n)})
+    events.loc[len(events)] = {"k": 999, "t": START, "v": outlier}
+    spec = dict(by="k", time="t", as_of="2021-06-01", features={"s": {"sum": "v"}, "m": {"mean": "v"}})
+    results = on_each_engine(monkeypatch, lambda: aggregate_events(events, **spec))
+    exact = events.groupby("k")["v"].agg(math.fsum)
+    for engine, table in results.items():
+        got = table.set_index("k")["s_all"]
+        assert got.loc[999] == outlier
+        np.testing.assert_allclose(got.loc[exact.index[:-1]], exact.iloc[:-1], rtol=1e-13, atol=0, err_msg=engine)
+    monkeypatch.setenv("PIPELINE_CPU_ENGINE", "polars")
+    again = aggregate_events(events, **spec)                  # still the same bits on every run
+    pd.testing.assert_frame_equal(again, results["polars"], check_exact=True)
+    entities = pd.DataFrame({"k": exact.index})
+    labels = label_events(events.assign(t=events.t + pd.Timedelta("1D")), entities, by="k", time="t",
+                          as_of="2020-01-01", horizon="300d", target={"y": {"sum": "v"}}).set_index("k")["y"]
+    inside = events[events.t + pd.Timedelta("1D") < START + pd.Timedelta("300D")].groupby("k")["v"].agg(math.fsum)
+    np.testing.assert_allclose(labels.loc[inside.index[:-1]], inside.iloc[:-1], rtol=1e-13, atol=0)
