@@ -26,7 +26,9 @@ class CategorifyState(OpState):
 
 @register_op
 class OneHot(FeatureOp):
-    """One 0/1 column per category seen in training; unseen values get all zeros.
+    """One 0/1 column per category seen in training; an unseen value gets all zeros, or a 1 in
+    ``<col>=__rare__`` where the op has that column (an unseen value is rarer than any rare one,
+    as scikit-learn's ``handle_unknown="infrequent_if_exist"``; ``categorify`` gives both code 0).
 
     A missing value (null, NaN, or a string listed in the load's ``na_values``) is never a
     category: it is not counted at fit, and at transform it gets all zeros, in the

@@ -40,6 +40,10 @@ from pipeline.features.ops.op_support import (
 )
 
 
+# More folds leave fewer rows of a category in each: at one each, the encoding leaks the label.
+MOST_FOLDS = 20
+
+
 class TargetEncodeState(OpState):
     """What scoring needs: the task's outputs, the prior and each category's smoothed means."""
 
@@ -62,7 +66,9 @@ class TargetEncode(FeatureOp):
     uses_target: ClassVar[bool] = True
     smoothing: float = Field(10.0, ge=0, allow_inf_nan=False,
                              description="Weight m of the prior: a category's value is (sum + m*prior) / (count + m).")
-    folds: int = Field(5, ge=2, description="Folds the training rows are encoded out of (each row by the others).")
+    folds: int = Field(5, ge=2, le=MOST_FOLDS, description=(
+        "Folds the training rows are encoded out of (each row by the others); at most 20: with one row of a "
+        "category per fold the encoding orders that category's rows by their own labels (leave-one-out's leak)."))
     seed: int = Field(0, ge=0, description="Seed of the assignment of training rows to folds.")
     keep: bool = Field(False, description="Keep each category column as it is and add its encoding after the "
                                           "other columns (<col>=te; multiclass <col>=te_<class>).")
@@ -113,6 +119,9 @@ class TargetEncode(FeatureOp):
         rows = len(frame)
         if len(target.values) != rows:
             raise DataError(f"target_encode: the target has {len(target.values)} labels for {rows} training rows")
+        if self.folds > rows:
+            raise DataError(f"target_encode: folds: {self.folds} needs at least {self.folds} training rows, and the "
+                            f"training split has {rows}")
         xp = backend.array
         labels = label_matrix(target, backend)
         fold = backend.asarray(fold_of_rows(rows, self.folds, self.seed))
