@@ -179,7 +179,7 @@ def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
 
     found = history.resolve_run(run, runs_dir, pipeline_name)
     history.require_manifest(found)
-    manifest = read_manifest(found.path)              # signed (with a key set) and succeeded
+    manifest = read_manifest(found.path, use="promote")   # signed (with a key set) and succeeded
     models = exported_models(found.path, manifest)    # a DataError when it exported none
     try:
         best = choose_model(models, None, run_metrics(manifest), found.path)

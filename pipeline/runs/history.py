@@ -234,9 +234,10 @@ def _alias_run(runs_dir: str | os.PathLike[str], pipeline: str | None, argument:
         others = [f.name for f in folders if alias_target(f, alias) is None]
         none_yet = "no succeeded run yet" if alias == LATEST else f"no {alias} yet"
         without = f" ({none_yet}: {', '.join(others)})" if others else ""
-        raise _not_found(argument, f"'{alias}' is ambiguous: '{runs_dir}' holds several pipelines with a {alias} run: "
-                                   f"{', '.join(pointed)}{without}; pick one with --pipeline NAME, e.g. "
-                                   f"--pipeline {pointed[0]}")
+        which = (f"several pipelines with a {alias} run: {', '.join(pointed)}{without}" if len(pointed) > 1 else
+                 f"several pipelines, and one of them has a {alias} run: {pointed[0]}{without}")
+        raise _not_found(argument, f"'{alias}' needs --pipeline here: '{runs_dir}' holds {which}; pick one with "
+                                   f"--pipeline NAME, e.g. --pipeline {pointed[0]}")
     folder = folders[0]
     target = alias_target(folder, alias)
     if target is None:

@@ -122,17 +122,23 @@ def exported_task(folder: Path) -> Task:
         raise DataError(f"{meta_path}: not a model description ({type(exc).__name__}: {exc})") from None
 
 
-def read_manifest(run_dir: Path) -> RunManifest:
+def read_manifest(run_dir: Path, *, use: str = "score") -> RunManifest:
     """The run record (``pipeline.runs.record``: a ManifestError, exit 3, when unreadable) of a
     succeeded run: a failed or running one may have a partial export and no complete checksums.
 
     With a signing key set (``pipeline.runs.signing``) the manifest's signature is checked first, so
-    nothing in it (status, checksums, plugins) is believed before it is known to be the run's."""
+    nothing in it (status, checksums, plugins) is believed before it is known to be the run's.
+    ``use``: what the caller does with the run ("score", "promote"), for the message."""
     verify_run(run_dir)
     manifest = record.read_manifest(run_dir)
     if manifest.status != "succeeded":
-        raise DataError(f"run {run_dir.name} did not succeed (status: {manifest.status}); "
-                        "score with a succeeded run")
+        status = manifest.status
+        if status == "running":
+            from pipeline.runs.history import why_abandoned
+
+            why = why_abandoned(manifest, run_id=run_dir.name)
+            status = f"abandoned: {why}" if why else "still running"
+        raise DataError(f"run {run_dir.name} did not succeed (status: {status}); {use} with a succeeded run")
     return manifest
 
 

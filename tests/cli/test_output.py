@@ -163,6 +163,10 @@ def test_latest_among_several_pipelines_is_a_usage_error_that_names_them(tmp_pat
                  cwd=tmp_path)
     # --pipeline picks the run; this config exports no model, which is what predict says next
     assert picked.returncode == 3 and "exported no models" in picked.stderr, picked.stderr
+    # One of them without the alias: not "several pipelines with a latest run: p".
+    (tmp_path / "runs" / "q" / "latest").unlink()
+    one = cli("predict", "--run", "latest", "--input", "rows.csv", "--output", "out.csv", cwd=tmp_path)
+    assert one.returncode == 2 and "one of them has a latest run: p (no succeeded run yet: q)" in one.stderr, one.stderr
 
 
 # ------------------------------------------------------------------ library runs

@@ -404,7 +404,11 @@ def test_a_failed_run_is_refused(churn_run, tmp_path):
     manifest.status = "failed"
     (run_copy / "manifest.json").write_text(manifest.to_json())
     source = write_rows(churn_run["test_rows"].head(5), tmp_path / "new.csv")
-    with pytest.raises(DataError, match="did not succeed"):
+    with pytest.raises(DataError, match=r"did not succeed \(status: failed\); score with a succeeded run"):
+        predict_batch(run_copy, source, tmp_path / "out.csv", na_values=[" "])
+    manifest.status, manifest.pid = "running", 2**22 + 12345      # a run whose process is gone
+    (run_copy / "manifest.json").write_text(manifest.to_json())
+    with pytest.raises(DataError, match=r"did not succeed \(status: abandoned: .*\); score with"):
         predict_batch(run_copy, source, tmp_path / "out.csv", na_values=[" "])
 
 

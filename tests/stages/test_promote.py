@@ -273,7 +273,7 @@ def test_runs_promote_moves_the_champion_by_hand_and_refuses_what_cannot_serve(t
         run(config)
     failed = sorted(p for p in (tmp_path / "runs" / "nightly").iterdir() if p.name.startswith("20"))[-1]
     refused = CliRunner().invoke(main, ["runs", "promote", failed.name, "--runs-dir", runs_dir])
-    assert refused.exit_code == 3 and "did not succeed" in refused.output
+    assert refused.exit_code == 3 and "did not succeed (status: failed); promote with a succeeded" in refused.output
     assert champion_of(config) == first.run_id
 
     shown = CliRunner().invoke(main, ["runs", "show", "champion", "--runs-dir", runs_dir])
