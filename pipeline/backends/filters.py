@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.backends.input_files import one_line
+from pipeline.core.date_text import parse_date_text
 from pipeline.core.dtypes import dtype_kind
 from pipeline.core.errors import DataError
 
@@ -72,12 +73,25 @@ def _filter_condition(col: Any, op: str, value: Any) -> Any:
 
 
 def _as_date(value: Any) -> pd.Timestamp:
-    """A filter value compared with a date column, as a date (an integer read as its digits:
-    pandas would read 19970601 as nanoseconds since 1970)."""
-    stamp = pd.Timestamp(str(value) if isinstance(value, (int, np.integer)) else value)
-    if stamp is pd.NaT:
-        raise ValueError(f"{value!r} is not a date")
-    return stamp
+    """A filter value compared with a date column, as a date: ISO 8601 or YYYYMMDD only
+    (``"01/07/2017"`` kept January 7th's rows and ``"13/07/2017"`` July 13th's); an integer is
+    read as its digits (pandas would read 19970601 as nanoseconds since 1970); one with an
+    offset is taken to UTC, as the load takes times with an offset."""
+    stamp = parse_date_text(int(value) if isinstance(value, np.integer) else value)
+    return stamp.tz_convert("UTC").tz_localize(None) if stamp.tzinfo is not None else stamp
+
+
+def date_filter_problems(filters: Sequence[Filter] | None, dates: Mapping[str, Any] | None) -> list[str]:
+    """Why each filter value on a ``dates`` column is no date as a filter reads one (for the
+    config check: the value is the config's, not the data's)."""
+    problems = []
+    for column, op, value in late_filters(filters, dates):
+        for one in (value if op in ("in", "not in") and isinstance(value, (list, tuple)) else [value]):
+            try:
+                _as_date(one)
+            except ValueError as exc:
+                problems.append(f"filter on '{column}': {exc}")
+    return problems
 
 
 _COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {

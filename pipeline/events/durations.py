@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.core.date_text import ISO_DATE, date_text, parse_date_text
+
 ALL = "all"
 DAY = pd.Timedelta(days=1)
 
@@ -74,36 +76,15 @@ def check_windows(windows: Iterable[Any]) -> list[str]:
     return out
 
 
-def cutoff_text(value: Any) -> str:
-    """A YAML cut-off as text (a date the YAML reader or a caller gave as a date, a number
-    such as 19971231 as its digits), so the spec keeps what the user wrote."""
-    if isinstance(value, pd.Timestamp):
-        return value.isoformat()
-    if isinstance(value, (dt.date, dt.datetime)):
-        return value.isoformat()
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"{value!r} is not a date: write it as text, such as \"1997-12-31\"")
-    return str(value)
-
-
-# A cut-off's only layouts: ISO 8601 (a date, or a date and time; a zone is refused below) or
-# YYYYMMDD. pandas reads "10/01/2024" month first and "13/01/2024" day first: one config could
-# hold both readings.
-ISO_CUTOFF = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$|^\d{8}$")
+# A cut-off's text and its layouts: ISO 8601 or YYYYMMDD (``pipeline.core.date_text``).
+cutoff_text = date_text
+ISO_CUTOFF = ISO_DATE
 
 
 def parse_cutoff(value: Any) -> pd.Timestamp:
     """One cut-off as a timezone-naive Timestamp; ValueError naming the value otherwise."""
-    text = cutoff_text(value)
-    if not ISO_CUTOFF.match(text.strip()):
-        raise ValueError(f"{text!r} is not a date written YYYY-MM-DD (or YYYY-MM-DD HH:MM:SS): other layouts "
-                         "read day or month first depending on the values")
-    try:
-        stamp = pd.Timestamp(text)
-    except (ValueError, TypeError, OverflowError):
-        stamp = None
-    if stamp is None or stamp is pd.NaT:
-        raise ValueError(f"{text!r} is not a date (write it as YYYY-MM-DD)")
+    stamp = parse_date_text(value)
+    text = date_text(value)
     if stamp.tzinfo is not None:
         raise ValueError(f"{text!r} has a time zone; write cut-offs without one, as the event times are "
                          "(a load converts times with an offset to UTC)")

@@ -15,12 +15,13 @@ from pipeline.backends.csv_dialect import (
     CsvDialect, checked_encoding, checked_mark, checked_separator, normalize_separator,
 )
 from pipeline.backends.dates import check_date_format
+from pipeline.backends.filters import date_filter_problems
 from pipeline.backends.streams import STREAM_TIMEOUT, is_stream, spool
 from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError
 from pipeline.core.fingerprints import changed_since_hashed, files_fingerprint
 from pipeline.backends.headers import ColumnSet, HeaderReader
-from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, register_stage
+from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, Table, register_stage
 
 
 class LoadSpec(StageSpec):
@@ -126,6 +127,11 @@ class LoadSpec(StageSpec):
             if op in ("in", "not in") and not isinstance(value, (list, tuple)):
                 raise ValueError(f"filter '{column} {op}' needs a list value")
         return filters
+
+    def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
+        """A filter value on a ``dates`` column that is no date in one layout (``01/07/2017`` read
+        January 7th, ``13/07/2017`` July 13th, exit 0): refused before the data is read."""
+        return [(("filters",), problem) for problem in date_filter_problems(self.filters, self.dates)]
 
     def sample_overrides(self, rows: int) -> dict[str, Any]:
         """``sample: rows`` when it reads in memory; a partitioned read is not sampled."""

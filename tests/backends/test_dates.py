@@ -173,6 +173,27 @@ def test_a_filter_on_a_date_column_compares_dates_in_csv_and_parquet(backend, tm
             assert frame["id"].tolist() == [2], (name, value)
 
 
+def test_a_date_filter_value_is_one_layout_read_one_way(tmp_path):
+    """"01/07/2017" kept January 7th on, "13/07/2017" July 13th on (exit 0, validate passed);
+    an offset or "notadate" passed validate and failed at run time with pandas' words."""
+    pd.DataFrame({"id": [1, 2, 3, 4], "date": ["2017-03-12T00:00", "2017-06-15T00:00", "2017-07-02T03:00", "2017-07-20T00:00"]}
+                 ).to_csv(tmp_path / "ev.csv", index=False)
+    for value in ("01/07/2017", "July 1 2017", "notadate"):
+        with pytest.raises(DataError, match=r"is not a date"):
+            CPU.read(tmp_path / "ev.csv", dates={"date": None}, filters=[("date", ">=", value)])
+        text = f"name: f\nstages:\n  ev:\n    kind: load\n    path: {tmp_path / 'ev.csv'}\n" \
+               f"    dates: {{date: null}}\n    filters: [[date, '>=', '{value}']]\n"
+        (tmp_path / "f.yaml").write_text(text)
+        proc = _pipeline("validate", "f.yaml", cwd=tmp_path)
+        assert proc.returncode == ExitCode.CONFIG, proc.stderr
+        assert "stages.ev.filters" in proc.stderr and "is not a date" in proc.stderr
+    # An offset is taken to UTC, as the load takes the column's times with one.
+    kept = CPU.read(tmp_path / "ev.csv", dates={"date": None}, filters=[("date", ">=", "2017-07-01T22:00:00-04:00")])
+    assert kept["id"].tolist() == [3, 4]
+    later = CPU.read(tmp_path / "ev.csv", dates={"date": None}, filters=[("date", ">", "2017-07-01T23:30:00-04:00")])
+    assert later["id"].tolist() == [4]
+
+
 # ------------------------------------------------------------------ partitioned
 def test_partitioned_parse_equals_in_memory(backend, tmp_path):
     rng = np.random.default_rng(3)
