@@ -138,8 +138,14 @@ class AutoSpec(StageSpec):
         return problems
 
     def columns_read(self, inputs: Mapping[str, Preview], headers: HeaderReader) -> list[ColumnRef]:
-        """``id``, in the split's table (a features input names its own id: refused at ``id``)."""
-        return [ColumnRef(("id",), self.id, "id column")] if self.id is not None else []
+        """``id``, in the split's table and not its target (a features input names its own id:
+        refused at ``id``)."""
+        if self.id is None:
+            return []
+        from pipeline.stages.features import id_column_ref
+
+        (source,) = inputs.values() if len(inputs) == 1 else (Preview(),)
+        return [id_column_ref(self.id, source)]
 
     def preview(self, stage: str, inputs: Mapping[str, Preview], headers: HeaderReader) -> Preview:
         (source,) = inputs.values() if len(inputs) == 1 else (Preview(),)

@@ -62,14 +62,7 @@ class FeaturesSpec(StageSpec):
         score rows without one), and each op's columns in the table the ops before it leave
         (the target and the id are not in it: the ops never see them)."""
         (split,) = inputs.values()
-        refs = []
-        if self.id is not None:
-            among = None                                # the split's table
-            if split.target is not None:                # known even where the columns are not
-                table = split.columns if split.columns is not None else ColumnSet((), "the split's table", open=True)
-                among = table.plus([split.target]).without([split.target], "is the split's target: the label cannot be the id (rows "
-                                                      "to score have no label); name a column that identifies a row")
-            refs.append(ColumnRef(("id",), self.id, "id column", among=among))
+        refs = [id_column_ref(self.id, split)] if self.id is not None else []
         if split.columns is None:
             return refs
         columns = split.columns
@@ -127,6 +120,17 @@ def build_features(
         (45, False, 1409)
     """
     return build_feature_set(data, ops, id_column=id_column, output_dir=output_dir)
+
+
+def id_column_ref(id_column: str, split: Preview) -> ColumnRef:
+    """The ``id`` key's column, in the split's table but not its target: a model whose id is
+    the label cannot score rows without one (shared by every stage kind that takes an id)."""
+    among = None                                # the split's table
+    if split.target is not None:                # known even where the columns are not
+        table = split.columns if split.columns is not None else ColumnSet((), "the split's table", open=True)
+        among = table.plus([split.target]).without([split.target], "is the split's target: the label cannot be the id "
+                                                   "(rows to score have no label); name a column that identifies a row")
+    return ColumnRef(("id",), id_column, "id column", among=among)
 
 
 @register_stage("features", FeaturesSpec, produces=FeatureSet, accepts=(SplitData,))

@@ -268,6 +268,9 @@ def test_config_errors_name_the_key(tmp_path):
         load_config(text=base + "  auto: {kind: auto, inputs: [split], time_limit: soon}\n")
     config = load_config(text=base + "  auto: {kind: auto, inputs: [split], time_limit: 2m}\n")
     assert config.stages["auto"].time_limit == 120
+    # The target as the id: it was accepted, and the predictions held the label beside its score.
+    with pytest.raises(ConfigError, match=r"stages\.auto\.id.*is the split's target: the label cannot be the id"):
+        load_config(text=base + "  auto: {kind: auto, inputs: [split], id: target}\n", check_data=True)
 
 
 def test_the_portfolio_names_only_registered_models():
