@@ -378,6 +378,7 @@ def register_stage(
     def wrap(run: RunFunction) -> RunFunction:
         if not callable(run):
             raise TypeError(f"stage kind '{kind}': register_stage decorates the kind's run function, not {run!r}")
+        _check_run_signature(kind, run)
         old = STAGE_KINDS.get(kind)
         note_replacement("stage kind", kind, old.run.__module__ if old else None, getattr(run, "__module__", None))
         STAGE_KINDS[kind] = StageKind(
@@ -387,6 +388,23 @@ def register_stage(
         return run
 
     return wrap
+
+
+def _check_run_signature(kind: str, run: Callable[..., Any]) -> None:
+    """The runner calls ``run(spec, ctx, inputs)``: a function that cannot take them (``def
+    run(spec, inputs)``) is refused as it registers, not at the first run as a bare TypeError."""
+    import inspect
+
+    try:
+        signature = inspect.signature(run)
+    except (TypeError, ValueError):          # a callable Python cannot describe: left to the run
+        return
+    try:
+        signature.bind(None, None, None)
+    except TypeError as exc:
+        name = getattr(run, "__qualname__", repr(run))
+        raise TypeError(f"stage kind '{kind}': its run function {name}{signature} cannot be called as "
+                        f"run(spec, ctx, inputs), as the runner calls it ({exc})") from None
 
 
 def _check_kind_spec(kind: str, spec: Any) -> None:

@@ -61,6 +61,21 @@ def test_a_stage_kind_whose_spec_the_loader_cannot_use_is_refused_when_it_regist
     assert "probe_kind" not in STAGE_KINDS
 
 
+def test_a_run_function_the_runner_cannot_call_is_refused_when_it_registers(restore):
+    """`def run(spec, inputs)` registered, passed check_stage_kind, and failed at run time with
+    "TypeError: run() takes 2 positional arguments but 3 were given" naming nothing."""
+    def run(spec, inputs):
+        return None
+
+    with pytest.raises(TypeError, match=r"stage kind 'probe_kind': its run function .*run\(spec, inputs\) cannot be "
+                                        r"called as run\(spec, ctx, inputs\)"):
+        register_stage("probe_kind", GoodSpec)(run)
+    assert "probe_kind" not in STAGE_KINDS
+    register_stage("probe_kind", GoodSpec)(lambda spec, ctx, inputs, **extra: None)    # extra keywords: fine
+    register_stage("probe_kind", GoodSpec)(lambda *args: None)
+    assert "probe_kind" in STAGE_KINDS
+
+
 def test_a_built_in_name_taken_by_another_module_is_replaced_with_a_warning(restore, caplog):
     entry = dataclasses.replace(get_model_spec("logistic_regression"), name="xgboost")
     with caplog.at_level("WARNING"):
