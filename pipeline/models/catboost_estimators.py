@@ -64,8 +64,25 @@ class _HostCatBoost:
             eval_set = [(catboost_frame(ex, categorical), host(ey)) for ex, ey in eval_set]
         elif isinstance(eval_set, tuple):
             eval_set = (catboost_frame(eval_set[0], categorical), host(eval_set[1]))
-        return super().fit(catboost_frame(X, categorical), host(y),  # type: ignore[misc]
-                           cat_features=categorical or None, eval_set=eval_set, **kwargs)
+        labels = host(y)
+        try:
+            return super().fit(catboost_frame(X, categorical), labels,  # type: ignore[misc]
+                               cat_features=categorical or None, eval_set=eval_set, **kwargs)
+        except catboost.CatBoostError as exc:
+            raise _labels_cut(exc, labels) from exc
+
+
+def _labels_cut(exc: Exception, labels: Any) -> Exception:
+    """CatBoost holds labels as float32: 1e12 + 1e4 * x is one value there, and it stops with
+    "All train targets are equal" about labels that differ. Said as the data problem it is."""
+    values = np.asarray(labels, dtype="float64")
+    if "All train targets are equal" not in str(exc) or not values.size or values.min() == values.max():
+        return exc
+    from pipeline.core.errors import DataError
+
+    return DataError(f"catboost: the target's values (up to {np.abs(values).max():.6g}) are large against their "
+                     f"spread (std {values.std():.6g}), and CatBoost holds labels as float32, in which they are all "
+                     "one value; subtract a constant from the target (a python stage) or predict a difference")
 
     def predict(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         return super().predict(catboost_frame(data, self._categorical()), *args, **kwargs)  # type: ignore[misc]

@@ -213,9 +213,9 @@ def classes_alike_note(values: list[Any], column: str) -> str | None:
 def check_regression_labels(labels: Any, backend: Backend, *, column: str) -> None:
     """One pass over the labels on the host: a target with one value is refused (``one_value``),
     and one whose values are large against their spread is named. XGBoost and LightGBM hold
-    labels as float32 (7 digits), and scikit-learn's ridge casts them to the float32 feature
-    matrix's type: 1e12 + 1e4 * x loses its spread there, and those models learn steps of
-    65,536. The labels and every metric stay float64; the warning says what to do."""
+    labels as float32 (7 digits), as CatBoost does, and scikit-learn's ridge casts them to the
+    float32 feature matrix's type: 1e12 + 1e4 * x loses its spread there, and those models
+    learn steps of 65,536; a forest's squared sums lose it to rounding (test R^2 0.26). The labels and every metric stay float64; the warning says what to do."""
     values = np.asarray(backend.to_host(labels), dtype="float64")
     if not values.size:
         return
@@ -225,8 +225,10 @@ def check_regression_labels(labels: Any, backend: Backend, *, column: str) -> No
     step = float(np.spacing(np.float32(largest)))
     if step > 1e-3 * spread:
         log.warning("target column '%s': its values (up to %.6g) are large against their spread (std %.6g): "
-                    "models that hold labels as float32 (XGBoost, LightGBM, ridge) see steps of %.6g; subtract a constant "
-                    "from the target (a python stage) or predict a difference", column, largest, spread, step)
+                    "models that hold labels as float32 (XGBoost, LightGBM, CatBoost, ridge) see steps of %.6g, and "
+                    "trees that sum squared labels (random forests, extra trees) lose their spread to rounding; "
+                    "subtract a constant from the target (a python stage) or predict a difference",
+                    column, largest, spread, step)
 
 
 def class_counts(series: Any, backend: Backend) -> dict[Any, int]:

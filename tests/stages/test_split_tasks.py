@@ -317,4 +317,19 @@ def test_a_regression_target_large_against_its_spread_is_named_for_float32_model
         split_frame(frame_of(values), "y", test=0.25, seed=3)
         split_frame(frame_of([v - 1e12 for v in values]), "y", test=0.25, seed=3)
     warned = [r.getMessage() for r in caplog.records if "large against their spread" in r.getMessage()]
-    assert len(warned) == 1 and "target column 'y'" in warned[0] and "XGBoost, LightGBM, ridge" in warned[0]
+    assert len(warned) == 1 and "target column 'y'" in warned[0] and "XGBoost, LightGBM, CatBoost, ridge" in warned[0]
+    assert "random forests" in warned[0]
+
+
+def test_catboost_on_labels_float32_holds_as_one_value_is_the_data_problem_it_is():
+    """CatBoost stopped with "catboost/libs/metrics/metric.cpp:7011: All train targets are
+    equal" (exit 4) about labels that differ by thousands around 1e12."""
+    from pipeline.models.catboost_estimators import CatBoostRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2)).astype("float32")
+    with pytest.raises(DataError, match=r"CatBoost holds labels as float32, in which they are all one value; "
+                                        r"subtract a constant"):
+        CatBoostRegressor(iterations=5, verbose=False).fit(X, 1e12 + 1e3 * X[:, 0].astype("float64"))
+    fitted = CatBoostRegressor(iterations=5, verbose=False).fit(X, 1e3 * X[:, 0].astype("float64"))
+    assert fitted.predict(X).std() > 0
