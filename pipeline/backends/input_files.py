@@ -44,7 +44,8 @@ def encoding_hint(exc: BaseException, dialect: CsvDialect) -> str:
     if b"\x00" in bytes(found.object[:4096]):
         return ""
     return ("; if it was written by an older Windows program, give its encoding, cp1252 (or latin-1): encoding: on "
-            "the load stage that reads it, --encoding for predict")
+            "the load stage that reads it, --encoding for predict, charset= in the content type (or encoding= as a "
+            "query parameter) for pipeline serve")
 
 
 def one_line(exc: BaseException) -> str:

@@ -193,7 +193,8 @@ def check_types(frame: Any, fitted: dict[str, str], backend: Any, *, source: Pat
     if problems:
         hint = (" (a placeholder such as ' ' makes a numeric CSV column text: pass --na-values ' ')"
                 if blanks and fmt == "csv" else
-                " (numbers written with a decimal comma, 79,85: pass --decimal ',')" if commas and fmt == "csv" else "")
+                " (numbers written with a decimal comma, 79,85: pass --decimal ',' to pipeline predict, "
+                "decimal=, as a query parameter of pipeline serve)" if commas and fmt == "csv" else "")
         raise DataError(f"{source}: column type(s) differ from training: {'; '.join(problems)}{hint}")
     check_finite(frame, [c for c, dtype in fitted.items() if is_number_or_bool(dtype)], backend, source=source)
     return frame

@@ -441,6 +441,11 @@ def request_error(exc: ValidationError, fields: Mapping[str, str]) -> RequestErr
         return RequestError(400, f"the body is not JSON ({errors[0]['msg']})")
     if errors and not errors[0]["loc"] and errors[0]["type"] in ("dict_type", "model_type"):
         return RequestError(422, "the body must be a JSON object with 'rows' or 'columns'")
+    top = {e["loc"][0] for e in errors if len(e["loc"]) == 1 and e["type"] == "extra_forbidden"}
+    if top and top <= set(fields) | {"id"} and all(len(e["loc"]) == 1 for e in errors):
+        # A record sent as the body itself: not one "extra input" per field it has.
+        return RequestError(422, "the body is one record; the body must have exactly one of 'rows' (a list of "
+                                 "records: {\"rows\": [{...}]}) or 'columns' (a column name -> list of values)")
     lines, detail, seen = [], [], set()
     # Unknown and mistyped fields first (a misspelt name is also a missing one: the cause first).
     for error in sorted(errors, key=lambda e: e["type"] == "missing"):

@@ -10,6 +10,7 @@ switched off: a drained stop is a success.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import signal
 import socket
@@ -71,6 +72,13 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): {host} is not an address of "
+                             "this machine; give one of its own with --host (127.0.0.1, or 0.0.0.0 for every "
+                             "interface)") from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): ports below 1024 need "
+                             "privileges; pick another with --port (0 picks a free one)") from None
         raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): another server may be using "
                          "the port; pick another with --port (0 picks a free one)") from None
     sock.set_inheritable(True)

@@ -99,6 +99,18 @@ def test_log1p_and_its_domain(backend):
         run(backend, [Log1p(columns=["x"])], pd.DataFrame({"x": [-2.0]}), frame)
 
 
+def test_a_value_outside_log1ps_domain_when_scoring_names_its_row(backend):
+    """predict said "log1p: column 'total_rooms' has values <= -1 (min -5.0)" naming no row, and
+    the server's 422 named no rows[i].field."""
+    from pipeline.core.errors import RowsError
+
+    frame = pd.DataFrame({"x": [0.0, np.e - 1]})
+    workflow = FeatureWorkflow([Log1p(columns=["x"])], backend=backend).fit(frame)
+    with pytest.raises(RowsError, match=r"min -5.0, first at row 3: -2.0\), outside the domain") as caught:
+        workflow.transform(pd.DataFrame({"x": [1.0, 2.0, -2.0, -5.0]}))
+    assert caught.value.rows == (("x", 2, "-2.0 is <= -1, outside log1p's domain (it was fitted on values above -1)"),)
+
+
 def test_workflow_state_is_json_and_reloads_identically(backend, tmp_path):
     ops = [FillMissing(columns=["num", "big"]), Categorify(columns=["cat"]), Standardize(columns=["num"]),
            Log1p(columns=["big"])]

@@ -747,7 +747,8 @@ def test_a_column_of_text_where_numbers_were_says_its_first_value_and_a_decimal_
     cpu = get_backend("cpu")
     with pytest.raises(DataError, match=r"'a' is \w+ now, float64 at fit: none of its values is a number "
                                         r"\(the first: '79,85'\) \(numbers written with a decimal comma, 79,85: "
-                                        r"pass --decimal ','\)"):
+                                        r"pass --decimal ',' to pipeline predict, decimal=, as a query "
+                                        r"parameter of pipeline serve\)"):
         check_types(pd.DataFrame({"a": ["79,85", "12,5"]}), {"a": "float64"}, cpu, source=Path("x.csv"), fmt="csv")
     with pytest.raises(DataError, match=r"none of its values is a number \(the first: 'Yes'\)$"):
         check_types(pd.DataFrame({"a": ["Yes", "No"]}), {"a": "int64"}, cpu, source=Path("x.csv"), fmt="csv")

@@ -326,6 +326,7 @@ def malformed(good: dict, fields: dict[str, str]) -> list[tuple[bytes, str, str]
         (b"[1, 2]", "application/json", "rows"),
         (b'{"rows": [1]}', "application/json", "rows[0]"),
         (b'{}', "application/json", "rows"),
+        (json.dumps(good).encode(), "application/json", "the body is one record"),   # not "extra inputs"
         (json.dumps({"rows": [good], "columns": {}}).encode(), "application/json", "columns"),
         (json.dumps({"rows": [good], "extra": 1}).encode(), "application/json", "extra"),
         (json.dumps({"rows": [good]}).encode(), "text/csv", "application/json"),
@@ -711,3 +712,14 @@ def test_a_port_in_use_is_a_usage_error_before_the_model_loads(tmp_path):
                               capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2, proc.stderr
     assert f"127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr
+
+
+def test_a_host_that_is_not_this_machines_is_named_as_such():
+    """--host with an address of no interface here said "another server may be using the
+    port". 192.0.2.1 is TEST-NET-1 (RFC 5737, documentation only): bound, never reached."""
+    from pipeline.core.errors import UsageError
+    from pipeline.serve.server import bind
+
+    with pytest.raises(UsageError, match=r"192\.0\.2\.1 is not an address of this machine; give one of its own "
+                                         r"with --host"):
+        bind("192.0.2.1", 0)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.backends import Backend
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, RowsError
 from pipeline.features.ops.op_base import EmptyState, FeatureOp, OpState
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
@@ -74,10 +74,16 @@ class Log1p(FeatureOp):
 
         def logged(col: str) -> Any:
             values = frame[col].astype("float64")
-            if bool(backend.to_host((values <= -1).any())):
-                # log1p gives -inf at -1 and NaN below it: name the cause, not a missing value later.
-                raise DataError(f"log1p: column '{col}' has values <= -1 (min {plain(backend.to_host(values.min()))}), "
-                                "outside the domain it was fitted on")
+            below = values <= -1
+            if bool(backend.to_host(below.any())):
+                # log1p gives -inf at -1 and NaN below it: name the cause and the first row (a
+                # server names it as rows[i].col), not a missing value later.
+                position = int(np.argmax(np.asarray(backend.to_host(below))))
+                value = plain(np.asarray(backend.to_host(values))[position])
+                raise RowsError(f"log1p: column '{col}' has values <= -1 (min {plain(backend.to_host(values.min()))}, "
+                                f"first at row {position + 1}: {value}), outside the domain it was fitted on",
+                                [(str(col), position, f"{value} is <= -1, outside log1p's domain (it was fitted on "
+                                                      "values above -1)")])
             return np.log1p(values)
 
         new = dict(zip(self.columns, per_column(backend, frame, logged, self.columns)))
