@@ -245,22 +245,57 @@ class RequestMetrics:
                                          time.perf_counter() - started)
 
 
+# A body that sends nothing for this long is answered 408; once the server is stopping, one that
+# sends nothing for STOPPING_IDLE_SECONDS is answered 503, so a stalled client does not hold the
+# graceful stop (and a pod's grace period) to its end, then meet a cancelled handler's 500.
+BODY_IDLE_SECONDS = 30.0
+STOPPING_IDLE_SECONDS = 5.0
+_BODY_POLL_SECONDS = 0.25
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused (413) as soon as it is over ``limit`` bytes: by its Content-Length, or
-    while it streams in."""
+    while it streams in; a body that stalls is refused too (``BODY_IDLE_SECONDS``). The next
+    chunk is awaited in a task that a poll never cancels (cancelling Starlette's stream ends it)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"the body is {int(declared)} bytes, over the limit of {limit} (--max-body-bytes)")
-    chunks, size = [], 0
+    chunks, size, idle = [], 0, 0.0
+    stream = request.stream().__aiter__()
+    waiting: asyncio.Future[bytes] | None = None
     try:
-        async for chunk in request.stream():
+        while True:
+            if waiting is None:
+                waiting = asyncio.ensure_future(stream.__anext__())
+            done, _ = await asyncio.wait({waiting}, timeout=_BODY_POLL_SECONDS)
+            if not done:
+                idle += _BODY_POLL_SECONDS
+                _refuse_stalled(request, idle, size)
+                continue
+            arrived, waiting, idle = waiting, None, 0.0
+            try:
+                chunk = arrived.result()
+            except StopAsyncIteration:
+                break
             size += len(chunk)
             if size > limit:
                 raise RequestError(413, f"the body is over the limit of {limit} bytes (--max-body-bytes)")
             chunks.append(chunk)
     except ClientDisconnect:
         raise ClientGone(size) from None
+    finally:
+        if waiting is not None:
+            waiting.cancel()
     return b"".join(chunks)
+
+
+def _refuse_stalled(request: Request, idle: float, size: int) -> None:
+    server = getattr(request.app.state, "serve_server", None)       # uvicorn's, under `pipeline serve`
+    if server is not None and server.should_exit and idle >= STOPPING_IDLE_SECONDS:
+        raise RequestError(503, f"the server is stopping, and nothing more of the body arrived for {idle:g}s "
+                                f"(after {size} bytes); send the request again")
+    if idle >= BODY_IDLE_SECONDS:
+        raise RequestError(408, f"nothing more of the body arrived for {idle:g}s (after {size} bytes)")
 
 
 class ClientGone(Exception):

@@ -674,6 +674,30 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(made):
     assert server.proc.wait(timeout=60) == 0, server.stderr()
 
 
+def test_a_client_that_stalls_mid_body_does_not_hold_the_stop(made):
+    """A body declared 1,000 bytes that sent 9 held SIGTERM's stop for the whole 30 s grace
+    (a pod's grace period), then got a 500 logged with a CancelledError traceback."""
+    server = wait_ready(start(made["project"], str(made["a"])))
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.putrequest("POST", "/predict")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", "1000")
+        conn.endheaders()
+        conn.send(b'{"rows": [')
+        time.sleep(0.5)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        response = conn.getresponse()
+        status, answer = response.status, json.loads(response.read())
+    finally:
+        conn.close()
+    assert status == 503 and "the server is stopping" in answer["detail"], answer
+    assert server.proc.wait(timeout=60) == 0
+    assert time.monotonic() - started < 20
+    assert "Traceback" not in server.stderr() and "CancelledError" not in server.stderr()
+
+
 def test_without_the_serve_extra_the_message_says_how_to_install_it(tmp_path):
     """A missing library is exit 5 with the pip line (the interpreter made not to find fastapi)."""
     code = ("import importlib.util, sys; real = importlib.util.find_spec\n"
