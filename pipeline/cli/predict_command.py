@@ -14,7 +14,7 @@ _DRIFT_THRESHOLD = click.FloatRange(min=0.0, min_open=True)
 
 @click.command()
 @click.option("--run", "run", required=True, metavar="RUN|latest|champion",
-              help="Run id (or a unique prefix), run folder, 'latest' (the last succeeded run of every stage) or "
+              help="Run id (or a unique prefix), run folder, 'latest' (the pipeline's last run that succeeded with every stage; a run of some stages does not move it) or "
                    "'champion' (the run a promotion gate or runs promote last promoted).")
 @click.option("--input", "input_", required=True, type=click.Path(path_type=str), metavar="FILE_OR_DIR",
               help="CSV or Parquet file, or a folder of them (read in name order).")
