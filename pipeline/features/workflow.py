@@ -298,9 +298,12 @@ class FeatureWorkflow:
         wide = [c for c in frame.columns if str(frame[c].dtype) == "float64"]
         for column in _beyond(frame, wide, backend, FLOAT32_MAX):
             row, value = first_row_beyond(frame[column], backend, FLOAT32_MAX)
+            fix = ("scale it with standardize or log1p" if what == "training split" else
+                   "the training rows stayed within it, so this row is far outside them: check its value (a clip op "
+                   "bounds such values, if they are expected)")
             raise RowsError(f"column '{column}' reaches values beyond the float32 range (about ±3.4e38) in the "
                             f"{what} after the feature ops (first at row {row}: {value:g}), and the models read "
-                            "float32; scale it with standardize or log1p",
+                            f"float32; {fix}",
                             [(str(column), row - 1, f"becomes {value:g} after the feature ops, beyond the float32 "
                                                     "range (about ±3.4e38) the models read")])
 

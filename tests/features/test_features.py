@@ -111,6 +111,20 @@ def test_a_value_outside_log1ps_domain_when_scoring_names_its_row(backend):
     assert caught.value.rows == (("x", 2, "-2.0 is <= -1, outside log1p's domain (it was fitted on values above -1)"),)
 
 
+def test_a_value_past_float32_says_to_scale_at_fit_and_to_check_the_row_when_scoring():
+    """At scoring, "scale it with standardize or log1p" was said of a column already standardized."""
+    from pipeline.core.errors import RowsError
+
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
+    workflow = FeatureWorkflow([Standardize(columns=["x"])]).fit(frame)
+    with pytest.raises(RowsError, match=r"in the input after the feature ops \(first at row 2: .*\), and the models "
+                                        r"read float32; the training rows stayed within it, so this row is far "
+                                        r"outside them: check its value"):
+        workflow.transform(pd.DataFrame({"x": [1.0, 1e308]}))
+    with pytest.raises(RowsError, match=r"in the training split .*; scale it with standardize or log1p"):
+        FeatureWorkflow([]).fit_transform(pd.DataFrame({"x": [1.0, 1e300]}))
+
+
 def test_workflow_state_is_json_and_reloads_identically(backend, tmp_path):
     ops = [FillMissing(columns=["num", "big"]), Categorify(columns=["cat"]), Standardize(columns=["num"]),
            Log1p(columns=["big"])]
