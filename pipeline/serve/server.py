@@ -9,6 +9,7 @@ switched off: a drained stop is a success.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import gc
@@ -29,11 +30,20 @@ GRACEFUL_SECONDS = 30.0
 class _Server(uvicorn.Server):
     """uvicorn's server, saying once where it listens, and not re-raising a handled signal."""
 
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str, int], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str, int], None],
+                 on_stop: Callable[[], None] | None = None) -> None:
         super().__init__(config)
-        self._on_ready = on_ready
+        self._on_ready, self._on_stop = on_ready, on_stop
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """uvicorn's stop, and ``on_stop`` on the event loop (a signal handler must not touch it)."""
+        super().handle_exit(sig, frame)
+        if self._on_stop is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_stop)
 
     async def startup(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.should_exit or not self.servers:
             return
@@ -92,6 +102,7 @@ def serve(app: Any, sock: socket.socket, *, on_ready: Callable[[str, int], None]
     # log_config=None: uvicorn's records go through the CLI's handler (text or JSON lines), at warning and up.
     config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning", log_config=None,
                             lifespan="on", timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
-    server = _Server(config, on_ready)
+    state = getattr(app.state, "serve", None)
+    server = _Server(config, on_ready, on_stop=state.stopping if state is not None else None)
     app.state.serve_server = server
     server.run(sockets=[sock])
