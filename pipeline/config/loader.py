@@ -246,8 +246,7 @@ def _issue_from_error(err: Mapping[str, Any], doc: YamlDocument, overridden: set
         tag = err.get("ctx", {}).get("tag")
         message = f"unknown stage kind '{tag}' (one of: {', '.join(STAGE_KINDS)}){_did_you_mean(tag, STAGE_KINDS)}"
         path = (*path, "kind")
-    source = "--set" if any(path[: len(o)] == o for o in overridden) else None
-    return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+    return _issue_at(path, message, doc, overridden)
 
 
 def _did_you_mean(word: Any, choices: Any) -> str:
@@ -334,9 +333,7 @@ def _graph_issues(doc: YamlDocument, overridden: set[KeyPath]) -> list[ConfigIss
     issues = []
 
     def issue(stage: str, message: str) -> ConfigIssue:
-        path = ("stages", stage, "inputs")
-        source = "--set" if any(path[: len(o)] == o for o in overridden) else None
-        return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+        return _issue_at(("stages", stage, "inputs"), message, doc, overridden)
 
     for stage, message in graph_problems(graph):
         issues.append(issue(stage, message.partition(": ")[2] if message.startswith("inputs[") else message))
@@ -387,9 +384,7 @@ def _task_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[KeyP
         if task is None:
             continue
         for where, message in spec.task_problems(task):
-            path = ("stages", name, *where)
-            source = "--set" if any(path[: len(o)] == o for o in overridden) else None
-            issues.append(ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source))
+            issues.append(_issue_at(("stages", name, *where), message, doc, overridden))
     return issues
 
 
@@ -406,8 +401,21 @@ def _input_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[Key
 
 def _issue_at(path: KeyPath, message: str, doc: YamlDocument, overridden: set[KeyPath]) -> ConfigIssue:
     """An issue at ``path`` with its line, or marked as set by ``--set`` when an override set it."""
+    path = _at_named_key(doc.data, path, message)
     source = "--set" if any(path[: len(o)] == o for o in overridden) else None
     return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+
+
+def _at_named_key(data: Any, path: KeyPath, message: str) -> KeyPath:
+    """A mapping's validator that names one of its keys (``unknown parameter 'n_estimator'``)
+    reports at the mapping; the key's own path gives its line, or says it came from --set."""
+    found = re.search(r"unknown parameter '([^']+)'", message)
+    if not found:
+        return path
+    node = data
+    for part in path:
+        node = node.get(part) if isinstance(node, dict) else None
+    return (*path, found.group(1)) if isinstance(node, dict) and found.group(1) in node else path
 
 
 def _reading_order(issue: ConfigIssue) -> tuple[int, list[tuple[int, str]]]:

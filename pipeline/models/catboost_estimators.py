@@ -71,19 +71,6 @@ class _HostCatBoost:
         except catboost.CatBoostError as exc:
             raise _labels_cut(exc, labels) from exc
 
-
-def _labels_cut(exc: Exception, labels: Any) -> Exception:
-    """CatBoost holds labels as float32: 1e12 + 1e4 * x is one value there, and it stops with
-    "All train targets are equal" about labels that differ. Said as the data problem it is."""
-    values = np.asarray(labels, dtype="float64")
-    if "All train targets are equal" not in str(exc) or not values.size or values.min() == values.max():
-        return exc
-    from pipeline.core.errors import DataError
-
-    return DataError(f"catboost: the target's values (up to {np.abs(values).max():.6g}) are large against their "
-                     f"spread (std {values.std():.6g}), and CatBoost holds labels as float32, in which they are all "
-                     "one value; subtract a constant from the target (a python stage) or predict a difference")
-
     def predict(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         return super().predict(catboost_frame(data, self._categorical()), *args, **kwargs)  # type: ignore[misc]
 
@@ -102,3 +89,16 @@ class CatBoostClassifier(_HostCatBoost, catboost.CatBoostClassifier):
 
 class CatBoostRegressor(_HostCatBoost, catboost.CatBoostRegressor):
     """``catboost.CatBoostRegressor`` fed integer categorical columns."""
+
+
+def _labels_cut(exc: Exception, labels: Any) -> Exception:
+    """CatBoost holds labels as float32: 1e12 + 1e4 * x is one value there, and it stops with
+    "All train targets are equal" about labels that differ. Said as the data problem it is."""
+    values = np.asarray(labels, dtype="float64")
+    if "All train targets are equal" not in str(exc) or not values.size or values.min() == values.max():
+        return exc
+    from pipeline.core.errors import DataError
+
+    return DataError(f"catboost: the target's values (up to {np.abs(values).max():.6g}) are large against their "
+                     f"spread (std {values.std():.6g}), and CatBoost holds labels as float32, in which they are all "
+                     "one value; subtract a constant from the target (a python stage) or predict a difference")

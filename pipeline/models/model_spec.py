@@ -243,9 +243,10 @@ class ModelSpec:
         annotates a number (``n_estimators: abc``): XGBoost and LightGBM check a value's type
         only deep in their fit, a TypeError naming no key; and for a value scikit-learn's
         parameter constraints refuse (``C: high``, ``C: -1``). Read from the estimator class, so
-        it imports the model's library: ``train`` asks it before fitting, not ``validate`` (which
-        imports none). A parameter without an annotation or a constraint, or an estimator that
-        does not import, is not checked. The entry's own ``bounds`` come first."""
+        it imports the model's library: the config's checks (``validate``, and a run's before its
+        first stage) ask it through ``TrainSpec.preview_problems``, and ``train`` once more before
+        fitting. A parameter without an annotation or a constraint, or an estimator that does not
+        import, is not checked. The entry's own ``bounds`` come first."""
         problems = self.bound_problems(params)
         path = next(filter(None, (self.class_path("cpu", task=task) for task in self.tasks)), None)
         cls = _class_at(path) if path else None

@@ -71,7 +71,11 @@ class TrainSpec(StageSpec):
         return dataclasses.replace(preview, oof=True) if self.bag else preview
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-        problems = tune_problems(self.tune, inputs)
+        """Rules across stages, and the values of ``params`` the model's estimator refuses
+        (``max_depth: abc``, ``C: high``): read from its class, so the model's library is
+        imported here, where validate and a run's checks meet it, not after the stages before."""
+        problems = [(("params", key), problem) for key, problem in get_model_spec(self.model).value_problems(self.params)]
+        problems += tune_problems(self.tune, inputs)
         if self.bag and any(p.folds for p in inputs.values()):
             problems.append((("bag",), BAG_WITH_FOLDS))
         if not self.bag and any(p.valid is False for p in inputs.values()):   # bag's members stop on their fold

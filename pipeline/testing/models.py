@@ -329,7 +329,7 @@ def _check_unknown_params(spec: ModelSpec, label: str) -> None:
 
     block = {"kind": "train", "inputs": ["input_0"], "model": spec.name, "params": {UNKNOWN_PARAM: 1}}
     config, error = load_block(block, label, "a train stage with an unknown parameter")
-    where = f"stages.{STAGE}.params"
+    where = f"stages.{STAGE}.params.{UNKNOWN_PARAM}"
     issues = [] if error is None else [i for i in error.issues if i.path == where and UNKNOWN_PARAM in i.message]
     if not issues or issues[0].line is None:
         said = "accepted it" if error is None else "; ".join(str(i) for i in error.issues)

@@ -94,11 +94,11 @@ STACK = FEATURES + """\
 
 def test_stack_params_that_its_default_meta_model_lacks_fail_before_training(tmp_path):
     (issue,) = issues(tmp_path, HEAD + STACK + "    params: {alpha: 2.0}\n")
-    assert issue.path == "stages.stack.params"
+    assert issue.path == "stages.stack.params.alpha"
     assert "unknown parameter 'alpha' for model 'logistic_regression'" in issue.message
     assert "the binary task's default meta-model" in issue.message
     (typo,) = issues(tmp_path, HEAD + STACK + "    params: {Cx: 2.0}\n")
-    assert typo.path == "stages.stack.params" and "did you mean 'C'" in typo.message
+    assert typo.path == "stages.stack.params.Cx" and "did you mean 'C'" in typo.message
 
 
 @pytest.mark.parametrize("model, params, words", [

@@ -68,7 +68,7 @@ def test_model_param_typo_is_named():
         "  m:\n    kind: train\n    inputs: [f]\n    model: random_forest\n    params: {n_estimator: 5}\n"
     )
     (issue,) = issues_of(text)
-    assert issue.path == "stages.m.params" and issue.line == 17
+    assert issue.path == "stages.m.params.n_estimator" and issue.line == 17
     assert "'n_estimator'" in issue.message and "did you mean 'n_estimators'" in issue.message
 
 
@@ -132,6 +132,26 @@ def test_an_override_of_a_dash_is_the_text_dash():
     """`--set stages.raw.path=-` (standard input, as the docs write `path: '-'`) read as YAML is
     a list holding null, refused as "Input should be a valid string"."""
     assert load_config(text=MINIMAL, overrides=["stages.raw.path=-"]).stages["raw"].path == "-"
+
+
+def test_an_unknown_parameter_from_set_is_marked_set_not_a_line_of_the_file():
+    """`--set stages.forest.params.n_estimator=5` was reported at the params' line of the file."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(CHURN, overrides=["stages.forest.params.n_estimator=5"])
+    (issue,) = caught.value.issues
+    assert issue.path == "stages.forest.params.n_estimator" and issue.source == "--set" and issue.line is None
+    assert "did you mean 'n_estimators'" in issue.message
+
+
+def test_validate_refuses_a_parameter_value_the_estimator_refuses_at_its_key():
+    """`max_depth: abc` and `C: high` passed validate and failed the run after the stages before."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(CHURN, overrides=["stages.xgb.params.max_depth=abc", "stages.logreg.params.C=high"],
+                    check_data=True)
+    found = {issue.path: issue for issue in caught.value.issues}
+    assert "takes an integer, not 'abc'" in found["stages.xgb.params.max_depth"].message
+    assert "must be a float" in found["stages.logreg.params.C"].message
+    assert {issue.source for issue in found.values()} == {"--set"}
 
 
 def test_bad_override_reports_its_source():
