@@ -175,9 +175,14 @@ def mark_leaks(columns: list[Column], frame: pd.DataFrame, target: str, task_kin
         x = frame.loc[known, column.name]
         if task_kind == "regression":
             if column.role == "numeric":
-                corr = pd.to_numeric(x, errors="coerce").corr(y.astype("float64"))
+                numbers = pd.to_numeric(x, errors="coerce")
+                corr = numbers.corr(y.astype("float64"))
+                rank = numbers.corr(y.astype("float64"), method="spearman")
                 if corr is not None and math.isfinite(corr) and abs(corr) >= LEAK_CORRELATION:
                     _leak(column, f"moves with the target: correlation {corr:.3f}")
+                elif rank is not None and math.isfinite(rank) and abs(rank) >= LEAK_CORRELATION:
+                    # A monotone function of the target (a rounded log of it): in order with it.
+                    _leak(column, f"in the target's order: rank correlation {rank:.3f}")
             continue
         baseline = float(y.value_counts(normalize=True).iloc[0])
         if baseline > LEAK_MAX_BASELINE:
@@ -186,6 +191,27 @@ def mark_leaks(columns: list[Column], frame: pd.DataFrame, target: str, task_kin
             _leak(column, f"missing exactly when {target} is one value, in {_purity(x.isna(), y):.1%} of rows")
         elif x.nunique(dropna=False) <= LEAK_MAX_LEVELS and _purity(x.astype(str), y) >= LEAK_PURITY:
             _leak(column, f"{target} can be read off its value in {_purity(x.astype(str), y):.1%} of rows")
+        elif column.role == "numeric":
+            read = _read_off_by_cuts(pd.to_numeric(x, errors="coerce"), y)
+            if read is not None and read[1] >= LEAK_PURITY:
+                _leak(column, f"{target} can be read off it by {read[0]} cut point{'s' if read[0] > 1 else ''} in "
+                              f"{read[1]:.1%} of rows (a score or a status recorded with the outcome?)")
+
+
+def _read_off_by_cuts(x: pd.Series, y: pd.Series) -> tuple[int, float] | None:
+    """(cut points, share of rows) for the few cuts of the numbers ``x`` that give the class of
+    ``y`` best (``retention_score`` below 40 for every churner, and above for no one else): a
+    tree on ``x`` alone with at most two leaves per class. None when ``x`` has gaps in more than
+    a few rows (the missing-value rule covers those) or ``y`` has more than ten classes."""
+    present = x.notna()
+    classes = y[present].astype(str)
+    if present.mean() < 0.99 or not 2 <= classes.nunique() <= 10:
+        return None
+    from sklearn.tree import DecisionTreeClassifier
+
+    values = x[present].to_numpy(dtype="float64").reshape(-1, 1)
+    tree = DecisionTreeClassifier(max_leaf_nodes=2 * classes.nunique(), random_state=0).fit(values, classes)
+    return tree.get_n_leaves() - 1, float(tree.score(values, classes))
 
 
 def _purity(x: pd.Series, y: pd.Series) -> float:

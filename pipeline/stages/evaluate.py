@@ -345,8 +345,30 @@ def run_evaluate(spec: EvaluateSpec, ctx: StageContext, inputs) -> Evaluation:
         ctx.logger.warning("%s is undefined for every model on the %s split (%s); 'best' (%s) is only the first "
                            "listed: rank by another metric (rank_by:) or give the split more rows",
                            evaluation.rank_by, evaluation.split, ", ".join(evaluation.metrics), evaluation.best)
+    perfect = perfect_score(evaluation)
+    if perfect:
+        ctx.logger.warning("%s: %s; held-out rows are almost never scored perfectly: a feature most likely leaks "
+                           "the target (recorded with or after the outcome: a status, a score, a date of leaving). "
+                           "Check the model's most important features in the report", ctx.stage, perfect)
     ctx.run_record["metrics"] = evaluation.record()
     return evaluation
+
+
+# Metrics whose best value, reached on held-out rows, says more of the data than of the model.
+PERFECT = {"roc_auc": 1.0, "roc_auc_ovr_macro": 1.0, "accuracy": 1.0, "r2": 1.0}
+
+
+def perfect_score(evaluation: Evaluation) -> str | None:
+    """``best model's metric 1.0000 on the test split`` when the best model scores a metric of
+    ``PERFECT`` at its best (within 1e-4) on held-out rows, else None."""
+    if evaluation.split == "train":
+        return None                     # the rows it was fitted on: a perfect score there is common
+    scores = evaluation.metrics.get(evaluation.best) or {}
+    for metric, best in PERFECT.items():
+        value = scores.get(metric)
+        if _is_number(value) and abs(best - value) <= 1e-4:
+            return f"{evaluation.best} scores {metric} {value:.4f} on the {evaluation.split} split"
+    return None
 
 
 def _is_number(value: object) -> bool:

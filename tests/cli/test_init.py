@@ -449,3 +449,30 @@ def test_a_marker_after_a_separator_and_a_space_is_read_as_missing() -> None:
                           "note": [" a-b", " c", " d", " e"] * 25})
     found = missing_markers(frame)
     assert found == {" ?": {"workclass": 0.25}}
+
+
+def test_a_number_the_target_can_be_read_off_by_a_cut_or_its_order_is_a_likely_leak():
+    """A 0-100 retention score below 40 for every churner, a CRM churn probability, and a rounded
+    log of a regression target were kept as numeric features (test ROC AUC 1.0, exit 0); a
+    strong but honest feature stays."""
+    rng = np.random.default_rng(2)
+    n = 2000
+    churn = rng.random(n) < 0.3
+    frame = pd.DataFrame({
+        "retention_score": np.where(churn, rng.integers(1, 40, n), rng.integers(45, 100, n)),
+        "honest": rng.normal(size=n) + 1.5 * churn,                 # ROC AUC about 0.85
+        "plan": np.where(churn, rng.choice(["a", "b"], n), rng.choice(["b", "c"], n)),
+        "Churn": np.where(churn, "Yes", "No")})
+    left = {c.name: c.reason for c in left_out_columns(frame, "Churn", "binary")}
+    assert "retention_score" in left and "by 1 cut point in 100.0% of rows" in left["retention_score"]
+    assert "honest" not in left and "plan" not in left
+    three = rng.choice(["low", "mid", "high"], n)
+    score = np.select([three == "low", three == "mid"], [rng.uniform(0, 1, n), rng.uniform(2, 3, n)],
+                      rng.uniform(5, 9, n))
+    left = {c.name for c in left_out_columns(pd.DataFrame({"score": score, "y": three}), "y", "multiclass")}
+    assert left == {"score"}
+    value = rng.lognormal(12, 0.5, n)
+    regression = pd.DataFrame({"band": np.round(np.log(value), 2), "rooms": rng.normal(size=n) + value / 1e5,
+                               "value": value})
+    left = {c.name: c.reason for c in left_out_columns(regression, "value", "regression")}
+    assert list(left) == ["band"] and "rank correlation 1.000" in left["band"]

@@ -378,3 +378,21 @@ def test_evaluating_or_exporting_the_test_split_of_a_split_without_one_is_refuse
     proc = run_cli("run", "t.yaml", "--runs-dir", "runs", "-q", cwd=tmp_path)
     assert proc.returncode == ExitCode.CONFIG and "stages.ev.split" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_perfect_score_on_held_out_rows_is_named_as_a_likely_leak(tmp_path, caplog):
+    """A leaking column gave ROC AUC 1.0000 for every model, exit 0, and nothing said so."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 300).astype("int32")
+    leaked = model("leaky", BINARY, y, np.clip(y + rng.normal(scale=0.01, size=300), 0, 1))
+    honest = model("honest", BINARY, y, np.clip(0.5 * y + rng.uniform(0, 0.6, size=300), 0, 1))
+    ctx = StageContext(backend=get_backend("cpu"), seed=0, stage="ev", artifacts_dir=tmp_path)
+    spec = EvaluateSpec(kind="evaluate", inputs=["a", "b"], importance=False)
+    with caplog.at_level("WARNING", logger="pipeline"):
+        run_evaluate(spec, ctx, {"leaky": leaked, "honest": honest})
+    (said,) = [r.getMessage() for r in caplog.records if "leaks" in r.getMessage()]
+    assert "leaky scores roc_auc 1.0000 on the test split" in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline"):
+        run_evaluate(spec, ctx, {"honest": honest})
+    assert not [r for r in caplog.records if "leaks" in r.getMessage()]
