@@ -29,6 +29,12 @@ MISSING_WORDS = frozenset({"na", "n/a", "n.a.", "n.a", "#n/a", "nan", "null", "n
                            "not available", "not applicable", "undefined", "empty"})
 
 
+# A number with a bound or a range (``5+``, ``<1``, ``>= 65``, ``10-20``, ``65 and over``): the open
+# level of an ordered category (household size 1, 2, ..., 5+), never a placeholder.
+NUMBER_BOUND = re.compile(r"^(?:[<>]=?\s*\d+(?:[.,]\d+)?|\d+(?:[.,]\d+)?\s*(?:\+|or more|and (?:over|above|up|older))"
+                          r"|\d+(?:[.,]\d+)?\s*-\s*\d+(?:[.,]\d+)?)$", re.IGNORECASE)
+
+
 def is_missing_spelling(token: str) -> bool:
     """Whether ``token`` can only mean "missing": blank, punctuation alone, or a word of ``MISSING_WORDS``."""
     text = token.strip()
@@ -41,7 +47,8 @@ def missing_markers(frame: pd.DataFrame, target: str | None = None) -> dict[str,
     - blank or whitespace-only text anywhere;
     - in a text column, a value of punctuation alone (``?``, ``-``, ``--``) holding at least 1%
       of it, and the few non-numbers of a column that is otherwise at least 90% numbers
-      (``n/a``);
+      (``n/a``), unless one of them is a bound or a range (``5+``, ``<1``, ``10-20``): those
+      are the ordered levels of a category;
     - in a numeric column, a sentinel of nines (-999, 9999...) holding at least 1% of it, and
       outside the range of its other values (so a real 999 among values up to 5,000 stays).
 
@@ -72,7 +79,8 @@ def missing_markers(frame: pd.DataFrame, target: str | None = None) -> dict[str,
         numbers = pd.to_numeric(pd.Series(rest.index), errors="coerce").to_numpy()
         bad = rest.index[np.isnan(numbers)].tolist()
         share = float(rest[~np.isnan(numbers)].sum() / max(rest.sum(), 1))
-        if share >= 0.9 and 0 < len(bad) <= 3 and all(len(b) <= 10 for b in bad):
+        if share >= 0.9 and 0 < len(bad) <= 3 and all(len(b) <= 10 for b in bad) \
+                and not any(NUMBER_BOUND.match(b.strip()) for b in bad):     # 1, 2, ..., 5+: levels
             for token in bad:
                 add(token, column, int(rest[token]))
         total = int(counts.sum())

@@ -451,6 +451,16 @@ def test_a_marker_after_a_separator_and_a_space_is_read_as_missing() -> None:
     assert found == {" ?": {"workclass": 0.25}}
 
 
+def test_an_open_top_level_is_a_level_not_a_placeholder() -> None:
+    """Household sizes 1, 2, 3, 4, 5+ had `5+` (8% of rows, the largest households) read as missing."""
+    from pipeline.scaffold.markers import missing_markers
+
+    frame = pd.DataFrame({"household_size": ["1", "2", "3", "4", "5+"] * 20 + ["2"] * 100,
+                          "age_band": ["<18", "18-24", "25-34", "65 and over"] * 50,
+                          "income": ["12", "15"] * 95 + ["n/a"] * 10})
+    assert missing_markers(frame) == {"n/a": {"income": 0.05}}
+
+
 def test_a_number_the_target_can_be_read_off_by_a_cut_or_its_order_is_a_likely_leak():
     """A 0-100 retention score below 40 for every churner, a CRM churn probability, and a rounded
     log of a regression target were kept as numeric features (test ROC AUC 1.0, exit 0); a
