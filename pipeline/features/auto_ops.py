@@ -56,11 +56,14 @@ def default_ops(task_kind: str) -> list[dict[str, Any]]:
     there so that a task may get its own, and it is checked."""
     if task_kind not in TASK_KINDS:
         raise ValueError(f"task kind must be one of {', '.join(TASK_KINDS)}, not {task_kind!r}")
+    # optional: a table without dates (or without many-level columns) is the common case, so an
+    # op that finds nothing is an info line, not a warning about an op the user never wrote.
     return [
-        {"date_parts": {"columns": {"type": "date"}}},
-        {"fill_missing": {"columns": {"type": "numeric"}, "strategy": "median"}},
-        {"target_encode": {"columns": {"type": "categorical", "min_levels": TARGET_ENCODE_LEVELS}, "keep": True}},
-        {"categorify": {"columns": {"type": ["categorical", "bool"]}, "min_frequency": RARE_CODE}},
+        {"date_parts": {"columns": {"type": "date", "optional": True}}},
+        {"fill_missing": {"columns": {"type": "numeric", "optional": True}, "strategy": "median"}},
+        {"target_encode": {"columns": {"type": "categorical", "min_levels": TARGET_ENCODE_LEVELS, "optional": True},
+                           "keep": True}},
+        {"categorify": {"columns": {"type": ["categorical", "bool"], "optional": True}, "min_frequency": RARE_CODE}},
     ]
 
 

@@ -73,8 +73,9 @@ def resolve_selectors(ops: Sequence[FeatureOp], frame: Any, backend: Backend,
         words = describe_selector(selector)
         selections.append(Selection(position, op.op, words, names))
         if not names:
-            log.warning("feature ops[%d] (%s): %s matched no column of the training split; the op is skipped",
-                        position, op.op, words)
+            log.log(logging.INFO if selector.optional else logging.WARNING,
+                    "feature ops[%d] (%s): %s matched no column of the training split; the op is skipped",
+                    position, op.op, words)
             continue
         log.info("feature ops[%d] (%s): %s -> %s", position, op.op, words, ", ".join(names))
         for name, count, total, first in numbers_read_as_text(current, names, backend):

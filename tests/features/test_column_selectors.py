@@ -149,6 +149,20 @@ def test_a_selector_that_matches_nothing_skips_its_op(caplog):
     assert "matched no column" in caplog.text
 
 
+def test_an_optional_selector_that_matches_nothing_is_an_info_line_not_a_warning(caplog):
+    """auto's own op list warned "feature ops[3] (target_encode): ... matched no column" about
+    ops the user never wrote, on every table without many-level columns."""
+    with caplog.at_level("INFO", logger="pipeline"):
+        wf = fitted([
+            {"drop": {"columns": ["customer_id", "plan", "signup", "active"]}},
+            {"log1p": {"columns": {"matching": "price_*", "optional": True}}},
+            {"fill_missing": {"columns": {"type": "numeric"}}},
+        ])
+    assert [op.op for op in wf.ops] == ["drop", "fill_missing"]
+    (said,) = [r for r in caplog.records if "matched no column" in r.getMessage()]
+    assert said.levelname == "INFO"
+
+
 def test_plain_lists_work_as_before():
     wf = fitted([{"fill_missing": {"columns": ["amount_paid"]}}, {"drop": {"columns": ["customer_id", "plan",
                                                                                       "signup", "active"]}}])

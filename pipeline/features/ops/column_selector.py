@@ -52,6 +52,9 @@ class ColumnSelector(BaseModel):
         None, ge=1, description="Only columns with at least this many distinct values in the training split.")
     max_levels: int | None = Field(
         None, ge=1, description="Only columns with at most this many distinct values in the training split.")
+    optional: Literal[True] | None = Field(
+        None, description="The selector may match no column (an op list written for any table): the op is then "
+                          "skipped with an info line, not a warning.")
 
     @field_validator("type", mode="before")
     @classmethod
