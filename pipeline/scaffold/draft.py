@@ -23,7 +23,7 @@ from pipeline.features.column_roles import (
 from pipeline.models import MODELS
 from pipeline.models.registry import portfolio_members
 from pipeline.scaffold.markers import numbers_behind_placeholders, placeholders
-from pipeline.stages.split import classes_alike_note
+from pipeline.stages.split import classes_alike_note, misspelt_classes_note
 from pipeline.scaffold.ops_and_models import (
     Op,
     choose_models,
@@ -93,9 +93,10 @@ def draft_config(data: str | Path, target: str, *, task: str | None = None, posi
     notes: list[str] = list(found.notes)
     choice = choose_task(frame[target], target, declared=task, positive=positive, sample=sample)
     choice.declared = task is not None or positive is not None
-    alike = classes_alike_note(list(frame[target].dropna().unique()), target) if choice.kind == "multiclass" else None
-    if alike:
-        notes.append(alike)
+    if choice.kind == "multiclass":
+        counts = frame[target].dropna().value_counts()
+        notes += filter(None, [classes_alike_note(list(counts.index), target),
+                               misspelt_classes_note(counts.to_dict(), target)])
     check_split(frame, target, choice, sample)
     if not choice.stratify:
         notes.append(f"{choice.stratify_why}: split has stratify: false (a random split, so a small class may have "

@@ -101,7 +101,7 @@ def read_sample(path: str | Path, *, fmt: str | None = None, na_values: list[str
             if not (dialect.utf8 and isinstance(undecodable, UnicodeDecodeError)):
                 raise
             # Past the first bytes sniffed, a byte that is not UTF-8: cp1252, as sniff decides early.
-            notes.append(f"the bytes are not UTF-8 (byte {undecodable.start} of a read): read as cp1252")
+            notes.append("the file is not UTF-8 (a byte past the first 64 KiB is not): read as cp1252")
             dialect = replace(dialect, encoding="cp1252")
             sample = _csv_sample(path, na_values, max_rows, max_bytes, dialect)
         sample.dialect, sample.notes = dialect, [*notes, *sample.notes]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,15 +172,18 @@ def check_split(frame: pd.DataFrame, target: str, choice: TaskChoice, sample: Sa
             "task": choice.kind, "positive": choice.positive if choice.write_positive else None, "backend": "cpu"}
     rows = frame[[target]]
     try:
-        split_frame(rows, target, stratify=True, **plan)
+        with _split_warnings_unsaid():
+            split_frame(rows, target, stratify=True, **plan)
         return
     except DataError:
         pass
     counts = rows[target].dropna().value_counts()
     few = counts[counts < 3] if (counts < 3).any() else counts.iloc[-1:]
-    said = ", ".join(f"{shown_value(v)!r} has {n} row{'s' if n > 1 else ''}" for v, n in few.items())
+    shown = ", ".join(f"{shown_value(v)!r} has {n} row{'s' if n > 1 else ''}" for v, n in few.head(5).items())
+    said = shown if len(few) <= 5 else f"{len(few):,} classes have fewer than 3 rows ({shown}, ...)"
     try:
-        split_frame(rows, target, stratify=False, **plan)
+        with _split_warnings_unsaid():
+            split_frame(rows, target, stratify=False, **plan)
     except DataError as exc:
         if sample.complete:
             value = shown_value(few.index[0]) if len(few) == 1 else "VALUE"
@@ -198,3 +204,21 @@ def missing_target_note(target: str, missing: int, rows: int) -> str:
             f"such rows yet: the run will stop at split until they are removed from the file")
 
 
+@contextmanager
+def _split_warnings_unsaid() -> Iterator[None]:
+    """The trial split's warnings (classes written alike...), left unsaid: init says them as
+    notes of its own, in the summary and the config's comments. Only this thread's records are
+    dropped, so a run in another thread of the process keeps its warnings."""
+    import threading
+
+    split_log = logging.getLogger("pipeline")               # the split logs on the package logger
+    here = threading.get_ident()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.thread != here
+
+    split_log.addFilter(keep)
+    try:
+        yield
+    finally:
+        split_log.removeFilter(keep)

@@ -81,7 +81,7 @@ MIN_TIMED_ROWS = 50
 FIT_SHARE = 0.05
 FLOOR_SECONDS = 2.0
 RANKED_BY = ("absolute correlation of the feature with the model's score (log-odds) on the training rows "
-             "(the evaluated sample's without any)")
+             "(on the evaluated split's sample when the model has no training rows)")
 # What a model that cannot score rows other than its own (a plugin's, holding only its scores)
 # raises: its importances are skipped and the evaluation goes on.
 UNSCORABLE = (AttributeError, TypeError, ValueError, NotImplementedError)

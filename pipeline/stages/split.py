@@ -7,6 +7,7 @@ column), then taken on the device, so the same seed selects the same rows on CPU
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -192,6 +193,28 @@ def warn_near_positive(values: list[str], positive: Any, column: str) -> None:
         log.warning("target column '%s': %s differ(s) from positive: %r only in case or spaces and count(s) as the "
                     "other class (0); if they mean the same, write them alike in the data", column,
                     ", ".join(map(repr, near)), positive)
+
+
+def misspelt_classes_note(counts: Mapping[Any, int], column: str) -> str | None:
+    """Classes of a few rows spelt like a class of many (``Yse``: 3 rows beside ``Yes``: 1,869),
+    most likely typos that make a binary target multiclass: one sentence naming them, or None."""
+    import difflib
+
+    total = sum(counts.values())
+    texts = {str(v): int(n) for v, n in counts.items() if isinstance(v, str)}
+    found = []
+    for value, rows in texts.items():
+        if rows > 0.01 * total:
+            continue
+        bigger = [v for v, n in texts.items() if n >= 20 * rows and v.strip().casefold() != value.strip().casefold()]
+        close = difflib.get_close_matches(value, bigger, n=1, cutoff=0.6)
+        if close:
+            found.append(f"{value!r} ({rows:,} row{'s' if rows > 1 else ''}) is spelt like {close[0]!r} "
+                         f"({texts[close[0]]:,})")
+    if not found:
+        return None
+    return (f"target column '{column}': {'; '.join(found)}: typos make classes of their own; if they mean the same, "
+            "correct them in the data (or leave those rows out with a load filter)")
 
 
 def classes_alike_note(values: list[Any], column: str) -> str | None:

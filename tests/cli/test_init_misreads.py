@@ -314,6 +314,22 @@ def test_target_classes_written_alike_are_noted(tmp_path: Path) -> None:
     assert "classes that differ only in case or spaces ('YES', 'Yes', 'yes ')" in draft.text.replace("\n# ", " ")
 
 
+def test_a_class_of_a_few_rows_spelt_like_a_big_one_is_noted_once(tmp_path: Path) -> None:
+    """3 rows of `Yse` beside 1,866 of `Yes` made Churn multiclass with no word of a typo, and
+    the case note for `no` was printed twice (the trial split's warning, then the note)."""
+    from tests.support.cli import run_cli
+
+    rng = np.random.default_rng(12)
+    y = np.where(rng.random(3000) < 0.3, "Yes", "No").astype(object)
+    y[:3], y[3:5] = "Yse", "no"
+    pd.DataFrame({"x": rng.normal(size=3000), "Churn": y}).to_csv(tmp_path / "t.csv", index=False)
+    made = run_cli("init", "t.csv", "--target", "Churn", "-o", "t.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    said = made.stdout + made.stderr
+    assert "'Yse' (3 rows) is spelt like 'Yes'" in said
+    assert said.count("differ only in case or spaces") == 1
+
+
 def test_a_cp1252_byte_past_the_sniffed_bytes_and_a_utf16_file_are_drafted_with_their_encoding(tmp_path: Path) -> None:
     """A cp1252 accent first met on row 20,000 failed init (exit 3, 'utf-8' codec can't decode),
     and init has no option to say the encoding; a UTF-16 file was read as cp1252."""
