@@ -8,7 +8,11 @@ a stage failure.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 
 class BudgetExceeded(KeyboardInterrupt):
@@ -52,3 +56,34 @@ def request_termination() -> Terminated:
 
 def termination_requested() -> bool:
     return _termination.is_set()
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop noted, if any (``Terminated`` first, then ``BudgetExceeded``). Where a
+    library swallowed the exception itself (raised inside a Python callback that C code calls,
+    XGBoost's data iterator: ctypes prints "Exception ignored" and goes on) the note is all that
+    is left: a stage that then returns, or a tuning trial that fails, raises it again here."""
+    if termination_requested():
+        raise Terminated()
+    why = budget_stop()
+    if why is not None:
+        raise BudgetExceeded(why)
+
+
+@contextlib.contextmanager
+def unraisable_stops_unsaid() -> Iterator[None]:
+    """While a run goes: a stop that C code swallowed (ctypes prints "Exception ignored on
+    calling ctypes callback function" and a traceback) prints nothing, since ``raise_if_stopped``
+    raises it again; anything else unraisable is reported as before."""
+    before = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, (BudgetExceeded, Terminated)):
+            before(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        if sys.unraisablehook is hook:
+            sys.unraisablehook = before

@@ -34,7 +34,7 @@ from pipeline.backends.devices.device_memory import ProcessDeviceMemory
 from pipeline.backends.devices.gpu_usage import gpu_meter
 from pipeline.distributed.worker_progress import PROGRESS_TOPIC, WorkerProgress
 from pipeline.core.errors import PipelineError, StageError, StorageError
-from pipeline.core.interrupts import BudgetExceeded, Terminated, budget_stop, termination_requested
+from pipeline.core.interrupts import BudgetExceeded, Terminated, budget_stop, raise_if_stopped, termination_requested
 from pipeline.core.local_code import use_config_folders
 from pipeline.hooks.protocol import StageProgress
 from pipeline.usage.memory import MemorySampler, release_freed_memory, sampling_interval
@@ -109,6 +109,7 @@ def execute_stage(task: StageTask, inputs: Mapping[str, Any], progress: StagePro
         try:
             with sampler:
                 outcome.output = kind.run(task.spec, ctx, inputs)
+                raise_if_stopped()              # a stop a library swallowed: the stage did not finish
             wrong = kind.output_problem(outcome.output)
             if wrong:
                 raise TypeError(wrong)

@@ -38,7 +38,7 @@ from pipeline.core.errors import (
 from pipeline.core.fingerprints import defining_modules, forget_hashed, plugin_digest
 from pipeline.core.local_code import use_config_folders
 from pipeline.core.host_memory import apply_page_policy
-from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop
+from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop, unraisable_stops_unsaid
 from pipeline.core.plugins import environment_plugins
 from pipeline.core.settings import check_settings, current_settings
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
@@ -228,7 +228,8 @@ class Runner:
         except OSError as exc:
             raise StorageError(f"cannot create the run lock in {self.store.pipeline_dir}: {exc.strerror or exc}") from exc
         try:
-            result = self._run_locked(lock, steps, selected, forced, backend, choice)
+            with unraisable_stops_unsaid():
+                result = self._run_locked(lock, steps, selected, forced, backend, choice)
         except PipelineError:
             self._trim_cache()            # a failed run may have stored the stages that succeeded
             raise

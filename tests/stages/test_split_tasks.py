@@ -328,8 +328,9 @@ def test_catboost_on_labels_float32_holds_as_one_value_is_the_data_problem_it_is
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 2)).astype("float32")
+    quiet = {"iterations": 5, "verbose": False, "allow_writing_files": False}     # no catboost_info/ here
     with pytest.raises(DataError, match=r"CatBoost holds labels as float32, in which they are all one value; "
                                         r"subtract a constant"):
-        CatBoostRegressor(iterations=5, verbose=False).fit(X, 1e12 + 1e3 * X[:, 0].astype("float64"))
-    fitted = CatBoostRegressor(iterations=5, verbose=False).fit(X, 1e3 * X[:, 0].astype("float64"))
+        CatBoostRegressor(**quiet).fit(X, 1e12 + 1e3 * X[:, 0].astype("float64"))
+    fitted = CatBoostRegressor(**quiet).fit(X, 1e3 * X[:, 0].astype("float64"))
     assert fitted.predict(X).std() > 0

@@ -30,6 +30,20 @@ def sleepy(ctx, inputs, seconds=30.0):
         time.sleep(0.05)
 
 
+def swallowed(ctx, inputs, seconds=6.0):
+    """A library's C code calling back into Python (XGBoost's data iterator): an exception in a
+    ctypes callback is printed as "Exception ignored" and the C code goes on."""
+    import ctypes
+
+    tick = ctypes.CFUNCTYPE(None)(lambda: time.sleep(0.05))
+    if ctx.artifacts_dir is not None:
+        ctx.artifact_path("started").write_text("")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        tick()
+    return "done"
+
+
 def busy(ctx, inputs, seconds=30.0):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -282,3 +296,42 @@ def test_a_run_that_ends_while_the_watch_decides_is_never_stopped_after_it_ended
         assert signal.getsignal(signal.SIGUSR1) is ours            # back, not the watch's
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.parametrize("stop", ["budget", "sigterm"])
+def test_a_stop_that_c_code_swallowed_still_stops_the_run(tmp_path, stop):
+    """A budget cap or SIGTERM raised inside XGBoost's ctypes callback was swallowed ("Exception
+    ignored on calling ctypes callback function"): the run went on and ended succeeded, exit 0,
+    'latest' moved. The note the stop leaves is raised again when the stage returns."""
+    import signal
+
+    budget = "budget: {max_wall: 1s}\n" if stop == "budget" else ""
+    folder = project(tmp_path, f"""\
+name: b
+device: cpu
+{budget}stages:
+  slow: {{kind: python, function: "slow_stages:swallowed"}}
+""")
+    if stop == "budget":
+        proc = cli("run", "budget.yaml", cwd=folder)
+        assert proc.returncode == ExitCode.BUDGET, proc.stderr
+    else:
+        import os
+        import sys
+
+        started = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "budget.yaml"], cwd=folder,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "PIPELINE_REPORT": "off",
+                                        "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        deadline = time.monotonic() + 120
+        while not list((folder / "runs").glob("b/*/slow/started")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)                                         # inside the callbacks
+        started.send_signal(signal.SIGTERM)
+        out, err = started.communicate(timeout=120)
+        proc = subprocess.CompletedProcess(started.args, started.returncode, out, err)
+        assert proc.returncode == 143, proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    manifest = only_run(folder)
+    assert manifest["status"] == "interrupted" and manifest["stages"]["slow"]["status"] == "interrupted"
+    assert not (folder / "runs" / "b" / "latest").exists()

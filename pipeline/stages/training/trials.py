@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.core.interrupts import raise_if_stopped
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.folds import HELD_OUT, SCORED, without_validation
 from pipeline.metrics import task_metrics
@@ -201,6 +202,7 @@ def run_trial(trainer: Trainer, features: FeatureSet, params: dict[str, Any], me
         return TrialOutcome("PRUNED", seconds=time.perf_counter() - started, note=str(exc) or "pruned",
                             worker=address)
     except Exception as exc:  # noqa: BLE001 - a trial's params can fail in any library; the search goes on
+        raise_if_stopped()      # the budget's stop or SIGTERM, swallowed by the library: not a failed trial
         return TrialOutcome("FAIL", seconds=time.perf_counter() - started,
                             note=f"{type(exc).__name__}: {exc}", error=exc, worker=address)
     seconds = time.perf_counter() - started

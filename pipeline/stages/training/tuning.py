@@ -53,6 +53,7 @@ from pydantic import (
 )
 
 from pipeline.core.errors import ConfigError
+from pipeline.core.interrupts import raise_if_stopped
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.featuresets.folds import MatrixFolds
 from pipeline.hooks.protocol import elapsed
@@ -456,6 +457,7 @@ def tune_model(features: FeatureSet, trainer: Trainer, spec: TuneSpec, *, seed: 
         if baseline_values is not None:          # trial 0 is the defaults, and the sampler learns from it
             study.enqueue_trial(baseline_values)
         while _budget_left(spec, len(records), started):
+            raise_if_stopped()                   # a stop a library swallowed in the last trial
             size = runner.parallel if spec.trials is None else min(runner.parallel, spec.trials - len(records))
             first = not records
             # Defaults the space cannot hold (or does not cover) run as trial 0 outside the study.
