@@ -122,3 +122,11 @@ def test_the_callers_environment_is_as_it_was_once_the_cluster_closed():
     opened = open_cluster(ClusterConfig(n_workers=1, threads_per_worker=1), "cpu")
     opened.close()
     assert dict(os.environ) == before
+
+
+def test_the_local_clusters_dashboard_listens_on_this_machine_only(session):
+    """The dashboard listened on 0.0.0.0 (every interface) while everything else took 127.0.0.1."""
+    import psutil
+
+    ports = {c.laddr for c in psutil.Process().net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    assert ports and all(address.ip in ("127.0.0.1", "::1") for address in ports), ports

@@ -94,7 +94,7 @@ def one_thread_cluster():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         yield client
 
 
@@ -306,6 +306,7 @@ def test_the_cluster_options_carry_the_plan():
     assert options["rmm_pool_size"] == "40GiB" and options["rmm_maximum_pool_size"] == 60 * GiB
     assert options["device_memory_limit"] == 60 * GiB
     assert "rmm_maximum_pool_size" not in local_cuda_cluster_options(config)      # no plan: as configured
+    assert options["host"] == "127.0.0.1" and options["dashboard_address"] == "127.0.0.1:0"   # never every interface
 
 
 def test_the_machine_is_measured_on_the_gpus_the_workers_use(monkeypatch):

@@ -561,7 +561,7 @@ def test_partitioned_scoring_runs_on_a_cluster(churn_run, tmp_path):
 
     source = _split_into_files(churn_run["test_rows"], tmp_path / "batch")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as cluster:
+                      dashboard_address="127.0.0.1:0") as cluster:
         result = predict_batch(churn_run["run_dir"], source, tmp_path / "scores", model="xgb",
                                na_values=[" "], partitioned=True, scheduler=cluster.scheduler_address)
         assert len(cluster.scheduler.workers) == 2                  # the cluster was not shut down

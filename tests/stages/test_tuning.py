@@ -320,7 +320,7 @@ def test_trials_run_on_a_two_worker_cluster_and_match_the_in_process_search(feat
     here = tune_model(features, xgb_trainer(), spec, seed=5)
     assert here.where.startswith("in this process") and here.parallel == 2
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         workers = set(cluster_workers(client))
         # Default parallel (one per worker) and pruning on: trials on workers are not pruned.
         there = tune_model(features, xgb_trainer(), spec.model_copy(update={"parallel": None, "pruning": True}), seed=5)

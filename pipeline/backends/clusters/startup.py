@@ -127,7 +127,8 @@ def _local_cluster(config: Any) -> Any:
 
     return LocalCluster(
         n_workers=config.n_workers or 2, threads_per_worker=config.threads_per_worker, processes=True,
-        memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address=":0",   # any free port
+        # The dashboard on any free port of this machine only (":0" listened on every interface).
+        memory_limit=config.memory_limit, host="127.0.0.1", dashboard_address="127.0.0.1:0",
         silence_logs=logging.WARNING, preload=worker_preload(), env=worker_environment(config.threads_per_worker),
     )
 
@@ -176,7 +177,7 @@ def local_cuda_cluster_options(config: Any, plan: GpuMemoryPlan | None = None) -
     a memory ``plan`` adds the pool cap and spill threshold it sized."""
     options: dict[str, Any] = {
         "threads_per_worker": config.threads_per_worker, "memory_limit": config.memory_limit,
-        "host": "127.0.0.1", "dashboard_address": ":0", "silence_logs": logging.WARNING,
+        "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", "silence_logs": logging.WARNING,
         "enable_cudf_spill": config.enable_cudf_spill, "resources": {GPU_RESOURCE: 1},
         # One memory pool shared by cuDF/CuPy and PyTorch on each worker.
         "rmm_allocator_external_lib_list": ["torch", "cupy"] if config.rmm_pool_size else None,
