@@ -412,10 +412,15 @@ def _at_named_key(data: Any, path: KeyPath, message: str) -> KeyPath:
     found = re.search(r"unknown parameter '([^']+)'", message)
     if not found:
         return path
-    node = data
+    node, key = data, found.group(1)
     for part in path:
         node = node.get(part) if isinstance(node, dict) else None
-    return (*path, found.group(1)) if isinstance(node, dict) and found.group(1) in node else path
+    if not isinstance(node, dict):
+        return path
+    if key in node:
+        return (*path, key)
+    inner = next((name for name, child in node.items() if isinstance(child, dict) and key in child), None)
+    return (*path, inner, key) if inner is not None else path     # a tune's space.max_dept
 
 
 def _reading_order(issue: ConfigIssue) -> tuple[int, list[tuple[int, str]]]:

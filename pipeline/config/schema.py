@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from pipeline.config import run_outputs  # registers the package's run-level outputs and their sections
 from pipeline.core.errors import ConfigError, ConfigIssue
 from pipeline.core.plugins import check_module_name
+from pipeline.core.seeds import SEED_LIMIT
 from pipeline.core.sizes import DEFAULT_CACHE_SIZE, parse_size
 from pipeline.hooks.hook_registry import HookRegistration, config_sections, reserve_config_keys
 from pipeline.stages import STAGE_KINDS
@@ -32,7 +33,6 @@ from pipeline.stages import STAGE_KINDS
 NAME_MAX_LENGTH = 100
 PIPELINE_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 STAGE_NAME = r"[A-Za-z_][A-Za-z0-9_-]*"        # no dots either: a stage name is a --set key
-SEED_LIMIT = 2**32                             # NumPy and scikit-learn seeds: 0 .. 2**32 - 1
 MAX_LOCAL_WORKERS = 1024
 
 
@@ -59,6 +59,16 @@ def check_stage_name(name: str) -> str:
 
 # The least memory_limit a local worker may be given: below it the nanny restarts it forever.
 MIN_WORKER_MEMORY = 512 * 2**20
+
+
+def _plain_number(value: Any) -> float | None:
+    """A memory limit written as a bare number (``1.5``, ``"0.5"``), or None (a size with a unit, auto)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_share(value: Any) -> bool:
@@ -157,6 +167,10 @@ class ClusterConfig(BaseModel):
     @classmethod
     def _host_size(cls, value: str | int | float | None) -> str | int | float | None:
         value = check_dask_size(value)
+        number = _plain_number(value)
+        if number is not None and number > 1 and not float(number).is_integer():
+            raise ValueError(f"{value!r} is neither a share of the machine's memory (a number up to 1: 0.25) nor a "
+                             "size (a whole number of bytes, or a number with a unit: 2GiB)")
         size = None if _is_share(value) else _bytes(value)
         if size is not None and 0 < size < MIN_WORKER_MEMORY:
             raise ValueError(f"{value!r} is less than a worker needs: a worker process alone holds about 200 MiB "

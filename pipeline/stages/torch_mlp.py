@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from pipeline.models.registry import MLP_MODEL
-from pipeline.core.errors import BackendUnavailable, DataError
+from pipeline.core.errors import BackendUnavailable, ConfigError, ConfigIssue, DataError
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.featuresets.folds import HELD_OUT, without_validation
 from pipeline.backends.headers import HeaderReader
@@ -201,9 +201,10 @@ def train_torch(
 
     cardinalities = features.workflow.categorical_cardinalities()
     unknown = sorted(set(spec.embedding_dims) - set(features.categorical_columns))
-    if unknown:
-        raise DataError(f"embedding_dims names {unknown}, which are not categorified columns "
-                        f"(categorified: {features.categorical_columns or 'none'})")
+    if unknown:                         # a config's mistake, not the data's: exit 2 at the key
+        raise ConfigError([ConfigIssue(f"stages.{name}.embedding_dims", (
+            f"names {unknown}, which are not categorified columns (categorified: "
+            f"{features.categorical_columns or 'none'}; a categorify op makes a column one)"))])
     arch = MLPArchitecture(
         n_features=len(features.feature_names),
         continuous_index=features.continuous_index(),

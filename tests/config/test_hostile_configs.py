@@ -344,6 +344,12 @@ def test_cluster_values_that_would_fail_at_start_are_config_errors(line, path):
     assert only_issue(BASE + line + "\n").path == path
 
 
+def test_a_share_past_one_is_said_to_be_neither_share_nor_size():
+    """1.5 was refused as "less than a worker needs": the mistake is a share past 1."""
+    issue = only_issue(BASE + "cluster: {memory_limit: 1.5}\n")
+    assert "neither a share of the machine's memory (a number up to 1: 0.25) nor a size" in issue.message
+
+
 @pytest.mark.parametrize("limit", ["2GiB", "auto", 0, 10**9, None, 0.25, "'0.5'", 1])
 def test_cluster_sizes_dask_reads_are_accepted(limit):
     value = "null" if limit is None else limit

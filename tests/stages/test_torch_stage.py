@@ -101,8 +101,10 @@ def test_exported_mlp_scores_raw_rows_on_the_cpu(features, tmp_path, telco_panda
 
 
 def test_embedding_dims_must_name_categorified_columns(features):
-    with pytest.raises(DataError, match="not categorified columns"):
-        train_torch(features, embedding_dims={"tenure": 4}, **FAST)
+    """A config's mistake (exit 2 at the key), not the data's (it was exit 3, naming no key)."""
+    with pytest.raises(ConfigError, match="not categorified columns") as caught:
+        train_torch(features, name="mlp", embedding_dims={"tenure": 4}, **FAST)
+    assert caught.value.issues[0].path == "stages.mlp.embedding_dims" and caught.value.exit_code == 2
 
 
 def test_cuda_without_a_cuda_device_is_a_backend_error(features):

@@ -119,7 +119,11 @@ space:
     ("trials: 5\nspace: {max_depth: {ints: [1, 10]}}", "stages.m.tune.space.max_depth.ints",
      "did you mean 'int'"),
     ("trials: 5\nspace: {max_depth: {}}", "stages.m.tune.space.max_depth", "exactly one of int"),
-    ("trials: 5\nspace: {max_dept: {int: [3, 10]}}", "stages.m.tune", "space.max_dept"),
+    ("trials: 5\nspace: {max_dept: {int: [3, 10]}}", "stages.m.tune.space.max_dept", "space.max_dept"),
+    ("trials: 5\nseed: -1\nspace: {max_depth: {int: [3, 10]}}", "stages.m.tune.seed", "greater than or equal to 0"),
+    ("trials: 5\ncv: 1000\nspace: {max_depth: {int: [3, 10]}}", "stages.m.tune.cv", "less than or equal to 100"),
+    ("trials: 5\nspace: {subsample: {float: [true, 0.9]}}", "stages.m.tune.space.subsample.float",
+     "not true or false"),
     ("space: {max_depth: {int: [3, 10]}}", "stages.m.tune", "needs a budget"),
     ("trials: 5\ntimeout: 10 parsecs\nspace: {max_depth: {int: [3, 10]}}", "stages.m.tune.timeout",
      "not a duration"),
@@ -135,7 +139,7 @@ def test_config_errors_name_the_key(block, path, words):
 
 
 def test_an_unknown_param_gets_the_closest_name():
-    message = issues(tuned("trials: 5\nspace: {max_dept: {int: [3, 10]}}"))["stages.m.tune"]
+    message = issues(tuned("trials: 5\nspace: {max_dept: {int: [3, 10]}}"))["stages.m.tune.space.max_dept"]
     assert "unknown parameter 'max_dept' for model 'xgboost'" in message and "did you mean 'max_depth'" in message
 
 

@@ -33,6 +33,7 @@ from pydantic import Field
 from pipeline.backends import Backend
 from pipeline.backends.headers import ColumnSet
 from pipeline.core.errors import DataError
+from pipeline.core.seeds import SEED_LIMIT
 from pipeline.features.ops.op_base import FeatureOp, OpState, Scalar, Target
 from pipeline.features.ops.op_registry import register_op
 from pipeline.features.ops.op_support import (
@@ -69,7 +70,7 @@ class TargetEncode(FeatureOp):
     folds: int = Field(5, ge=2, le=MOST_FOLDS, description=(
         "Folds the training rows are encoded out of (each row by the others); at most 20: with one row of a "
         "category per fold the encoding orders that category's rows by their own labels (leave-one-out's leak)."))
-    seed: int = Field(0, ge=0, description="Seed of the assignment of training rows to folds.")
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT, description="Seed of the assignment of training rows to folds.")
     keep: bool = Field(False, description="Keep each category column as it is and add its encoding after the "
                                           "other columns (<col>=te; multiclass <col>=te_<class>).")
 

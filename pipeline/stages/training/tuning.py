@@ -54,6 +54,7 @@ from pydantic import (
 
 from pipeline.core.errors import ConfigError
 from pipeline.core.interrupts import raise_if_stopped
+from pipeline.core.seeds import SEED_LIMIT
 from pipeline.featuresets import FeatureSet, InMemoryFeatures
 from pipeline.featuresets.folds import MatrixFolds
 from pipeline.hooks.protocol import elapsed
@@ -91,6 +92,14 @@ class ParamRange(BaseModel):
     log: bool = Field(False, description="Sample on a log scale (low must be > 0): for learning rates, "
                                          "regularisation strengths and other scale-like params.")
     step: FiniteFloat | None = Field(None, gt=0, description="Only multiples of step above low.")
+
+    @field_validator("int", "float", mode="before")
+    @classmethod
+    def _numbers_not_flags(cls, value: Any) -> Any:
+        """``[true, 0.3]`` was read as ``[1.0, 0.3]``: a range's ends are numbers, not true/false."""
+        if isinstance(value, (list, tuple)) and any(isinstance(end, bool) for end in value):
+            raise ValueError(f"a range's ends are numbers, not true or false: {list(value)}")
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> ParamRange:
@@ -177,7 +186,8 @@ class TuneSpec(BaseModel):
         ..., min_length=1,
         description="Parameter -> {int: [low, high]} | {float: [low, high], log: true} | {choice: [values]}; "
                     "each trial's values are merged over the stage's own params.")
-    seed: int | None = Field(None, description="Seed of the sampler (default: the run's seed).")
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT,
+                             description="Seed of the sampler and the folds, 0 to 2**32 - 1 (default: the run's seed).")
     parallel: PositiveInt | None = Field(
         None, description="Trials run at once, as Dask tasks, when the run has a cluster (default: one per "
                           "worker). Trials are asked in batches of this size, so it shapes which trials run.")
@@ -189,8 +199,8 @@ class TuneSpec(BaseModel):
                           "or valid (the valid split alone: fast, but params picked on one small split fit that "
                           "split). Default: cv for train stages; for torch stages valid, or cv when the split "
                           "has no valid rows.")
-    cv: int = Field(CV_FOLDS, ge=2, description="Folds of scoring: cv when the split has no folds: of its own "
-                                                "(the split's folds: win when it has them).")
+    cv: int = Field(CV_FOLDS, ge=2, le=100, description="Folds of scoring: cv when the split has no folds: of its "
+                                                       "own, 2 to 100 (the split's folds: win when it has them).")
     gain_margin: float = Field(
         GAIN_MARGIN, ge=0, allow_inf_nan=False,
         description="Trial 0 trains the stage's own params; the best trial replaces them only when its mean gain "
