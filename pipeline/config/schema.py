@@ -74,10 +74,8 @@ def _plain_number(value: Any) -> float | None:
 def _is_share(value: Any) -> bool:
     """Whether a memory limit is a share of the machine's memory (a number up to 1: 0.25, "0.5"),
     as Dask reads it (``distributed.worker_memory.parse_memory_limit``)."""
-    try:
-        return 0 < float(value) <= 1
-    except (TypeError, ValueError):
-        return False
+    number = _plain_number(value)
+    return number is not None and 0 < number <= 1
 
 
 def _bytes(value: Any) -> int | None:
