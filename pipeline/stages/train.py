@@ -71,10 +71,13 @@ class TrainSpec(StageSpec):
         return dataclasses.replace(preview, oof=True) if self.bag else preview
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-        """Rules across stages, and the values of ``params`` the model's estimator refuses
-        (``max_depth: abc``, ``C: high``): read from its class, so the model's library is
-        imported here, where validate and a run's checks meet it, not after the stages before."""
-        problems = [(("params", key), problem) for key, problem in get_model_spec(self.model).value_problems(self.params)]
+        """Rules across stages, and text where the model's estimator takes a number or refuses the
+        word (``max_depth: abc``, ``C: high``): read from its class, so the model's library is
+        imported, for a config with such a value only (``validate`` of numbers imports none;
+        numbers past the estimator's own constraints are refused when the stage trains)."""
+        words = {key: value for key, value in (self.params or {}).items() if isinstance(value, (str, bool))}
+        spec = get_model_spec(self.model)
+        problems = [(("params", key), problem) for key, problem in spec.value_problems(words)] if words else []
         problems += tune_problems(self.tune, inputs)
         if self.bag and any(p.folds for p in inputs.values()):
             problems.append((("bag",), BAG_WITH_FOLDS))
