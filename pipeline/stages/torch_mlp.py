@@ -124,7 +124,7 @@ class TorchSpec(StageSpec):
 
 # Fields a tune: space may search: what shapes the model and its training, not where or how fast it runs.
 TORCH_TUNABLE = tuple(name for name in TorchSpec.model_fields if name not in {
-    "kind", "inputs", "description", "tune", "early_stopping", "precision", "compile", "device", "pin_memory",
+    "kind", "inputs", "description", "budget", "tune", "early_stopping", "precision", "compile", "device", "pin_memory",
     "distributed"})
 
 

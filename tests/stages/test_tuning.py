@@ -146,9 +146,9 @@ def test_an_unknown_param_gets_the_closest_name():
 def test_the_torch_stage_checks_fields_and_range_ends():
     base = CONFIG.split("  m:")[0] + "  mlp:\n    kind: torch\n    inputs: [features]\n    tune:\n"
     unknown = issues(base + "      trials: 3\n      space: {learnig_rate: {float: [0.001, 0.1]}}\n")
-    assert "did you mean 'learning_rate'" in unknown["stages.mlp.tune"]
+    assert "did you mean 'learning_rate'" in unknown["stages.mlp.tune.space.learnig_rate"]
     not_tunable = issues(base + "      trials: 3\n      space: {device: {choice: [cpu, cuda]}}\n")
-    assert "space.device" in not_tunable["stages.mlp.tune"]
+    assert "space.device" in not_tunable["stages.mlp.tune.space.device"] and "budget" not in str(not_tunable)
     bad_end = issues(base + "      trials: 3\n      space: {dropout: {float: [0.0, 1.5]}}\n")
     assert "space.dropout: 1.5 is not a valid dropout" in bad_end["stages.mlp.tune"]
 
