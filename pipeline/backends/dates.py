@@ -155,9 +155,27 @@ def text_to_dates(backend: DateBackend, text: Any, fmt: str | None, *, column: s
     if bool(backend.to_host(bad.any())):
         raise bad_date(backend, text, bad, layout=layout, inferred=not fmt, column=column, source=source,
                        csv_files=csv_files)
+    swapped = _day_month_swapped(layout) if not fmt else None
+    if swapped is not None and not bool(backend.to_host(backend.strptime(plain, swapped.removesuffix("%z"))[1].any())):
+        # 01/06/1997, 02/06/1997, 05/07/1997: every value reads both ways, and the first value's
+        # layout was pandas' guess; 13/06/1997 first would have read the same column the other way.
+        raise DataError(f"{source}: column '{column}': its dates read day first and month first alike ({layout!r}, "
+                        f"guessed from its first value {first!r}, and {swapped!r}): no value has a day past 12, so "
+                        f"the layout cannot be told from the data; give it: dates: {{{column}: {layout!r}}} or "
+                        f"{{{column}: {swapped!r}}}")
     if zoned:
         parsed = parsed - zone_offsets(text)
     return parsed.astype(DATE_UNIT)
+
+
+def _day_month_swapped(layout: str) -> str | None:
+    """``layout`` with its day and month swapped where both come before the year (``%d/%m/%Y``,
+    ``%m-%d-%Y %H:%M``), the layouts read either way; None for any other (ISO's ``%Y-%m-%d``
+    is year, month, day by convention)."""
+    day, month, year = layout.find("%d"), layout.find("%m"), layout.find("%Y")
+    if min(day, month) < 0 or (0 <= year < max(day, month)):
+        return None
+    return layout.replace("%d", "\0").replace("%m", "%d").replace("\0", "%m")
 
 
 def _guessed_layout(first: str) -> str | None:

@@ -173,6 +173,21 @@ def test_a_filter_on_a_date_column_compares_dates_in_csv_and_parquet(backend, tm
             assert frame["id"].tolist() == [2], (name, value)
 
 
+def test_a_guessed_layout_that_reads_day_or_month_first_alike_is_refused(tmp_path):
+    """`dates: {ts: null}` read 01/06/1997, 02/06/1997, 05/07/1997 month first, and the same
+    rows with 13/06/1997 first day first: 02/06/1997 was February in one file, June in the other."""
+    write(tmp_path / "alike.csv", "id,ts\n1,01/06/1997\n2,02/06/1997\n3,05/07/1997\n")
+    write(tmp_path / "told.csv", "id,ts\n1,13/06/1997\n2,02/06/1997\n3,05/07/1997\n")
+    with pytest.raises(DataError, match=r"column 'ts': its dates read day first and month first alike \('%m/%d/%Y', "
+                                        r"guessed from its first value '01/06/1997', and '%d/%m/%Y'\)"):
+        CPU.read(tmp_path / "alike.csv", dates={"ts": None})
+    told = CPU.read(tmp_path / "told.csv", dates={"ts": None})
+    assert told["ts"].dt.month.tolist() == [6, 6, 7]
+    assert CPU.read(tmp_path / "alike.csv", dates={"ts": "%d/%m/%Y"})["ts"].dt.month.tolist() == [6, 6, 7]
+    write(tmp_path / "iso.csv", "id,ts\n1,1997-01-06\n2,1997-02-06\n")     # ISO: year, month, day
+    assert CPU.read(tmp_path / "iso.csv", dates={"ts": None})["ts"].dt.month.tolist() == [1, 2]
+
+
 def test_a_date_filter_value_is_one_layout_read_one_way(tmp_path):
     """"01/07/2017" kept January 7th on, "13/07/2017" July 13th on (exit 0, validate passed);
     an offset or "notadate" passed validate and failed at run time with pandas' words."""
