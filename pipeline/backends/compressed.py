@@ -36,7 +36,7 @@ __all__ = ["COMPRESSED", "SUFFIXES", "compression_of", "open_plain", "plain_copy
 # The first bytes of compressed files: what each is, and the command that undoes it.
 COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
               (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
-              (b"PK\x03\x04", "zip", "unzip"))
+              (b"PK\x03\x04", "zip", "unzip"), (b"PK\x05\x06", "zip", "unzip"))     # an empty zip too
 # The names compressed files end with, after the format's own (``rows.csv.gz``).
 SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".zst", ".zip")
 _CHUNK = 1 << 20

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pipeline.backends.compressed import refuse_partitioned
 from pipeline.backends.csv_dialect import DEFAULT_DIALECT, CsvDialect
 from pipeline.backends.streams import STDIN
 from pipeline.backends.input_files import (
@@ -119,6 +120,8 @@ class HeaderReader:
             if "://" in path:
                 return None
             first = partitioned_sources(path)[0]
+            if (format or infer_format(first)).lower() == "csv":
+                refuse_partitioned([first])        # as the run's read refuses it, before the run
         else:
             first = Path(path)
             if not first.exists():

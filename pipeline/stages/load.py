@@ -16,7 +16,7 @@ from pipeline.backends.csv_dialect import (
 )
 from pipeline.backends.dates import check_date_format
 from pipeline.backends.filters import date_filter_problems
-from pipeline.backends.streams import STREAM_TIMEOUT, is_stream, spool
+from pipeline.backends.streams import STDIN, STREAM_TIMEOUT, is_stream, spool
 from pipeline.backends.table_read import TableRead
 from pipeline.core.errors import DataError
 from pipeline.core.fingerprints import changed_since_hashed, files_fingerprint
@@ -259,7 +259,8 @@ def _load_stream(spec: LoadSpec, ctx: StageContext, layouts: dict[str, str | Non
                           na_values=spec.na_values, filters=spec.filters, dates=spec.dates, layouts=layouts,
                           **spec.dialect.reader_options())
     except DataError as exc:           # the spooled copy's name means nothing to the user: theirs does
-        raise DataError(str(exc).replace(str(spooled), spec.path)) from None
+        shown = "standard input" if spec.path == STDIN else spec.path
+        raise DataError(str(exc).replace(str(spooled), shown).replace(spooled.name, shown)) from None
     finally:
         spooled.unlink(missing_ok=True)
         if ctx.artifacts_dir is None:

@@ -71,11 +71,13 @@ class TrainSpec(StageSpec):
         return dataclasses.replace(preview, oof=True) if self.bag else preview
 
     def preview_problems(self, inputs: Mapping[str, Preview]) -> list[tuple[KeyPath, str]]:
-        """Rules across stages, and text where the model's estimator takes a number or refuses the
-        word (``max_depth: abc``, ``C: high``): read from its class, so the model's library is
-        imported, for a config with such a value only (``validate`` of numbers imports none;
+        """Rules across stages, and anything but a number where the model's estimator takes a
+        number or refuses the value (``max_depth: abc``, ``C: high``, ``max_depth: [3]``): read from
+        its class, so the model's library is imported, for a config with such a value only
+        (``validate`` of numbers imports none;
         numbers past the estimator's own constraints are refused when the stage trains)."""
-        words = {key: value for key, value in (self.params or {}).items() if isinstance(value, (str, bool))}
+        words = {key: value for key, value in (self.params or {}).items()
+                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))}
         spec = get_model_spec(self.model)
         problems = [(("params", key), problem) for key, problem in spec.value_problems(words)] if words else []
         problems += tune_problems(self.tune, inputs)

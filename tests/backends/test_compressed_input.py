@@ -127,3 +127,28 @@ def test_a_compressed_stream_is_read_as_its_content(tmp_path):
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "runs" / "p" / "latest" / "manifest.json").read_text())
     assert manifest["stages"]["raw"]["facts"]["rows"] == 300
+
+
+def test_an_empty_zip_a_piped_archive_and_compressed_parts_are_named_before_any_run(tmp_path):
+    """An empty zip (its first bytes differ) was read as text: validate listed every column as
+    missing among "PK\\x05\\x06..." bytes; a zip piped in was named by its spooled copy
+    (.stream-31154-...); validate passed compressed parts that the run then refused."""
+    from pipeline.config import load_config
+    from pipeline.core.errors import ConfigError
+
+    zipfile.ZipFile(tmp_path / "empty.csv.zip", "w").close()
+    with pytest.raises(DataError, match=r"empty\.csv\.zip is a zip archive of 0 files"):
+        load_table(tmp_path / "empty.csv.zip")
+    ROWS.to_csv(tmp_path / "part-0.csv.gz", index=False, compression="gzip")
+    text = ("name: p\ndevice: cpu\nstages:\n"
+            f"  raw: {{kind: load, path: '{tmp_path}/part-*.csv.gz', partitioned: true}}\n")
+    with pytest.raises((ConfigError, DataError), match=r"part-0\.csv\.gz is gzip-compressed, and a partitioned read"):
+        load_config(text=text, check_data=True)
+    archive = tmp_path / "two.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("a.csv", "a\n1\n")
+        zf.writestr("b.csv", "a\n2\n")
+    (tmp_path / "p.yaml").write_text("name: p\ndevice: cpu\nstages:\n  raw: {kind: load, path: '-'}\n")
+    proc = run_cli("run", "p.yaml", cwd=tmp_path, input=archive.read_bytes(), process=True)
+    assert proc.returncode == 3, proc.stderr
+    assert "standard input is a zip archive of 2 files" in proc.stderr and ".stream-" not in proc.stderr

@@ -150,6 +150,8 @@ def test_validate_refuses_a_parameter_value_the_estimator_refuses_at_its_key():
                     check_data=True)
     found = {issue.path: issue for issue in caught.value.issues}
     assert "takes an integer, not 'abc'" in found["stages.xgb.params.max_depth"].message
+    with pytest.raises(ConfigError, match=r"stages\.xgb\.params\.max_depth.*takes an integer, not \[3\]"):
+        load_config(CHURN, overrides=["stages.xgb.params.max_depth=[3]"], check_data=True)
     assert "must be a float" in found["stages.logreg.params.C"].message
     assert {issue.source for issue in found.values()} == {"--set"}
 
