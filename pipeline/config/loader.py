@@ -402,8 +402,21 @@ def _input_issues(config: PipelineConfig, doc: YamlDocument, overridden: set[Key
 def _issue_at(path: KeyPath, message: str, doc: YamlDocument, overridden: set[KeyPath]) -> ConfigIssue:
     """An issue at ``path`` with its line, or marked as set by ``--set`` when an override set it."""
     path = _at_named_key(doc.data, path, message)
-    source = "--set" if any(path[: len(o)] == o for o in overridden) else None
+    source = "--set" if any(path[: len(o)] == o for o in overridden) or _made_by_override(doc, path, overridden) \
+        else None
     return ConfigIssue(format_path(path), message, None if source else doc.line_of(path), source)
+
+
+def _made_by_override(doc: YamlDocument, path: KeyPath, overridden: set[KeyPath]) -> bool:
+    """Whether the first key of ``path`` that the file lacks is one an override made (a stage
+    ``--set stages.new.kind=load`` began, missing its ``path``): its line would be another key's."""
+    known = path
+    while known and known not in doc.lines:
+        known = known[:-1]
+    if known == path:
+        return False
+    made = path[: len(known) + 1]
+    return any(o[: len(made)] == made for o in overridden)
 
 
 def _at_named_key(data: Any, path: KeyPath, message: str) -> KeyPath:

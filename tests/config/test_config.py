@@ -156,6 +156,15 @@ def test_validate_refuses_a_parameter_value_the_estimator_refuses_at_its_key():
     assert {issue.source for issue in found.values()} == {"--set"}
 
 
+def test_a_problem_inside_keys_an_override_made_is_marked_set():
+    """`--set stages.nosuch.kind=load` said "stages.nosuch.path (line 4): missing required key",
+    the line of another key of the file."""
+    (issue,) = issues_of(MINIMAL, overrides=("stages.more.kind=load",))
+    assert issue.path == "stages.more.path" and issue.source == "--set" and issue.line is None
+    (issue,) = issues_of(MINIMAL, overrides=("nosuchtop.x=1",))
+    assert issue.source == "--set" and issue.line is None
+
+
 def test_bad_override_reports_its_source():
     issues = issues_of(MINIMAL, overrides=("seed=abc", "nonsense"))
     assert {i.source for i in issues} == {"--set"}
