@@ -18,7 +18,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from pipeline.core.interrupts import request_termination
+from pipeline.core.interrupts import request_termination, request_user_interrupt, stop_handler
 from pipeline.core.library_logs import route_library_logs
 
 # Extra fields the reporters attach to records (logging's ``extra=``).
@@ -92,9 +92,10 @@ def setup_logging(*, quiet: bool = False, log_format: str = "text") -> None:
 
 def stop_on_sigterm() -> None:
     """Turn SIGTERM (Kubernetes, systemd, timeouts) into an exception in the main thread, so
-    the run records itself as interrupted, releases its lock and exits 143."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise request_termination()
-
-    signal.signal(signal.SIGTERM, handler)
+    the run records itself as interrupted, releases its lock and exits 143; and note SIGINT
+    too. Each is raised where it arrives unless the main thread is inside an import or a
+    library's callback from C code, where an exception would be swallowed or corrupt the
+    library: then it is raised a moment later, out of it (``interrupts.stop_handler``)."""
+    signal.signal(signal.SIGTERM, stop_handler(request_termination))
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when a parent ignores it
+        signal.signal(signal.SIGINT, stop_handler(request_user_interrupt))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,6 +59,83 @@ def termination_requested() -> bool:
     return _termination.is_set()
 
 
+_user_interrupt = threading.Event()
+
+
+def request_user_interrupt() -> KeyboardInterrupt:
+    """Note that SIGINT (Ctrl-C) arrived and return the exception to raise: the note outlives a
+    library that swallows it, as ``request_termination``'s does. Cleared as a run starts."""
+    _user_interrupt.set()
+    return KeyboardInterrupt()
+
+
+def clear_user_interrupt() -> None:
+    _user_interrupt.clear()
+
+
+# Python functions that C code calls and that cannot take an exception: raised there it is
+# printed as "Exception ignored" and the C code goes on with a broken state (XGBoost's data
+# iterator then fails its check, or frees memory twice: SIGABRT). (package folder, function name)
+C_CALLBACKS = frozenset({("xgboost", "_next_wrapper"), ("xgboost", "_reset_wrapper")})
+
+
+def unsafe_to_raise(frame: Any) -> bool:
+    """Whether an exception raised at ``frame`` (a thread's current frame) would land inside an
+    import (half-imported modules break every later run of the process) or inside a Python
+    callback that C code calls (``C_CALLBACKS``)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib"):
+            return True
+        if any(code.co_name == name and f"/{package}/" in code.co_filename for package, name in C_CALLBACKS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+# At most this long an exception waits for its thread to leave an unsafe frame: a stop still stops.
+SAFE_POINT_WAIT = 10.0
+_SAFE_POINT_POLL = 0.02
+
+
+def raise_when_safe(thread_id: int, exception: type[BaseException], *, given_up: Any = None) -> None:
+    """Raise ``exception`` in the thread ``thread_id`` as soon as it is out of unsafe frames (for
+    ``SAFE_POINT_WAIT`` seconds at most), from a helper thread; a signal handler that met an
+    unsafe frame notes the stop and returns, and this raises it a moment later. ``given_up``:
+    an Event that, once set, means the stop is no longer wanted (the run ended)."""
+    def wait_and_raise() -> None:
+        deadline = time.monotonic() + SAFE_POINT_WAIT
+        while unsafe_to_raise(sys._current_frames().get(thread_id)) and time.monotonic() < deadline:
+            if given_up is not None and given_up.is_set():
+                return
+            time.sleep(_SAFE_POINT_POLL)
+        if given_up is None or not given_up.is_set():
+            raise_in(thread_id, exception)
+
+    threading.Thread(target=wait_and_raise, name="pipeline-safe-point", daemon=True).start()
+
+
+def raise_in(thread_id: int, exception: type[BaseException]) -> None:
+    """Raise ``exception`` in another thread of this process at its next Python instruction
+    (CPython's ``PyThreadState_SetAsyncExc``: the one way to stop a thread from outside)."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
+
+
+def stop_handler(request: Any) -> Any:
+    """A signal handler that notes the stop (``request()`` returns the exception) and raises it,
+    unless the main thread is inside an unsafe frame: then it is raised there a moment later."""
+    def handler(signum: int, frame: Any) -> None:
+        exc = request()
+        if unsafe_to_raise(frame):
+            raise_when_safe(threading.main_thread().ident, type(exc))
+            return
+        raise exc
+
+    return handler
+
+
 def raise_if_stopped() -> None:
     """Raise the stop noted, if any (``Terminated`` first, then ``BudgetExceeded``). Where a
     library swallowed the exception itself (raised inside a Python callback that C code calls,
@@ -68,6 +146,8 @@ def raise_if_stopped() -> None:
     why = budget_stop()
     if why is not None:
         raise BudgetExceeded(why)
+    if _user_interrupt.is_set():
+        raise KeyboardInterrupt()
 
 
 @contextlib.contextmanager
@@ -78,7 +158,10 @@ def unraisable_stops_unsaid() -> Iterator[None]:
     before = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, (BudgetExceeded, Terminated)):
+        stop = unraisable.exc_value
+        noted = isinstance(stop, (BudgetExceeded, Terminated)) or (isinstance(stop, KeyboardInterrupt)
+                                                                  and _user_interrupt.is_set())
+        if not noted:
             before(unraisable)
 
     sys.unraisablehook = hook

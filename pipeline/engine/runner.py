@@ -38,7 +38,9 @@ from pipeline.core.errors import (
 from pipeline.core.fingerprints import defining_modules, forget_hashed, plugin_digest
 from pipeline.core.local_code import use_config_folders
 from pipeline.core.host_memory import apply_page_policy
-from pipeline.core.interrupts import Terminated, budget_stop, clear_budget_stop, unraisable_stops_unsaid
+from pipeline.core.interrupts import (
+    Terminated, budget_stop, clear_budget_stop, clear_user_interrupt, termination_requested, unraisable_stops_unsaid,
+)
 from pipeline.core.plugins import environment_plugins
 from pipeline.core.settings import check_settings, current_settings
 from pipeline.engine.executors import Executor, InProcessExecutor, StageOutcome, StageTask
@@ -247,6 +249,7 @@ class Runner:
     def _run_locked(self, lock: RunLock, steps: list[tuple[str, bool]], selected: set[str], forced: set[str],
                     backend: Backend, choice: DeviceChoice) -> RunResult:
         clear_budget_stop()
+        clear_user_interrupt()
         whole = selected == set(self.config.stages) and self.options.mark_latest
         if whole:
             # A run of every stage moves 'latest': with something that is not a link in its place
@@ -603,8 +606,9 @@ def _ending(exc: BaseException) -> tuple[str, str, BaseException]:
     stopped = budget_stop()
     if stopped is not None:
         return "interrupted", stopped, BudgetError(stopped)
-    if isinstance(exc, Terminated):
-        return "interrupted", "terminated (SIGTERM)", exc
+    if isinstance(exc, Terminated) or (isinstance(exc, KeyboardInterrupt) and termination_requested()):
+        # CatBoost raises a KeyboardInterrupt of its own for any signal it sees: the note says which.
+        return "interrupted", "terminated (SIGTERM)", exc if isinstance(exc, Terminated) else Terminated()
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", "interrupted by the user (SIGINT)", exc
     if isinstance(exc, PipelineError):

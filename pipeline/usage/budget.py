@@ -22,7 +22,6 @@ owns, first in the hook order: its watch starts as the run does.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import signal
 import sys
@@ -37,7 +36,7 @@ import psutil
 
 from pipeline.backends.devices.gpu_usage import visible_gpus
 from pipeline.core.errors import BudgetError
-from pipeline.core.interrupts import BudgetExceeded, budget_stop, request_budget_stop
+from pipeline.core.interrupts import BudgetExceeded, budget_stop, raise_in, request_budget_stop, unsafe_to_raise
 from pipeline.hooks.protocol import RunEvent, RunHook, RunInfo, RunPlan, StageEvent
 from pipeline.hooks.hook_registry import HookContext, register_hook
 from pipeline.runs import history
@@ -181,7 +180,7 @@ class BudgetHook(RunHook):
         """Stop the stages' thread, once it is out of any import (for ``IMPORT_WAIT`` seconds at
         most: the cap still holds), unless the run ended meanwhile."""
         deadline = time.monotonic() + IMPORT_WAIT
-        while _importing(self._target) and time.monotonic() < deadline:
+        while unsafe_to_raise(sys._current_frames().get(self._target)) and time.monotonic() < deadline:
             if self._stop.wait(IMPORT_POLL):
                 return
         with self._firing:
@@ -189,7 +188,7 @@ class BudgetHook(RunHook):
                 return
             self.overrun = overrun
             request_budget_stop(overrun.describe())
-            _raise_in(self._target, BudgetExceeded)
+            raise_in(self._target, BudgetExceeded)
             if self._previous is not None:
                 signal.pthread_kill(self._target, signal.SIGUSR1)
 
@@ -247,22 +246,6 @@ def _over(scope: str, budget: Budget | None, spend: Mapping[str, float]) -> Over
 
 def _wake(signum: int, frame: Any) -> None:
     """SIGUSR1 only interrupts a blocking call; the pending exception does the rest."""
-
-
-def _importing(thread_id: int) -> bool:
-    """Whether the thread is inside an import (a frame of the import system on its stack)."""
-    frame = sys._current_frames().get(thread_id)
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _raise_in(thread_id: int, exception: type[BaseException]) -> None:
-    """Raise ``exception`` in another thread of this process at its next Python instruction
-    (CPython's ``PyThreadState_SetAsyncExc``: the one way to stop a thread from outside)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
 
 
 # ---------------------------------------------------------------------------- the registration
