@@ -95,22 +95,27 @@ def unsafe_to_raise(frame: Any) -> bool:
 
 # At most this long an exception waits for its thread to leave an unsafe frame: a stop still stops.
 SAFE_POINT_WAIT = 10.0
-_SAFE_POINT_POLL = 0.02
+_SAFE_POINT_POLL = 0.01
 
 
-def raise_when_safe(thread_id: int, exception: type[BaseException], *, given_up: Any = None) -> None:
-    """Raise ``exception`` in the thread ``thread_id`` as soon as it is out of unsafe frames (for
-    ``SAFE_POINT_WAIT`` seconds at most), from a helper thread; a signal handler that met an
-    unsafe frame notes the stop and returns, and this raises it a moment later. ``given_up``:
-    an Event that, once set, means the stop is no longer wanted (the run ended)."""
+def wait_for_safe_point(thread_id: int, given_up: threading.Event | None = None) -> bool:
+    """Wait until the thread ``thread_id`` is out of unsafe frames (``SAFE_POINT_WAIT`` seconds
+    at most); False when ``given_up`` was set meanwhile (the stop is no longer wanted)."""
+    deadline = time.monotonic() + SAFE_POINT_WAIT
+    while unsafe_to_raise(sys._current_frames().get(thread_id)) and time.monotonic() < deadline:
+        if given_up is not None and given_up.is_set():
+            return False
+        time.sleep(_SAFE_POINT_POLL)
+    return given_up is None or not given_up.is_set()
+
+
+def raise_when_safe(thread_id: int, exception: type[BaseException]) -> None:
+    """Raise ``exception`` in the thread ``thread_id`` once it is out of unsafe frames, from a
+    helper thread: a signal handler that met an unsafe frame notes the stop and returns, and
+    this raises it a moment later."""
     def wait_and_raise() -> None:
-        deadline = time.monotonic() + SAFE_POINT_WAIT
-        while unsafe_to_raise(sys._current_frames().get(thread_id)) and time.monotonic() < deadline:
-            if given_up is not None and given_up.is_set():
-                return
-            time.sleep(_SAFE_POINT_POLL)
-        if given_up is None or not given_up.is_set():
-            raise_in(thread_id, exception)
+        wait_for_safe_point(thread_id)
+        raise_in(thread_id, exception)
 
     threading.Thread(target=wait_and_raise, name="pipeline-safe-point", daemon=True).start()
 

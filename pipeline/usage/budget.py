@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -36,7 +35,7 @@ import psutil
 
 from pipeline.backends.devices.gpu_usage import visible_gpus
 from pipeline.core.errors import BudgetError
-from pipeline.core.interrupts import BudgetExceeded, budget_stop, raise_in, request_budget_stop, unsafe_to_raise
+from pipeline.core.interrupts import BudgetExceeded, budget_stop, raise_in, request_budget_stop, wait_for_safe_point
 from pipeline.hooks.protocol import RunEvent, RunHook, RunInfo, RunPlan, StageEvent
 from pipeline.hooks.hook_registry import HookContext, register_hook
 from pipeline.runs import history
@@ -46,10 +45,6 @@ from pipeline.usage.memory import cpu_seconds
 log = logging.getLogger("pipeline")
 
 INTERVAL = 0.2
-# How often a stop waiting for the stages' thread to finish an import looks again, and for how
-# long at most (an import of PyTorch takes a few seconds on a cold disk).
-IMPORT_POLL = 0.01
-IMPORT_WAIT = 10.0
 # How each cap's values are written in messages (a cost in the rates' currency: added where known).
 UNITS = {"max_cost": "", "max_gpu_hours": " GPU-hours", "max_wall": " s"}
 # Earlier runs a budget's pre-flight estimate is the median of.
@@ -177,12 +172,11 @@ class BudgetHook(RunHook):
                 return
 
     def _fire(self, overrun: Overrun) -> None:
-        """Stop the stages' thread, once it is out of any import (for ``IMPORT_WAIT`` seconds at
-        most: the cap still holds), unless the run ended meanwhile."""
-        deadline = time.monotonic() + IMPORT_WAIT
-        while unsafe_to_raise(sys._current_frames().get(self._target)) and time.monotonic() < deadline:
-            if self._stop.wait(IMPORT_POLL):
-                return
+        """Stop the stages' thread, once it is out of any import or C callback (for a few seconds
+        at most: the cap still holds; ``interrupts.wait_for_safe_point``), unless the run ended
+        meanwhile."""
+        if not wait_for_safe_point(self._target, self._stop):
+            return
         with self._firing:
             if self._stop.is_set():
                 return
