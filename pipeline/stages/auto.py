@@ -800,7 +800,8 @@ def run_auto(spec: AutoSpec, ctx: StageContext, inputs: Mapping[str, Any]) -> Tr
     board = [r.to_dict() for r in result.leaderboard]
     ranked = ("shared: the rows every fitted member scored out of fold" if result.mode == "planned"
               else "oof: every training row, out of fold")
-    ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)", "ranked_by": ranked,
+    ctx.facts["leaderboard"] = {"metric": result.metric, "scored_on": "out-of-fold (training split)",
+                                "ranked_by": ranked,
                                 "time_limit": spec.time_limit, "seconds": round(result.seconds, 3),
                                 "mode": result.mode, "members": board,
                                 "plan": [step.to_dict() for step in result.plan]}

@@ -238,7 +238,8 @@ def check_regression_labels(labels: Any, backend: Backend, *, column: str) -> No
     and one whose values are large against their spread is named. XGBoost and LightGBM hold
     labels as float32 (7 digits), as CatBoost does, and scikit-learn's ridge casts them to the
     float32 feature matrix's type: 1e12 + 1e4 * x loses its spread there, and those models
-    learn steps of 65,536; a forest's squared sums lose it to rounding (test R^2 0.26). The labels and every metric stay float64; the warning says what to do."""
+    learn steps of 65,536; a forest's squared sums lose it to rounding (test R^2 0.26). The
+    labels and every metric stay float64; the warning says what to do."""
     values = np.asarray(backend.to_host(labels), dtype="float64")
     if not values.size:
         return
