@@ -54,16 +54,13 @@ def refresh(module: str) -> None:
     _drop_if_stale(_family(module))
 
 
-def refresh_plugins(modules: Sequence[str]) -> list[str]:
-    """Of a config's plugin ``modules``, those already imported that are stale (``refresh``'s
-    test, over the plugin and the author's modules it imports): dropped from the module cache
-    and from the plugins loaded, so that loading them imports them again. Returns them."""
-    stale = []
+def refresh_plugins(modules: Sequence[str]) -> None:
+    """Drop those of a config's plugin ``modules`` already imported that are stale (``refresh``'s
+    test, over the plugin and the author's modules it imports) from the module cache and from
+    the plugins loaded, so that loading them imports them again."""
     for module in modules:
         if module in loaded_plugins() and _drop_if_stale(_family(module, plugins=True)):
             forget_plugin(module)
-            stale.append(module)
-    return stale
 
 
 def _drop_if_stale(family: set[str]) -> bool:

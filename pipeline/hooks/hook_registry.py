@@ -153,8 +153,7 @@ def register_hook(
     registration = HookRegistration(name, factory, config_key, section, bool(default), order, description,
                                     getattr(factory, "__module__", None))
     old = HOOKS.get(name)
-    note_replacement("run hook", name, getattr(old.factory, "__module__", "?") if old else None,
-                     getattr(factory, "__module__", None))
+    note_replacement("run hook", name, (old.module or "?") if old else None, registration.module)
     HOOKS[name] = registration
     return registration
 
