@@ -9,14 +9,13 @@ disagree with each other.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
 
-from pipeline.core.date_text import ISO_DATE, date_text, parse_date_text
+from pipeline.core.date_text import date_text, parse_date_text
 
 ALL = "all"
 DAY = pd.Timedelta(days=1)
@@ -76,17 +75,11 @@ def check_windows(windows: Iterable[Any]) -> list[str]:
     return out
 
 
-# A cut-off's text and its layouts: ISO 8601 or YYYYMMDD (``pipeline.core.date_text``).
-cutoff_text = date_text
-ISO_CUTOFF = ISO_DATE
-
-
 def parse_cutoff(value: Any) -> pd.Timestamp:
     """One cut-off as a timezone-naive Timestamp; ValueError naming the value otherwise."""
     stamp = parse_date_text(value)
-    text = date_text(value)
     if stamp.tzinfo is not None:
-        raise ValueError(f"{text!r} has a time zone; write cut-offs without one, as the event times are "
+        raise ValueError(f"{date_text(value)!r} has a time zone; write cut-offs without one, as the event times are "
                          "(a load converts times with an offset to UTC)")
     return stamp
 
@@ -100,6 +93,6 @@ def parse_cutoffs(value: Any) -> list[pd.Timestamp]:
     seen: set[pd.Timestamp] = set()
     for text, stamp in zip(values, stamps):
         if stamp in seen:
-            raise ValueError(f"as_of lists {cutoff_text(text)!r} twice")
+            raise ValueError(f"as_of lists {date_text(text)!r} twice")
         seen.add(stamp)
     return stamps

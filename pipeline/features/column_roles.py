@@ -175,9 +175,9 @@ def mark_leaks(columns: list[Column], frame: pd.DataFrame, target: str, task_kin
         x = frame.loc[known, column.name]
         if task_kind == "regression":
             if column.role == "numeric":
-                numbers = pd.to_numeric(x, errors="coerce")
-                corr = numbers.corr(y.astype("float64"))
-                rank = numbers.corr(y.astype("float64"), method="spearman")
+                numbers, target_values = pd.to_numeric(x, errors="coerce"), y.astype("float64")
+                corr = numbers.corr(target_values)
+                rank = numbers.corr(target_values, method="spearman")
                 if corr is not None and math.isfinite(corr) and abs(corr) >= LEAK_CORRELATION:
                     _leak(column, f"moves with the target: correlation {corr:.3f}")
                 elif rank is not None and math.isfinite(rank) and abs(rank) >= LEAK_CORRELATION:

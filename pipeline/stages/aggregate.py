@@ -14,7 +14,7 @@ from pipeline.events import (
     AggregationPlan, aggregate_events, check_feature_value, check_output_names, check_windows, parse_cutoffs,
     parse_features, plan_aggregation,
 )
-from pipeline.events.durations import cutoff_text
+from pipeline.core.date_text import date_text
 from pipeline.backends.headers import ColumnSet, HeaderReader
 from pipeline.stages.spec import ColumnRef, Preview, StageContext, StageSpec, Table, only_input, register_stage
 
@@ -48,8 +48,8 @@ class CutoffFields(StageSpec):
     @classmethod
     def _as_text(cls, value: Any) -> Any:
         if isinstance(value, (list, tuple)):
-            return [cutoff_text(v) for v in value]
-        return cutoff_text(value)
+            return [date_text(v) for v in value]
+        return date_text(value)
 
     @field_validator("as_of")
     @classmethod

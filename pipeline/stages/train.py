@@ -74,8 +74,8 @@ class TrainSpec(StageSpec):
         """Rules across stages, and anything but a number where the model's estimator takes a
         number or refuses the value (``max_depth: abc``, ``C: high``, ``max_depth: [3]``): read from
         its class, so the model's library is imported, for a config with such a value only
-        (``validate`` of numbers imports none;
-        numbers past the estimator's own constraints are refused when the stage trains)."""
+        (``validate`` of numbers imports none; numbers past the estimator's own constraints are
+        refused when the stage trains)."""
         words = {key: value for key, value in (self.params or {}).items()
                  if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))}
         spec = get_model_spec(self.model)
