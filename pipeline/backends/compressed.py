@@ -33,10 +33,9 @@ from pipeline.core.errors import DataError
 __all__ = ["COMPRESSED", "SUFFIXES", "compression_of", "open_plain", "plain_copy", "plain_name", "read_head", "reading",
            "refuse_partitioned", "text_reader"]
 
-# The first bytes of compressed files: what each is, and the command that undoes it.
-COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"),
-              (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
-              (b"PK\x03\x04", "zip", "unzip"), (b"PK\x05\x06", "zip", "unzip"))     # an empty zip too
+# The first bytes of compressed files, and what each is.
+COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"),
+              (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"))     # an empty zip starts as its end record
 # The names compressed files end with, after the format's own (``rows.csv.gz``).
 SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".zst", ".zip")
 _CHUNK = 1 << 20
@@ -55,7 +54,7 @@ def compression_of(path: Path) -> str | None:
             head = fh.read(8)
     except OSError:
         return None                          # the read that follows names the problem
-    return next((kind for magic, kind, _ in COMPRESSED if head.startswith(magic)), None)
+    return next((kind for magic, kind in COMPRESSED if head.startswith(magic)), None)
 
 
 def open_plain(path: Path) -> BinaryIO:

@@ -123,7 +123,7 @@ def test_a_compressed_stream_is_read_as_its_content(tmp_path):
         "name: p\ndevice: cpu\nstages:\n  raw: {kind: load, path: '-'}\n"
         "  split: {kind: split, inputs: [raw], target: churn, positive: 'yes'}\n")
     data = gzip.compress(rows.to_csv(index=False).encode())
-    proc = run_cli("run", "p.yaml", "-q", cwd=tmp_path, input=data, process=True)
+    proc = run_cli("run", "p.yaml", "-q", cwd=tmp_path, input=data, process=True)   # stdin by its descriptor: a process
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "runs" / "p" / "latest" / "manifest.json").read_text())
     assert manifest["stages"]["raw"]["facts"]["rows"] == 300
@@ -149,6 +149,6 @@ def test_an_empty_zip_a_piped_archive_and_compressed_parts_are_named_before_any_
         zf.writestr("a.csv", "a\n1\n")
         zf.writestr("b.csv", "a\n2\n")
     (tmp_path / "p.yaml").write_text("name: p\ndevice: cpu\nstages:\n  raw: {kind: load, path: '-'}\n")
-    proc = run_cli("run", "p.yaml", cwd=tmp_path, input=archive.read_bytes(), process=True)
+    proc = run_cli("run", "p.yaml", cwd=tmp_path, input=archive.read_bytes(), process=True)   # as above
     assert proc.returncode == 3, proc.stderr
     assert "standard input is a zip archive of 2 files" in proc.stderr and ".stream-" not in proc.stderr
