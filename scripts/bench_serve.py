@@ -285,9 +285,11 @@ def call_costs(run_dir: Path, model: str, sizes: list[int], repeats: int = 20,
     """Milliseconds of one model call (the server's ``score_values``: feature workflow, model,
     the answer's columns) per batch size, best of ``repeats``, in this process
     (``OMP_NUM_THREADS`` as set), on each path: ``frame`` (pandas) and ``few_rows`` (NumPy
-    columns) on the host, and ``device`` when the model is served on a GPU. CPU time for the
-    host paths, wall time for the device's (its work is not this process's CPU). Where the
-    paths cross is what ``FEW_ROWS`` (host) and ``DEVICE_FROM_ROWS`` (device) are set from."""
+    columns) on the host, and ``device`` when the model is served on a GPU. CPU time on the
+    CPU (the client shares the cores); wall time for every path of a device model, since its
+    device's work is not this process's CPU and the question there is which answers sooner.
+    Where the paths cross is what ``FEW_ROWS`` (host) and ``DEVICE_FROM_ROWS`` (device) are set
+    from."""
     from pipeline.serve.served_model import load_served_model
 
     served = load_served_model(run_dir, model=model, device=device)
@@ -305,7 +307,7 @@ def call_costs(run_dir: Path, model: str, sizes: list[int], repeats: int = 20,
         columns = {name: [row[name] for row in rows[:size]] for name in served.fields}
         row: dict[str, Any] = {"rows": size, "served_by": served.path_for(size)}
         for path, call in paths.items():
-            clock = time.perf_counter if path == "device" else time.process_time
+            clock = time.perf_counter if "device" in paths else time.process_time
             best = math.inf
             for _ in range(repeats):
                 started = clock()

@@ -34,6 +34,10 @@ class PortfolioMember:
     # 9.4x, extra trees 7.9x and 3.3x, XGBoost 1.1x and 1.3x, the linear model 0.3x and 0.1x):
     # a projection, corrected by the fits the stage measures as it goes.
     cost: float = 1.0
+    # The same multiple on a GPU run, where the members with CUDA builds fit on the device and
+    # LightGBM (the first member) stays on the host's cores; None: ``cost`` (a member that fits
+    # on the host either way). Measured by ``scripts/gpu_kit/probe_members.py``.
+    device_cost: float | None = None
     # The member's name in the leaderboard and the blend, where it is a second configuration of
     # a model already in the portfolio (None: the model's name).
     name: str | None = None

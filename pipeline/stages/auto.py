@@ -532,11 +532,13 @@ class _Run:
         return bag
 
     def _units(self, member: PortfolioMember) -> float:
-        """``member``'s fit in units of the plan's speeds: its relative cost, times the classes
-        for a booster of a multiclass task (it grows a tree per class each round; the forests,
-        the MLP and the linear model fit all classes at once)."""
+        """``member``'s fit in units of the plan's speeds: its relative cost (on a GPU run, its
+        ``device_cost``: the cost of the build that fits there), times the classes for a booster
+        of a multiclass task (it grows a tree per class each round; the forests, the MLP and the
+        linear model fit all classes at once)."""
         classes = self.task.n_outputs if self.task.kind == "multiclass" and member.per_class else 1
-        return member.cost * classes
+        on_device = self.features.backend.name != "cpu" and member.device_cost is not None
+        return (member.device_cost if on_device else member.cost) * classes
 
     def _spend_time_left(self, bags: dict[str, FoldBag], earning: list[str], speeds: list[float],
                          reserve: float) -> list[str]:

@@ -50,7 +50,7 @@ if str(KIT.parent) not in sys.path:
 
 from gpu_kit.install import kit_environment  # noqa: E402
 
-STEPS = ("smoke", "e2e", "parity", "bench_1m", "bench_10m", "auto", "gpu_tests", "events")
+STEPS = ("smoke", "e2e", "serve_calls", "members", "parity", "bench_1m", "bench_10m", "auto", "gpu_tests", "events")
 # The CPU side, in the background, in this order; each writes its outcome to bg/<name>.json.
 # The CPU side's steps: name -> (what, table size). `gen` writes a table, `cpu` times the benchmark
 # config on it, `auto` times configs/churn_auto.yaml.
@@ -72,8 +72,11 @@ GPU_TEST_FILES = (
     "tests/cli/test_parity.py", "tests/models/test_safe_models.py", "tests/distributed/test_training_on_cpu.py",
 )
 # A step is started only with at least this many seconds of the call's budget left.
-MIN_STEP_SECONDS = {"smoke": 30, "e2e": 60, "parity": 60, "bench_1m": 40, "bench_10m": 60, "auto": 90,
-                    "gpu_tests": 60, "events": 150}
+MIN_STEP_SECONDS = {"smoke": 30, "e2e": 60, "serve_calls": 40, "members": 60, "parity": 60, "bench_1m": 40,
+                    "bench_10m": 60, "auto": 90, "gpu_tests": 60, "events": 150}
+# The served models whose model call is timed per batch size on the device path and the host
+# copy's (``serve_calls``): where they cross sets ``DEVICE_FROM_ROWS``.
+SERVE_MODELS, SERVE_CALLS = ("xgb", "mlp"), "1,16,64,256,1024,4096,16384"
 # The events benchmark on the GPU: cuDF against Polars on every core, pandas as the check's reference.
 EVENTS_SIZE, EVENTS_ENGINES = "10M", "pandas,pipeline-gpu,polars"
 SMOKE = r"""
@@ -431,6 +434,35 @@ class Driver:
         outcome = self.pipeline("e2e", "run", "configs/churn.yaml", "--device", "gpu", "--runs-dir", runs,
                                 limit=min(self.left() - 5, 300))
         outcome["record"] = self.keep_run("e2e", runs)
+        return outcome
+
+    def run_serve_calls(self) -> dict[str, Any]:
+        """The e2e run's exported models served on the GPU: each one's model call timed per batch
+        size on the device path and on its host copy (``bench_serve.py --calls``)."""
+        manifests = sorted((self.results / "scratch" / "e2e").glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+        if not manifests and not self.args.dry_run:
+            return {"finished": False, "reason": "no e2e run to serve"}
+        run = manifests[-1].parent if manifests else self.results / "scratch" / "e2e" / "none"
+        outcome: dict[str, Any] = {"run": run.name, "models": {}}
+        for model in SERVE_MODELS:
+            out = self.results / f"serve-calls-{model}.json"
+            done = self.command(f"serve_calls_{model}", self.python(
+                CHECKOUT / "scripts" / "bench_serve.py", "--run", run, "--model", model, "--device", "gpu",
+                "--sides", "", "--calls", SERVE_CALLS, "--output", out), limit=min(self.left() - 5, 120))
+            outcome["models"][model] = {"rc": done["rc"], "log_tail": done["log_tail"][-1500:],
+                                        "calls": json.loads(out.read_text())["model_calls"] if out.is_file() else None}
+            outcome["timed_out"] = outcome.get("timed_out") or done.get("timed_out")
+        return outcome
+
+    def run_members(self) -> dict[str, Any]:
+        """Each auto portfolio member's first fit on the GPU backend, then on the host's cores
+        (``probe_members.py``): the multiples ``PortfolioMember.device_cost`` is set from."""
+        out = self.results / "members.json"
+        budget = max(self.left() - 60, 30)
+        outcome = self.command("members", self.python(
+            KIT / "probe_members.py", "--budget", f"{budget:.0f}", "--out", out), limit=self.left() - 5)
+        if out.is_file():
+            outcome["results"] = json.loads(out.read_text())
         return outcome
 
     def run_parity(self) -> dict[str, Any]:

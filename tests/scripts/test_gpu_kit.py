@@ -327,7 +327,8 @@ def test_the_compiler_toolchain_is_never_shipped_and_is_reported_as_dropped():
 def test_profile_roots_come_from_pyproject_and_leave_the_image_alone():
     base, rapids = target.profile_roots("base"), target.profile_roots("rapids")
     names = lambda reqs: {target._name(r) for r in reqs}  # noqa: E731
-    assert {"pyarrow", "pydantic", "xgboost-cu13", "dask-cuda", "rmm-cu13", "nvidia-ml-py"} <= names(base)
+    assert {"pyarrow", "pydantic", "xgboost-cu13", "dask-cuda", "rmm-cu13", "nvidia-ml-py", "lightgbm",
+            "catboost"} <= names(base)
     assert names(rapids) == {"cudf-cu13", "cuml-cu13", "dask-cudf-cu13"}      # raft-dask: target.RAPIDS_LEFT_OUT
     assert names(target.profile_roots("rapids", left_out=frozenset())) == names(rapids) | {"raft-dask-cu13"}
     rmm = next(r for r in base if target._name(r) == "rmm-cu13")
@@ -500,8 +501,11 @@ def test_a_dry_run_rehearses_every_step_in_order_and_the_cpu_side_in_the_backgro
                  "--cpu-steps", "gen_1m,cpu_1m,auto_cpu")
     assert done.returncode == 0, done.stderr
     shown = [line.split("]")[0].lstrip("[") for line in done.stdout.splitlines() if "] dry run:" in line]
-    assert shown == ["smoke", "e2e", "parity", "gpu_1m", "gpu_10m", "auto_gpu", "gpu_tests", "events"]
+    assert shown == ["smoke", "e2e", "serve_calls_xgb", "serve_calls_mlp", "members", "parity", "gpu_1m", "gpu_10m",
+                     "auto_gpu", "gpu_tests", "events"]
     assert "--engines pandas,pipeline-gpu,polars" in done.stdout
+    assert "--device gpu --sides  --calls 1,16,64,256,1024,4096,16384" in done.stdout
+    assert "probe_members.py --budget" in done.stdout
     assert "configs/churn.yaml --device gpu" in done.stdout and "parity configs/churn.yaml" in done.stdout
     state = json.loads((tmp_path / "out" / "drive.json").read_text())
     assert state["steps"]["unpack"]["rc"] == 0                     # unpacking is real, even in a rehearsal
