@@ -44,6 +44,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(the unpruned fallback set)")
     parser.add_argument("--with-raft-dask", action="store_true",
                         help="also ship RAFT-Dask (cuML's multi-GPU estimators: +29 MiB, one more transfer)")
+    parser.add_argument("--leave-out", action="append", default=[], metavar="NAME",
+                        help="leave this requirement (and what only it needs) out of the kit, for a host "
+                             "whose steps never import it: `--leave-out polars` (the CPU table engine, 31 "
+                             "MiB pruned) saves a transfer; repeatable")
     parser.add_argument("--delete-wheels", action="store_true", help="remove OUT/wheels after packing")
     return parser.parse_args(argv)
 
@@ -63,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return prepare(target.profiles_for(args.profile), args.out, freeze_file=args.image_freeze,
                        part_limit=part_limit, delete_wheels=args.delete_wheels, arch=arch,
-                       left_out=frozenset() if args.with_raft_dask else target.RAPIDS_LEFT_OUT)
+                       left_out=(frozenset() if args.with_raft_dask else target.RAPIDS_LEFT_OUT)
+                       | {target._name(n) for n in args.leave_out})
     except (ResolveError, KitError, PruneError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -111,13 +111,14 @@ def project_requirements(pyproject: Path = PYPROJECT) -> tuple[list[str], list[s
 
 def profile_roots(profile: str, pyproject: Path = PYPROJECT, *, left_out: frozenset[str] = RAPIDS_LEFT_OUT) -> list[str]:
     """The requirements a profile starts from (the image's packages among them are cut later);
-    ``left_out``: gpu-extra distributions the rapids profile leaves out."""
+    ``left_out``: distributions left out of either profile (by default, gpu-extra ones the
+    rapids profile leaves out)."""
     base, gpu = project_requirements(pyproject)
     if profile == "base":
         from_gpu = [r for r in gpu if _name(r) in BASE_FROM_GPU_EXTRA]
         dask_cuda = next((r for r in gpu if _name(r) == "dask-cuda"), "dask-cuda")
         pin = dask_cuda[len("dask-cuda"):].split(";")[0]
-        return [*base, *from_gpu, *(name + pin for name in BASE_ADDED)]
+        return [r for r in [*base, *from_gpu, *(name + pin for name in BASE_ADDED)] if _name(r) not in left_out]
     if profile == "rapids":
         return [r for r in gpu if _name(r) not in BASE_FROM_GPU_EXTRA and _name(r) not in NEVER_SHIP
                 and _name(r) not in left_out]

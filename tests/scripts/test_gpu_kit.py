@@ -331,6 +331,7 @@ def test_profile_roots_come_from_pyproject_and_leave_the_image_alone():
             "catboost"} <= names(base)
     assert names(rapids) == {"cudf-cu13", "cuml-cu13", "dask-cudf-cu13"}      # raft-dask: target.RAPIDS_LEFT_OUT
     assert names(target.profile_roots("rapids", left_out=frozenset())) == names(rapids) | {"raft-dask-cu13"}
+    assert names(target.profile_roots("base", left_out=frozenset({"polars"}))) == names(base) - {"polars"}
     rmm = next(r for r in base if target._name(r) == "rmm-cu13")
     dask_cuda = next(r for r in base if target._name(r) == "dask-cuda")
     assert rmm.removeprefix("rmm-cu13") == dask_cuda.removeprefix("dask-cuda")
