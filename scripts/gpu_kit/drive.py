@@ -461,7 +461,7 @@ class Driver:
         budget = max(self.left() - 60, 30)
         outcome = self.command("members", self.python(
             KIT / "probe_members.py", "--budget", f"{budget:.0f}", "--out", out), limit=self.left() - 5)
-        if out.is_file():
+        if out.is_file():                             # written after each table, so also when stopped
             outcome["results"] = json.loads(out.read_text())
         return outcome
 

@@ -122,13 +122,14 @@ def main(argv: list[str] | None = None) -> int:
             fits = with_multiples(screen(features_on(table(kind, rows), kind, backend), deadline))
             report["results"].append({"backend": backend, "table": kind, "rows": rows, "fits": fits,
                                       "seconds": round(time.perf_counter() - started, 2)})
+            if args.out:                      # after every table: a probe stopped later keeps what ran
+                args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
             print(f"{backend} {kind} {rows:,} rows:", flush=True)
             for fit in fits:
                 print(f"  {fit['member']:<14} {fit['status']:<8} {fit.get('seconds') or 0:8.2f} s  "
                       f"x{fit.get('multiple', float('nan')):6.2f}  holdout {fit.get('holdout')}", flush=True)
-    text = json.dumps(report, indent=2, default=str)
     if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return 0
 
 
