@@ -144,7 +144,7 @@ def payloads(run_dir: Path, model: str, rows: int, per_request: int, seed: int) 
     load = yaml.safe_load((run_dir / "config.yaml").read_text())["stages"]["raw"]
     table = pd.read_csv(REPO / load["path"], na_values=load.get("na_values"))
     columns = ([id_column] if id_column and id_column not in inputs else []) + list(inputs)
-    sample = table[columns].sample(n=min(rows, len(table)), random_state=seed, replace=rows > len(table))
+    sample = table[columns].sample(n=rows, random_state=seed, replace=rows > len(table))
     records = json.loads(sample.to_json(orient="records"))           # NaN -> null, numpy -> JSON numbers
     return [json.dumps({"rows": records[i:i + per_request]}).encode()
             for i in range(0, len(records) - per_request + 1, per_request)]

@@ -327,23 +327,25 @@ def _counts(merged: Any, lrow: str, rrow: str, n_left: int, n_right: int) -> dic
 
 def _check_unique(frame: Any, keys: list[str], side: str, validate: str, backend: Backend) -> None:
     """Refuse a key that repeats on a side ``validate`` says is unique, naming an example."""
-    sizes = frame.groupby(keys, sort=True).size()
-    repeated = sizes[sizes > 1]
+    # The counts as a frame's column: cuDF cannot mask a Series on a MultiIndex (two keys) by a
+    # boolean Series (it reads the mask as row labels), and every library masks a frame's rows.
+    count = "__rows_of_key__"
+    sizes = frame.groupby(keys, sort=True).size().rename(count).reset_index()
+    repeated = sizes[sizes[count] > 1]
     if is_partitioned(repeated):
-        extra, example = compute_lazy((repeated - 1).sum(), repeated.head(1, npartitions=-1, compute=False))
+        extra, example = compute_lazy((repeated[count] - 1).sum(), repeated.head(1, npartitions=-1, compute=False))
     else:
-        extra, example = (repeated - 1).sum(), repeated.head(1)
+        extra, example = (repeated[count] - 1).sum(), repeated.head(1)
     extra = int(backend.to_host(extra))
     if not extra:
         return
     example = backend.to_host(example)
-    value = example.index[0]
-    values = value if isinstance(value, tuple) else (value,)
+    values = [example[k].iloc[0] for k in keys]
     shown = ", ".join(f"{k}={v.item() if isinstance(v, np.generic) else v!r}" for k, v in zip(keys, values))
     key_text = f"key '{keys[0]}'" if len(keys) == 1 else f"keys {keys}"
     raise DataError(
         f"join: {key_text} is not unique in the {side} table, which validate: {validate} says has each key "
-        f"once: {extra} row(s) repeat a key, e.g. {shown} ({int(example.iloc[0])} rows). Aggregate the {side} "
+        f"once: {extra} row(s) repeat a key, e.g. {shown} ({int(example[count].iloc[0])} rows). Aggregate the {side} "
         f"table first so each key has one row, or set validate: to the side that is unique (one_to_many: the "
         f"left, many_to_one: the right); a many-to-many join is refused")
 

@@ -121,6 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"the CPU side's steps, in order (default {','.join(BACKGROUND)}; '' for none)")
     parser.add_argument("--wait-cpu", action="store_true",
                         help="after the GPU steps, wait (within the budget) for the CPU side to end")
+    parser.add_argument("--print-env", action="store_true",
+                        help="print the kit's environment as shell exports (for commands beside the steps) and exit")
     parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)   # the CPU side itself
     return parser.parse_args(argv)
 
@@ -480,7 +482,7 @@ class Driver:
         return self.auto_run("auto_gpu", "gpu", limit=min(self.left() - 5, 300))
 
     def run_gpu_tests(self) -> dict[str, Any]:
-        files = [f"tests/{f}" for f in GPU_TEST_FILES if (CHECKOUT / "tests" / f).is_file()]
+        files = [f for f in GPU_TEST_FILES if (CHECKOUT / f).is_file()]
         xml = self.results / "gpu-tests.xml"
         outcome = self.command("gpu_tests", self.python(
             "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=60",
@@ -499,6 +501,12 @@ class Driver:
 
     # ------------------------------------------------------------------ the call
     def main(self) -> int:
+        if self.args.print_env:
+            import shlex
+
+            names = ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH", "PYTHONUNBUFFERED")
+            print("\n".join(f"export {n}={shlex.quote(self.env[n])}" for n in names if n in self.env))
+            return 0
         if self.args.background:
             return self.run_background()
         self.state["calls"] += 1
