@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,18 @@ class GpuBackend(Backend):
 
     def take(self, frame: cudf.DataFrame, positions: np.ndarray) -> cudf.DataFrame:
         return frame.iloc[cp.asarray(positions)].reset_index(drop=True)
+
+    def columns_frame(self, columns: Mapping[str, Any], index: Any) -> cudf.DataFrame:
+        """The contract's frame, without a join per column: given ``index``, cuDF's constructor
+        reindexes every Series onto it (a merge each), and the 36 one-hot columns of a churn
+        model made one served row's call 330 ms on an H200, at any batch size. The ops' Series
+        share their frame's index, which the constructor only checks when it is not given; the
+        frame is reindexed once where the result is not on ``index`` (never, for the ops)."""
+        out = cudf.DataFrame(dict(columns))
+        if not any(isinstance(value, cudf.Series) for value in columns.values()):
+            out.index = index                       # arrays only: positions are the rows
+            return out
+        return out if out.index.equals(index) else out.reindex(index=index)
 
 
     def to_portable_estimator(self, estimator: Any) -> Any:

@@ -36,7 +36,11 @@ class PortfolioMember:
     cost: float = 1.0
     # The same multiple on a GPU run, where the members with CUDA builds fit on the device and
     # LightGBM (the first member) stays on the host's cores; None: ``cost`` (a member that fits
-    # on the host either way). Measured by ``scripts/gpu_kit/probe_members.py``.
+    # on the host either way). The built-in entries' are ``cost`` times the member's GPU-run
+    # multiple over its CPU-run multiple on the same host, measured by
+    # ``scripts/gpu_kit/probe_members.py`` on an H200 beside 16 cores (2026-12-04: a 100,000-row
+    # binary and a 20,000-row 7-class table, the geometric mean of the two; docs/gpu.md): the
+    # MLP 0.54x, XGBoost 0.95x, CatBoost 0.92x, cuML's linear model 1.2x and forest 1.4x.
     device_cost: float | None = None
     # The member's name in the leaderboard and the blend, where it is a second configuration of
     # a model already in the portfolio (None: the model's name).

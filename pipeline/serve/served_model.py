@@ -58,9 +58,13 @@ log = logging.getLogger("pipeline")
 # How a batch is scored (``ServedModel.path_for``).
 FEW_ROWS_PATH, FRAME_PATH, DEVICE_PATH = "few_rows", "frame", "device"
 # A device model scores batches of up to this many rows on its host copy, larger ones on the
-# device. Provisional: the host side is measured (the few-rows call: 1.3 ms at one row, 5.3 ms at
-# 1,024, on this project's 2-core machine), the device side is not yet (no GPU was lent).
-DEVICE_FROM_ROWS = FEW_ROWS
+# device. Measured on an H200 beside 16 cores (2026-12-04, the churn model's XGBoost and MLP,
+# ``bench_serve.py --device gpu --calls``, wall time): the host copy's few-rows call took 1.7 to
+# 1.9 ms at one row, 16 to 19 ms at 4,096 and 67 to 74 ms at 16,384; the device path 330 to
+# 410 ms at every size. Its floor was cuDF aligning each new column of the one-hot op onto the
+# frame's index (a merge per column, fixed since in ``GpuBackend.columns_frame`` and not yet
+# measured again), so the host copy takes every batch up to the largest size measured.
+DEVICE_FROM_ROWS = 16_384
 # Batches the few-rows path may fail where pandas scores them before the model stops trying it.
 FEW_ROWS_MISSES = 3
 

@@ -167,6 +167,36 @@ def test_a_boosters_projection_grows_with_the_classes_and_the_others_do_not():
     assert binary._units(portfolio_for("binary", "auto")[0]) == 1
 
 
+def test_a_gpu_runs_projection_uses_each_members_device_cost():
+    """On a GPU run the members with CUDA builds fit on the device, LightGBM on the host: their
+    multiples of LightGBM's fit differ from the CPU's (the H200's: the MLP 0.54x its CPU multiple,
+    cuML's forest 1.4x), so the plan projects them with ``device_cost``; a member without one
+    (LightGBM, on the host either way) keeps ``cost``. Through the backend seam: the CPU
+    backend under the GPU's name."""
+    import dataclasses
+    import time
+
+    from pipeline.backends.cpu import CpuBackend
+    from pipeline.stages.auto import _Run, portfolio_for
+
+    class DeviceStandIn(CpuBackend):
+        name = "gpu"
+
+    features = features_of(table(), "binary")
+    members = portfolio_for("binary", "auto")
+    on_gpu = _Run(dataclasses.replace(features, backend=DeviceStandIn()), members, time_limit=60, seed=0,
+                  name="auto", log=lambda _: None, started=time.perf_counter())
+    on_cpu = _Run(features, members, time_limit=60, seed=0, name="auto", log=lambda _: None,
+                  started=time.perf_counter())
+    by_label = {m.label: m for m in members}
+    assert on_gpu._units(by_label["mlp"]) == by_label["mlp"].device_cost < by_label["mlp"].cost
+    assert on_cpu._units(by_label["mlp"]) == by_label["mlp"].cost
+    assert on_gpu._units(by_label["random_forest"]) > on_cpu._units(by_label["random_forest"])
+    assert by_label["lightgbm"].device_cost is None and on_gpu._units(by_label["lightgbm"]) == 1
+    plugin = dataclasses.replace(by_label["mlp"], device_cost=None)
+    assert on_gpu._units(plugin) == plugin.cost                 # a member without a measured device cost
+
+
 def test_the_leaderboard_ranks_members_on_the_rows_every_one_of_them_scored():
     """A member fitted on one fold has out-of-fold scores on a fifth of the rows, a bagged one
     on all: ranking by each one's own rows listed a 1-fold xgboost above a lightgbm that was

@@ -77,5 +77,5 @@ CATBOOST = ModelSpec(
     threads_param="thread_count",
     portfolio=(PortfolioMember("catboost", {"*": {"iterations": 2000, "learning_rate": 0.08, "depth": 6,
                                                  "early_stopping_rounds": 50}},
-                               cost=8.0, per_class=True, reads=CODES, rank=2),),
+                               cost=8.0, device_cost=7.4, per_class=True, reads=CODES, rank=2),),
 )

@@ -83,7 +83,7 @@ RANDOM_FOREST = ModelSpec(
     portfolio=(PortfolioMember("random_forest", {"*": {"n_estimators": 300, "min_samples_leaf": 2,
                                                       "max_features": "sqrt"},
                                                 "regression": {"max_features": 0.5}},
-                               cost=9.0, rank=5, quick=True),),
+                               cost=9.0, device_cost=13.0, rank=5, quick=True),),
     init_choices=(InitChoice(("binary", "multiclass", "regression"),
                              {"n_estimators": 200, "min_samples_leaf": 5}, "robust trees, little tuning",
                              rank=2),),

@@ -18,5 +18,5 @@ MLP = ModelSpec(
                                                  "batch_size": 512, "learning_rate": 0.003,
                                                  "weight_decay": 1e-5,
                                                  "early_stopping": {"monitor": "val_loss", "patience": 5}}},
-                               trainer="torch", cost=6.0, rank=6),),
+                               trainer="torch", cost=6.0, device_cost=3.3, rank=6),),
 )

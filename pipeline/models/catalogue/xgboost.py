@@ -75,13 +75,13 @@ XGBOOST = ModelSpec(
     portfolio=(
         PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.05, "max_depth": 6,
                                           "min_child_weight": 1, "colsample_bytree": 0.9,
-                                          "early_stopping_rounds": 50}}, cost=1.2, per_class=True, rank=3,
-                        quick=True),
+                                          "early_stopping_rounds": 50}}, cost=1.2, device_cost=1.1, per_class=True,
+                        rank=3, quick=True),
         # A deeper second configuration, for the time the members leave.
         PortfolioMember("xgboost", {"*": {"n_estimators": 2000, "learning_rate": 0.03, "max_depth": 8,
                                           "min_child_weight": 3, "subsample": 0.8, "colsample_bytree": 0.7,
                                           "early_stopping_rounds": 50}}, name="xgboost_deep", extra=True,
-                        cost=2.5, per_class=True, rank=10),
+                        cost=2.5, device_cost=2.4, per_class=True, rank=10),
     ),
     init_choices=(InitChoice(("binary", "multiclass", "regression"),
                              {"n_estimators": 300, "learning_rate": 0.05, "max_depth": 6, "subsample": 0.8},
