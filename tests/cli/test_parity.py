@@ -142,8 +142,10 @@ def test_without_a_gpu_parity_runs_nothing_and_exits_5(project):
 def test_parity_on_a_gpu_machine_compares_both_sides(project):
     if not _gpu_usable():
         pytest.skip("needs a usable GPU with RAPIDS")
-    proc = cli("parity", "configs/churn.yaml", "--sample", "2000", "--set", "stages.mlp.epochs=2", "--json",
-               cwd=project)
+    # --debug: a failure shows its traceback (on the H200 the load stage failed with only pandas'
+    # one-line "Index data must be 1-dimensional" to go on, and the device time was spent).
+    proc = cli("--debug", "parity", "configs/churn.yaml", "--sample", "2000", "--set", "stages.mlp.epochs=2",
+               "--json", cwd=project)
     assert proc.returncode in (0, ExitCode.PARITY), proc.stderr
     found = json.loads(proc.stdout)
     gpu_run = project / "runs" / "churn" / found["gpu_run"]
