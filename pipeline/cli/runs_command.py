@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import click
@@ -194,6 +195,9 @@ def promote_run(run: str, runs_dir: str, pipeline_name: str | None) -> None:
     pipeline_dir = found.path.parent
     before = history.alias_target(pipeline_dir, CHAMPION)
     name = f"{pipeline_dir.name}/{found.run_id}"
+    if pipeline_dir.parent.resolve() != Path(runs_dir).resolve():
+        # A folder path names its own runs folder: say which champion moves, not --runs-dir's.
+        name += f" in {pipeline_dir.parent} (the run folder's own runs folder, not --runs-dir {runs_dir})"
     if before == found.run_id:
         stdout.print(Text(f"{CHAMPION} already points to {name} ({shown}); nothing moved"))
     else:

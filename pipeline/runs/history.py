@@ -174,16 +174,26 @@ def resolve_run(ref: str, runs_dir: str | os.PathLike[str], pipeline: str | None
     """
     path = Path(ref)
     if ref not in ALIASES and path.is_dir():
-        return _run_at(path, argument)
+        found = _run_at(path, argument)
+        if pipeline and found.pipeline != pipeline:
+            # A path names its run whatever --pipeline says: a rollback must not move another
+            # pipeline's champion because its folder was given.
+            raise _not_found(argument, f"the run folder '{ref}' is of pipeline '{found.pipeline}', not "
+                                       f"'{pipeline}' (--pipeline)")
+        return found
     if os.sep in ref or (os.altsep and os.altsep in ref):
         raise _not_found(argument, f"no run folder at '{ref}'")
     if ref in ALIASES:
         return _alias_run(runs_dir, pipeline, argument, ref)
     runs = find_runs(runs_dir, pipeline)
     where = f"'{runs_dir}'" + (f" (pipeline '{pipeline}')" if pipeline else "")
-    matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
+    exact = [r for r in runs if r.run_id == ref]
+    matches = exact or [r for r in runs if r.run_id.startswith(ref)]
     if len(matches) == 1:
         return matches[0]
+    if len(exact) > 1:                      # the whole id, in several pipelines: more of it cannot help
+        raise _not_found(argument, f"run id '{ref}' is in {len(exact)} pipelines under {where} "
+                                   f"({', '.join(_label(r, exact) for r in exact)}); name one with --pipeline")
     if not matches:
         newest = ", ".join(_label(r, runs) for r in runs[:10]) or "none"
         more = f" and {len(runs) - 10} older" if len(runs) > 10 else ""

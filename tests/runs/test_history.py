@@ -211,6 +211,16 @@ def test_unknown_and_ambiguous_runs_are_config_errors(made):
     assert not_a_run.returncode == ExitCode.CONFIG and "not a run folder" in not_a_run.stderr
 
 
+def test_a_whole_run_id_in_two_pipelines_asks_for_pipeline_not_more_of_the_id(copy):
+    clone(copy, copy.a, copy.a, pipeline="other")
+    both = cli("show", copy.a, cwd=copy.root)
+    assert both.returncode == ExitCode.CONFIG
+    assert f"run id '{copy.a}' is in 2 pipelines" in both.stderr and "name one with --pipeline" in both.stderr
+    assert "give more of the id" not in both.stderr
+    one = cli("show", copy.a, "--pipeline", "other", "--json", cwd=copy.root)
+    assert one.returncode == 0 and json.loads(one.stdout)["pipeline"] == "other"
+
+
 def test_latest_needs_pipeline_when_there_are_several(copy):
     clone(copy, copy.a, "20260101T000000.000Z-0000aa", pipeline="other")
     (copy.runs_dir / "other" / "latest").symlink_to("20260101T000000.000Z-0000aa")

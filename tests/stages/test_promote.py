@@ -265,6 +265,16 @@ def test_runs_promote_moves_the_champion_by_hand_and_refuses_what_cannot_serve(t
     assert champion_of(config) == second.run_id
     back = CliRunner().invoke(main, ["runs", "promote", first.run_id, "--runs-dir", runs_dir, "--pipeline", "nightly"])
     assert back.exit_code == 0 and champion_of(config) == first.run_id
+    # A folder path names its run whatever --pipeline says: a rollback of another pipeline is
+    # refused, and one given by path into another runs folder says which folder's champion moved.
+    folder = str(tmp_path / "runs" / "nightly" / second.run_id)
+    other = CliRunner().invoke(main, ["runs", "promote", folder, "--runs-dir", runs_dir, "--pipeline", "weekly"])
+    assert other.exit_code == 2 and "is of pipeline 'nightly', not 'weekly' (--pipeline)" in other.output
+    assert champion_of(config) == first.run_id
+    elsewhere = CliRunner().invoke(main, ["runs", "promote", folder, "--runs-dir", str(tmp_path / "other-runs")])
+    assert elsewhere.exit_code == 0 and f"in {tmp_path / 'runs'} (the run folder's own runs folder" in elsewhere.output
+    assert champion_of(config) == second.run_id
+    CliRunner().invoke(main, ["runs", "promote", first.run_id, "--runs-dir", runs_dir])
 
     unexported = run(config, until=["evaluate"])
     refused = CliRunner().invoke(main, ["runs", "promote", unexported.run_id, "--runs-dir", runs_dir])
