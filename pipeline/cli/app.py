@@ -22,8 +22,8 @@ from rich.text import Text
 from pipeline.version import __version__
 from pipeline.cli.commands import register as register_commands
 from pipeline.cli.options import (
-    JSON_ERRORS, PipelineGroup, config_argument, declare_outputs, handle_errors, metrics_setting, print_wide,
-    report_failure, set_option, split_names, stderr, stdout,
+    JSON_ERRORS, PipelineGroup, config_argument, declare_outputs, handle_errors, metric_cell, metrics_setting,
+    print_wide, report_failure, set_option, split_names, stderr, stdout,
 )
 from pipeline.core.errors import BackendUnavailable, ExitCode
 
@@ -146,7 +146,7 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
         table.add_column(name, justify="right", min_width=len(name))
     for model, values in metrics["models"].items():
         label = f"{model} *" if model == metrics["best"] else model
-        table.add_row(Text(label), *(f"{values[n]:.4f}" for n in names))
+        table.add_row(Text(label), *(metric_cell(values.get(n)) for n in names))
     print_wide(table)
     stdout.print(Text(f"* best by {metrics['rank_by']}: {metrics['best']}"))
 

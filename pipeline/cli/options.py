@@ -346,6 +346,15 @@ def print_wide(renderable: Any, console: Console | None = None) -> None:
         console.width = width
 
 
+def metric_cell(value: Any) -> str:
+    """A metric in a table: four decimals, or a dash where it is undefined (null in
+    metrics.json, NaN or infinity in memory), so a run and its cached rerun print alike."""
+    from pipeline.runs.record import as_number
+
+    number = as_number(value)
+    return "—" if number is None else f"{number:.4f}"
+
+
 def metrics_setting(metrics: dict[str, Any]) -> str:
     """``, threshold 0.5`` for a binary evaluation's table title; nothing for a multiclass or
     regression one, where no threshold applies (an evaluation without ``task`` is binary)."""

@@ -18,10 +18,10 @@ from rich.text import Text
 
 from pipeline.runs import history
 from pipeline.cli.cache_command import prune_unreferenced
-from pipeline.cli.options import handle_errors, metrics_setting, print_wide, stderr, stdout
+from pipeline.cli.options import handle_errors, metric_cell, metrics_setting, print_wide, stderr, stdout
 from pipeline.usage.costs import format_cost
 from pipeline.core.errors import DataError, PipelineError, StorageError, UsageError
-from pipeline.runs.record import RunManifest, StageRecord, as_number
+from pipeline.runs.record import RunManifest, StageRecord
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "running": "cyan",
                 "abandoned": "yellow", history.UNREADABLE: "magenta"}
@@ -285,8 +285,8 @@ def diff_runs(run_a: str, run_b: str, runs_dir: str, pipeline_name: str | None, 
             table.add_column(name, justify="right")
         for row in diff["metrics"]["models"]:
             delta = row["delta"]
-            table.add_row(Text(row["model"]), Text(row["metric"]), Text(_number(row["a"])), Text(_number(row["b"])),
-                          Text("—" if delta is None else f"{delta:+.4f}"))
+            table.add_row(Text(row["model"]), Text(row["metric"]), Text(metric_cell(row["a"])),
+                          Text(metric_cell(row["b"])), Text("—" if delta is None else f"{delta:+.4f}"))
         print_wide(table)
     else:
         missing = " and ".join(side for side, has in (("A", has_a), ("B", has_b)) if not has)
@@ -388,11 +388,7 @@ def _duration(seconds: float | None) -> str:
 def _headline(value: dict[str, Any] | None) -> str:
     if not value:
         return ""
-    return f"{value['metric']} {_number(value['value'])} ({value['model']})"
-
-
-def _number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4f}"
+    return f"{value['metric']} {metric_cell(value['value'])} ({value['model']})"
 
 
 def _value(value: Any) -> str:
@@ -462,6 +458,6 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
         table.add_column(name, justify="right")
     for model, values in models.items():
         label = f"{model} *" if model == metrics.get("best") else model
-        table.add_row(Text(label), *(Text(_number(as_number(values.get(n)))) for n in names))
+        table.add_row(Text(label), *(Text(metric_cell(values.get(n))) for n in names))
     print_wide(table)
     stdout.print(Text(f"* best by {metrics.get('rank_by')}: {metrics.get('best')}"))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from pipeline.core.errors import ConfigError, ConfigIssue, DataError
+from pipeline.core.errors import ConfigError, ConfigIssue, DataError, UsageError
 from pipeline.metrics import (ALL_METRICS, binary_confusion, binary_metrics, class_table, confusion_matrix,
                               default_metric, is_better, known_metric, metric_names, metric_task_problem,
                               task_metrics)
@@ -196,7 +196,16 @@ def _no_valid_split(preview: Preview) -> str | None:
 
 
 def shared_task(models: list[TrainedModel]) -> Task:
-    """The one task every model was trained for, or a DataError naming each model's."""
+    """The one task every model was trained for, or a DataError naming each model's. The models'
+    names are their rows in every table, so two of one name are refused (the second silently
+    replaced the first)."""
+    if not models:
+        raise UsageError("evaluate_models needs at least one trained model")
+    names = [model.name for model in models]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataError(f"evaluate: models must have distinct names ({', '.join(repeated)} appear twice); give "
+                        "each its own (train_model's name=)")
     tasks = {model.name: model.task for model in models}
     if len(set(tasks.values())) > 1:
         listed = "; ".join(f"'{name}': {task.describe()}" for name, task in tasks.items())

@@ -17,9 +17,9 @@ from pydantic import Field, model_validator
 from pipeline.backends import Backend, backend_for, compute_lazy, is_partitioned
 from pipeline.backends.headers import HeaderReader
 from pipeline.core.dtypes import dtype_kind, is_number
-from pipeline.core.errors import ConfigError, DataError
+from pipeline.core.errors import ConfigError, DataError, UsageError
 from pipeline.core.option_objects import Options
-from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, Task
+from pipeline.core.problems import BINARY, MAX_INFERRED_CLASSES, REGRESSION, TASK_KINDS, Task
 from pipeline.featuresets.split_positions import FOLDS_NEED_MEMORY, shuffled_split
 from pipeline.stages.spec import (
     ColumnRef,
@@ -243,6 +243,12 @@ def check_regression_labels(labels: Any, backend: Backend, *, column: str) -> No
     values = np.asarray(backend.to_host(labels), dtype="float64")
     if not values.size:
         return
+    infinite = np.flatnonzero(np.isinf(values))
+    if len(infinite):
+        # An infinite label fits nothing and scores every metric as inf or NaN (exit 0 before).
+        raise DataError(f"target column '{column}' holds infinite values in {len(infinite)} row(s) (first at row "
+                        f"{int(infinite[0]) + 1}, {values[infinite[0]]:g}): a regression cannot fit or be scored "
+                        "against them; leave those rows out (a load filter) or replace the values")
     if values.min() == values.max():
         raise one_value(column, f"{values[0]:g}")
     spread, largest = float(values.std()), float(np.abs(values).max())
@@ -457,6 +463,9 @@ def split_frame(frame: Any, target: str, plan: SplitPlan | None = None, /, *, po
         ('binary', {'train': 5634, 'valid': 0, 'test': 1409})
     """
     plan = SplitPlan.build(plan, **changes)
+    if task is not None and task not in TASK_KINDS:      # a config's task is checked by its schema
+        raise UsageError(f"split_frame task: {task!r} is not a task; use one of {', '.join(TASK_KINDS)}, or None "
+                         "to infer it from the target")
     test, valid, seed, group, order_by = plan.test, plan.valid, plan.seed, plan.group, plan.order_by
     folds, test_latest, missing_target, stratify = plan.folds, plan.test_latest, plan.missing_target, plan.stratify
     backend = backend_for(frame, backend)

@@ -89,6 +89,31 @@ def test_a_nan_metric_never_wins(regression_models):
     assert evaluate_models(regression_models).best == "far"
 
 
+def test_two_models_of_one_name_or_none_are_refused(regression_models):
+    """Two of one name: the second replaced the first in every table, silently, and could rank
+    as best; no model at all was a bare StopIteration."""
+    import dataclasses
+
+    from pipeline.core.errors import UsageError
+
+    twin = dataclasses.replace(regression_models[1], name="close")
+    with pytest.raises(DataError, match=r"evaluate: models must have distinct names \(close appear twice\)"):
+        evaluate_models([regression_models[0], twin])
+    with pytest.raises(UsageError, match="needs at least one trained model"):
+        evaluate_models([])
+
+
+def test_a_metric_that_is_undefined_prints_a_dash_in_the_runs_table(capsys):
+    """metrics.json holds null for an undefined metric; a cached rerun printed its table from
+    it and failed formatting None (exit 1) where the first run had printed nan."""
+    from pipeline.cli.app import _print_metrics
+
+    _print_metrics({"split": "test", "rank_by": "rmse", "best": "ridge", "task": "regression",
+                    "models": {"ridge": {"rmse": None, "mae": float("nan"), "r2": 0.5}}})
+    out = capsys.readouterr().out
+    assert "—" in out and "0.5000" in out and "nan" not in out
+
+
 def test_models_of_different_tasks_are_refused_by_name(regression_models, multiclass_models):
     with pytest.raises(DataError, match="'close': regression.*'strong': multiclass"):
         evaluate_models([regression_models[0], multiclass_models[1]])

@@ -102,6 +102,29 @@ def test_a_constant_numeric_target_says_it_has_one_value(task):
         split_frame(frame_of([7.5] * 40), "y", task=task)
 
 
+def test_an_infinite_regression_target_is_refused_naming_the_column_and_first_row():
+    """One inf among the labels: the run ended exit 0 with inf and NaN metrics, and its cached
+    rerun failed formatting the null metrics.json held (exit 1)."""
+    values = [1.5, 2.5, 3.0, 4.0] * 10
+    values[5] = np.inf
+    values[9] = -np.inf
+    with pytest.raises(DataError, match=r"target column 'y' holds infinite values in 2 row\(s\) \(first at row 6, "
+                                        r"inf\)"):
+        split_frame(frame_of(values), "y")
+    with pytest.raises(DataError, match="holds infinite values"):
+        split_frame(frame_of(values), "y", task="regression")
+
+
+@pytest.mark.parametrize("task", ["multiclas", "Multiclass", "auto"])
+def test_a_misspelt_task_is_a_usage_error_not_another_task(task):
+    """``task="multiclas"`` was ignored and the task inferred (regression, for 0/1/2 labels)."""
+    from pipeline.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"split_frame task: '{task}' is not a task; use one of binary, multiclass, "
+                                         "regression"):
+        split_frame(frame_of([0, 1, 2] * 20), "y", task=task)
+
+
 def test_a_regression_target_with_missing_values_names_the_column():
     values = [1.5, 2.5, np.nan, 4.0] * 10
     with pytest.raises(DataError, match="target column 'y' has 10 missing values"):
