@@ -83,6 +83,13 @@ class RunOptions(Options):
             object.__setattr__(self, "hooks", run_hooks(self.hooks))
         if not isinstance(self.force, bool):
             object.__setattr__(self, "force", names(self.force))
+        # A string is truthy: cache="false" used the cache and progress="no" wrote progress.
+        for name in ("keep_outputs", "progress", "cache", "check_budget_estimate", "mark_latest"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be True or False, got {type(getattr(self, name)).__name__} "
+                                 f"{getattr(self, name)!r:.40}")
+        if isinstance(self.wait, bool) or not isinstance(self.wait, (int, float)) or self.wait < 0:
+            raise UsageError(f"wait must be a number of seconds, 0 or more, got {self.wait!r:.40}")
 
 
 def run_hooks(hooks: object) -> tuple[RunHook, ...]:

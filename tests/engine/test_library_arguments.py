@@ -70,3 +70,18 @@ def test_overrides_with_a_loaded_config_are_refused_not_ignored(in_project):
     config = load_config("configs/churn.yaml")
     with pytest.raises(UsageError, match=r"overrides \['stages.logreg.params.C=0.001'\] apply to a config file path"):
         run_pipeline(config, overrides=["stages.logreg.params.C=0.001"])
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"cache": "false"}, "cache must be True or False, got str 'false'"),
+    ({"progress": "no"}, "progress must be True or False, got str 'no'"),
+    ({"keep_outputs": 1}, "keep_outputs must be True or False, got int 1"),
+    ({"wait": "30"}, "wait must be a number of seconds, 0 or more, got '30'"),
+    ({"wait": -1}, "wait must be a number of seconds, 0 or more, got -1"),
+])
+def test_switches_and_waits_of_the_wrong_type_are_refused(changes, words):
+    """A string is truthy: cache="false" used the cache, progress="no" wrote progress lines, and
+    wait="30" failed deep in the lock with a TypeError."""
+    with pytest.raises(UsageError, match=words):
+        RunOptions(**changes)
+    assert RunOptions(cache=False, wait=0, progress=True).cache is False
