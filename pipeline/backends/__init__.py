@@ -18,7 +18,7 @@ from pipeline.backends.dask_collections import cluster_client, compute_lazy, has
 from pipeline.backends.estimators import estimator_output, scores_for_task
 from pipeline.backends.filters import FILTER_OPS, apply_filters
 from pipeline.backends.devices.detect import DeviceChoice, choose_device
-from pipeline.core.errors import BackendUnavailable
+from pipeline.core.errors import BackendUnavailable, UsageError
 
 __all__ = [
     "Backend", "DeviceChoice", "FILTER_OPS", "apply_filters", "available_devices",
@@ -63,7 +63,15 @@ def backend_for(data: object, backend: Backend | str | None = None) -> Backend:
     if is_partitioned(data):
         data = data._meta                   # a Dask collection: its partitions' type decides
     module = type(data).__module__.split(".")[0]
-    return get_backend("cpu" if module in ("pandas", "numpy") else "gpu")
+    if module in ("pandas", "numpy"):
+        return get_backend("cpu")
+    if module in ("cudf", "cupy"):
+        return get_backend("gpu")
+    # A Polars frame, an Arrow table or a dict was taken for a GPU frame, and the message was
+    # that cuDF is missing.
+    raise UsageError(f"a frame of pandas (or cuDF, on a GPU) is what this takes, not a {module} "
+                     f"{type(data).__name__}: convert it first (a Polars or Arrow table's .to_pandas(), "
+                     "pandas.DataFrame(a_dict))")
 
 
 

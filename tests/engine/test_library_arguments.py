@@ -85,3 +85,15 @@ def test_switches_and_waits_of_the_wrong_type_are_refused(changes, words):
     with pytest.raises(UsageError, match=words):
         RunOptions(**changes)
     assert RunOptions(cache=False, wait=0, progress=True).cache is False
+
+
+@pytest.mark.parametrize("make", [lambda: {"x": [1.0, 2.0, 3.0], "y": [0, 1, 0]},
+                                  lambda: __import__("polars").DataFrame({"x": [1.0, 2.0, 3.0], "y": [0, 1, 0]}),
+                                  lambda: __import__("pyarrow").table({"x": [1.0, 2.0, 3.0], "y": [0, 1, 0]})])
+def test_a_frame_that_is_not_pandas_is_a_usage_error_not_a_missing_gpu(make):
+    """A dict, a Polars frame or an Arrow table was taken for a GPU frame: BackendUnavailable
+    (exit 5) saying cuDF is missing, on a machine that needs none."""
+    from pipeline.stages import split_frame
+
+    with pytest.raises(UsageError, match=r"a frame of pandas \(or cuDF, on a GPU\) is what this takes, not a"):
+        split_frame(make(), "y")
