@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from pipeline.backends import Backend, backend_for, is_partitioned
 from pipeline.core.dtypes import dtype_kind
-from pipeline.core.errors import DataError, RowsError
+from pipeline.core.errors import DataError, RowsError, UsageError
 from pipeline.core.problems import Task
 from pipeline.features.fitting import apply_ops, fit_ops, required_columns
 from pipeline.features.ops import OPS, FeatureOp, OpState
@@ -279,7 +279,7 @@ class FeatureWorkflow:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "op_states_"):
-            raise RuntimeError("this FeatureWorkflow is not fitted yet; call fit() first")
+            raise UsageError("this FeatureWorkflow is not fitted yet; call fit() first")
 
     def _check_finite_inputs(self, frame: Any, backend: Backend, what: str) -> None:
         """No infinity in a float input column the workflow reads: statistics and models would

@@ -73,7 +73,7 @@ def predictions_frame(models: list[TrainedModel], split: str = "test") -> pd.Dat
     return _same_features(models).predictions_frame(models, split)
 
 
-def save_model(model: TrainedModel, folder: Path) -> list[Path]:
+def save_model(model: TrainedModel, folder: str | Path) -> list[Path]:
     """Write ``folder``/{model files, reference.json, workflow.json, model.json}; returns the
     files written.
 
@@ -89,6 +89,7 @@ def save_model(model: TrainedModel, folder: Path) -> list[Path]:
     from pipeline.runs.store import atomic_write_json
 
     backend = model.features.backend
+    folder = Path(folder)                       # a str folder failed on .mkdir
     folder.mkdir(parents=True, exist_ok=True)
     meta = model_meta(model)
     try:

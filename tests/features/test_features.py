@@ -155,7 +155,9 @@ def test_missing_input_column_is_named():
 
 
 def test_transform_before_fit_is_an_error():
-    with pytest.raises(RuntimeError, match="not fitted"):
+    from pipeline.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="not fitted"):
         FeatureWorkflow([Drop(columns=["cat"])]).transform(TEST)
 
 

@@ -327,6 +327,10 @@ def test_train_offers_only_trainable_models_with_a_suggestion(features):
         train_model(features, "mlp")
     with pytest.raises(KeyError, match="did you mean 'xgboost'"):
         get_model_spec("xgbost")
+    from pipeline.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown model 'xgbost'.*did you mean 'xgboost'"):
+        train_model(features, "xgbost")          # the library's argument: a usage error, not a KeyError
 
 
 def test_a_model_json_naming_an_unregistered_model_says_to_load_its_plugin(registry, features, tmp_path):

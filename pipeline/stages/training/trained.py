@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.backends import Backend
-from pipeline.core.errors import ConfigError, ConfigIssue, DataError
+from pipeline.core.errors import ConfigError, ConfigIssue, DataError, UsageError
 from pipeline.core.problems import Task
 from pipeline.featuresets import FeatureSet
 from pipeline.featuresets.feature_set import Scorer
@@ -129,7 +129,10 @@ def train_model(
         ('logistic_regression', (1409,))
     """
     backend: Backend = features.backend
-    spec = get_model_spec(model)
+    try:
+        spec = get_model_spec(model)
+    except KeyError as exc:                     # the library's argument; a config's model is checked first
+        raise UsageError(str(exc.args[0])) from None
     if not spec.trainable:
         raise ValueError(f"model '{model}' has no estimator to fit here (it is trained by its own stage kind); "
                          f"train fits {', '.join(trainable_models())}")
