@@ -371,6 +371,17 @@ def _defined(values: Any) -> dict[str, float]:
     return {f: float(v) for f, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def _no_importances(sources: RunSources, key: str) -> str:
+    """Why a section has no importances: its file changed since the run (named at the top of the
+    page, and not drawn), or none were recorded. The second alone advised a config change to a
+    run that had written them."""
+    name = f"{key}/importance.json"
+    if name in sources.changed or name in sources.missing:
+        return (f'<p class="note">{e(name)} changed since the run or could not be read, so its importances are '
+                "not drawn (see the top of the page).</p>")
+    return '<p class="note">No importances were recorded (evaluate with importance: true writes them).</p>'
+
+
 def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str, str]:
     key, importance = evaluation.stage, evaluation.importance or {}
     found = importance.get("models") or {}
@@ -409,8 +420,7 @@ def _explanations(sources: RunSources, evaluation: Evaluation) -> tuple[str, str
     parts.append(f'<p class="note">Measured on {e(", ".join(f"{m}: {number(n)}" for m, n in rows.items()))} rows '
                  f"of the {e(importance.get('split'))} split ({e(importance.get('repeats'))} shuffles per feature "
                  f"for permutation importance; bars show their mean, whiskers their spread){_sample_note(importance)}"
-                 f"; from {e(key)}/importance.json.</p>" if found else
-                 '<p class="note">No importances were recorded (evaluate with importance: true writes them).</p>')
+                 f"; from {e(key)}/importance.json.</p>" if found else _no_importances(sources, key))
     for model, reason in (importance.get("skipped") or {}).items():
         parts.append(f'<p class="note">{e(model)}: no permutation importance: {e(reason)}.</p>')
     for model, chosen in (importance.get("permuted") or {}).items():     # too wide, or too slow, to permute all

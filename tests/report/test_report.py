@@ -233,6 +233,14 @@ def test_report_command_rebuilds_and_a_changed_file_is_not_shown(churn_run, tmp_
     assert "no evaluate stage ran" not in result and "evaluate/metrics.json" in result and "changed" in result
     assert "explanations-evaluate" in Page(text).sections
     assert _section(text, "explanations-evaluate").count("<svg") >= 1
+    # A changed importance.json: its section says so, not that none were recorded (which told
+    # the user to change a config that already wrote them).
+    (run / "evaluate" / "importance.json").write_text("{}", encoding="utf-8")
+    proc = cli("report", str(run), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    explanations = _section((run / REPORT).read_text(encoding="utf-8"), "explanations-evaluate")
+    assert "evaluate/importance.json changed since the run or could not be read" in explanations
+    assert "No importances were recorded" not in explanations
 
 
 def test_report_command_names_a_recorded_file_that_is_missing(churn_run, tmp_path):
