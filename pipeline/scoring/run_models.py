@@ -93,7 +93,8 @@ def decide_threshold(task: Task, requested: float | None, metrics: dict[str, Any
         return None
     if requested is not None:
         return requested
-    return float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
+    recorded = metrics.get("threshold") if metrics else None
+    return float(recorded) if recorded is not None else DEFAULT_THRESHOLD
 
 
 def checked_run_model(run_dir: Path, *, model: str | None = None,

@@ -80,8 +80,9 @@ class Evaluation:
         return best
 
     def to_dict(self) -> dict[str, Any]:
-        """metrics.json: a binary evaluation keeps the keys it always had (plus ``cv``)."""
-        out = {"split": self.split, "threshold": self.threshold, "rank_by": self.rank_by,
+        """metrics.json: a binary evaluation keeps the keys it always had (plus ``cv``); other
+        tasks' ``threshold`` is null (none applies: a regression's read 0.5)."""
+        out = {"split": self.split, "threshold": self.recorded_threshold, "rank_by": self.rank_by,
                "best": self.best, "models": self.metrics}
         if self.task.kind != "binary":
             out["task"] = self.task.to_dict()
@@ -92,7 +93,12 @@ class Evaluation:
 
     def curves_dict(self) -> dict[str, Any]:
         """curves.json: what the report draws, with the split and task it belongs to."""
-        return {"split": self.split, "threshold": self.threshold, "task": self.task.to_dict(), "models": self.curves}
+        return {"split": self.split, "threshold": self.recorded_threshold, "task": self.task.to_dict(),
+                "models": self.curves}
+
+    @property
+    def recorded_threshold(self) -> float | None:
+        return self.threshold if self.task.kind == "binary" else None
 
     def record(self) -> dict[str, Any]:
         """The run record's ``metrics``: ``to_dict`` less the per-class tables, which grow with

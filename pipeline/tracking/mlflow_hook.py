@@ -194,7 +194,8 @@ class MlflowHook(RunHook):
             return
         manifest, run = event.manifest, event.run
         metrics = dict(manifest.metrics or {})
-        threshold = float(metrics.get("threshold", DEFAULT_THRESHOLD)) if metrics else DEFAULT_THRESHOLD
+        recorded = metrics.get("threshold")             # null where no threshold applies (not binary)
+        threshold = float(recorded) if recorded is not None else DEFAULT_THRESHOLD
         tags = {"pipeline": run.pipeline, "pipeline.run_id": run.run_id}
         for model, folder in sorted(manifest.models.items()):
             path = run.run_dir / folder

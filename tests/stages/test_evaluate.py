@@ -421,3 +421,11 @@ def test_a_perfect_score_on_held_out_rows_is_named_as_a_likely_leak(tmp_path, ca
     with caplog.at_level("WARNING", logger="pipeline"):
         run_evaluate(spec, ctx, {"honest": honest})
     assert not [r for r in caplog.records if "leaks" in r.getMessage()]
+
+
+def test_only_a_binary_evaluation_records_a_threshold(regression_models, multiclass_models):
+    """A regression's metrics.json and curves.json said threshold 0.5, which applies to nothing
+    (and runs diff printed it as a setting)."""
+    for models in (regression_models, multiclass_models):
+        evaluation = evaluate_models(models)
+        assert evaluation.to_dict()["threshold"] is None and evaluation.curves_dict()["threshold"] is None
