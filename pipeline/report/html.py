@@ -36,7 +36,7 @@ td{white-space:nowrap}td.text{white-space:normal}
 .answer figure{margin:0;border:1px solid #eee;padding:.2rem}.answer figure svg{max-height:60vh}
 @media (max-width:900px){.answer{grid-template-columns:1fr}}
 .lead{font-size:1.15rem;margin:.6rem 0}.lead .name{font-size:1.3rem}.scroll{overflow-x:auto}
-.status-succeeded{color:#1a7f37}.status-failed,.status-interrupted{color:#b42318}
+.status-succeeded{color:#1a7f37}.status-failed,.status-interrupted,.status-abandoned{color:#b42318}
 .warning{background:#fff4e5;border:1px solid #f0b35a;padding:.4rem .6rem}
 .note{color:#666;font-size:.85rem}.switches label{margin-right:1rem;cursor:pointer}
 pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem;max-height:28rem}

@@ -48,7 +48,7 @@ def render(sources: RunSources, *, generated: datetime, version: str) -> str:
     sections.append(_data(sources))
     sections += [_explanations(sources, evaluation) for evaluation in sources.evaluations]
     sections += [_training(sources), _timeline(sources), _summary(sources)]
-    facts = [f'<span class="status-{e(manifest.status)}">{e(manifest.status)}</span>', f"run {e(manifest.run_id)}"]
+    facts = [f'<span class="status-{e(sources.status)}">{e(sources.status)}</span>', f"run {e(manifest.run_id)}"]
     if manifest.ended or manifest.started:
         facts.append(e(_when(manifest.ended or manifest.started)))
     if manifest.duration_s is not None:
@@ -74,7 +74,11 @@ def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, st
     the best model's confusion matrix for multiclass, predicted against actual for regression)."""
     manifest = sources.manifest
     parts = []
-    if manifest.error:
+    if sources.abandoned:
+        parts.append(f'<p class="warning"><b>The run was abandoned:</b> its record says running, but '
+                     f"{e(sources.abandoned)}, so it will never finish; the sections below show what it recorded "
+                     "before it stopped.</p>")
+    elif manifest.error:
         happened = {"interrupted": "was interrupted", "running": "is still running"}.get(manifest.status,
                                                                                          manifest.status)
         parts.append(f'<p class="warning"><b>The run {e(happened)}:</b> {e(manifest.error)}</p>')
@@ -84,8 +88,11 @@ def _answer(sources: RunSources, evaluation: Evaluation | None) -> tuple[str, st
         parts.append(f'<p class="warning">The evaluation {e(unshown)} {why}, so its best model and metrics are '
                      "not shown; the sections below show what the run's intact files record.</p>")
     if evaluation is None:
-        if not parts:
+        if not parts and sources.status in ("succeeded", "running"):
             parts.append('<p class="note">This run recorded no evaluation (no evaluate stage ran), so there is '
+                         "no best model to show; the sections below show what it did record.</p>")
+        elif not parts:
+            parts.append(f'<p class="note">This run ended ({e(sources.status)}) before an evaluation, so there is '
                          "no best model to show; the sections below show what it did record.</p>")
         return "result", "Result", "".join(parts)
     metrics, key = evaluation.metrics, evaluation.stage
@@ -157,7 +164,8 @@ def _headline_figures(sources: RunSources, evaluation: Evaluation) -> list[str]:
 
 def _summary(sources: RunSources) -> tuple[str, str, str]:
     m = sources.manifest
-    rows = [("pipeline", m.pipeline), ("run id", m.run_id), ("status", m.status),
+    status = f"{sources.status} ({sources.abandoned})" if sources.abandoned else m.status
+    rows = [("pipeline", m.pipeline), ("run id", m.run_id), ("status", status),
             ("device", f"{m.device.name} ({m.device.reason})" if m.device else None),
             ("started", m.started), ("ended", m.ended),
             ("duration", duration(m.duration_s) if m.duration_s is not None else None),

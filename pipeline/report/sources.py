@@ -49,6 +49,13 @@ class RunSources:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)    # stage -> profile.json (features)
     changed: list[str] = field(default_factory=list)        # artifacts whose sha256 no longer matches
     missing: list[str] = field(default_factory=list)        # artifacts the manifest lists that are gone
+    abandoned: str | None = None        # why a "running" run will never finish (its process is gone)
+
+    @property
+    def status(self) -> str:
+        """The run's status as ``pipeline runs list`` shows it: ``abandoned`` for a run whose
+        manifest says running while no process runs it any more."""
+        return "abandoned" if self.abandoned else self.manifest.status
 
     @property
     def models(self) -> list[str]:
@@ -79,6 +86,13 @@ def read_sources(run_dir: Path) -> RunSources:
     config = run_dir / CONFIG
     sources = RunSources(run_dir=run_dir, manifest=manifest,
                          config_text=config.read_text(encoding="utf-8") if config.is_file() else None)
+    if manifest.status == "running":                # killed (SIGKILL, a lost machine): it says so forever
+        from pipeline.runs.history import why_abandoned
+        from pipeline.runs.layout import LOCK_FILE
+        from pipeline.runs.store import probe_lock
+
+        sources.abandoned = why_abandoned(manifest, lock=probe_lock(run_dir.parent / LOCK_FILE),
+                                          run_id=manifest.run_id)
     for name in manifest.stages:
         metrics = _json(sources, f"{name}/metrics.json")
         if isinstance(metrics, dict) and isinstance(metrics.get("models"), dict):

@@ -465,6 +465,13 @@ def test_a_run_whose_process_died_here_is_abandoned_in_list_and_show(tmp_path):
     assert f"abandoned (pid {pid} on {host_name()})" in line
     shown = cli(tmp_path, "runs", "show", dead.name)
     assert shown.returncode == 0 and "abandoned" in shown.stdout
+    # Its report says so too: it said "running", and that no evaluate stage ran.
+    report = cli(tmp_path, "report", dead.name)
+    assert report.returncode == 0, report.stderr
+    page = (dead / "report.html").read_text(encoding="utf-8")
+    assert '<span class="status-abandoned">abandoned</span>' in page
+    assert f"The run was abandoned:</b> its record says running, but process {pid}" in page
+    assert "no evaluate stage ran" not in page
 
 
 # ---------------------------------------------------------------------------- 'latest'
