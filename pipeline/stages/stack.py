@@ -37,7 +37,7 @@ from pipeline.models.blending import EnsembleMember, Stacked, blend, stack_colum
 from pipeline.stages.ensemble import members_codes, mixed_features, one_features
 from pipeline.stages.spec import KeyPath, Preview, StageContext, StageProgress, StageSpec, register_stage, split_facts
 from pipeline.stages.train import SplitScores, TrainedModel
-from pipeline.stages.training.bagging import BaggedModel, bag_model
+from pipeline.stages.training.bagging import BaggedModel, bag_model, params_of_stage
 from pipeline.stages.training.trained import model_meta
 
 __all__ = ["STACKED_MODEL", "StackScorer", "StackSpec", "StackedModel", "default_meta_model", "fit_stack"]
@@ -287,8 +287,9 @@ def run_stack(spec: StackSpec, ctx: StageContext, inputs: Mapping[str, TrainedMo
     for stage, trained in inputs.items():
         if trained.oof_scores is None:
             raise DataError(no_oof_scores(stage))
-    model = fit_stack(models, name=ctx.stage, model=spec.model, params=spec.params, k=spec.bag,
-                      passthrough=spec.passthrough, seed=ctx.seed, progress=ctx.progress)
+    with params_of_stage(ctx.stage):        # the meta-model's params are the stage's
+        model = fit_stack(models, name=ctx.stage, model=spec.model, params=spec.params, k=spec.bag,
+                          passthrough=spec.passthrough, seed=ctx.seed, progress=ctx.progress)
     ctx.facts["meta_model"] = model.meta_model.base_model if model.meta_model else None
     ctx.facts["members"] = [m.name for m in models]
     ctx.facts["fit_rows"] = model.fit_rows

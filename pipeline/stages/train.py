@@ -20,7 +20,7 @@ from pipeline.backends.headers import HeaderReader
 from pipeline.stages.spec import (
     KeyPath, Preview, StageContext, StageSpec, model_preview, only_input, register_stage,
 )
-from pipeline.stages.training.bagging import BAG_WITH_FOLDS, bag_model
+from pipeline.stages.training.bagging import BAG_WITH_FOLDS, bag_model, params_of_stage
 from pipeline.stages.training.cross_validation import cross_validate_model
 from pipeline.stages.training.trained import SplitScores, TrainedModel, eval_set_problem, train_model
 from pipeline.stages.training.tuning import RegistryTrainer, TuneSpec, run_search, tune_problems
@@ -179,8 +179,9 @@ def run_train(spec: TrainSpec, ctx: StageContext, inputs) -> TrainedModel:
                             only_input(inputs), ctx)
         params.update(tuning.chosen_params)   # the best trial's, or the stage's own when they were kept
     if spec.bag:                          # bag: k fits on k folds of the training rows, averaged
-        trained = bag_model(only_input(inputs), spec.model, params, k=spec.bag, seed=ctx.seed, name=ctx.stage,
-                            progress=ctx.progress)
+        with params_of_stage(ctx.stage):
+            trained = bag_model(only_input(inputs), spec.model, params, k=spec.bag, seed=ctx.seed, name=ctx.stage,
+                                progress=ctx.progress)
         ctx.facts["bag"] = {"k": spec.bag, "oof": _oof_metrics(trained)}
     else:
         trained = train_model(only_input(inputs), spec.model, params, seed=ctx.seed, name=ctx.stage,

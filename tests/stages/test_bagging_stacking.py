@@ -365,3 +365,24 @@ def test_a_fold_bag_is_fitted_fold_by_fold_and_is_a_bag_of_the_folds_fitted_so_f
     np.testing.assert_allclose(whole.oof_scores, reference.oof_scores)
     np.testing.assert_allclose(whole.scores["test"], reference.scores["test"])
     assert whole.scoring_cost() == 4
+
+
+def test_a_bad_parameter_of_a_bagged_model_or_a_meta_model_is_named_at_the_stages_key(tmp_path):
+    """A bag's members are fitted as logreg_0, logreg_1, ... and a stack's meta-model as
+    stack_meta_0: the error named stages.logreg_0.params.C at line 3 (the `stages:` key), and a
+    --set value at a line instead of `(--set)`."""
+    rows(n=300).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "bag.yaml").write_text(
+        "name: bagged\ndevice: cpu\nstages:\n"
+        "  raw: {kind: load, path: rows.csv}\n"
+        "  split: {kind: split, inputs: [raw], target: target, positive: \"yes\"}\n"
+        "  features: {kind: features, inputs: [split], id: id,\n"
+        "             ops: [{standardize: {columns: [a, b]}}, {one_hot: {columns: [kind]}}]}\n"
+        "  logreg: {kind: train, inputs: [features], model: logistic_regression, bag: 3}\n"
+        "  stack: {kind: stack, inputs: [logreg], params: {C: -1}}\n", encoding="utf-8")
+    meta = _pipeline("run", "bag.yaml", cwd=tmp_path)
+    assert meta.returncode == 2 and "stages.stack.params.C (line 9):" in meta.stderr, meta.stderr
+    member = _pipeline("run", "bag.yaml", "--set", "stages.stack.params.C=1", "--set", "stages.logreg.params.C=-1",
+                       cwd=tmp_path)
+    assert member.returncode == 2 and "stages.logreg.params.C (--set):" in member.stderr, member.stderr
+    assert "logreg_0" not in member.stderr + meta.stderr and "stack_meta" not in meta.stderr

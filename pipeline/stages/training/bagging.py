@@ -25,10 +25,11 @@ workflow and cost k feature builds. See the design notes.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,20 @@ def bag_folds(task: Task, labels: np.ndarray, k: int, seed: int | None) -> list[
     stratify = task.kind != "regression" and np.unique(labels, return_counts=True)[1].min() >= k
     return fold_positions(n, k, seed=None if seed is None else int(seed) % (2**32),  # type: ignore[arg-type]
                           labels=labels if stratify else None)
+
+
+@contextmanager
+def params_of_stage(stage: str) -> Iterator[None]:
+    """Config errors of the fits inside keyed to ``stage``'s ``params``: a bag's members are
+    named ``stage_0``, ``stage_1``, ..., a stack's meta-model ``stage_meta_0``, and a bad
+    parameter was reported at ``stages.logreg_0.params.C``, a key no config has (so at no line,
+    and not as a --set)."""
+    try:
+        yield
+    except ConfigError as exc:
+        issues = [dataclasses.replace(issue, path=re.sub(r"^stages\.[^.]+\.params\b", f"stages.{stage}.params",
+                                                         issue.path)) for issue in exc.issues]
+        raise ConfigError(issues, file=exc.file) from exc.__cause__
 
 
 def bag_model(features: FeatureSet, model: str, params: dict[str, Any] | None = None, *, k: int = 5,
