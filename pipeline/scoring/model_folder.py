@@ -37,7 +37,7 @@ from pipeline.runs.layout import REFERENCE_FILE
 from pipeline.metrics.drift import Counts, bin_counts, check_profile
 from pipeline.models import MODELS, ModelFormat, Predictor, get_model_spec
 from pipeline.runs.signing import verify_model_folder
-from pipeline.scoring.run_plugins import load_model_plugins
+from pipeline.scoring.run_plugins import load_model_plugins, verify_recorded_files
 from pipeline.core.problems import Task
 
 __all__ = ["Predictor", "SavedModel", "load_model", "model_format_of", "scores_table", "scores_with_counts"]
@@ -148,6 +148,7 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
         raise DataError(f"{folder} is not an exported model folder (no model.json)")
     if verify_signature:
         verify_model_folder(folder)     # with a signing key set: a signed run's files, unchanged
+        verify_recorded_files(folder)   # inside a run: its files as the run recorded them
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         kind = meta["model"]

@@ -131,6 +131,26 @@ def verify_run_config(run_dir: Path, manifest: RunManifest) -> None:
                         "its plugins were not imported")
 
 
+def verify_recorded_files(folder: Path) -> None:
+    """The files of a model folder inside a run folder against the sha256 the run's manifest
+    lists for them, as ``predict`` checks them: ``load_model`` scored an edited coefficients
+    file that ``predict`` refused as corrupt. A folder outside any run, a run whose manifest
+    cannot be read (``runs show`` says why), or files the manifest does not list (an older
+    run, a folder written later) load as they are."""
+    folder = Path(folder).resolve()
+    run_dir = next((p for p in folder.parents if (p / layout.MANIFEST).is_file()), None)
+    if run_dir is None:
+        return
+    try:
+        artifacts = record.read_manifest(run_dir).artifacts
+    except record.ManifestError:             # no record to check against
+        return
+    prefix = folder.relative_to(run_dir).as_posix().rstrip("/") + "/"
+    for key, digest in sorted(artifacts.items()):
+        if key.startswith(prefix):
+            verify_file(run_dir, key, digest, what="model")
+
+
 def verify_file(run_dir: Path, key: str, digest: str, *, what: str) -> None:
     """The file ``key`` of the run against its sha256 in the run record (``digest``)."""
     from pipeline.runs.store import sha256_file

@@ -51,3 +51,33 @@ def test_a_column_left_blank_still_scores_and_the_callers_frame_is_untouched(sav
     blank = rows.assign(TotalCharges=None)          # object column of None: no value, so no mismatch
     scores = model.score(blank)
     assert scores.shape == (5,) and blank["TotalCharges"].dtype == object
+
+
+def test_a_model_folder_of_a_run_is_checked_against_the_runs_record_as_predict_checks_it(tmp_path):
+    """An edited coefficients file of a run's export: ``pipeline predict`` refused it as corrupt,
+    ``load_model`` scored with it. A folder outside any run still loads as it is."""
+    import json
+    import shutil
+
+    from pipeline import run_pipeline
+
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "data" / "telco_customer_churn.csv", tmp_path / "data")
+    result = run_pipeline(str(tmp_path / "configs" / "churn.yaml"), runs_dir=str(tmp_path / "runs"),
+                          overrides=["device=cpu", "stages.forest.params.n_estimators=10",
+                                     "stages.xgb.params.n_estimators=10", "stages.mlp.epochs=1"],
+                          only=["raw", "split", "features", "logreg", "export"])
+    folder = next(result.run_dir.glob("*/models/logreg"))
+    rows = pd.read_csv(ROOT / "data" / "telco_customer_churn.csv", na_values=[" "]).head(5)
+    before = load_model(folder).score(rows)
+    loose = tmp_path / "loose"
+    shutil.copytree(folder, loose)
+    coefficients = folder / "coefficients.json"
+    edited = json.loads(coefficients.read_text())
+    edited["intercept"] = [5.0]
+    coefficients.write_text(json.dumps(edited))
+    with pytest.raises(DataError, match="coefficients.json is corrupt: its sha256 does not match the run's manifest"):
+        load_model(folder)
+    (loose / "coefficients.json").write_text(json.dumps(edited))        # outside a run: nothing to check against
+    assert not np.allclose(load_model(loose).score(rows), before)
