@@ -173,7 +173,16 @@ def binary_labels(series: Any, positive: Any, backend: Backend, *, column: str) 
     # More than two values: one-vs-rest, ``positive`` against every other value (the user
     # named the class that means 1; the partitioned path labels the same way).
     warn_near_positive(values, positive, column)
-    return (series == positive).astype("int8")
+    labels = (series == positive).astype("int8")
+    if not int(backend.to_host(labels.sum())):
+        # It is a value as text only: "1" for the number 1 (positive: "1" in YAML); the column
+        # was said to have one class.
+        held = next(v for v in backend.to_host(series.unique()).tolist() if str(v) == str(positive))
+        kind = ("text" if isinstance(held, str) else "a number" if isinstance(held, (int, float))
+                else type(held).__name__)
+        raise DataError(f"positive: {positive!r} is not a value of target column '{column}', which holds {held!r} "
+                        f"({kind}); write positive: {held!r}")
+    return labels
 
 
 def one_value(column: str, value: Any) -> DataError:

@@ -125,6 +125,15 @@ def test_a_misspelt_task_is_a_usage_error_not_another_task(task):
         split_frame(frame_of([0, 1, 2] * 20), "y", task=task)
 
 
+def test_a_positive_written_as_text_for_a_number_is_named_not_called_one_class():
+    """positive="1" on a 0/1 integer target matched no row, and the error said the column has one
+    class while it plainly has two."""
+    with pytest.raises(DataError, match=r"positive: '1' is not a value of target column 'y', which holds 1 "
+                                        r"\(a number\); write positive: 1"):
+        split_frame(frame_of([0, 1] * 20), "y", positive="1")
+    assert split_frame(frame_of([0, 1] * 20), "y", positive=1).task.positive == 1
+
+
 def test_a_regression_target_with_missing_values_names_the_column():
     values = [1.5, 2.5, np.nan, 4.0] * 10
     with pytest.raises(DataError, match="target column 'y' has 10 missing values"):
