@@ -18,7 +18,7 @@ from pipeline.backends.dates import check_date_format
 from pipeline.backends.filters import date_filter_problems
 from pipeline.backends.streams import STDIN, STREAM_TIMEOUT, is_stream, spool
 from pipeline.backends.table_read import TableRead
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, UsageError
 from pipeline.core.fingerprints import changed_since_hashed, files_fingerprint
 from pipeline.backends.headers import ColumnSet, HeaderReader
 from pipeline.stages.spec import ColumnRef, KeyPath, Preview, StageContext, StageSpec, Table, register_stage
@@ -191,8 +191,32 @@ def load_table(path: str | os.PathLike[str], *, backend: Backend | str = "cpu", 
         ((7043, 21), 'float64')
     """
     backend = get_backend(backend) if isinstance(backend, str) else backend
+    _check_read_arguments(read)
     dialect = CsvDialect(sep=normalize_separator(sep), encoding=encoding, decimal=decimal, thousands=thousands)
     return backend.read(path, TableRead(dialect=dialect), **read)
+
+
+# load_table's read options and what each takes (a str where a list goes was read letter by
+# letter: dates="ts" named the columns 't' and 's'; a list where a mapping goes failed deep inside).
+_READ_OPTIONS = {"format": str, "columns": list, "dtypes": dict, "na_values": list, "filters": list, "dates": dict,
+                 "layouts": dict}
+_READ_TAKES = {str: "a string", list: "a list", dict: "a mapping"}
+
+
+def _check_read_arguments(read: dict[str, Any]) -> None:
+    if isinstance(read.get("na_values"), str):          # one marker, as pandas takes it
+        read["na_values"] = [read["na_values"]]
+    for key, value in read.items():
+        wanted = _READ_OPTIONS.get(key)
+        if wanted is None:
+            raise UsageError(f"load_table has no read option {key!r}; it takes sep, encoding, decimal, thousands "
+                             f"and {', '.join(k for k in _READ_OPTIONS if k != 'layouts')}")
+        fits = (isinstance(value, wanted) or (wanted is list and isinstance(value, tuple))
+                or (wanted is dict and isinstance(value, Mapping)))
+        if value is not None and not fits:
+            example = " (dates={'ts': None} reads column ts as dates, its format guessed)" if key == "dates" else ""
+            raise UsageError(f"load_table {key}= takes {_READ_TAKES[wanted]}, not {type(value).__name__} "
+                             f"{value!r:.60}{example}")
 
 
 def load_fingerprint(spec: LoadSpec) -> dict[str, Any] | None:

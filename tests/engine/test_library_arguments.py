@@ -97,3 +97,20 @@ def test_a_frame_that_is_not_pandas_is_a_usage_error_not_a_missing_gpu(make):
 
     with pytest.raises(UsageError, match=r"a frame of pandas \(or cuDF, on a GPU\) is what this takes, not a"):
         split_frame(make(), "y")
+
+
+@pytest.mark.parametrize(("read", "words"), [
+    ({"dates": ["ts"]}, r"load_table dates= takes a mapping, not list \['ts'\] \(dates=\{'ts': None\}"),
+    ({"dates": "ts"}, "load_table dates= takes a mapping, not str 'ts'"),
+    ({"columns": "ts"}, "load_table columns= takes a list, not str 'ts'"),
+    ({"na_value": ["?"]}, "load_table has no read option 'na_value'; it takes sep, encoding, decimal, thousands and"),
+])
+def test_load_tables_read_options_of_the_wrong_shape_are_usage_errors(tmp_path, read, words):
+    """dates=["ts"] failed with an AttributeError deep inside; dates="ts" and columns="ts" were
+    read letter by letter (columns 't' and 's')."""
+    from pipeline.stages import load_table
+
+    (tmp_path / "t.csv").write_text("ts,x\n2024-01-01,1\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=words):
+        load_table(tmp_path / "t.csv", **read)
+    assert load_table(tmp_path / "t.csv", na_values="?", dates={"ts": None})["ts"].dtype.kind == "M"
