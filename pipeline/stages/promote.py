@@ -322,6 +322,22 @@ def _columns_missing(champion: OpenedRun, files: list[tuple[Path, str]]) -> str 
     return None
 
 
+# The champion ranking this run's test rows below chance: the rows' labels, not the champion,
+# are what changed (an extract whose Yes/No were swapped scored the champion 0.18 and promoted a
+# model that ranks customers backwards, 0.15 on the true labels).
+CHANCE = {"roc_auc": 0.5}
+
+
+def _suspect_rows(metric: str, champion_value: float | None, champion: OpenedRun | None) -> str | None:
+    """Why this run's own test rows cannot judge the champion, or None."""
+    chance = CHANCE.get(metric)
+    if chance is None or champion is None or champion_value is None or not champion_value < chance:
+        return None
+    return (f"the champion ({champion.run_id}, {champion.name}) scores {metric} {champion_value:.4f} on this run's "
+            f"test rows, below chance ({chance:g}): their labels look inverted or scrambled (a bad extract), so "
+            "they cannot judge either model; compare on a fixed labelled file with holdout:")
+
+
 def _value(saved: SavedModel, frame: Any, labels: np.ndarray, task: Task, metric: str, threshold: float) -> float:
     return float(task_metrics(task, labels, saved.score(frame), threshold=threshold)[metric])
 
@@ -387,6 +403,8 @@ def run_promote(spec: PromoteSpec, ctx: StageContext, inputs) -> Promotion:
             champion = None
 
     min_improvement, max_regression = spec.rule()
+    if unusable is None and spec.holdout is None:
+        unusable = _suspect_rows(metric, champion_value, champion)
     if unusable is not None:
         decision, reason = KEPT, f"{unusable}; the champion stays where it is (move it with pipeline runs promote)"
         ctx.logger.warning("%s: %s", ctx.stage, reason)

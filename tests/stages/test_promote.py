@@ -397,3 +397,21 @@ def test_a_run_of_several_models_without_an_evaluation_is_promoted_and_predict_t
     scored = CliRunner().invoke(main, ["predict", "--run", "champion", "--runs-dir", runs_dir, "--input",
                                        str(tmp_path / "new.csv"), "--output", str(tmp_path / "s.csv"), "--model", "logreg"])
     assert scored.exit_code == 0, scored.output
+
+
+def test_rows_that_rank_the_champion_below_chance_keep_it(tmp_path, caplog):
+    """An extract with its labels swapped (yes for no) scored the champion below chance on this
+    run's test split and promoted a model that ranks rows backwards, exit 0. Without holdout:
+    those rows cannot judge either model: the champion is kept, with a warning saying why."""
+    config = project(tmp_path)
+    first = run(config)
+    assert promotion(first)["decision"] == "promoted"
+    swapped = generated(500, 0)
+    swapped["y"] = swapped["y"].map({"yes": "no", "no": "yes"})
+    swapped.to_csv(tmp_path / "rows.csv", index=False)
+    with caplog.at_level("WARNING", logger="pipeline"):
+        second = run(config)
+    decided = promotion(second)
+    assert decided["decision"] == "kept" and champion_of(config) == first.run_id
+    assert "below chance (0.5): their labels look inverted or scrambled" in decided["reason"]
+    assert any("below chance" in r.getMessage() for r in caplog.records)
