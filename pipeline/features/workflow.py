@@ -316,9 +316,13 @@ class FeatureWorkflow:
                                             "fills this column)")
                     for column, n in counts.items() if n
                     for position in np.flatnonzero(np.asarray(backend.to_host(frame[column].isna())))[:MAX_ROWS_NAMED]]
-            raise RowsError(
-                f"missing values remain in the {what} after the feature ops: {bad}; add these "
-                "columns to a fill_missing op", rows)
+            first = ", ".join(f"'{column}' at row {position + 1}" for column, position, _ in
+                              dict((r[0], r) for r in reversed(rows)).values())
+            advice = ("add these columns to a fill_missing op" if what == "training split" else
+                      "the fitted workflow fills none there (its training rows had no missing value in them): "
+                      "give these rows a value, or retrain with the columns in a fill_missing op")
+            raise RowsError(f"missing values remain in the {what} after the feature ops: {bad} (first: {first}); "
+                            f"{advice}", rows)
 
     def __repr__(self) -> str:
         ops = ", ".join(op.op for op in self.ops)

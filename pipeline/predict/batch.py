@@ -40,7 +40,7 @@ import pandas as pd
 
 from pipeline.backends.csv_dialect import CsvDialect, dialect_of, written_in_utf8
 from pipeline.backends.table_read import TableRead
-from pipeline.core.errors import DataError, StorageError, UsageError
+from pipeline.core.errors import DataError, RowsError, StorageError, UsageError
 from pipeline.metrics.drift import DRIFT_THRESHOLD, Counts, over_threshold, psi
 from pipeline.predict.predict_options import PredictOptions
 from pipeline.runs import layout
@@ -155,7 +155,11 @@ def predict_batch(run: str | os.PathLike[str], input: str | os.PathLike[str], ou
         else:
             frame = read_input(files, saved.workflow.input_columns_, backend, id_column=id_column,
                                na_values=na_values, dtypes=read["dtypes"], dates=read["dates"], dialect=dialect)
-        table, counts = scores_with_counts(frame, saved, name, threshold, backend)
+        try:
+            table, counts = scores_with_counts(frame, saved, name, threshold, backend)
+        except RowsError as exc:            # its rows are the input's, in file order: name the file(s)
+            shown = ", ".join(str(path) for path, _ in files[:3]) + (" ..." if len(files) > 3 else "")
+            raise RowsError(f"{shown}: {exc}", list(exc.rows)) from None
         rows = len(table)
         write_table(table, output, out_format)
     drift, over = report_drift(saved, counts, rows, drift_path(output, partitioned=partitioned),

@@ -125,6 +125,20 @@ def test_a_value_past_float32_says_to_scale_at_fit_and_to_check_the_row_when_sco
         FeatureWorkflow([]).fit_transform(pd.DataFrame({"x": [1.0, 1e300]}))
 
 
+def test_a_missing_value_no_op_fills_names_its_first_row_and_what_to_do_at_scoring():
+    """At scoring, "add these columns to a fill_missing op" was the advice for a model already
+    fitted, and no row was named."""
+    from pipeline.core.errors import RowsError
+
+    workflow = FeatureWorkflow([Standardize(columns=["x"])]).fit(pd.DataFrame({"x": [1.0, 2.0, 3.0]}))
+    with pytest.raises(RowsError, match=r"missing values remain in the input after the feature ops: \{'x': 1\} "
+                                        r"\(first: 'x' at row 3\); the fitted workflow fills none there"):
+        workflow.transform(pd.DataFrame({"x": [1.0, 2.0, np.nan]}))
+    with pytest.raises(RowsError, match=r"in the training split .*\(first: 'x' at row 2\); add these columns to a "
+                                        r"fill_missing op"):
+        FeatureWorkflow([]).fit_transform(pd.DataFrame({"x": [1.0, np.nan]}))
+
+
 def test_workflow_state_is_json_and_reloads_identically(backend, tmp_path):
     ops = [FillMissing(columns=["num", "big"]), Categorify(columns=["cat"]), Standardize(columns=["num"]),
            Log1p(columns=["big"])]

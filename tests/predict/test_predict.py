@@ -155,6 +155,20 @@ def test_wrong_dtype_exit_3_names_the_column(churn_run, tmp_path):
     assert not out.exists()
 
 
+def test_a_blank_no_op_fills_names_the_file_its_row_and_advice_for_a_fitted_model(churn_run, tmp_path):
+    """One blank tenure: the message named neither the file nor the row, and told the user to add
+    a fill_missing op, which a fitted model cannot take."""
+    rows = churn_run["test_rows"].head(6).copy()
+    rows.loc[4, "tenure"] = ""
+    source = write_rows(rows, tmp_path / "blank.csv")
+    out = tmp_path / "scores.parquet"
+    proc = cli("--run", "latest", "--input", str(source), "--output", str(out), cwd=churn_run["project"])
+    assert proc.returncode == ExitCode.DATA, proc.stderr
+    assert f"{source}: missing values remain in the input after the feature ops: {{'tenure': 1}} (first: 'tenure' " \
+           "at row 5); the fitted workflow fills none there" in proc.stderr
+    assert not out.exists()
+
+
 def test_wrong_dtype_names_the_first_value_that_is_not_a_number(churn_run, tmp_path):
     rows = churn_run["test_rows"].copy()
     rows.loc[3, "tenure"] = "twelve"
