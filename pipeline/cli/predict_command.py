@@ -61,9 +61,13 @@ def predict(run: str, input_: str, output: str, model: str | None, runs_dir: str
     scores.drift.json for scores.parquet, _drift.json inside a --partitioned folder. Drift
     only warns: the exit code does not change.
     """
-    from pipeline.cli.log_output import json_line, setup_logging
+    from pipeline.cli.log_output import json_line, setup_logging, stop_on_sigterm
     from pipeline.predict.batch import predict_batch
     from pipeline.predict.predict_options import PredictOptions
+
+    # SIGTERM (a scheduler's timeout) as run takes it: an error line and exit 143, and the
+    # output's temporary file removed on the way out; it ended the process silently and left it.
+    stop_on_sigterm()
 
     if log_format == "json":                 # text: predict's own line only, as before
         setup_logging(quiet=False, log_format=log_format)

@@ -766,3 +766,31 @@ def test_a_column_of_text_where_numbers_were_says_its_first_value_and_a_decimal_
         check_types(pd.DataFrame({"a": ["79,85", "12,5"]}), {"a": "float64"}, cpu, source=Path("x.csv"), fmt="csv")
     with pytest.raises(DataError, match=r"none of its values is a number \(the first: 'Yes'\)$"):
         check_types(pd.DataFrame({"a": ["Yes", "No"]}), {"a": "int64"}, cpu, source=Path("x.csv"), fmt="csv")
+
+
+def test_sigterm_while_the_scores_are_written_is_exit_143_with_a_line_and_no_file_left(churn_run, tmp_path):
+    """SIGTERM (a scheduler's timeout) ended predict silently (killed by the signal) and left its
+    hidden temporary file in the output folder. The signal arrives while the parquet file is
+    being written: a real process, since the test runner must not take it."""
+    import sys
+
+    out = tmp_path / "out"
+    script = tmp_path / "term.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import pandas as pd\n"
+        "real = pd.DataFrame.to_parquet\n"
+        "def writing(self, path, *a, **k):\n"
+        "    real(self, path, *a, **k)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    sum(range(10**6))                      # the handler runs between bytecodes\n"
+        "pd.DataFrame.to_parquet = writing\n"
+        "from pipeline.cli.app import main\n"
+        f"sys.argv = ['pipeline', 'predict', '--run', 'latest', '--output', {str(out / 's.parquet')!r},\n"
+        f"            '--input', 'data/telco_customer_churn.csv']\n"
+        "main()\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], cwd=churn_run["project"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == ExitCode.TERMINATED, (proc.returncode, proc.stderr)
+    assert "terminated (SIGTERM)" in proc.stderr
+    assert not out.exists() or list(out.iterdir()) == []
