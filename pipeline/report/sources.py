@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.runs.history import folder_abandoned
 from pipeline.runs.layout import CONFIG, MANIFEST
 from pipeline.runs.record import RunManifest, read_manifest
 
@@ -86,13 +87,8 @@ def read_sources(run_dir: Path) -> RunSources:
     config = run_dir / CONFIG
     sources = RunSources(run_dir=run_dir, manifest=manifest,
                          config_text=config.read_text(encoding="utf-8") if config.is_file() else None)
-    if manifest.status == "running":                # killed (SIGKILL, a lost machine): it says so forever
-        from pipeline.runs.history import why_abandoned
-        from pipeline.runs.layout import LOCK_FILE
-        from pipeline.runs.store import probe_lock
-
-        sources.abandoned = why_abandoned(manifest, lock=probe_lock(run_dir.parent / LOCK_FILE),
-                                          run_id=manifest.run_id)
+    # Killed (SIGKILL, a lost machine), a run's record says "running" forever.
+    sources.abandoned = folder_abandoned(run_dir, manifest)
     for name in manifest.stages:
         metrics = _json(sources, f"{name}/metrics.json")
         if isinstance(metrics, dict) and isinstance(metrics.get("models"), dict):

@@ -342,9 +342,15 @@ def is_abandoned(manifest: RunManifest, host: str | None = None, *, lock: LockSt
 
 def run_abandoned(run: Run, host: str | None = None) -> str | None:
     """``why_abandoned`` for a run folder, with its pipeline's lock looked at (only for "running" runs)."""
-    if run.manifest is None or run.manifest.status != "running":
+    return folder_abandoned(run.path, run.manifest, host)
+
+
+def folder_abandoned(path: Path, manifest: RunManifest | None, host: str | None = None) -> str | None:
+    """``run_abandoned`` for the run folder at ``path`` with its ``manifest`` read already (the
+    report's)."""
+    if manifest is None or manifest.status != "running":
         return None
-    return why_abandoned(run.manifest, host, lock=probe_lock(run.path.parent / LOCK_FILE), run_id=run.run_id)
+    return why_abandoned(manifest, host, lock=probe_lock(path.parent / LOCK_FILE), run_id=path.name)
 
 
 def _process_gone(manifest: RunManifest) -> str | None:

@@ -124,7 +124,7 @@ class SavedModel:
 
 
 def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
-               verify_signature: bool = True) -> SavedModel:
+               verify_signature: bool = True, files_checked: bool = False) -> SavedModel:
     """Load an exported model folder; ``device`` "cpu" or "gpu" (default: the data decides).
 
     The registry entry named in model.json says how its files are read (its format), so a
@@ -134,7 +134,9 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
     its record and config checked first). ``verify_signature``
     False is for a folder of the run in progress only (the ``promote`` stage reading what this
     run's export just wrote): its manifest is signed when the run ends, so there is nothing to
-    check it against yet.
+    check it against yet. A folder inside a run is checked against the sha256 the run recorded
+    for its files, as ``predict`` checks them; ``files_checked``: the caller did that already
+    (``open_run``), so the files are not hashed twice.
 
     Examples:
         >>> from pipeline.scoring.model_folder import load_model
@@ -148,7 +150,8 @@ def load_model(folder: str | os.PathLike[str], *, device: str | None = None,
         raise DataError(f"{folder} is not an exported model folder (no model.json)")
     if verify_signature:
         verify_model_folder(folder)     # with a signing key set: a signed run's files, unchanged
-        verify_recorded_files(folder)   # inside a run: its files as the run recorded them
+        if not files_checked:           # inside a run: its files as the run recorded them
+            verify_recorded_files(folder)
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         kind = meta["model"]

@@ -77,7 +77,7 @@ def open_run(run_dir: Path, *, model: str | None = None, device: str | None = No
     decided = decide_threshold(task, threshold, metrics, name)
     read = training_read_options(run_dir, manifest, name)
     backend, _ = resolve_backend(device or "auto")
-    saved = load_model(run_dir / folder, device=backend.name)
+    saved = load_model(run_dir / folder, device=backend.name, files_checked=True)    # checked_run_model did
     return OpenedRun(run_dir=run_dir, manifest=manifest, name=name, folder=folder, task=task, threshold=decided,
                      metrics=metrics, read=read, backend=backend, saved=saved)
 

@@ -32,6 +32,7 @@ from pipeline.featuresets.feature_set import TRAIN
 from pipeline.models.blending import Ensemble, EnsembleMember, blend
 from pipeline.stages.spec import KeyPath, Preview, StageContext, StageSpec, register_stage
 from pipeline.stages.train import SplitScores, TrainedModel
+from pipeline.stages.training.trained import refuse_repeated_names
 from pipeline.core.problems import Task
 
 VALID = "valid"
@@ -229,10 +230,7 @@ def members_codes(members: Sequence[TrainedModel], features: FeatureSet) -> dict
 def one_features(models: list[TrainedModel], kind: str = "ensemble") -> FeatureSet:
     """The one feature set every member was trained on: blending or stacking scores needs the
     same rows (``kind`` names the stage kind in messages)."""
-    names = [m.name for m in models]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise DataError(f"{kind}: models must have distinct names ({', '.join(repeated)} appear twice)")
+    refuse_repeated_names(models, kind)
     mixed = mixed_features({m.name: m.features.uid for m in models})
     if mixed:
         raise DataError(kind + mixed.removeprefix("ensemble"))

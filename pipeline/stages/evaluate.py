@@ -33,6 +33,7 @@ from pipeline.stages.explain import (
 )
 from pipeline.stages.split import SPLITS
 from pipeline.stages.train import TrainedModel
+from pipeline.stages.training.trained import refuse_repeated_names
 from pipeline.core.problems import BINARY, Task
 
 __all__ = ["EvaluateSpec", "Evaluation", "binary_metrics", "evaluate_models"]
@@ -207,11 +208,7 @@ def shared_task(models: list[TrainedModel]) -> Task:
     replaced the first)."""
     if not models:
         raise UsageError("evaluate_models needs at least one trained model")
-    names = [model.name for model in models]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise DataError(f"evaluate: models must have distinct names ({', '.join(repeated)} appear twice); give "
-                        "each its own (train_model's name=)")
+    refuse_repeated_names(models, "evaluate")
     tasks = {model.name: model.task for model in models}
     if len(set(tasks.values())) > 1:
         listed = "; ".join(f"'{name}': {task.describe()}" for name, task in tasks.items())

@@ -185,6 +185,16 @@ def train_model(
     )
 
 
+def refuse_repeated_names(models: list[TrainedModel], kind: str) -> None:
+    """A model's name is its row in every table and its key in a blend: two of one name (train
+    stages' default names are the model's) would silently be one. ``kind`` names the caller."""
+    names = [model.name for model in models]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataError(f"{kind}: models must have distinct names ({', '.join(repeated)} appear twice); give each "
+                        "its own (train_model's name=, or the stage's name)")
+
+
 def eval_set_problem(param: str) -> str:
     """Why ``param`` (one that acts on the evaluation set) cannot apply to a fit without one."""
     return (f"{param} stops on the valid split, and these features have no valid rows (with folds, each fold "
