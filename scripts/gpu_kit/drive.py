@@ -354,12 +354,17 @@ class Driver:
     def pipeline(self, name: str, *args: Any, limit: float) -> dict[str, Any]:
         return self.command(name, self.python("-m", "pipeline", *args), limit=limit)
 
+    @staticmethod
+    def newest_run(runs: Path) -> Path | None:
+        """The folder of the newest run under the runs folder ``runs``, or None."""
+        manifests = sorted(runs.glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+        return manifests[-1].parent if manifests else None
+
     def keep_run(self, name: str, runs: Path) -> dict[str, Any]:
         """The run's manifest and metrics (and report, where small) copied under results/runs/name."""
-        manifests = sorted(runs.glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
-        if not manifests:
+        folder = self.newest_run(runs)
+        if folder is None:
             return {}
-        folder = manifests[-1].parent
         keep = self.results / "runs" / name
         keep.mkdir(parents=True, exist_ok=True)
         for pattern in ("manifest.json", "*/metrics.json", "report.html"):
@@ -367,7 +372,7 @@ class Driver:
                 dest = keep / path.relative_to(folder)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, dest)
-        manifest = json.loads(manifests[-1].read_text())
+        manifest = json.loads((folder / "manifest.json").read_text())
         return {"run": folder.name, "status": manifest.get("status"), "duration_s": manifest.get("duration_s"),
                 "device": manifest.get("device"),
                 "stages": {n: s.get("seconds") for n, s in manifest.get("stages", {}).items()},
@@ -441,10 +446,10 @@ class Driver:
     def run_serve_calls(self) -> dict[str, Any]:
         """The e2e run's exported models served on the GPU: each one's model call timed per batch
         size on the device path and on its host copy (``bench_serve.py --calls``)."""
-        manifests = sorted((self.results / "scratch" / "e2e").glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
-        if not manifests and not self.args.dry_run:
+        run = self.newest_run(self.results / "scratch" / "e2e")
+        if run is None and not self.args.dry_run:
             return {"finished": False, "reason": "no e2e run to serve"}
-        run = manifests[-1].parent if manifests else self.results / "scratch" / "e2e" / "none"
+        run = run or self.results / "scratch" / "e2e" / "none"
         outcome: dict[str, Any] = {"run": run.name, "models": {}}
         for model in SERVE_MODELS:
             out = self.results / f"serve-calls-{model}.json"
